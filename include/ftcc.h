@@ -1,0 +1,167 @@
+/* ftcc.h: the public API of ftcc, a fault-tolerant collective communication library. */
+#ifndef FTCC_H
+#define FTCC_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FTCC_VERSION_MAJOR 0
+#define FTCC_VERSION_MINOR 1
+
+/*
+ * Errors. Every call returns 0 or the negative of one of these codes.
+ * Codes that have an errno equivalent use its value; ftcc's own codes sit
+ * above FT_ERR_BASE. XX(name, value, message).
+ */
+#define FT_ERR_BASE 4096
+#define FT_ERROR_MAP(XX)                                                                 \
+	XX(INVAL, EINVAL, "invalid argument")                                            \
+	XX(NOMEM, ENOMEM, "out of memory")                                               \
+	XX(IO, EIO, "input/output error")                                                \
+	XX(NOSYS, ENOSYS, "not supported by this build or transport")                    \
+	XX(BUSY, EBUSY, "rank already in use by a live process on this rendezvous")      \
+	XX(TIMEDOUT, ETIMEDOUT, "timed out")                                             \
+	XX(CONNREFUSED, ECONNREFUSED, "connection refused")                              \
+	XX(CONFIG, FT_ERR_BASE + 1, "bad configuration or environment variable")         \
+	XX(PEERFAILED, FT_ERR_BASE + 2, "a peer failed")                                 \
+	XX(EXCLUDED, FT_ERR_BASE + 3, "this rank is not a member of the current view")   \
+	XX(STALE, FT_ERR_BASE + 4, "message from a stale membership generation")         \
+	XX(CORRUPT, FT_ERR_BASE + 5, "corrupt log or checkpoint record")                 \
+	XX(PROTO, FT_ERR_BASE + 6, "protocol error: malformed or unexpected frame")      \
+	XX(MISMATCH, FT_ERR_BASE + 7, "ranks disagree on the collective's arguments")    \
+	XX(AUTH, FT_ERR_BASE + 8, "handshake refused: wrong job id, token or version")   \
+	XX(FINALIZED, FT_ERR_BASE + 9, "communicator is finalized")                      \
+	XX(ROOTFAILED, FT_ERR_BASE + 10, "the root of the broadcast failed")             \
+	XX(ABORTED, FT_ERR_BASE + 11, "collective aborted by a peer")
+
+enum ft_error {
+#define FT__ERR_ENUM(name, value, msg) FT_E##name = (value),
+	FT_ERROR_MAP(FT__ERR_ENUM)
+#undef FT__ERR_ENUM
+};
+
+/* Message for a (negative) error code; never NULL. */
+const char *ft_strerror(int err);
+/* Symbolic name ("FT_EINVAL") for a (negative) error code; never NULL. */
+const char *ft_err_name(int err);
+
+enum ft_dtype {
+	FT_FLOAT32,
+	FT_FLOAT64,
+	FT_FLOAT16,
+	FT_BFLOAT16,
+	FT_INT32,
+	FT_INT64,
+	FT_UINT8,
+	FT_DTYPE_COUNT
+};
+
+enum ft_op { FT_SUM, FT_PROD, FT_MIN, FT_MAX, FT_AVG, FT_OP_COUNT };
+
+/* Bytes per element of a dtype, 0 for an unknown one. */
+size_t ft_dtype_size(enum ft_dtype dtype);
+
+enum ft_policy { FT_POLICY_ABORT, FT_POLICY_SHRINK, FT_POLICY_REJOIN };
+enum ft_durability { FT_DURABILITY_NONE, FT_DURABILITY_PROCESS, FT_DURABILITY_HOST };
+
+/* Pass as sendbuf to reduce in place in recvbuf. */
+#define FT_IN_PLACE ((const void *)1)
+
+#define FT_NAME_MAX 128
+#define FT_PATH_MAX 512
+
+/*
+ * Configuration of one communicator. Start from FT_CONFIG_INIT (or
+ * ft_config_from_env, which starts from it and applies FTCC_* variables).
+ */
+struct ft_config {
+	int rank;                       /* this process, 0..world_size-1 */
+	int world_size;                 /* ranks at ft_init */
+	char rendezvous[FT_PATH_MAX];   /* rendezvous directory */
+	char job_id[FT_NAME_MAX];       /* job identity, same on every rank */
+	char token[FT_NAME_MAX];        /* shared secret checked in every handshake */
+	char transport[32];             /* "tcp" or "fabric" */
+	char bind_host[64];             /* address to listen on, "" = 127.0.0.1 */
+	enum ft_policy policy;
+	char log_dir[FT_PATH_MAX];
+	enum ft_durability log_durability;
+	int heartbeat_ms;
+	int detect_timeout_ms;
+	int rejoin_timeout_ms;
+	int connect_timeout_ms;         /* rendezvous and link set-up deadline */
+	int op_timeout_ms;              /* a collective making no progress this long fails; 0 = never */
+	size_t segment_bytes;           /* pipeline segment size */
+	int pipeline_depth;             /* receive slots in flight per link */
+	int crc;                        /* 1: CRC32C on every data frame */
+	char fault[256];                /* FTCC_FAULT spec, "" = none */
+	char trace[FT_PATH_MAX];        /* FTCC_TRACE file, "" = none */
+	int log_level;                  /* 0 error, 1 warn, 2 info, 3 debug */
+};
+
+#define FT_CONFIG_INIT                                                                   \
+	{                                                                                \
+		.rank = -1, .world_size = -1, .rendezvous = "", .job_id = "", .token = "", \
+		.transport = "tcp", .bind_host = "", .policy = FT_POLICY_ABORT,            \
+		.log_dir = "", .log_durability = FT_DURABILITY_PROCESS,                    \
+		.heartbeat_ms = 100, .detect_timeout_ms = 1000, .rejoin_timeout_ms = 30000, \
+		.connect_timeout_ms = 30000, .op_timeout_ms = 0,                           \
+		.segment_bytes = 256 * 1024, .pipeline_depth = 4, .crc = 0, .fault = "",   \
+		.trace = "", .log_level = 1                                                \
+	}
+
+/*
+ * Fill cfg from FT_CONFIG_INIT and the environment (FTCC_*, else the
+ * launcher's OMPI_COMM_WORLD_* / PMI_*). On error returns -FT_ECONFIG and
+ * writes a message naming the variable into errbuf (if errbuf != NULL).
+ */
+int ft_config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen);
+
+struct ft_comm;
+
+/* What happened during one collective. */
+struct ft_op_info {
+	uint64_t op_seq;        /* sequence number of this collective on the communicator */
+	uint32_t generation;    /* membership generation at completion */
+	int contributors;       /* ranks whose inputs the result holds */
+	int failed;             /* ranks lost during the call */
+	double recovery_ms;     /* time spent recovering, 0 if none */
+	double elapsed_ms;      /* wall time of the call */
+};
+
+/* cfg NULL: configuration from the environment. */
+int ft_init(const struct ft_config *cfg, struct ft_comm **comm);
+int ft_finalize(struct ft_comm *comm);
+
+int ft_rank(const struct ft_comm *comm);
+int ft_size(const struct ft_comm *comm);
+int ft_orig_rank(const struct ft_comm *comm, int rank);
+uint32_t ft_generation(const struct ft_comm *comm);
+
+int ft_allreduce(struct ft_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+		 enum ft_dtype dtype, enum ft_op op, struct ft_op_info *info);
+int ft_broadcast(struct ft_comm *comm, void *buf, size_t bytes, int root,
+		 struct ft_op_info *info);
+int ft_barrier(struct ft_comm *comm);
+
+/* Counters since ft_init. */
+struct ft_stats {
+	uint64_t ops;
+	uint64_t bytes_sent;
+	uint64_t bytes_received;
+	uint64_t failures;
+	uint64_t recoveries;
+	double reduce_ms;      /* time in reduction kernels */
+	double wait_ms;        /* time blocked waiting for the network */
+};
+int ft_stats_get(const struct ft_comm *comm, struct ft_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FTCC_H */

@@ -1,0 +1,156 @@
+/* ftcc/transport.h: the transport plugin interface and the wire formats every transport carries. */
+#ifndef FTCC_TRANSPORT_H
+#define FTCC_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FT_PROTO_VERSION 1
+#define FT_HELLO_MAGIC 0x46544348u /* "FTCH" */
+#define FT_FRAME_MAGIC 0x46544346u /* "FTCF" */
+#define FT_FRAME_MAX_PAYLOAD (64u << 20)
+
+/*
+ * Link handshake, sent by the connecting side as the first bytes of a link.
+ * The accepting side answers with a struct ft_hello_ack. Strings are
+ * NUL-padded; the job id and token must match exactly.
+ */
+struct ft_hello {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t kind;          /* enum ft_link_kind */
+	uint32_t generation;
+	int32_t from_rank;      /* original rank of the connecting side */
+	int32_t to_rank;        /* original rank it wants to reach */
+	uint32_t incarnation;   /* restart count of the connecting rank */
+	char job_id[128];
+	char token[128];
+};
+
+struct ft_hello_ack {
+	uint32_t magic;
+	int32_t status;         /* 0 or a negative FT_E* code */
+};
+
+enum ft_link_kind { FT_LINK_DATA = 1, FT_LINK_CONTROL = 2 };
+
+enum ft_frame_type { FT_FRAME_DATA = 1, FT_FRAME_ABORT = 2 };
+
+enum ft_coll_kind { FT_COLL_ALLREDUCE = 1, FT_COLL_BROADCAST = 2, FT_COLL_BARRIER = 3 };
+
+/*
+ * Header of every frame on a data link. The receiver posts the header it
+ * expects; the transport compares the received one (ft_frame_check) before a
+ * byte of payload lands in the posted buffer. count/dtype/op/kind/root
+ * describe the collective so that ranks calling with different arguments
+ * are told so (FT_EMISMATCH) instead of exchanging garbage.
+ */
+struct ft_frame {
+	uint32_t magic;
+	uint16_t type;          /* enum ft_frame_type */
+	uint8_t kind;           /* enum ft_coll_kind */
+	uint8_t dtype;
+	uint32_t generation;
+	uint8_t op;
+	uint8_t flags;
+	uint16_t reserved;
+	uint64_t op_seq;
+	uint64_t count;         /* elements (allreduce) or bytes (broadcast) */
+	int32_t root;
+	uint32_t step;
+	uint32_t seg;
+	uint32_t crc;           /* CRC32C of the payload when FT_FRAME_F_CRC is set */
+	uint64_t offset;        /* byte offset of the payload in the collective's buffer */
+	uint64_t length;        /* payload bytes that follow */
+	int32_t status;         /* FT_FRAME_ABORT: the negative error code carried */
+	uint32_t reserved2;
+};
+
+#define FT_FRAME_F_CRC 1u
+
+/*
+ * Returns 0 when got is the frame expect describes, the (negative) code
+ * carried by a well-formed abort frame, -FT_EMISMATCH when the peer runs a
+ * different collective, -FT_ESTALE for an older generation and -FT_EPROTO
+ * for anything else. Never trusts got's length beyond comparing it.
+ */
+int ft_frame_check(const struct ft_frame *expect, const struct ft_frame *got);
+/* Returns 0 when got may open a link described by expect (from_rank -1: any). */
+int ft_hello_check(const struct ft_hello *expect, const struct ft_hello *got);
+
+struct ft_transport;
+struct ft_link;
+
+enum ft_tp_event_type {
+	FT_TP_SEND_DONE = 1,    /* a posted send left the process (its buffer is free) */
+	FT_TP_RECV_DONE = 2,    /* a posted receive holds its frame's payload */
+	FT_TP_LINK_ERROR = 3    /* the link is broken; pending operations are dropped */
+};
+
+struct ft_tp_event {
+	int type;
+	int status;             /* 0, or negative FT_E* code (LINK_ERROR, failed RECV) */
+	struct ft_link *link;
+	void *ctx;              /* as given when posting */
+	int peer;               /* original rank of the link's peer */
+};
+
+struct ft_tp_params {
+	int rank;               /* original rank */
+	const char *bind_host;
+	const char *job_id;
+	const char *token;
+	size_t max_payload;     /* largest frame payload the engine will post */
+	int log_level;
+};
+
+/*
+ * A transport is a table of operations. Blocking: open, connect and accept
+ * block up to their deadline; post_send/post_recv never block; progress
+ * blocks up to timeout_ms in the kernel (never spins). Ownership: buffers
+ * given to post_* are borrowed until their completion event or the link's
+ * close; the transport owns its links. link_close and close are safe on a
+ * half-made object. All return 0 or a negative FT_E* code.
+ */
+struct ft_transport_ops {
+	size_t size;            /* sizeof(struct ft_transport_ops) */
+	const char *name;
+	int (*open)(const struct ft_tp_params *params, struct ft_transport **out);
+	/* Address to publish through the rendezvous; NUL-terminated text. */
+	int (*local_addr)(struct ft_transport *tp, char *buf, size_t len);
+	/* Connect to addr and complete the handshake hello (deadline in ms). */
+	int (*connect)(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
+		       int timeout_ms, struct ft_link **out);
+	/* Accept the next incoming link whose hello passes ft_hello_check(expect,
+	 * ·); refuses (and logs) anything else; fills *got with its hello. */
+	int (*accept)(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
+		      struct ft_link **out, struct ft_hello *got);
+	/* Queue a frame: hdr then len bytes of buf (hdr is copied). */
+	int (*post_send)(struct ft_link *link, const struct ft_frame *hdr, const void *buf,
+			 void *ctx);
+	/* Queue a receive of the frame described by expect into buf (expect is copied;
+	 * expect->length is exactly what buf takes). Receives complete in order. */
+	int (*post_recv)(struct ft_link *link, const struct ft_frame *expect, void *buf,
+			 void *ctx);
+	/* Make progress; wait up to timeout_ms (-1: forever, 0: poll) for at least
+	 * one event; return the number of events written to ev (0 on timeout). */
+	int (*progress)(struct ft_transport *tp, int timeout_ms, struct ft_tp_event *ev,
+			int max_ev);
+	/* Best effort: send an abort frame after the frame in flight, then close. */
+	void (*link_abort)(struct ft_link *link, const struct ft_frame *abort_frame);
+	void (*link_close)(struct ft_link *link);
+	void (*close)(struct ft_transport *tp);
+};
+
+const struct ft_transport_ops *ft_transport_lookup(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FTCC_TRANSPORT_H */

@@ -1,0 +1,34 @@
+/* error.c: names and messages of ftcc's error codes. */
+#include "ftcc.h"
+
+#include "internal.h"
+
+FT__EXPORT const char *ft_strerror(int err)
+{
+	switch (-err) {
+	case 0:
+		return "success";
+#define FT__ERR_MSG(name, value, msg) \
+	case FT_E##name:              \
+		return msg;
+		FT_ERROR_MAP(FT__ERR_MSG)
+#undef FT__ERR_MSG
+	default:
+		return "unknown error";
+	}
+}
+
+FT__EXPORT const char *ft_err_name(int err)
+{
+	switch (-err) {
+	case 0:
+		return "0";
+#define FT__ERR_NAME(name, value, msg) \
+	case FT_E##name:               \
+		return "FT_E" #name;
+		FT_ERROR_MAP(FT__ERR_NAME)
+#undef FT__ERR_NAME
+	default:
+		return "FT_E?";
+	}
+}

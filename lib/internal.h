@@ -1,0 +1,56 @@
+/* internal.h: what every ftcc source file shares: export marker, logging, clocks. */
+#ifndef FTCC_INTERNAL_H
+#define FTCC_INTERNAL_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "ftcc.h"
+
+#define FT__EXPORT __attribute__((visibility("default")))
+#define FT__UNUSED __attribute__((unused))
+#define ft__container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+#define FT__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+enum { FT__LOG_ERROR, FT__LOG_WARN, FT__LOG_INFO, FT__LOG_DEBUG };
+
+extern int ft__log_level;
+extern int ft__log_rank;
+void ft__log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Checks the level before formatting; keeps errno. */
+#define ft__log(level, ...)                               \
+	do {                                              \
+		if ((level) <= ft__log_level) {           \
+			int ft__saved_errno_ = errno;     \
+			ft__log_write((level), __VA_ARGS__); \
+			errno = ft__saved_errno_;         \
+		}                                         \
+	} while (0)
+#define ft__error(...) ft__log(FT__LOG_ERROR, __VA_ARGS__)
+#define ft__warn(...) ft__log(FT__LOG_WARN, __VA_ARGS__)
+#define ft__info(...) ft__log(FT__LOG_INFO, __VA_ARGS__)
+#define ft__debug(...) ft__log(FT__LOG_DEBUG, __VA_ARGS__)
+
+static inline uint64_t ft__now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline int64_t ft__now_ms(void)
+{
+	return (int64_t)(ft__now_ns() / 1000000ull);
+}
+
+/* Milliseconds left until deadline_ms (a ft__now_ms() value), at least 0. */
+static inline int ft__ms_left(int64_t deadline_ms)
+{
+	int64_t left = deadline_ms - ft__now_ms();
+	return left < 0 ? 0 : (left > 1000000000 ? 1000000000 : (int)left);
+}
+
+#endif
