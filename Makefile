@@ -14,13 +14,14 @@ WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat
 	-Wvla -Wcast-align
 override CFLAGS += -std=c11 -D_GNU_SOURCE -pthread -fPIC $(WARN) -Iinclude -Ilib -MMD -MP
 
-HAVE_FABRIC := $(shell pkg-config --exists libfabric 2>/dev/null && echo 1)
+FABRIC_SRC := $(wildcard transports/fabric*.c)
+HAVE_FABRIC := $(if $(FABRIC_SRC),$(shell pkg-config --exists libfabric 2>/dev/null && echo 1))
 HAVE_URING := $(shell pkg-config --exists liburing 2>/dev/null && echo 1)
 
 LIB_SRC := $(wildcard lib/*.c) transports/tcp.c
 LIB_LDLIBS := -lpthread -lm
 ifeq ($(HAVE_FABRIC),1)
-LIB_SRC += $(wildcard transports/fabric*.c)
+LIB_SRC += $(FABRIC_SRC)
 override CFLAGS += -DFTCC_HAVE_FABRIC=1
 LIB_LDLIBS += $(shell pkg-config --libs libfabric)
 endif

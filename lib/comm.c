@@ -1,0 +1,286 @@
+/* comm.c: communicator lifetime: init from config or environment, rendezvous, ring links, finalize. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+
+static int comm_usable(const struct ft_comm *c)
+{
+	if (c == NULL || c->magic != FT__COMM_MAGIC)
+		return -FT_EINVAL;
+	return c->finalized ? -FT_EFINALIZED : 0;
+}
+
+static void fill_hello(const struct ft_comm *c, struct ft_hello *h, int from, int to)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = FT_HELLO_MAGIC;
+	h->version = FT_PROTO_VERSION;
+	h->kind = FT_LINK_DATA;
+	h->generation = c->generation;
+	h->from_rank = from;
+	h->to_rank = to;
+	snprintf(h->job_id, sizeof(h->job_id), "%s", c->cfg.job_id);
+	snprintf(h->token, sizeof(h->token), "%s", c->cfg.token);
+}
+
+/*
+ * Every rank connects to its right neighbour first and accepts from its left
+ * second. Connecting completes in the peer's kernel backlog and the hello fits
+ * in the socket buffer, so no rank waits on another's accept: no cycle.
+ */
+int ft__comm_connect_ring(struct ft_comm *c)
+{
+	int me = c->members[c->rank];
+	int right = c->members[(c->rank + 1) % c->size];
+	int left = c->members[(c->rank + c->size - 1) % c->size];
+	struct ft_hello hello, expect, got;
+	int rc;
+
+	if (c->size == 1 || (c->send_link != NULL && c->recv_link != NULL))
+		return 0;
+	if (c->send_link == NULL) {
+		fill_hello(c, &hello, me, right);
+		rc = c->tp_ops->connect(c->tp, c->addrs[right], &hello, c->cfg.connect_timeout_ms,
+					&c->send_link);
+		if (rc != 0) {
+			ft__error("cannot link to rank %d at %s: %s", right, c->addrs[right],
+				  ft_strerror(rc));
+			return rc;
+		}
+	}
+	if (c->recv_link == NULL) {
+		fill_hello(c, &expect, left, me);
+		rc = c->tp_ops->accept(c->tp, &expect, c->cfg.connect_timeout_ms, &c->recv_link,
+				       &got);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq)
+{
+	struct ft_frame f;
+
+	memset(&f, 0, sizeof(f));
+	f.magic = FT_FRAME_MAGIC;
+	f.type = FT_FRAME_ABORT;
+	f.generation = c->generation;
+	f.op_seq = op_seq;
+	f.status = err;
+	if (c->send_link != NULL)
+		c->tp_ops->link_abort(c->send_link, &f);
+	if (c->recv_link != NULL)
+		c->tp_ops->link_close(c->recv_link);
+	c->send_link = c->recv_link = NULL;
+}
+
+static void comm_release(struct ft_comm *c)
+{
+	if (c->tp != NULL) {
+		c->tp_ops->close(c->tp);
+		c->tp = NULL;
+	}
+	c->send_link = c->recv_link = NULL;
+	ft__rdv_close(&c->rdv, c->generation, c->rank == 0);
+	free(c->members);
+	free(c->addrs);
+	free(c->slots);
+	c->members = NULL;
+	c->addrs = NULL;
+	c->slots = NULL;
+}
+
+static int comm_join(struct ft_comm *c)
+{
+	struct ft_tp_params params = {
+		.rank = c->cfg.rank,
+		.bind_host = c->cfg.bind_host,
+		.job_id = c->cfg.job_id,
+		.token = c->cfg.token,
+		.max_payload = c->cfg.segment_bytes,
+		.log_level = c->cfg.log_level,
+	};
+	struct ft__view view = {0};
+	char addr[FT__ADDR_MAX];
+	int *cand, rc;
+
+	rc = ft__rdv_open(&c->rdv, c->cfg.rendezvous, c->cfg.job_id, c->cfg.rank);
+	if (rc != 0)
+		return rc;
+	rc = c->tp_ops->open(&params, &c->tp);
+	if (rc != 0)
+		return rc;
+	if ((rc = c->tp_ops->local_addr(c->tp, addr, sizeof(addr))) != 0 ||
+	    (rc = ft__rdv_publish(&c->rdv, c->generation, addr)) != 0)
+		return rc;
+	cand = malloc((size_t)c->cfg.world_size * sizeof(int));
+	if (cand == NULL)
+		return -FT_ENOMEM;
+	for (int i = 0; i < c->cfg.world_size; i++)
+		cand[i] = i;
+	rc = ft__rdv_settle(&c->rdv, c->generation, cand, c->cfg.world_size,
+			    c->cfg.connect_timeout_ms, &view);
+	free(cand);
+	if (rc != 0)
+		return rc;
+	c->members = view.members;
+	c->size = view.size;
+	c->rank = -1;
+	for (int i = 0; i < c->size; i++) {
+		if (c->members[i] >= c->cfg.world_size) {
+			ft__error("view names rank %d beyond world size %d", c->members[i],
+				  c->cfg.world_size);
+			return -FT_ECORRUPT;
+		}
+		if (c->members[i] == c->cfg.rank)
+			c->rank = i;
+	}
+	if (c->rank < 0) {
+		ft__error("rank %d is not in the view of generation %u", c->cfg.rank,
+			  c->generation);
+		return -FT_EEXCLUDED;
+	}
+	c->addrs = calloc((size_t)c->cfg.world_size, sizeof(*c->addrs));
+	if (c->addrs == NULL)
+		return -FT_ENOMEM;
+	for (int i = 0; i < c->size; i++) {
+		rc = ft__rdv_lookup(&c->rdv, c->generation, c->members[i], c->addrs[c->members[i]],
+				    FT__ADDR_MAX);
+		if (rc != 0) {
+			ft__error("no address for rank %d in the rendezvous", c->members[i]);
+			return rc;
+		}
+	}
+	return ft__comm_connect_ring(c);
+}
+
+FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
+{
+	struct ft_comm *c;
+	int rc;
+
+	if (comm == NULL)
+		return -FT_EINVAL;
+	*comm = NULL;
+	c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		return -FT_ENOMEM;
+	c->rdv.lock_fd = -1;
+	if (cfg == NULL) {
+		rc = ft_config_from_env(&c->cfg, NULL, 0);
+		if (rc != 0) {
+			free(c);
+			return rc;
+		}
+	} else {
+		c->cfg = *cfg;
+	}
+	rc = ft__config_check(&c->cfg);
+	if (rc != 0) {
+		free(c);
+		return rc;
+	}
+	ft__log_level = c->cfg.log_level;
+	ft__log_rank = c->cfg.rank;
+	c->tp_ops = ft_transport_lookup(c->cfg.transport);
+	if (c->tp_ops == NULL) {
+		ft__error("transport '%s' is not built into this library", c->cfg.transport);
+		free(c);
+		return -FT_ENOSYS;
+	}
+	c->slot_bytes = c->cfg.segment_bytes;
+	c->magic = FT__COMM_MAGIC;
+	if (c->cfg.world_size == 1) {
+		c->size = 1;
+		c->members = calloc(1, sizeof(int));
+		if (c->members == NULL) {
+			free(c);
+			return -FT_ENOMEM;
+		}
+		*comm = c;
+		return 0;
+	}
+	c->slots = malloc(c->slot_bytes * (size_t)c->cfg.pipeline_depth);
+	rc = c->slots == NULL ? -FT_ENOMEM : comm_join(c);
+	if (rc == 0)
+		rc = ft_barrier(c);
+	if (rc != 0) {
+		comm_release(c);
+		free(c);
+		return rc;
+	}
+	*comm = c;
+	return 0;
+}
+
+/*
+ * The communicator's memory is kept (poisoned as finalized) so that a call on
+ * it afterwards gets -FT_EFINALIZED instead of touching freed memory.
+ */
+FT__EXPORT int ft_finalize(struct ft_comm *c)
+{
+	int rc = comm_usable(c);
+
+	if (rc != 0)
+		return rc;
+	comm_release(c);
+	c->finalized = true;
+	return 0;
+}
+
+FT__EXPORT int ft_rank(const struct ft_comm *c)
+{
+	int rc = comm_usable(c);
+	return rc != 0 ? rc : c->rank;
+}
+
+FT__EXPORT int ft_size(const struct ft_comm *c)
+{
+	int rc = comm_usable(c);
+	return rc != 0 ? rc : c->size;
+}
+
+FT__EXPORT int ft_orig_rank(const struct ft_comm *c, int rank)
+{
+	int rc = comm_usable(c);
+
+	if (rc != 0)
+		return rc;
+	if (rank < 0 || rank >= c->size)
+		return -FT_EINVAL;
+	return c->members[rank];
+}
+
+FT__EXPORT uint32_t ft_generation(const struct ft_comm *c)
+{
+	return comm_usable(c) != 0 ? 0 : c->generation;
+}
+
+FT__EXPORT int ft_stats_get(const struct ft_comm *c, struct ft_stats *stats)
+{
+	int rc = comm_usable(c);
+
+	if (rc != 0)
+		return rc;
+	if (stats == NULL)
+		return -FT_EINVAL;
+	*stats = c->stats;
+	return 0;
+}
+
+FT__EXPORT size_t ft_dtype_size(enum ft_dtype dtype)
+{
+	static const size_t sizes[FT_DTYPE_COUNT] = {
+		[FT_FLOAT32] = 4, [FT_FLOAT64] = 8, [FT_FLOAT16] = 2, [FT_BFLOAT16] = 2,
+		[FT_INT32] = 4,   [FT_INT64] = 8,   [FT_UINT8] = 1,
+	};
+	return (unsigned)dtype < FT_DTYPE_COUNT ? sizes[dtype] : 0;
+}
+
+int ft__comm_check(const struct ft_comm *c)
+{
+	return comm_usable(c);
+}

@@ -1,0 +1,49 @@
+/* comm.h: the communicator's internal state, shared by the modules that act on it. */
+#ifndef FTCC_COMM_H
+#define FTCC_COMM_H
+
+#include <stdbool.h>
+
+#include "ftcc.h"
+#include "ftcc/transport.h"
+#include "internal.h"
+#include "rendezvous.h"
+
+struct ft_comm {
+	uint32_t magic;                 /* FT__COMM_MAGIC while usable */
+	struct ft_config cfg;
+	bool finalized;
+
+	/* membership: members[i] is the original rank of dense rank i */
+	uint32_t generation;
+	int size;
+	int rank;                       /* dense rank of this process */
+	int *members;
+	char (*addrs)[FT__ADDR_MAX];    /* published address by original rank */
+
+	struct ft__rdv rdv;
+	const struct ft_transport_ops *tp_ops;
+	struct ft_transport *tp;
+	struct ft_link *send_link;      /* to dense rank + 1 */
+	struct ft_link *recv_link;      /* from dense rank - 1 */
+
+	uint64_t op_seq;                /* sequence number of the next collective */
+	void *slots;                    /* pipeline_depth staging slots of segment_bytes */
+	size_t slot_bytes;
+	struct ft_stats stats;
+	int broken;                     /* nonzero: a peer failed and the policy gives up */
+};
+
+#define FT__COMM_MAGIC 0x6674636du
+
+int ft__config_check(const struct ft_config *cfg);
+int ft__parse_size(const char *s, size_t *out);
+
+/* 0 when c may run a collective, else the error to return. */
+int ft__comm_check(const struct ft_comm *c);
+/* (Re)builds the ring links of the current view; blocks up to the connect deadline. */
+int ft__comm_connect_ring(struct ft_comm *c);
+/* Tears down the ring links after a failed collective, telling the neighbours why. */
+void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq);
+
+#endif

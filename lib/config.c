@@ -1,0 +1,300 @@
+/* config.c: the communicator configuration and the one function that reads it from the environment. */
+#include <ctype.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+
+static int cfg_error(char *errbuf, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int cfg_error(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (errbuf != NULL && errlen > 0)
+		snprintf(errbuf, errlen, "%s", msg);
+	ft__error("%s", msg);
+	return -FT_ECONFIG;
+}
+
+/* Parses a whole decimal integer in [lo, hi]. */
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	long v;
+
+	if (s == NULL || *s == '\0' || isspace((unsigned char)*s))
+		return -1;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* Parses a byte size with an optional K, M or G suffix. */
+int ft__parse_size(const char *s, size_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (s == NULL || !isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0)
+		return -1;
+	switch (*end) {
+	case 'k': case 'K': v <<= 10; end++; break;
+	case 'm': case 'M': v <<= 20; end++; break;
+	case 'g': case 'G': v <<= 30; end++; break;
+	default: break;
+	}
+	if (*end == 'i' || *end == 'B')
+		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+	if (*end != '\0')
+		return -1;
+	*out = (size_t)v;
+	return 0;
+}
+
+static int env_int(const char *name, long lo, long hi, int *dst, char *errbuf, size_t errlen)
+{
+	const char *s = getenv(name);
+	long v;
+
+	if (s == NULL)
+		return 0;
+	if (parse_long(s, lo, hi, &v) != 0)
+		return cfg_error(errbuf, errlen, "%s='%s': expected an integer in [%ld, %ld]", name,
+				 s, lo, hi);
+	*dst = (int)v;
+	return 0;
+}
+
+static int env_str(const char *name, char *dst, size_t cap, char *errbuf, size_t errlen)
+{
+	const char *s = getenv(name);
+
+	if (s == NULL)
+		return 0;
+	if (strlen(s) >= cap)
+		return cfg_error(errbuf, errlen, "%s is too long (at most %zu characters)", name,
+				 cap - 1);
+	memcpy(dst, s, strlen(s) + 1);
+	return 0;
+}
+
+static int env_enum(const char *name, const char *const *names, int n, int *dst, char *errbuf,
+		    size_t errlen)
+{
+	const char *s = getenv(name);
+	char allowed[128] = "";
+
+	if (s == NULL)
+		return 0;
+	for (int i = 0; i < n; i++) {
+		if (strcmp(s, names[i]) == 0) {
+			*dst = i;
+			return 0;
+		}
+		snprintf(allowed + strlen(allowed), sizeof(allowed) - strlen(allowed), "%s%s",
+			 i ? ", " : "", names[i]);
+	}
+	return cfg_error(errbuf, errlen, "%s='%s': expected one of %s", name, s, allowed);
+}
+
+/* Job identity under MPICH's Hydra, which exports none: the pid of the
+ * hydra_pmi_proxy above us, shared by every local rank even through wrappers. */
+static int hydra_job_id(char *dst, size_t cap)
+{
+	pid_t pid = getppid();
+
+	for (int depth = 0; depth < 8 && pid > 1; depth++) {
+		char path[64], buf[512];
+		FILE *f;
+		char *rp;
+		int ppid;
+
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		f = fopen(path, "r");
+		if (f == NULL)
+			break;
+		if (fgets(buf, sizeof(buf), f) == NULL) {
+			fclose(f);
+			break;
+		}
+		fclose(f);
+		rp = strrchr(buf, ')');
+		if (rp == NULL || sscanf(rp + 2, "%*c %d", &ppid) != 1)
+			break;
+		if (strstr(buf, "(hydra_pmi_prox") != NULL) {
+			snprintf(dst, cap, "hydra-%d", (int)pid);
+			return 0;
+		}
+		pid = ppid;
+	}
+	snprintf(dst, cap, "pmi-%d", (int)getppid());
+	return 0;
+}
+
+FT__EXPORT int ft_config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
+{
+	static const char *const policies[] = {"abort", "shrink", "rejoin"};
+	static const char *const durabilities[] = {"none", "process", "host"};
+	static const char *const levels[] = {"error", "warn", "info", "debug"};
+	struct ft_config init = FT_CONFIG_INIT;
+	const char *rank_var = "FTCC_RANK", *size_var = "FTCC_WORLD_SIZE";
+	const char *s;
+	long v;
+	int rc, launcher = 0, tmp;
+
+	if (cfg == NULL)
+		return -FT_EINVAL;
+	*cfg = init;
+
+	if (getenv("FTCC_RANK") == NULL && getenv("OMPI_COMM_WORLD_RANK") != NULL) {
+		rank_var = "OMPI_COMM_WORLD_RANK";
+		size_var = "OMPI_COMM_WORLD_SIZE";
+		launcher = 1;
+	} else if (getenv("FTCC_RANK") == NULL && getenv("PMI_RANK") != NULL) {
+		rank_var = "PMI_RANK";
+		size_var = "PMI_SIZE";
+		launcher = 2;
+	}
+	s = getenv(size_var);
+	if (s == NULL)
+		return cfg_error(errbuf, errlen,
+				 "%s is not set (set FTCC_RANK and FTCC_WORLD_SIZE, or run under "
+				 "ftcc-run or mpirun)", size_var);
+	if (parse_long(s, 1, 1 << 20, &v) != 0)
+		return cfg_error(errbuf, errlen, "%s='%s': expected an integer in [1, %d]", size_var,
+				 s, 1 << 20);
+	cfg->world_size = (int)v;
+	s = getenv(rank_var);
+	if (s == NULL)
+		return cfg_error(errbuf, errlen, "%s is not set", rank_var);
+	if (parse_long(s, 0, cfg->world_size - 1, &v) != 0)
+		return cfg_error(errbuf, errlen, "%s='%s': expected an integer in [0, %d]", rank_var,
+				 s, cfg->world_size - 1);
+	cfg->rank = (int)v;
+
+	if ((rc = env_str("FTCC_RENDEZVOUS", cfg->rendezvous, sizeof(cfg->rendezvous), errbuf,
+			  errlen)) != 0 ||
+	    (rc = env_str("FTCC_JOB_ID", cfg->job_id, sizeof(cfg->job_id), errbuf, errlen)) != 0 ||
+	    (rc = env_str("FTCC_TOKEN", cfg->token, sizeof(cfg->token), errbuf, errlen)) != 0 ||
+	    (rc = env_str("FTCC_TRANSPORT", cfg->transport, sizeof(cfg->transport), errbuf,
+			  errlen)) != 0 ||
+	    (rc = env_str("FTCC_BIND_HOST", cfg->bind_host, sizeof(cfg->bind_host), errbuf,
+			  errlen)) != 0 ||
+	    (rc = env_str("FTCC_LOG_DIR", cfg->log_dir, sizeof(cfg->log_dir), errbuf, errlen)) !=
+		    0 ||
+	    (rc = env_str("FTCC_FAULT", cfg->fault, sizeof(cfg->fault), errbuf, errlen)) != 0 ||
+	    (rc = env_str("FTCC_TRACE", cfg->trace, sizeof(cfg->trace), errbuf, errlen)) != 0)
+		return rc;
+
+	/* Under a launcher with no rendezvous given, ranks on one host meet in a
+	 * per-user directory under a job id derived from the launcher's identity. */
+	if (cfg->rendezvous[0] == '\0' && launcher != 0) {
+		const char *t = getenv("TMPDIR");
+		snprintf(cfg->rendezvous, sizeof(cfg->rendezvous), "%s/ftcc-%u",
+			 t != NULL && *t != '\0' ? t : "/tmp", (unsigned)getuid());
+	}
+	if (cfg->job_id[0] == '\0') {
+		const char *id = getenv("PMIX_NAMESPACE");
+		if (id == NULL)
+			id = getenv("OMPI_MCA_ess_base_jobid");
+		if (id != NULL)
+			snprintf(cfg->job_id, sizeof(cfg->job_id), "ompi-%s", id);
+		else if (launcher == 2)
+			hydra_job_id(cfg->job_id, sizeof(cfg->job_id));
+		else if (cfg->world_size == 1)
+			snprintf(cfg->job_id, sizeof(cfg->job_id), "single-%d", (int)getpid());
+	}
+	if (cfg->world_size > 1 && cfg->rendezvous[0] == '\0')
+		return cfg_error(errbuf, errlen,
+				 "FTCC_RENDEZVOUS is not set (a directory every rank can reach)");
+	if (cfg->world_size > 1 && cfg->job_id[0] == '\0')
+		return cfg_error(errbuf, errlen, "FTCC_JOB_ID is not set");
+	for (const char *p = cfg->job_id; *p; p++)
+		if (!isalnum((unsigned char)*p) && strchr("-_.@:", *p) == NULL)
+			return cfg_error(errbuf, errlen,
+					 "FTCC_JOB_ID='%s': only letters, digits and -_.@: allowed",
+					 cfg->job_id);
+	if (strcmp(cfg->transport, "tcp") != 0 && strcmp(cfg->transport, "fabric") != 0)
+		return cfg_error(errbuf, errlen, "FTCC_TRANSPORT='%s': expected tcp or fabric",
+				 cfg->transport);
+
+	tmp = (int)cfg->policy;
+	if ((rc = env_enum("FTCC_POLICY", policies, 3, &tmp, errbuf, errlen)) != 0)
+		return rc;
+	cfg->policy = (enum ft_policy)tmp;
+	tmp = (int)cfg->log_durability;
+	if ((rc = env_enum("FTCC_LOG_DURABILITY", durabilities, 3, &tmp, errbuf, errlen)) != 0)
+		return rc;
+	cfg->log_durability = (enum ft_durability)tmp;
+	s = getenv("FTCC_LOG_LEVEL");
+	if (s != NULL && parse_long(s, 0, 3, &v) == 0)
+		cfg->log_level = (int)v;
+	else if ((rc = env_enum("FTCC_LOG_LEVEL", levels, 4, &cfg->log_level, errbuf, errlen)) != 0)
+		return rc;
+
+	if ((rc = env_int("FTCC_HEARTBEAT_MS", 1, 3600000, &cfg->heartbeat_ms, errbuf, errlen)) ||
+	    (rc = env_int("FTCC_DETECT_TIMEOUT_MS", 1, 3600000, &cfg->detect_timeout_ms, errbuf,
+			  errlen)) ||
+	    (rc = env_int("FTCC_REJOIN_TIMEOUT_MS", 0, 3600000, &cfg->rejoin_timeout_ms, errbuf,
+			  errlen)) ||
+	    (rc = env_int("FTCC_CONNECT_TIMEOUT_MS", 1, 3600000, &cfg->connect_timeout_ms, errbuf,
+			  errlen)) ||
+	    (rc = env_int("FTCC_OP_TIMEOUT_MS", 0, INT_MAX, &cfg->op_timeout_ms, errbuf, errlen)) ||
+	    (rc = env_int("FTCC_PIPELINE_DEPTH", 1, 64, &cfg->pipeline_depth, errbuf, errlen)) ||
+	    (rc = env_int("FTCC_CRC", 0, 1, &cfg->crc, errbuf, errlen)))
+		return rc;
+	s = getenv("FTCC_SEGMENT_BYTES");
+	if (s != NULL && (ft__parse_size(s, &cfg->segment_bytes) != 0 ||
+			  cfg->segment_bytes < 4096 || cfg->segment_bytes > FT_FRAME_MAX_PAYLOAD))
+		return cfg_error(errbuf, errlen,
+				 "FTCC_SEGMENT_BYTES='%s': expected a size from 4K to 64M", s);
+	if (cfg->detect_timeout_ms < cfg->heartbeat_ms)
+		return cfg_error(errbuf, errlen,
+				 "FTCC_DETECT_TIMEOUT_MS (%d) must be at least FTCC_HEARTBEAT_MS (%d)",
+				 cfg->detect_timeout_ms, cfg->heartbeat_ms);
+	return 0;
+}
+
+int ft__config_check(const struct ft_config *cfg)
+{
+	if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
+		return -FT_EINVAL;
+	if (cfg->world_size > 1 && (cfg->rendezvous[0] == '\0' || cfg->job_id[0] == '\0'))
+		return -FT_EINVAL;
+	if (memchr(cfg->rendezvous, 0, sizeof(cfg->rendezvous)) == NULL ||
+	    memchr(cfg->job_id, 0, sizeof(cfg->job_id)) == NULL ||
+	    memchr(cfg->token, 0, sizeof(cfg->token)) == NULL ||
+	    memchr(cfg->transport, 0, sizeof(cfg->transport)) == NULL ||
+	    memchr(cfg->bind_host, 0, sizeof(cfg->bind_host)) == NULL)
+		return -FT_EINVAL;
+	if (strchr(cfg->job_id, '/') != NULL || strcmp(cfg->job_id, "..") == 0 ||
+	    strcmp(cfg->job_id, ".") == 0)
+		return -FT_EINVAL;
+	if ((unsigned)cfg->policy > FT_POLICY_REJOIN ||
+	    (unsigned)cfg->log_durability > FT_DURABILITY_HOST)
+		return -FT_EINVAL;
+	if (cfg->segment_bytes < 64 || cfg->segment_bytes > FT_FRAME_MAX_PAYLOAD ||
+	    cfg->pipeline_depth < 1 || cfg->pipeline_depth > 64)
+		return -FT_EINVAL;
+	if (cfg->connect_timeout_ms <= 0 || cfg->op_timeout_ms < 0 || cfg->heartbeat_ms <= 0 ||
+	    cfg->detect_timeout_ms <= 0)
+		return -FT_EINVAL;
+	return 0;
+}

@@ -1,0 +1,805 @@
+/* tcp.c: the TCP transport: nonblocking sockets on one epoll set, framed links with checked headers. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <stdbool.h>
+
+#include "crc32c.h"
+#include "ftcc/transport.h"
+#include "internal.h"
+
+/*
+ * A link is one TCP connection used in one direction for frames (the
+ * connecting side sends, the accepting side receives) plus the 8-byte
+ * handshake ack coming back. All sockets are nonblocking and registered once,
+ * edge-triggered, for input and output; a link remembers whether it may read
+ * or write until a call says EAGAIN, so no epoll_ctl happens per frame.
+ *
+ * Receiving: a frame's header is read (or found in the link's small inbound
+ * buffer), compared with the header the engine posted (ft_frame_check), and
+ * only then is the payload copied or read straight into the posted buffer;
+ * one readv fills the rest of the payload and the inbound buffer behind it,
+ * which usually catches the next header in the same call.
+ * Sending: queued frames go out with writev, several per call.
+ */
+
+#define TCP_INBUF 65536
+#define TCP_IOV 64
+#define TCP_PENDING_ACCEPT 16
+
+struct tcp_op {
+	struct ft_frame hdr;    /* to send, or expected */
+	char *buf;
+	void *ctx;
+	size_t done;            /* bytes of header + payload transferred */
+};
+
+struct tcp_queue {
+	struct tcp_op *ops;
+	size_t cap, head, len;  /* ring of cap (a power of two) entries */
+};
+
+struct ft_link {
+	struct ft_transport *tp;
+	struct ft_link *next;
+	int fd;
+	int peer;
+	bool sending;           /* connecting side: frames go out, ack comes in */
+	bool need_ack;
+	bool can_read, can_write;
+	bool eof;
+	int error;              /* nonzero once broken; reported once */
+	bool error_reported;
+	struct tcp_queue sq, rq;
+	struct ft_frame rhdr;   /* header of the frame being received */
+	bool have_rhdr;
+	char *in;               /* inbound buffer: [in_start, in_end) unread */
+	size_t in_start, in_end;
+};
+
+struct ft_transport {
+	int listen_fd;
+	int epfd;
+	char addr[128];
+	struct ft_link *links;
+	int log_level;
+	int rank;
+};
+
+static void tune_socket(int fd)
+{
+	int one = 1, idle = 5, intvl = 1, cnt = 5;
+	unsigned int user_timeout = 10000;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+	const char *s = getenv("FTCC_TCP_BUFFER");
+	if (s != NULL) {
+		int bytes = atoi(s);
+		if (bytes > 0) {
+			setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+			setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+		}
+	}
+}
+
+static int errno_to_ft(int e)
+{
+	switch (e) {
+	case ECONNREFUSED:
+		return -FT_ECONNREFUSED;
+	case ETIMEDOUT:
+		return -FT_ETIMEDOUT;
+	case ENOMEM:
+		return -FT_ENOMEM;
+	default:
+		return -FT_EPEERFAILED;
+	}
+}
+
+/* Splits "host:port" (host may be [v6]). */
+static int split_addr(const char *addr, char *host, size_t hlen, char *port, size_t plen)
+{
+	const char *colon = strrchr(addr, ':');
+	size_t n;
+
+	if (colon == NULL || colon == addr || colon[1] == '\0' || strlen(colon + 1) >= plen)
+		return -FT_EINVAL;
+	n = (size_t)(colon - addr);
+	if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') {
+		addr++;
+		n -= 2;
+	}
+	if (n >= hlen)
+		return -FT_EINVAL;
+	memcpy(host, addr, n);
+	host[n] = '\0';
+	strcpy(port, colon + 1);
+	return 0;
+}
+
+static int tcp_open(const struct ft_tp_params *p, struct ft_transport **out)
+{
+	struct ft_transport *tp = calloc(1, sizeof(*tp));
+	struct addrinfo hints = {0}, *ai = NULL;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char hostbuf[NI_MAXHOST], portbuf[NI_MAXSERV];
+	const char *host = p->bind_host && *p->bind_host ? p->bind_host : "127.0.0.1";
+	int one = 1, rc;
+
+	*out = NULL;
+	if (tp == NULL)
+		return -FT_ENOMEM;
+	tp->listen_fd = -1;
+	tp->rank = p->rank;
+	tp->log_level = p->log_level;
+	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (tp->epfd < 0) {
+		rc = -FT_EIO;
+		goto fail;
+	}
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	if (getaddrinfo(host, "0", &hints, &ai) != 0) {
+		ft__error("tcp: cannot resolve bind address '%s'", host);
+		rc = -FT_EINVAL;
+		goto fail;
+	}
+	tp->listen_fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (tp->listen_fd < 0) {
+		rc = -FT_EIO;
+		goto fail;
+	}
+	setsockopt(tp->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(tp->listen_fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
+	    listen(tp->listen_fd, 128) != 0 ||
+	    getsockname(tp->listen_fd, (struct sockaddr *)&ss, &sl) != 0 ||
+	    getnameinfo((struct sockaddr *)&ss, sl, hostbuf, sizeof(hostbuf), portbuf,
+			sizeof(portbuf), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+		ft__error("tcp: cannot listen on %s: %s", host, strerror(errno));
+		rc = -FT_EIO;
+		goto fail;
+	}
+	snprintf(tp->addr, sizeof(tp->addr), ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s",
+		 hostbuf, portbuf);
+	freeaddrinfo(ai);
+	*out = tp;
+	return 0;
+fail:
+	if (ai != NULL)
+		freeaddrinfo(ai);
+	if (tp->listen_fd >= 0)
+		close(tp->listen_fd);
+	if (tp->epfd >= 0)
+		close(tp->epfd);
+	free(tp);
+	return rc;
+}
+
+static int tcp_local_addr(struct ft_transport *tp, char *buf, size_t len)
+{
+	if (strlen(tp->addr) >= len)
+		return -FT_EINVAL;
+	strcpy(buf, tp->addr);
+	return 0;
+}
+
+static struct ft_link *link_new(struct ft_transport *tp, int fd, int peer, bool sending)
+{
+	struct ft_link *l = calloc(1, sizeof(*l));
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET};
+
+	if (l == NULL)
+		return NULL;
+	l->in = malloc(TCP_INBUF);
+	if (l->in == NULL) {
+		free(l);
+		return NULL;
+	}
+	l->tp = tp;
+	l->fd = fd;
+	l->peer = peer;
+	l->sending = sending;
+	l->need_ack = sending;
+	l->can_read = l->can_write = true;
+	ev.data.ptr = l;
+	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+		free(l->in);
+		free(l);
+		return NULL;
+	}
+	l->next = tp->links;
+	tp->links = l;
+	return l;
+}
+
+/* Writes all of buf to a nonblocking fd before the deadline. */
+static int write_full(int fd, const void *buf, size_t len, int64_t deadline)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			return errno_to_ft(errno);
+		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+		if (ft__ms_left(deadline) == 0)
+			return -FT_ETIMEDOUT;
+		poll(&pfd, 1, ft__ms_left(deadline));
+	}
+	return 0;
+}
+
+static int tcp_connect(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
+		       int timeout_ms, struct ft_link **out)
+{
+	int64_t deadline = ft__now_ms() + timeout_ms;
+	char host[NI_MAXHOST], port[NI_MAXSERV];
+	struct addrinfo hints = {0}, *ai = NULL;
+	int fd = -1, rc, delay_ms = 1;
+
+	*out = NULL;
+	if (split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0) {
+		ft__error("tcp: malformed peer address '%s'", addr);
+		return -FT_EINVAL;
+	}
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV;
+	if (getaddrinfo(host, port, &hints, &ai) != 0) {
+		ft__error("tcp: cannot resolve peer address '%s'", addr);
+		return -FT_EINVAL;
+	}
+	/* A peer may not listen yet or have a full backlog: retry until the deadline. */
+	for (;;) {
+		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fd < 0) {
+			rc = -FT_EIO;
+			goto fail;
+		}
+		tune_socket(fd);
+		rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+		if (rc != 0 && errno == EINPROGRESS) {
+			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+			int err = 0;
+			socklen_t el = sizeof(err);
+			if (poll(&pfd, 1, ft__ms_left(deadline)) == 1 &&
+			    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0)
+				rc = 0;
+			else
+				errno = err ? err : ETIMEDOUT;
+		}
+		if (rc == 0)
+			break;
+		rc = errno_to_ft(errno);
+		close(fd);
+		fd = -1;
+		if (ft__ms_left(deadline) == 0) {
+			ft__error("tcp: cannot connect to %s: %s", addr, ft_strerror(rc));
+			goto fail;
+		}
+		struct timespec ts = {0, (long)delay_ms * 1000000L};
+		nanosleep(&ts, NULL);
+		delay_ms = delay_ms < 50 ? delay_ms * 2 : 50;
+	}
+	rc = write_full(fd, hello, sizeof(*hello), deadline);
+	if (rc != 0)
+		goto fail;
+	*out = link_new(tp, fd, hello->to_rank, true);
+	if (*out == NULL) {
+		rc = -FT_ENOMEM;
+		goto fail;
+	}
+	freeaddrinfo(ai);
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(ai);
+	return rc;
+}
+
+struct pending_conn {
+	int fd;
+	size_t got;
+	struct ft_hello hello;
+	char from[64];
+};
+
+static void refuse(struct pending_conn *pc, int rc, const char *why)
+{
+	struct ft_hello_ack ack = {.magic = FT_HELLO_MAGIC, .status = rc};
+
+	ft__warn("tcp: refused connection from %s: %s (%s)", pc->from, why, ft_strerror(rc));
+	if (pc->got == sizeof(pc->hello))
+		(void)!send(pc->fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
+	close(pc->fd);
+	pc->fd = -1;
+}
+
+static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
+		      struct ft_link **out, struct ft_hello *got)
+{
+	int64_t deadline = ft__now_ms() + timeout_ms;
+	struct pending_conn pend[TCP_PENDING_ACCEPT];
+	struct pollfd pfd[TCP_PENDING_ACCEPT + 1];
+	int npend = 0, rc = -FT_ETIMEDOUT;
+
+	*out = NULL;
+	for (;;) {
+		int n = 0, left = ft__ms_left(deadline);
+		pfd[n++] = (struct pollfd){.fd = tp->listen_fd, .events = POLLIN};
+		for (int i = 0; i < npend; i++)
+			pfd[n++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+		if (left == 0)
+			break;
+		if (poll(pfd, (nfds_t)n, left) < 0 && errno != EINTR) {
+			rc = -FT_EIO;
+			break;
+		}
+		if ((pfd[0].revents & POLLIN) && npend < TCP_PENDING_ACCEPT) {
+			struct sockaddr_storage ss;
+			socklen_t sl = sizeof(ss);
+			int fd = accept4(tp->listen_fd, (struct sockaddr *)&ss, &sl,
+					 SOCK_CLOEXEC | SOCK_NONBLOCK);
+			if (fd >= 0) {
+				struct pending_conn *pc = &pend[npend++];
+				char h[NI_MAXHOST] = "?", p[NI_MAXSERV] = "?";
+				getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
+					    NI_NUMERICHOST | NI_NUMERICSERV);
+				pc->fd = fd;
+				pc->got = 0;
+				snprintf(pc->from, sizeof(pc->from), "%s:%s", h, p);
+			}
+		}
+		for (int i = 1; i < n; i++) {
+			struct pending_conn *pc = &pend[i - 1];
+			ssize_t r;
+			if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			r = recv(pc->fd, (char *)&pc->hello + pc->got, sizeof(pc->hello) - pc->got, 0);
+			if (r <= 0) {
+				if (r < 0 && (errno == EAGAIN || errno == EINTR))
+					continue;
+				refuse(pc, -FT_EPROTO, "closed before its handshake");
+				continue;
+			}
+			pc->got += (size_t)r;
+			if (pc->got < sizeof(pc->hello))
+				continue;
+			rc = ft_hello_check(expect, &pc->hello);
+			if (rc != 0) {
+				char why[160];
+				snprintf(why, sizeof(why),
+					 "handshake of rank %d for rank %d, generation %u, kind %u",
+					 pc->hello.from_rank, pc->hello.to_rank, pc->hello.generation,
+					 pc->hello.kind);
+				refuse(pc, rc, pc->hello.magic == FT_HELLO_MAGIC ? why : "bad magic");
+				rc = -FT_ETIMEDOUT;
+				continue;
+			}
+			struct ft_hello_ack ack = {.magic = FT_HELLO_MAGIC, .status = 0};
+			rc = write_full(pc->fd, &ack, sizeof(ack), deadline);
+			if (rc == 0) {
+				tune_socket(pc->fd);
+				*out = link_new(tp, pc->fd, pc->hello.from_rank, false);
+				rc = *out != NULL ? 0 : -FT_ENOMEM;
+			}
+			if (rc == 0) {
+				*got = pc->hello;
+				pc->fd = -1;
+			} else {
+				close(pc->fd);
+				pc->fd = -1;
+			}
+			goto done;
+		}
+		/* Compact refused entries. */
+		int k = 0;
+		for (int i = 0; i < npend; i++)
+			if (pend[i].fd >= 0)
+				pend[k++] = pend[i];
+		npend = k;
+	}
+done:
+	for (int i = 0; i < npend; i++)
+		if (pend[i].fd >= 0) {
+			ft__warn("tcp: dropped connection from %s that sent no valid handshake",
+				 pend[i].from);
+			close(pend[i].fd);
+		}
+	if (rc == -FT_ETIMEDOUT)
+		ft__error("tcp: no valid connection from rank %d within %d ms", expect->from_rank,
+			  timeout_ms);
+	return rc;
+}
+
+static int queue_push(struct tcp_queue *q, const struct ft_frame *hdr, const void *buf,
+		      void *ctx)
+{
+	if (q->len == q->cap) {
+		size_t cap = q->cap ? q->cap * 2 : 64;
+		struct tcp_op *ops = malloc(cap * sizeof(*ops));
+		if (ops == NULL)
+			return -FT_ENOMEM;
+		for (size_t i = 0; i < q->len; i++)
+			ops[i] = q->ops[(q->head + i) & (q->cap - 1)];
+		free(q->ops);
+		q->ops = ops;
+		q->cap = cap;
+		q->head = 0;
+	}
+	struct tcp_op *op = &q->ops[(q->head + q->len) & (q->cap - 1)];
+	op->hdr = *hdr;
+	op->buf = (char *)buf;
+	op->ctx = ctx;
+	op->done = 0;
+	q->len++;
+	return 0;
+}
+
+static inline struct tcp_op *queue_at(struct tcp_queue *q, size_t i)
+{
+	return &q->ops[(q->head + i) & (q->cap - 1)];
+}
+
+static inline void queue_pop(struct tcp_queue *q)
+{
+	q->head = (q->head + 1) & (q->cap - 1);
+	q->len--;
+}
+
+static int tcp_post_send(struct ft_link *l, const struct ft_frame *hdr, const void *buf, void *ctx)
+{
+	if (l->error)
+		return l->error;
+	return queue_push(&l->sq, hdr, buf, ctx);
+}
+
+static int tcp_post_recv(struct ft_link *l, const struct ft_frame *expect, void *buf, void *ctx)
+{
+	if (l->error)
+		return l->error;
+	if (expect->length > FT_FRAME_MAX_PAYLOAD)
+		return -FT_EINVAL;
+	return queue_push(&l->rq, expect, buf, ctx);
+}
+
+static void link_fail(struct ft_link *l, int err)
+{
+	if (l->error == 0) {
+		l->error = err;
+		ft__debug("tcp: link with rank %d failed: %s", l->peer, ft_strerror(err));
+	}
+}
+
+static inline size_t op_total(const struct tcp_op *op)
+{
+	return sizeof(op->hdr) + op->hdr.length;
+}
+
+/* Sends queued frames until the socket is full; returns completions written. */
+static int do_send(struct ft_link *l, struct ft_tp_event *ev, int max)
+{
+	int nev = 0;
+
+	for (;;) {
+		while (l->sq.len > 0 && nev < max && queue_at(&l->sq, 0)->done == op_total(queue_at(&l->sq, 0))) {
+			struct tcp_op *op = queue_at(&l->sq, 0);
+			ev[nev++] = (struct ft_tp_event){.type = FT_TP_SEND_DONE, .link = l,
+							 .ctx = op->ctx, .peer = l->peer};
+			queue_pop(&l->sq);
+		}
+		if (!l->can_write || l->sq.len == 0 || l->error || nev == max)
+			break;
+		struct iovec iov[TCP_IOV];
+		int niov = 0;
+		for (size_t i = 0; i < l->sq.len && niov + 2 <= TCP_IOV; i++) {
+			struct tcp_op *op = queue_at(&l->sq, i);
+			size_t hs = sizeof(op->hdr);
+			if (op->done < hs) {
+				iov[niov].iov_base = (char *)&op->hdr + op->done;
+				iov[niov++].iov_len = hs - op->done;
+			}
+			if (op->hdr.length > 0) {
+				size_t off = op->done > hs ? op->done - hs : 0;
+				iov[niov].iov_base = op->buf + off;
+				iov[niov++].iov_len = op->hdr.length - off;
+			}
+		}
+		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+		ssize_t n = sendmsg(l->fd, &mh, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EAGAIN)
+				l->can_write = false;
+			else if (errno != EINTR)
+				link_fail(l, errno_to_ft(errno));
+			continue;
+		}
+		/* Account every byte written; completions are reported above. */
+		size_t left = (size_t)n;
+		for (size_t i = 0; left > 0; i++) {
+			struct tcp_op *op = queue_at(&l->sq, i);
+			size_t take = op_total(op) - op->done;
+			if (take > left)
+				take = left;
+			op->done += take;
+			left -= take;
+		}
+	}
+	return nev;
+}
+
+/* Reads more input into the inbound buffer (after compacting it). */
+static int fill_inbuf(struct ft_link *l)
+{
+	ssize_t n;
+
+	if (l->in_start == l->in_end)
+		l->in_start = l->in_end = 0;
+	else if (l->in_end == TCP_INBUF && l->in_start > 0) {
+		memmove(l->in, l->in + l->in_start, l->in_end - l->in_start);
+		l->in_end -= l->in_start;
+		l->in_start = 0;
+	}
+	if (l->in_end == TCP_INBUF || !l->can_read || l->eof)
+		return 0;
+	n = recv(l->fd, l->in + l->in_end, TCP_INBUF - l->in_end, 0);
+	if (n > 0) {
+		l->in_end += (size_t)n;
+		return 1;
+	}
+	if (n == 0)
+		l->eof = true;
+	else if (errno == EAGAIN)
+		l->can_read = false;
+	else if (errno != EINTR)
+		link_fail(l, errno_to_ft(errno));
+	return 0;
+}
+
+static int do_recv(struct ft_link *l, struct ft_tp_event *ev, int max)
+{
+	int nev = 0;
+
+	while (!l->error && nev < max) {
+		size_t avail = l->in_end - l->in_start;
+		if (l->need_ack) {
+			struct ft_hello_ack ack;
+			if (avail >= sizeof(ack)) {
+				memcpy(&ack, l->in + l->in_start, sizeof(ack));
+				l->in_start += sizeof(ack);
+				l->need_ack = false;
+				if (ack.magic != FT_HELLO_MAGIC)
+					link_fail(l, -FT_EPROTO);
+				else if (ack.status != 0) {
+					ft__error("tcp: rank %d refused our link: %s", l->peer,
+						  ft_strerror(ack.status));
+					link_fail(l, ack.status < 0 && ack.status > -2 * FT_ERR_BASE
+							     ? ack.status
+							     : -FT_EPROTO);
+				}
+				continue;
+			}
+		} else if (l->rq.len > 0) {
+			struct tcp_op *op = queue_at(&l->rq, 0);
+			size_t plen = op->hdr.length;
+			if (!l->have_rhdr) {
+				if (avail >= sizeof(l->rhdr)) {
+					memcpy(&l->rhdr, l->in + l->in_start, sizeof(l->rhdr));
+					l->in_start += sizeof(l->rhdr);
+					l->have_rhdr = true;
+					int rc = ft_frame_check(&op->hdr, &l->rhdr);
+					if (rc != 0) {
+						link_fail(l, rc);
+						break;
+					}
+					continue;
+				}
+			} else {
+				size_t take = avail < plen - op->done ? avail : plen - op->done;
+				memcpy(op->buf + op->done, l->in + l->in_start, take);
+				op->done += take;
+				l->in_start += take;
+				if (op->done == plen) {
+					int status = 0;
+					if ((l->rhdr.flags & FT_FRAME_F_CRC) &&
+					    ft__crc32c(0, op->buf, plen) != l->rhdr.crc)
+						status = -FT_EPROTO;
+					ev[nev++] = (struct ft_tp_event){.type = FT_TP_RECV_DONE,
+									 .status = status,
+									 .link = l, .ctx = op->ctx,
+									 .peer = l->peer};
+					l->have_rhdr = false;
+					queue_pop(&l->rq);
+					if (status != 0) {
+						link_fail(l, status);
+						break;
+					}
+					continue;
+				}
+				/* Inbound buffer empty: read the payload straight into place,
+				 * and whatever follows into the inbound buffer. */
+				if (l->can_read && !l->eof) {
+					struct iovec iov[2] = {
+						{op->buf + op->done, plen - op->done},
+						{l->in, TCP_INBUF}};
+					l->in_start = l->in_end = 0;
+					ssize_t n = readv(l->fd, iov, 2);
+					if (n > 0) {
+						size_t un = (size_t)n;
+						size_t pay = un < plen - op->done ? un : plen - op->done;
+						op->done += pay;
+						l->in_end = un - pay;
+						continue;
+					}
+					if (n == 0)
+						l->eof = true;
+					else if (errno == EAGAIN)
+						l->can_read = false;
+					else if (errno != EINTR)
+						link_fail(l, errno_to_ft(errno));
+					continue;
+				}
+			}
+		} else if (avail > 0 && !l->sending) {
+			/* Bytes with no receive posted: wait for the engine. */
+			break;
+		} else if (avail > 0) {
+			link_fail(l, -FT_EPROTO);
+			break;
+		}
+		/* Need more input. */
+		if (!fill_inbuf(l)) {
+			if (l->eof && !l->error && l->in_end == l->in_start)
+				link_fail(l, -FT_EPEERFAILED);
+			break;
+		}
+	}
+	return nev;
+}
+
+static int link_io(struct ft_link *l, struct ft_tp_event *ev, int max)
+{
+	int n = 0;
+
+	if (l->fd < 0)
+		return 0;
+	n += do_send(l, ev, max);
+	if (n < max)
+		n += do_recv(l, ev + n, max - n);
+	if (l->error && !l->error_reported && n < max) {
+		l->error_reported = true;
+		ev[n++] = (struct ft_tp_event){.type = FT_TP_LINK_ERROR, .status = l->error,
+					       .link = l, .peer = l->peer};
+	}
+	return n;
+}
+
+static int tcp_progress(struct ft_transport *tp, int timeout_ms, struct ft_tp_event *ev, int max)
+{
+	struct epoll_event eev[16];
+	int n = 0, k;
+
+	for (struct ft_link *l = tp->links; l != NULL && n < max; l = l->next)
+		n += link_io(l, ev + n, max - n);
+	if (n > 0)
+		return n;
+	k = epoll_wait(tp->epfd, eev, 16, timeout_ms);
+	for (int i = 0; i < k; i++) {
+		struct ft_link *l = eev[i].data.ptr;
+		if (eev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+			l->can_read = true;
+		if (eev[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+			l->can_write = true;
+	}
+	for (struct ft_link *l = tp->links; l != NULL && n < max; l = l->next)
+		n += link_io(l, ev + n, max - n);
+	return n;
+}
+
+static void link_destroy(struct ft_link *l)
+{
+	struct ft_transport *tp = l->tp;
+
+	for (struct ft_link **pp = &tp->links; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == l) {
+			*pp = l->next;
+			break;
+		}
+	if (l->fd >= 0)
+		close(l->fd);
+	free(l->sq.ops);
+	free(l->rq.ops);
+	free(l->in);
+	free(l);
+}
+
+static void tcp_link_close(struct ft_link *l)
+{
+	if (l != NULL)
+		link_destroy(l);
+}
+
+/*
+ * Abort: the frame in flight (partly written) must be finished or the peer
+ * would read the abort as payload; frames not started are dropped; then the
+ * abort frame goes out within a short bound and the write side is shut, so
+ * the peer reads it before the end of the stream.
+ */
+static void tcp_link_abort(struct ft_link *l, const struct ft_frame *abort_frame)
+{
+	int64_t deadline = ft__now_ms() + 200;
+
+	if (l == NULL)
+		return;
+	if (l->sending && l->error == 0) {
+		while (l->sq.len > 1)
+			l->sq.len--;
+		if (l->sq.len == 1 && queue_at(&l->sq, 0)->done == 0)
+			l->sq.len = 0;
+		if (queue_push(&l->sq, abort_frame, NULL, NULL) == 0) {
+			struct ft_tp_event ev[4];
+			while (l->sq.len > 0 && !l->error && ft__ms_left(deadline) > 0) {
+				l->can_write = true;
+				do_send(l, ev, 4);
+				if (l->sq.len > 0 && !l->error) {
+					struct pollfd pfd = {.fd = l->fd, .events = POLLOUT};
+					poll(&pfd, 1, ft__ms_left(deadline));
+				}
+			}
+		}
+		shutdown(l->fd, SHUT_WR);
+	}
+	link_destroy(l);
+}
+
+static void tcp_close(struct ft_transport *tp)
+{
+	if (tp == NULL)
+		return;
+	while (tp->links != NULL)
+		link_destroy(tp->links);
+	if (tp->listen_fd >= 0)
+		close(tp->listen_fd);
+	if (tp->epfd >= 0)
+		close(tp->epfd);
+	free(tp);
+}
+
+const struct ft_transport_ops ft__tcp_ops = {
+	.size = sizeof(struct ft_transport_ops),
+	.name = "tcp",
+	.open = tcp_open,
+	.local_addr = tcp_local_addr,
+	.connect = tcp_connect,
+	.accept = tcp_accept,
+	.post_send = tcp_post_send,
+	.post_recv = tcp_post_recv,
+	.progress = tcp_progress,
+	.link_abort = tcp_link_abort,
+	.link_close = tcp_link_close,
+	.close = tcp_close,
+};
