@@ -1,0 +1,172 @@
+#!/bin/sh
+# bench-compare.sh: `make bench-compare`: ftcc vs Gloo vs Open MPI allreduce, interleaved rounds, into bench-results/.
+#
+# usage: scripts/bench-compare.sh BUILD_DIR
+#
+# One interleaved run: for each round, for each world size, for each message
+# size, every implementation runs back to back (one short job each), so that
+# drift in machine load (2 shared cores) hits all of them alike. The whole
+# round repeats R times; the figure per (impl, ranks, size) is the median of
+# the per-round medians.
+#
+# env: FTCC_COMPARE_SIZES   message sizes (default "4K 64K 1M 4M 64M")
+#      FTCC_COMPARE_RANKS   world sizes (default "2 4 8")
+#      FTCC_COMPARE_ROUNDS  rounds R (default 3)
+#      FTCC_COMPARE_FABRIC=1  add ftcc over libfabric (FI_PROVIDER=shm and
+#                           "tcp;ofi_rxm") when the build has the fabric transport
+#      FTCC_COMPARE_ARGS    extra flags for every driver (e.g. "--iters 50 --check")
+#      FTCC_COMPARE_MPI_ARGS extra mpirun flags (e.g. "--mca btl_tcp_if_include lo")
+#      FTCC_COMPARE_TIMEOUT seconds per job (default 900)
+#      FTCC_COMPARE_OUT     output directory (default bench-results)
+#      MPIRUN               Open MPI launcher (default mpirun.openmpi)
+# FTCC_* settings for ftcc itself (FTCC_POLICY, FTCC_LOG_DURABILITY, ...) pass
+# through from the environment to the ftcc jobs.
+#
+# Output: OUT/compare-raw.csv (round,impl,transport,ranks,bytes,median_us,
+# algbw_GBps,busbw_GBps), OUT/compare.csv (the drivers' columns, median over
+# rounds), OUT/compare.txt (the table below), OUT/compare-logs/ (every job's output).
+set -eu
+
+B=${1:?usage: scripts/bench-compare.sh BUILD_DIR}
+OUT=${FTCC_COMPARE_OUT:-bench-results}
+SIZES=${FTCC_COMPARE_SIZES:-4K 64K 1M 4M 64M}
+RANKS=${FTCC_COMPARE_RANKS:-2 4 8}
+ROUNDS=${FTCC_COMPARE_ROUNDS:-3}
+TMO=${FTCC_COMPARE_TIMEOUT:-900}
+ARGS=${FTCC_COMPARE_ARGS:-}
+MPI_ARGS=${FTCC_COMPARE_MPI_ARGS:-}
+MPIRUN=${MPIRUN:-mpirun.openmpi}
+
+for f in ftcc-run ftbench gloo_bench mpi_bench; do
+	[ -x "$B/$f" ] || { echo "bench-compare: $B/$f missing; run make bench-compare" >&2; exit 1; }
+done
+command -v "$MPIRUN" >/dev/null || { echo "bench-compare: $MPIRUN not found" >&2; exit 1; }
+
+IMPLS="ftcc-tcp gloo openmpi-tcp openmpi-shm"
+if [ "${FTCC_COMPARE_FABRIC:-0}" = 1 ]; then
+	# The Makefile compiles transports/fabric*.c only when pkg-config finds libfabric.
+	if [ -f "$B/libftcc.a" ] && ar t "$B/libftcc.a" | grep -q '^fabric'; then
+		IMPLS="$IMPLS ftcc-fabric-shm ftcc-fabric-tcp"
+	else
+		echo "bench-compare: FTCC_COMPARE_FABRIC=1 but $B/libftcc.a has no fabric transport; skipping it" >&2
+	fi
+fi
+
+mkdir -p "$OUT/compare-logs"
+OUT=$(cd "$OUT" && pwd)
+B=$(cd "$B" && pwd)
+RAW=$OUT/compare-raw.csv
+echo "round,impl,transport,ranks,bytes,median_us,algbw_GBps,busbw_GBps" >"$RAW"
+rm -f "$OUT"/compare-logs/*.log
+
+# run_one IMPL RANKS SIZE CSV: one job, one message size; returns its status.
+run_one() {
+	impl=$1 n=$2 size=$3 csv=$4
+	common="--min $size --max $size --label $impl --csv $csv $ARGS"
+	# shellcheck disable=SC2086 # $common, $ARGS and $MPI_ARGS are word lists
+	case $impl in
+	ftcc-tcp)
+		FTCC_TRANSPORT=tcp timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;
+	ftcc-fabric-shm)
+		FTCC_TRANSPORT=fabric FI_PROVIDER=shm \
+			timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;
+	ftcc-fabric-tcp)
+		FTCC_TRANSPORT=fabric FI_PROVIDER="tcp;ofi_rxm" \
+			timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;
+	gloo)
+		timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/gloo_bench" $common ;;
+	openmpi-tcp)
+		timeout "$TMO" "$MPIRUN" --allow-run-as-root --oversubscribe -np "$n" \
+			--mca pml ob1 --mca btl tcp,self $MPI_ARGS "$B/mpi_bench" $common ;;
+	openmpi-shm)
+		timeout "$TMO" "$MPIRUN" --allow-run-as-root --oversubscribe -np "$n" \
+			--mca pml ob1 --mca btl vader,self $MPI_ARGS "$B/mpi_bench" $common ;;
+	*)
+		echo "bench-compare: unknown impl $impl" >&2
+		return 2 ;;
+	esac
+}
+
+failures=0
+round=1
+while [ "$round" -le "$ROUNDS" ]; do
+	for n in $RANKS; do
+		for size in $SIZES; do
+			for impl in $IMPLS; do
+				tmp=$(mktemp)
+				log=$OUT/compare-logs/$impl-n$n-$size-r$round.log
+				rc=0
+				run_one "$impl" "$n" "$size" "$tmp" >"$log" 2>&1 </dev/null || rc=$?
+				row=$(sed -n 2p "$tmp")
+				rm -f "$tmp"
+				if [ "$rc" -eq 0 ] && [ -n "$row" ]; then
+					echo "$round,$row" >>"$RAW"
+					echo "$row" | awk -F, -v r="$round" -v R="$ROUNDS" \
+						'{ printf "round %s/%s  n=%-2s %8s B  %-16s %12.2f us  busbw %8.3f GB/s\n", r, R, $3, $4, $1, $5, $7 }'
+				else
+					failures=$((failures + 1))
+					echo "round $round/$ROUNDS  n=$n  $size  $impl: FAILED (status $rc), see $log" >&2
+				fi
+			done
+		done
+	done
+	round=$((round + 1))
+done
+
+python3 - "$RAW" "$OUT/compare.csv" "$ROUNDS" "$IMPLS" <<'EOF' | tee "$OUT/compare.txt"
+import csv, statistics, sys
+raw, out, rounds, impls = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split()
+
+groups = {}
+for r in csv.DictReader(open(raw)):
+    key = (r["impl"], r["transport"], int(r["ranks"]), int(r["bytes"]))
+    groups.setdefault(key, []).append(float(r["median_us"]))
+
+med = {}  # (impl, ranks, bytes) -> (median_us, rounds that ran)
+with open(out, "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["impl", "transport", "ranks", "bytes", "median_us", "algbw_GBps", "busbw_GBps"])
+    for (impl, tr, n, b), v in sorted(groups.items(), key=lambda kv: (kv[0][2], kv[0][3], kv[0][0])):
+        m = statistics.median(v)
+        alg = b / (m * 1e-6) / 1e9 if m > 0 else 0.0
+        bus = alg * 2 * (n - 1) / n if n > 1 else 0.0
+        w.writerow([impl, tr, n, b, "%.3f" % m, "%.6f" % alg, "%.6f" % bus])
+        med[(impl, n, b)] = (m, len(v))
+
+def human(b):
+    for s, u in ((30, "G"), (20, "M"), (10, "K")):
+        if b >= 1 << s and b % (1 << s) == 0:
+            return "%d%s" % (b >> s, u)
+    return str(b)
+
+present = [i for i in impls if any(k[0] == i for k in med)]
+ratios = [(a, b) for a, b in (("ftcc-tcp", "openmpi-tcp"), ("ftcc-tcp", "gloo"),
+                              ("ftcc-tcp", "openmpi-shm"), ("ftcc-fabric-shm", "openmpi-shm"),
+                              ("ftcc-fabric-tcp", "openmpi-tcp"))
+          if a in present and b in present]
+short = {"ftcc-tcp": "ftcc", "openmpi-tcp": "ompi-tcp", "openmpi-shm": "ompi-shm",
+         "ftcc-fabric-shm": "fab-shm", "ftcc-fabric-tcp": "fab-tcp", "gloo": "gloo"}
+
+print()
+print("allreduce median time in us (median over %d rounds; * = fewer rounds succeeded);" % rounds)
+print("ratios are time ftcc / other: below 1 means ftcc is faster")
+hdr = "%5s %6s" % ("ranks", "size") + "".join(" %14s" % i for i in present)
+hdr += " |" + "".join(" %17s" % ("%s/%s" % (short[a], short[b])) for a, b in ratios)
+print(hdr)
+for n, b in sorted({(k[1], k[2]) for k in med}):
+    line = "%5d %6s" % (n, human(b))
+    for i in present:
+        c = med.get((i, n, b))
+        line += " %14s" % ("-" if c is None else "%.2f%s" % (c[0], "*" if c[1] < rounds else ""))
+    line += " |"
+    for a, o in ratios:
+        x, y = med.get((a, n, b)), med.get((o, n, b))
+        line += " %17s" % ("-" if x is None or y is None or y[0] <= 0 else "%.2f" % (x[0] / y[0]))
+    print(line)
+EOF
+
+echo "bench-compare: $OUT/compare.csv, $OUT/compare.txt, raw rounds in $RAW"
+if [ "$failures" -ne 0 ]; then
+	echo "bench-compare: $failures job(s) failed; logs in $OUT/compare-logs" >&2
+	exit 1
+fi

@@ -1,0 +1,168 @@
+/* testutil.h: run a function as N real rank processes under a deadline, for multi-process tests. */
+#ifndef FTCC_TESTUTIL_H
+#define FTCC_TESTUTIL_H
+
+#include <ftcc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int (*tu_rank_fn)(struct ft_comm *comm, int rank, int n, void *arg);
+
+struct tu_job {
+	char dir[256];
+	char job_id[64];
+	int n;
+	pid_t pids[64];
+	int status[64];
+};
+
+static inline long tu_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static inline void tu_sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+/* A configuration for rank `rank` of a fresh job in job->dir. */
+static inline void tu_config(const struct tu_job *job, int rank, struct ft_config *cfg)
+{
+	struct ft_config init = FT_CONFIG_INIT;
+	const char *tp = getenv("FTCC_TEST_TRANSPORT");
+
+	*cfg = init;
+	cfg->rank = rank;
+	cfg->world_size = job->n;
+	snprintf(cfg->rendezvous, sizeof(cfg->rendezvous), "%s", job->dir);
+	snprintf(cfg->job_id, sizeof(cfg->job_id), "%s", job->job_id);
+	snprintf(cfg->token, sizeof(cfg->token), "test-token");
+	if (tp != NULL)
+		snprintf(cfg->transport, sizeof(cfg->transport), "%s", tp);
+	cfg->connect_timeout_ms = 20000;
+	cfg->log_level = 0;
+}
+
+static inline void tu_job_init(struct tu_job *job, int n)
+{
+	static int seq;
+
+	memset(job, 0, sizeof(*job));
+	job->n = n;
+	snprintf(job->dir, sizeof(job->dir), "%s/ftcc-test-XXXXXX",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (mkdtemp(job->dir) == NULL) {
+		perror("mkdtemp");
+		exit(2);
+	}
+	snprintf(job->job_id, sizeof(job->job_id), "t%d-%d", (int)getpid(), seq++);
+}
+
+/* Starts rank r as a child that runs fn after ft_init (exit status = fn's result). */
+static inline void tu_spawn(struct tu_job *job, int r, tu_rank_fn fn, void *arg,
+			    void (*tweak)(struct ft_config *, int))
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		struct ft_config cfg;
+		struct ft_comm *comm = NULL;
+		int rc;
+		tu_config(job, r, &cfg);
+		if (tweak != NULL)
+			tweak(&cfg, r);
+		rc = ft_init(&cfg, &comm);
+		if (rc != 0) {
+			fprintf(stderr, "rank %d: ft_init: %s\n", r, ft_strerror(rc));
+			_exit(100);
+		}
+		rc = fn(comm, r, job->n, arg);
+		ft_finalize(comm);
+		fflush(NULL);
+		_exit(rc & 0xff);
+	}
+	job->pids[r] = pid;
+}
+
+/*
+ * Waits for every rank until the deadline; ranks still alive then are killed
+ * and reported as hung (status -1). Returns the number of ranks that did not
+ * exit 0 (killed ranks in `expect_killed` are not counted).
+ */
+static inline int tu_wait(struct tu_job *job, long deadline_ms, const int *expect_killed)
+{
+	long end = tu_now_ms() + deadline_ms;
+	int left = 0, bad = 0;
+
+	for (int r = 0; r < job->n; r++)
+		if (job->pids[r] > 0)
+			left++;
+	while (left > 0 && tu_now_ms() < end) {
+		int st;
+		pid_t p = waitpid(-1, &st, WNOHANG);
+		if (p <= 0) {
+			tu_sleep_ms(5);
+			continue;
+		}
+		for (int r = 0; r < job->n; r++)
+			if (job->pids[r] == p) {
+				job->status[r] = st;
+				job->pids[r] = 0;
+				left--;
+			}
+	}
+	for (int r = 0; r < job->n; r++) {
+		if (job->pids[r] > 0) {
+			kill(job->pids[r], SIGKILL);
+			waitpid(job->pids[r], NULL, 0);
+			job->pids[r] = 0;
+			job->status[r] = -1;
+			fprintf(stderr, "rank %d hung past the deadline\n", r);
+			bad++;
+			continue;
+		}
+		if (expect_killed != NULL && expect_killed[r])
+			continue;
+		if (!WIFEXITED(job->status[r]) || WEXITSTATUS(job->status[r]) != 0) {
+			fprintf(stderr, "rank %d: %s %d\n", r,
+				WIFEXITED(job->status[r]) ? "exit status" : "killed by signal",
+				WIFEXITED(job->status[r]) ? WEXITSTATUS(job->status[r])
+							  : WTERMSIG(job->status[r]));
+			bad++;
+		}
+	}
+	return bad;
+}
+
+static inline void tu_job_cleanup(struct tu_job *job)
+{
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", job->dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", job->dir);
+}
+
+/* Runs fn on n ranks; returns the number of failed or hung ranks. */
+static inline int tu_run(int n, long deadline_ms, tu_rank_fn fn, void *arg)
+{
+	struct tu_job job;
+	int bad;
+
+	tu_job_init(&job, n);
+	for (int r = 0; r < n; r++)
+		tu_spawn(&job, r, fn, arg, NULL);
+	bad = tu_wait(&job, deadline_ms, NULL);
+	tu_job_cleanup(&job);
+	return bad;
+}
+
+#endif
