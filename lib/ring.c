@@ -420,14 +420,16 @@ static int ring_allreduce(struct ft_comm *c, enum ft_coll_kind kind, const void 
 	return coll_finish(c, rc, info, t0);
 }
 
-/* Arguments one rank alone got wrong: the others must not wait for it. */
+/*
+ * Bad arguments: return the error, but still take part in the ring with a
+ * collective of its own kind, so that ranks which called correctly meet a
+ * header that disagrees (FT_EMISMATCH) instead of waiting for this rank,
+ * and ranks that all erred the same way agree and stay in step.
+ */
 static int local_error(struct ft_comm *c, int err)
 {
-	if (ft__comm_check(c) == 0 && !c->broken && c->size > 1) {
-		if (ft__comm_connect_ring(c) == 0)
-			ft__comm_abort_ring(c, -FT_EMISMATCH, c->op_seq);
-		c->op_seq++;
-	}
+	if (ft__comm_check(c) == 0 && !c->broken)
+		ring_allreduce(c, FT_COLL_INVALID, NULL, NULL, 0, FT_UINT8, FT_SUM, NULL);
 	return err;
 }
 

@@ -41,7 +41,12 @@ enum ft_link_kind { FT_LINK_DATA = 1, FT_LINK_CONTROL = 2 };
 
 enum ft_frame_type { FT_FRAME_DATA = 1, FT_FRAME_ABORT = 2 };
 
-enum ft_coll_kind { FT_COLL_ALLREDUCE = 1, FT_COLL_BROADCAST = 2, FT_COLL_BARRIER = 3 };
+enum ft_coll_kind {
+	FT_COLL_ALLREDUCE = 1,
+	FT_COLL_BROADCAST = 2,
+	FT_COLL_BARRIER = 3,
+	FT_COLL_INVALID = 4     /* stands in for a call with bad arguments */
+};
 
 /*
  * Header of every frame on a data link. The receiver posts the header it

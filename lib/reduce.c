@@ -1,0 +1,275 @@
+/* reduce.c: the reduction kernels (every dtype x op), FT_AVG scaling, and float16/bfloat16 conversion. */
+#include <stdint.h>
+#include <string.h>
+
+#include "ftcc.h"
+#include "reduce.h"
+
+/*
+ * The kernels sit on the hot path of a bandwidth-bound allreduce, so each
+ * one is a plain counted loop over restrict pointers with a branch-free body
+ * that gcc -O3 vectorises. Conditionals are written as selects between
+ * values that are all computed, never as control flow.
+ *
+ * float16 and bfloat16 are widened to float32, combined there and rounded
+ * back to nearest even. One float32 operation on two float16 (11-bit) or
+ * bfloat16 (8-bit) operands followed by that rounding gives the correctly
+ * rounded result: float32's 24 bits are at least 2p + 2 for both, which is
+ * the condition under which double rounding of +, -, *, / is innocuous.
+ */
+
+static inline uint32_t f32_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static inline float f32_from_bits(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/* c ? a : b, spelt with masks. */
+static inline uint32_t sel(int c, uint32_t a, uint32_t b)
+{
+	uint32_t m = 0u - (uint32_t)c;
+	return (a & m) | (b & ~m);
+}
+
+/*
+ * binary16 -> float32. Exponent and mantissa move up 13 bits as one field
+ * and are rebiased by 127 - 15 = 112. Inf/NaN (half exponent 31) need float
+ * exponent 255, a further 128 - 16. A subnormal m * 2^-24 is computed
+ * exactly as (1 + m/1024) * 2^-14 - 2^-14, both terms normal floats, so
+ * flush-to-zero modes do not affect it.
+ */
+static inline float h2f(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t em = (uint32_t)(h & 0x7fffu) << 13;
+	uint32_t normal = em + (112u << 23);
+	uint32_t infnan = em + (224u << 23);
+	uint32_t sub = f32_bits(f32_from_bits(em + (113u << 23)) - f32_from_bits(113u << 23));
+	uint32_t o = sel(em >= (31u << 23), infnan, normal);
+	o = sel(em < (1u << 23), sub, o);
+	return f32_from_bits(o | sign);
+}
+
+/*
+ * float32 -> binary16, round to nearest even.
+ * - Normal range: rebias, add just under half an ulp plus the lowest kept
+ *   bit (ties go to even), drop 13 bits. A carry out of the mantissa bumps
+ *   the exponent, which is how 65520 and up become Inf.
+ * - Below 2^-14 (half subnormals, zero): adding 0.5f puts the half
+ *   subnormal ulp 2^-24 at the float ulp of 0.5, so the FPU's own
+ *   round-to-nearest-even yields the mantissa; 2^-14 - tiny rounds up to
+ *   0x0400, the smallest normal, as it should.
+ * - 65536 and up: Inf. NaN: quiet NaN keeping sign and top payload bits.
+ */
+static inline uint16_t f2h(float f)
+{
+	uint32_t x = f32_bits(f);
+	uint32_t sign = (x >> 16) & 0x8000u;
+	uint32_t a = x & 0x7fffffffu;
+	uint32_t normal = (a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+	uint32_t sub = f32_bits(f32_from_bits(a) + 0.5f) - 0x3f000000u;
+	uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+	uint32_t o = sel(a < 0x38800000u, sub, normal);
+	o = sel(a >= 0x47800000u, 0x7c00u, o);
+	o = sel(a > 0x7f800000u, nan, o);
+	return (uint16_t)(o | sign);
+}
+
+static inline float bf2f(uint16_t h)
+{
+	return f32_from_bits((uint32_t)h << 16);
+}
+
+/* bfloat16 is the top half of a float32: same rounding trick as f2h, no rebias. */
+static inline uint16_t f2bf(float f)
+{
+	uint32_t x = f32_bits(f);
+	uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+	uint32_t nan = (x >> 16) | 0x0040u;
+	return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+float ft__half_to_float(uint16_t h)
+{
+	return h2f(h);
+}
+
+uint16_t ft__float_to_half(float f)
+{
+	return f2h(f);
+}
+
+float ft__bf16_to_float(uint16_t h)
+{
+	return bf2f(h);
+}
+
+uint16_t ft__float_to_bf16(float f)
+{
+	return f2bf(f);
+}
+
+/*
+ * Operators on the compute type. Float MIN/MAX return x when x is NaN and
+ * otherwise pick y whenever the comparison fails, which y being NaN makes
+ * it do: a NaN in either operand comes out, with one compare-and-blend.
+ * Integer SUM/PROD run on the unsigned type of the same width (see the
+ * dtype table), where overflow wraps instead of being undefined.
+ */
+#define OP_SUM(x, y) ((x) + (y))
+#define OP_PROD(x, y) ((x) * (y))
+#define OP_MIN(x, y) ((x) < (y) ? (x) : (y))
+#define OP_MAX(x, y) ((x) > (y) ? (x) : (y))
+#define OP_FMIN(x, y) ((((x) < (y)) | ((x) != (x))) ? (x) : (y))
+#define OP_FMAX(x, y) ((((x) > (y)) | ((x) != (x))) ? (x) : (y))
+#define ID(v) (v)
+
+/*
+ * One combine and one accum kernel: T is the element as stored, CT the type
+ * the operator works in, LOAD/STORE convert between them.
+ */
+#define FT__KERNEL(name, T, CT, LOAD, STORE, OP)                                     \
+	static void combine_##name(void *restrict dst_, const void *restrict a_,    \
+				   const void *restrict b_, size_t n)               \
+	{                                                                            \
+		T *restrict dst = dst_;                                              \
+		const T *restrict a = a_;                                            \
+		const T *restrict b = b_;                                            \
+		for (size_t i = 0; i < n; i++) {                                     \
+			CT x = LOAD(a[i]), y = LOAD(b[i]);                           \
+			dst[i] = (T)STORE(OP(x, y));                                 \
+		}                                                                    \
+	}                                                                            \
+	static void accum_##name(void *restrict dst_, const void *restrict src_,    \
+				 size_t n)                                          \
+	{                                                                            \
+		T *restrict dst = dst_;                                              \
+		const T *restrict src = src_;                                        \
+		for (size_t i = 0; i < n; i++) {                                     \
+			CT x = LOAD(dst[i]), y = LOAD(src[i]);                       \
+			dst[i] = (T)STORE(OP(x, y));                                 \
+		}                                                                    \
+	}
+
+/*
+ * Every dtype: element and compute types for SUM/PROD (unsigned for the
+ * signed integers), the same for MIN/MAX (signed), conversions, and its
+ * MIN/MAX operators.
+ *   dtype        tag   sum/prod T  CT        min/max T  CT       load  store  min      max
+ */
+#define FT__DTYPES(X)                                                                          \
+	X(FT_FLOAT32, f32, float, float, float, float, ID, ID, OP_FMIN, OP_FMAX)               \
+	X(FT_FLOAT64, f64, double, double, double, double, ID, ID, OP_FMIN, OP_FMAX)           \
+	X(FT_FLOAT16, f16, uint16_t, float, uint16_t, float, h2f, f2h, OP_FMIN, OP_FMAX)       \
+	X(FT_BFLOAT16, bf16, uint16_t, float, uint16_t, float, bf2f, f2bf, OP_FMIN, OP_FMAX)   \
+	X(FT_INT32, i32, uint32_t, uint32_t, int32_t, int32_t, ID, ID, OP_MIN, OP_MAX)         \
+	X(FT_INT64, i64, uint64_t, uint64_t, int64_t, int64_t, ID, ID, OP_MIN, OP_MAX)         \
+	X(FT_UINT8, u8, uint8_t, uint8_t, uint8_t, uint8_t, ID, ID, OP_MIN, OP_MAX)
+
+#define FT__GEN_KERNELS(dtype, tag, AT, ACT, MT, MCT, LOAD, STORE, MIN, MAX) \
+	FT__KERNEL(tag##_sum, AT, ACT, LOAD, STORE, OP_SUM)                  \
+	FT__KERNEL(tag##_prod, AT, ACT, LOAD, STORE, OP_PROD)                \
+	FT__KERNEL(tag##_min, MT, MCT, LOAD, STORE, MIN)                     \
+	FT__KERNEL(tag##_max, MT, MCT, LOAD, STORE, MAX)
+FT__DTYPES(FT__GEN_KERNELS)
+#undef FT__GEN_KERNELS
+
+struct kernel_pair {
+	ft__combine_fn combine;
+	ft__accum_fn accum;
+};
+
+#define FT__PAIR(name) { .combine = combine_##name, .accum = accum_##name }
+#define FT__GEN_ROW(dtype, tag, ...)                                                        \
+	[dtype] = { [FT_SUM] = FT__PAIR(tag##_sum), [FT_PROD] = FT__PAIR(tag##_prod),       \
+		    [FT_MIN] = FT__PAIR(tag##_min), [FT_MAX] = FT__PAIR(tag##_max),         \
+		    [FT_AVG] = FT__PAIR(tag##_sum) },
+static const struct kernel_pair kernels[FT_DTYPE_COUNT][FT_OP_COUNT] = { FT__DTYPES(FT__GEN_ROW) };
+#undef FT__GEN_ROW
+#undef FT__PAIR
+
+int ft__reduce_lookup(enum ft_dtype dtype, enum ft_op op, ft__combine_fn *combine,
+		      ft__accum_fn *accum)
+{
+	if ((unsigned)dtype >= FT_DTYPE_COUNT || (unsigned)op >= FT_OP_COUNT)
+		return -FT_EINVAL;
+	if (combine)
+		*combine = kernels[dtype][op].combine;
+	if (accum)
+		*accum = kernels[dtype][op].accum;
+	return 0;
+}
+
+/* Float division (not a multiply by the reciprocal) so that the result is correctly rounded. */
+#define FT__SCALE_FLOAT(name, T, CT, LOAD, STORE)                      \
+	static void name(void *buf, size_t n, CT d)                    \
+	{                                                              \
+		T *p = buf;                                            \
+		for (size_t i = 0; i < n; i++)                         \
+			p[i] = STORE(LOAD(p[i]) / d);                  \
+	}
+FT__SCALE_FLOAT(scale_f32, float, float, ID, ID)
+FT__SCALE_FLOAT(scale_f64, double, double, ID, ID)
+FT__SCALE_FLOAT(scale_f16, uint16_t, float, h2f, f2h)
+FT__SCALE_FLOAT(scale_bf16, uint16_t, float, bf2f, f2bf)
+#undef FT__SCALE_FLOAT
+
+/*
+ * Truncating signed division by a size_t of any magnitude: divide the
+ * magnitude in uint64_t and put the sign back. d >= 2, so the quotient is
+ * at most 2^62 and negating it cannot overflow.
+ */
+static inline int64_t sdiv_trunc(int64_t x, uint64_t d)
+{
+	uint64_t mag = x < 0 ? 0 - (uint64_t)x : (uint64_t)x;
+	int64_t q = (int64_t)(mag / d);
+	return x < 0 ? -q : q;
+}
+
+void ft__reduce_scale(void *buf, size_t n, enum ft_dtype dtype, size_t divisor)
+{
+	if (divisor <= 1)
+		return;
+	switch (dtype) {
+	case FT_FLOAT32:
+		scale_f32(buf, n, (float)divisor);
+		break;
+	case FT_FLOAT64:
+		scale_f64(buf, n, (double)divisor);
+		break;
+	case FT_FLOAT16:
+		scale_f16(buf, n, (float)divisor);
+		break;
+	case FT_BFLOAT16:
+		scale_bf16(buf, n, (float)divisor);
+		break;
+	case FT_INT32: {
+		int32_t *p = buf;
+		for (size_t i = 0; i < n; i++)
+			p[i] = (int32_t)sdiv_trunc(p[i], divisor);
+		break;
+	}
+	case FT_INT64: {
+		int64_t *p = buf;
+		for (size_t i = 0; i < n; i++)
+			p[i] = sdiv_trunc(p[i], divisor);
+		break;
+	}
+	case FT_UINT8: {
+		uint8_t *p = buf;
+		for (size_t i = 0; i < n; i++)
+			p[i] = (uint8_t)(p[i] / divisor);
+		break;
+	}
+	default:
+		break;
+	}
+}

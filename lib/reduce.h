@@ -1,0 +1,46 @@
+/* reduce.h: element-wise reduction kernels for every dtype and op, and the half-float conversions. */
+#ifndef FTCC_REDUCE_H
+#define FTCC_REDUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ftcc.h"
+
+/*
+ * Buffers hold n elements of the dtype the kernel was looked up for and are
+ * aligned to the element size. Kernels never fail and never allocate.
+ */
+
+/* dst[i] = a[i] op b[i]; dst, a and b do not overlap. */
+typedef void (*ft__combine_fn)(void *restrict dst, const void *restrict a,
+			       const void *restrict b, size_t n);
+/* dst[i] = dst[i] op src[i]; dst and src do not overlap. */
+typedef void (*ft__accum_fn)(void *restrict dst, const void *restrict src, size_t n);
+
+/*
+ * The kernels for (dtype, op); either output pointer may be NULL. FT_AVG
+ * gets the FT_SUM kernels: the division happens once, at the end, in
+ * ft__reduce_scale. Returns 0, or -FT_EINVAL for an unknown dtype or op.
+ */
+int ft__reduce_lookup(enum ft_dtype dtype, enum ft_op op, ft__combine_fn *combine,
+		      ft__accum_fn *accum);
+
+/*
+ * buf[i] /= divisor, the last step of FT_AVG. Integers use truncating
+ * division; float16/bfloat16 divide in float32 and round back to nearest
+ * even. divisor 0 or 1, or an unknown dtype, leaves buf untouched.
+ */
+void ft__reduce_scale(void *buf, size_t n, enum ft_dtype dtype, size_t divisor);
+
+/*
+ * IEEE binary16 and bfloat16 <-> float32. Widening is exact (NaN payloads
+ * kept); narrowing rounds to nearest even, overflows to Inf, keeps
+ * subnormals, and turns every NaN into a quiet NaN of the same sign.
+ */
+float ft__half_to_float(uint16_t h);
+uint16_t ft__float_to_half(float f);
+float ft__bf16_to_float(uint16_t h);
+uint16_t ft__float_to_bf16(float f);
+
+#endif /* FTCC_REDUCE_H */
