@@ -37,7 +37,6 @@ TOOLS := $(B)/ftcc-run
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
-TEST_HELPERS := $(patsubst test/%.c,$(B)/test/%,$(wildcard test/helper_*.c))
 
 .PHONY: all lib tools examples test demo bench bench-compare install uninstall asan tsan clean deps help
 all: lib tools examples $(B)/ftbench
@@ -84,11 +83,8 @@ deps:
 
 # Every test binary runs under a deadline; a hang is a failure.
 test: deps
-	$(MAKE) all $(TESTS) $(TEST_HELPERS) $(B)/mpi_allreduce_check
+	$(MAKE) all $(TESTS)
 	@scripts/run-tests.sh $(B) $(TESTS)
-
-$(B)/mpi_allreduce_check: $(B)/examples/allreduce_check
-	@cp $< $@
 
 demo: deps
 	$(MAKE) all
