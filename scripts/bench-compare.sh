@@ -105,7 +105,8 @@ while [ "$round" -le "$ROUNDS" ]; do
 						'{ printf "round %s/%s  n=%-2s %8s B  %-16s %12.2f us  busbw %8.3f GB/s\n", r, R, $3, $4, $1, $5, $7 }'
 				else
 					failures=$((failures + 1))
-					echo "round $round/$ROUNDS  n=$n  $size  $impl: FAILED (status $rc), see $log" >&2
+					[ "$rc" -eq 0 ] && why="no result row" || why="status $rc"
+					echo "round $round/$ROUNDS  n=$n  $size  $impl: FAILED ($why), see $log" >&2
 				fi
 			done
 		done

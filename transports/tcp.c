@@ -37,6 +37,8 @@
 #define TCP_INBUF 65536
 #define TCP_IOV 64
 #define TCP_PENDING_ACCEPT 16
+#define TCP_LOWAT_MIN (32u << 10)
+#define TCP_LOWAT_MAX (128u << 10)
 
 struct tcp_op {
 	struct ft_frame hdr;    /* to send, or expected */
@@ -66,6 +68,7 @@ struct ft_link {
 	bool have_rhdr;
 	char *in;               /* inbound buffer: [in_start, in_end) unread */
 	size_t in_start, in_end;
+	int lowat;              /* SO_RCVLOWAT now set on fd */
 };
 
 struct ft_transport {
@@ -219,6 +222,7 @@ static struct ft_link *link_new(struct ft_transport *tp, int fd, int peer, bool 
 	l->sending = sending;
 	l->need_ack = sending;
 	l->can_read = l->can_write = true;
+	l->lowat = 1;
 	ev.data.ptr = l;
 	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
 		free(l->in);
@@ -580,6 +584,19 @@ static int fill_inbuf(struct ft_link *l)
 	return 0;
 }
 
+/*
+ * While a large payload trickles in, epoll should wake us once a good part
+ * of it is there, not for every packet: with more ranks than cores, each
+ * needless wake-up is a context switch taken from a rank with work to do.
+ */
+static void set_lowat(struct ft_link *l, size_t want)
+{
+	int v = want >= TCP_LOWAT_MIN ? (int)(want < TCP_LOWAT_MAX ? want : TCP_LOWAT_MAX) : 1;
+
+	if (v != l->lowat && setsockopt(l->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0)
+		l->lowat = v;
+}
+
 static int do_recv(struct ft_link *l, struct ft_tp_event *ev, int max)
 {
 	int nev = 0;
@@ -634,6 +651,7 @@ static int do_recv(struct ft_link *l, struct ft_tp_event *ev, int max)
 									 .peer = l->peer};
 					l->have_rhdr = false;
 					queue_pop(&l->rq);
+					set_lowat(l, 1);
 					if (status != 0) {
 						link_fail(l, status);
 						break;
@@ -657,9 +675,10 @@ static int do_recv(struct ft_link *l, struct ft_tp_event *ev, int max)
 					}
 					if (n == 0)
 						l->eof = true;
-					else if (errno == EAGAIN)
+					else if (errno == EAGAIN) {
 						l->can_read = false;
-					else if (errno != EINTR)
+						set_lowat(l, plen - op->done);
+					} else if (errno != EINTR)
 						link_fail(l, errno_to_ft(errno));
 					continue;
 				}
@@ -698,16 +717,12 @@ static int link_io(struct ft_link *l, struct ft_tp_event *ev, int max)
 	return n;
 }
 
-static int tcp_progress(struct ft_transport *tp, int timeout_ms, struct ft_tp_event *ev, int max)
+/* Folds epoll's readiness edges into the links' can_read/can_write flags. */
+static void harvest(struct ft_transport *tp, int timeout_ms)
 {
 	struct epoll_event eev[16];
-	int n = 0, k;
+	int k = epoll_wait(tp->epfd, eev, 16, timeout_ms);
 
-	for (struct ft_link *l = tp->links; l != NULL && n < max; l = l->next)
-		n += link_io(l, ev + n, max - n);
-	if (n > 0)
-		return n;
-	k = epoll_wait(tp->epfd, eev, 16, timeout_ms);
 	for (int i = 0; i < k; i++) {
 		struct ft_link *l = eev[i].data.ptr;
 		if (eev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
@@ -715,6 +730,34 @@ static int tcp_progress(struct ft_transport *tp, int timeout_ms, struct ft_tp_ev
 		if (eev[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
 			l->can_write = true;
 	}
+}
+
+/* A link has work that waits only on an edge epoll may already hold. */
+static bool link_stalled(const struct ft_link *l)
+{
+	return (!l->can_write && l->sq.len > 0) || (!l->can_read && l->rq.len > 0);
+}
+
+/*
+ * Edges that arrive while we were busy are picked up before the links are
+ * served (a free epoll_wait with timeout 0, only when a link is stalled), so
+ * that a send queued after a burst of receives goes out at once instead of
+ * after the receives run dry.
+ */
+static int tcp_progress(struct ft_transport *tp, int timeout_ms, struct ft_tp_event *ev, int max)
+{
+	int n = 0;
+
+	for (struct ft_link *l = tp->links; l != NULL; l = l->next)
+		if (link_stalled(l)) {
+			harvest(tp, 0);
+			break;
+		}
+	for (struct ft_link *l = tp->links; l != NULL && n < max; l = l->next)
+		n += link_io(l, ev + n, max - n);
+	if (n > 0 || timeout_ms == 0)
+		return n;
+	harvest(tp, timeout_ms);
 	for (struct ft_link *l = tp->links; l != NULL && n < max; l = l->next)
 		n += link_io(l, ev + n, max - n);
 	return n;
