@@ -31,6 +31,7 @@ struct ft_comm {
 	void *slots;                    /* pipeline_depth staging slots of segment_bytes */
 	size_t slot_bytes;
 	struct ft_stats stats;
+	uint64_t spin_ns;               /* poll this long before sleeping (0: never) */
 	int broken;                     /* nonzero: a peer failed and the policy gives up */
 };
 

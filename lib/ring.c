@@ -261,6 +261,30 @@ static bool coll_done(const struct coll *co)
 	       co->send_err == 0;
 }
 
+/*
+ * Waits for transport events. When every local rank has a core of its own
+ * (c->spin_ns > 0), polls for a short while before sleeping in the kernel:
+ * a wake-up costs more than a small message's whole transfer. With more
+ * ranks than cores it never polls, so waiting ranks leave the CPU to those
+ * with work.
+ */
+static int wait_events(struct ft_comm *c, int timeout, struct ft_tp_event *ev)
+{
+	int nev = c->tp_ops->progress(c->tp, 0, ev, FT__EV_MAX);
+
+	if (nev != 0 || timeout == 0)
+		return nev;
+	if (c->spin_ns > 0) {
+		uint64_t end = ft__now_ns() + c->spin_ns;
+		do {
+			nev = c->tp_ops->progress(c->tp, 0, ev, FT__EV_MAX);
+			if (nev != 0)
+				return nev;
+		} while (ft__now_ns() < end);
+	}
+	return c->tp_ops->progress(c->tp, timeout, ev, FT__EV_MAX);
+}
+
 /* Runs a collective whose first sends are queued; 0 or the error it failed with. */
 static int coll_run(struct coll *co)
 {
@@ -280,7 +304,7 @@ static int coll_run(struct coll *co)
 		if (co->send_err && (timeout < 0 || ft__ms_left(co->grace_deadline) < timeout))
 			timeout = ft__ms_left(co->grace_deadline);
 		uint64_t t0 = ft__now_ns();
-		nev = c->tp_ops->progress(c->tp, timeout, ev, FT__EV_MAX);
+		nev = wait_events(c, timeout, ev);
 		c->stats.wait_ms += (double)(ft__now_ns() - t0) / 1e6;
 		if (nev < 0)
 			return nev;
