@@ -46,6 +46,7 @@ static int parse_long(const char *s, long lo, long hi, long *out)
 int ft__parse_size(const char *s, size_t *out)
 {
 	unsigned long long v;
+	unsigned shift = 0;
 	char *end;
 
 	if (s == NULL || !isdigit((unsigned char)*s))
@@ -55,16 +56,19 @@ int ft__parse_size(const char *s, size_t *out)
 	if (errno != 0)
 		return -1;
 	switch (*end) {
-	case 'k': case 'K': v <<= 10; end++; break;
-	case 'm': case 'M': v <<= 20; end++; break;
-	case 'g': case 'G': v <<= 30; end++; break;
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
 	default: break;
 	}
-	if (*end == 'i' || *end == 'B')
-		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-	if (*end != '\0')
+	if (shift != 0 && *end == 'i')
+		end++;
+	if (*end == 'B')
+		end++;
+	/* A shift that overflows would wrap to a small, valid-looking size. */
+	if (*end != '\0' || v > (SIZE_MAX >> shift))
 		return -1;
-	*out = (size_t)v;
+	*out = (size_t)(v << shift);
 	return 0;
 }
 
@@ -290,11 +294,12 @@ int ft__config_check(const struct ft_config *cfg)
 	if ((unsigned)cfg->policy > FT_POLICY_REJOIN ||
 	    (unsigned)cfg->log_durability > FT_DURABILITY_HOST)
 		return -FT_EINVAL;
-	if (cfg->segment_bytes < 64 || cfg->segment_bytes > FT_FRAME_MAX_PAYLOAD ||
+	if (cfg->segment_bytes < 4096 || cfg->segment_bytes > FT_FRAME_MAX_PAYLOAD ||
 	    cfg->pipeline_depth < 1 || cfg->pipeline_depth > 64)
 		return -FT_EINVAL;
 	if (cfg->connect_timeout_ms <= 0 || cfg->op_timeout_ms < 0 || cfg->heartbeat_ms <= 0 ||
-	    cfg->detect_timeout_ms <= 0)
+	    cfg->detect_timeout_ms < cfg->heartbeat_ms || cfg->rejoin_timeout_ms < 0 ||
+	    cfg->crc < 0 || cfg->crc > 1)
 		return -FT_EINVAL;
 	return 0;
 }

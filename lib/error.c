@@ -5,11 +5,11 @@
 
 FT__EXPORT const char *ft_strerror(int err)
 {
-	switch (-err) {
+	switch (err) { /* not -err: INT_MIN has no negation */
 	case 0:
 		return "success";
 #define FT__ERR_MSG(name, value, msg) \
-	case FT_E##name:              \
+	case -FT_E##name:              \
 		return msg;
 		FT_ERROR_MAP(FT__ERR_MSG)
 #undef FT__ERR_MSG
@@ -20,11 +20,11 @@ FT__EXPORT const char *ft_strerror(int err)
 
 FT__EXPORT const char *ft_err_name(int err)
 {
-	switch (-err) {
+	switch (err) {
 	case 0:
 		return "0";
 #define FT__ERR_NAME(name, value, msg) \
-	case FT_E##name:               \
+	case -FT_E##name:               \
 		return "FT_E" #name;
 		FT_ERROR_MAP(FT__ERR_NAME)
 #undef FT__ERR_NAME

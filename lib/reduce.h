@@ -10,6 +10,9 @@
 /*
  * Buffers hold n elements of the dtype the kernel was looked up for and are
  * aligned to the element size. Kernels never fail and never allocate.
+ * Results are the same bits for the same inputs whatever n and alignment,
+ * except the payload and sign of a NaN, which depend on the operand order
+ * the compiler chose for the vector body or the scalar tail.
  */
 
 /* dst[i] = a[i] op b[i]; dst, a and b do not overlap. */

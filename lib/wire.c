@@ -31,8 +31,8 @@ FT__EXPORT int ft_hello_check(const struct ft_hello *expect, const struct ft_hel
 
 static int known_error(int32_t status)
 {
-	switch (-status) {
-#define FT__ERR_CASE(name, value, msg) case FT_E##name:
+	switch (status) { /* not -status: the peer may send INT32_MIN */
+#define FT__ERR_CASE(name, value, msg) case -FT_E##name:
 		FT_ERROR_MAP(FT__ERR_CASE)
 #undef FT__ERR_CASE
 		return 1;

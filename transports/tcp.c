@@ -363,6 +363,7 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 			rc = -FT_EIO;
 			break;
 		}
+		bool backlog_blocked = (pfd[0].revents & POLLIN) && npend == TCP_PENDING_ACCEPT;
 		if ((pfd[0].revents & POLLIN) && npend < TCP_PENDING_ACCEPT) {
 			struct sockaddr_storage ss;
 			socklen_t sl = sizeof(ss);
@@ -375,7 +376,7 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 					    NI_NUMERICHOST | NI_NUMERICSERV);
 				pc->fd = fd;
 				pc->got = 0;
-				snprintf(pc->from, sizeof(pc->from), "%s:%s", h, p);
+				snprintf(pc->from, sizeof(pc->from), "%.46s:%.5s", h, p);
 			}
 		}
 		for (int i = 1; i < n; i++) {
@@ -426,6 +427,14 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 			if (pend[i].fd >= 0)
 				pend[k++] = pend[i];
 		npend = k;
+		/* Every slot holds a connection still short of its hello while another
+		 * waits in the backlog: drop the oldest, so that stalled peers cannot
+		 * lock a valid one out (nor leave poll spinning on the readable
+		 * listening socket until the deadline). */
+		if (backlog_blocked && npend == TCP_PENDING_ACCEPT) {
+			refuse(&pend[0], -FT_ETIMEDOUT, "too many connections short of a handshake");
+			memmove(pend, pend + 1, (size_t)--npend * sizeof(pend[0]));
+		}
 	}
 done:
 	for (int i = 0; i < npend; i++)
