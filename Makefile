@@ -65,13 +65,13 @@ $(B)/examples/%: examples/%.c $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
-$(B)/ftbench: bench/ftbench.c $(STATIC)
+$(B)/ftbench: bench/ftbench.c bench/bench_common.h $(STATIC)
 	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
 # Peer drivers for the comparison (built only by bench-compare).
-$(B)/gloo_bench: bench/gloo_bench.cc
+$(B)/gloo_bench: bench/gloo_bench.cc bench/bench_common.h
 	$(CXX) $(CXXFLAGS) -std=c++17 -Wall -Wextra -o $@ $< -lgloo -lpthread
-$(B)/mpi_bench: bench/mpi_bench.c
+$(B)/mpi_bench: bench/mpi_bench.c bench/bench_common.h
 	mpicc.openmpi $(CFLAGS) -o $@ $<
 
 $(B)/test/%: test/%.c $(STATIC) test/testutil.h
