@@ -54,7 +54,7 @@ $(STATIC): $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(SHARED): $(LIB_OBJ)
-	$(CC) -shared -Wl,-z,defs -Wl,-soname,libftcc.so.0 -o $@ $^ $(LIB_LDLIBS)
+	$(CC) -shared -Wl,-z,defs -Wl,-soname,libftcc.so.0 -o $@ $^ $(LIB_LDLIBS) $(LDFLAGS)
 	ln -sf libftcc.so $(B)/libftcc.so.0
 
 $(B)/ftcc-run: tools/ftcc-run.c

@@ -1,4 +1,5 @@
 /* comm.c: communicator lifetime: init from config or environment, rendezvous, ring links, finalize. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,9 +241,14 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 }
 
 /*
- * The communicator's memory is kept (poisoned as finalized) so that a call on
- * it afterwards gets -FT_EFINALIZED instead of touching freed memory.
+ * The communicator's struct is kept (marked finalized, everything it owned
+ * released) so that a call on the handle afterwards gets -FT_EFINALIZED
+ * instead of touching freed memory. Kept structs stay on a list: a cost of
+ * one struct per finalized communicator, deliberate and not a leak.
  */
+static struct ft_comm *finalized_list;
+static pthread_mutex_t finalized_lock = PTHREAD_MUTEX_INITIALIZER;
+
 FT__EXPORT int ft_finalize(struct ft_comm *c)
 {
 	int rc = comm_usable(c);
@@ -251,6 +257,10 @@ FT__EXPORT int ft_finalize(struct ft_comm *c)
 		return rc;
 	comm_release(c);
 	c->finalized = true;
+	pthread_mutex_lock(&finalized_lock);
+	c->next_finalized = finalized_list;
+	finalized_list = c;
+	pthread_mutex_unlock(&finalized_lock);
 	return 0;
 }
 

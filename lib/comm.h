@@ -32,6 +32,7 @@ struct ft_comm {
 	size_t slot_bytes;
 	struct ft_stats stats;
 	uint64_t spin_ns;               /* poll this long before sleeping (0: never) */
+	struct ft_comm *next_finalized;
 	int broken;                     /* nonzero: a peer failed and the policy gives up */
 };
 

@@ -646,7 +646,8 @@ static int do_recv(struct ft_link *l, struct ft_tp_event *ev, int max)
 				}
 			} else {
 				size_t take = avail < plen - op->done ? avail : plen - op->done;
-				memcpy(op->buf + op->done, l->in + l->in_start, take);
+				if (take > 0)
+					memcpy(op->buf + op->done, l->in + l->in_start, take);
 				op->done += take;
 				l->in_start += take;
 				if (op->done == plen) {
