@@ -177,7 +177,7 @@ static uint64_t spin_budget(const struct ft_config *cfg)
 			local = atol(s);
 			break;
 		}
-	return local <= cpus ? 50000u : 0;
+	return local <= cpus ? 1000000u : 0;
 }
 
 FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)

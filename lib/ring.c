@@ -1,4 +1,5 @@
 /* ring.c: the ring engine: allreduce (reduce-scatter then allgather), broadcast and barrier. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -276,11 +277,18 @@ static int wait_events(struct ft_comm *c, int timeout, struct ft_tp_event *ev)
 		return nev;
 	if (c->spin_ns > 0) {
 		uint64_t end = ft__now_ns() + c->spin_ns;
+		uint64_t t0 = ft__now_ns(), now = t0;
 		do {
+			/* After a first stretch of plain polling, yield between
+			 * polls so that a peer sharing this core (a busy host) is
+			 * not kept waiting by our poll. */
+			if (now - t0 > c->spin_ns / 16)
+				sched_yield();
 			nev = c->tp_ops->progress(c->tp, 0, ev, FT__EV_MAX);
 			if (nev != 0)
 				return nev;
-		} while (ft__now_ns() < end);
+			now = ft__now_ns();
+		} while (now < end);
 	}
 	return c->tp_ops->progress(c->tp, timeout, ev, FT__EV_MAX);
 }
