@@ -202,6 +202,8 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 		c->cfg = *cfg;
 	}
 	rc = ft__config_check(&c->cfg);
+	if (rc == 0)
+		rc = ft__fault_parse(c->cfg.fault, &c->fault, NULL, 0);
 	if (rc != 0) {
 		free(c);
 		return rc;

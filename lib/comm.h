@@ -7,6 +7,7 @@
 #include "ftcc.h"
 #include "ftcc/transport.h"
 #include "internal.h"
+#include "fault.h"
 #include "rendezvous.h"
 
 struct ft_comm {
@@ -31,6 +32,7 @@ struct ft_comm {
 	void *slots;                    /* pipeline_depth staging slots of segment_bytes */
 	size_t slot_bytes;
 	struct ft_stats stats;
+	struct ft__fault fault;         /* FTCC_FAULT, armed until it fires */
 	uint64_t spin_ns;               /* poll this long before sleeping (0: never) */
 	struct ft_comm *next_finalized;
 	int broken;                     /* nonzero: a peer failed and the policy gives up */

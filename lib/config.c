@@ -269,6 +269,10 @@ FT__EXPORT int ft_config_from_env(struct ft_config *cfg, char *errbuf, size_t er
 			  cfg->segment_bytes < 4096 || cfg->segment_bytes > FT_FRAME_MAX_PAYLOAD))
 		return cfg_error(errbuf, errlen,
 				 "FTCC_SEGMENT_BYTES='%s': expected a size from 4K to 64M", s);
+	struct ft__fault fault;
+	char ferr[400];
+	if (ft__fault_parse(cfg->fault, &fault, ferr, sizeof(ferr)) != 0)
+		return cfg_error(errbuf, errlen, "%s", ferr);
 	if (cfg->detect_timeout_ms < cfg->heartbeat_ms)
 		return cfg_error(errbuf, errlen,
 				 "FTCC_DETECT_TIMEOUT_MS (%d) must be at least FTCC_HEARTBEAT_MS (%d)",

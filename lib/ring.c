@@ -140,6 +140,42 @@ static void send_broken(struct coll *co, int err)
 	}
 }
 
+/*
+ * FTCC_FAULT: fires when this rank is about to send segment seg of a step
+ * (or, phase between, when the op starts). kill and hang do not return;
+ * drop closes the data links with no word to the neighbours, as a cut
+ * cable would, and fails the op here.
+ */
+static int inject(struct coll *co, enum ft__fault_phase phase, uint32_t step, uint32_t seg)
+{
+	struct ft_comm *c = co->c;
+
+	if (!c->fault.armed ||
+	    !ft__fault_due(&c->fault, c->cfg.rank, co->tmpl.op_seq, phase, step, seg))
+		return 0;
+	ft__fault_act(&c->fault);
+	if (c->send_link != NULL)
+		c->tp_ops->link_close(c->send_link);
+	if (c->recv_link != NULL)
+		c->tp_ops->link_close(c->recv_link);
+	c->send_link = c->recv_link = NULL;
+	return -FT_EPEERFAILED;
+}
+
+static int send_phase(const struct coll *co, uint32_t g, uint32_t *step)
+{
+	if (co->kind == FT_COLL_BROADCAST) {
+		*step = g;
+		return FT__PHASE_BROADCAST;
+	}
+	if ((int)g < co->n - 1) {
+		*step = g;
+		return FT__PHASE_REDUCE_SCATTER;
+	}
+	*step = g - (uint32_t)(co->n - 1);
+	return FT__PHASE_ALLGATHER;
+}
+
 static int post_send(struct coll *co, uint32_t g, uint32_t k, const char *base)
 {
 	struct ft_comm *c = co->c;
@@ -149,6 +185,12 @@ static int post_send(struct coll *co, uint32_t g, uint32_t k, const char *base)
 
 	if (co->send_err != 0)
 		return 0; /* the receive side will tell why the ring broke */
+	if (c->fault.armed) {
+		uint32_t step;
+		enum ft__fault_phase phase = (enum ft__fault_phase)send_phase(co, g, &step);
+		if ((rc = inject(co, phase, step, k)) != 0)
+			return rc;
+	}
 	seg_range(co, send_chunk(co, g), k, &off, &len);
 	if (co->kind == FT_COLL_BROADCAST && g == 1)
 		off = len = 0;
@@ -444,7 +486,7 @@ static int ring_allreduce(struct ft_comm *c, enum ft_coll_kind kind, const void 
 	co.last_step = (uint32_t)(2 * co.n - 3);
 	for (uint32_t g = 0; g <= co.last_step; g++)
 		co.recv_total += chunk_nseg(&co, recv_chunk(&co, g));
-	rc = 0;
+	rc = inject(&co, FT__PHASE_BETWEEN, 0, 0);
 	for (uint32_t k = 0; rc == 0 && k < chunk_nseg(&co, send_chunk(&co, 0)); k++)
 		rc = post_send(&co, 0, k, co.src);
 	if (rc == 0)
@@ -509,7 +551,10 @@ FT__EXPORT int ft_broadcast(struct ft_comm *c, void *buf, size_t bytes, int root
 		return coll_finish(c, 0, info, t0);
 	co.root_pos = mod(c->rank - root, c->size);
 	co.last_step = 1;
-	if (co.root_pos == 0) {
+	rc = inject(&co, FT__PHASE_BETWEEN, 0, 0);
+	if (rc != 0) {
+		/* the fault fired */
+	} else if (co.root_pos == 0) {
 		/* The root sends everything and waits for the last rank's empty frame. */
 		co.rg = 1;
 		co.recv_total = 1;

@@ -1,0 +1,134 @@
+/* fault.c: parsing FTCC_FAULT and acting on it: kill, hang or drop links at an exact point. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fault.h"
+#include "internal.h"
+
+static const char *const phase_names[] = {
+	[FT__PHASE_ANY] = "any",
+	[FT__PHASE_BETWEEN] = "between",
+	[FT__PHASE_REDUCE_SCATTER] = "reduce_scatter",
+	[FT__PHASE_ALLGATHER] = "allgather",
+	[FT__PHASE_BROADCAST] = "broadcast",
+};
+static const char *const action_names[] = {
+	[FT__FAULT_KILL] = "kill",
+	[FT__FAULT_HANG] = "hang",
+	[FT__FAULT_DROP] = "drop",
+};
+
+static int lookup(const char *v, const char *const *names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(v, names[i]) == 0)
+			return (int)i;
+	return -1;
+}
+
+static int parse_u64(const char *v, uint64_t *out)
+{
+	char *end;
+
+	if (*v < '0' || *v > '9')
+		return -1;
+	errno = 0;
+	*out = strtoull(v, &end, 10);
+	return errno != 0 || *end != '\0' ? -1 : 0;
+}
+
+int ft__fault_parse(const char *spec, struct ft__fault *f, char *err, size_t errlen)
+{
+	char buf[256], *rest, *item;
+	bool have_rank = false;
+
+	memset(f, 0, sizeof(*f));
+	if (spec == NULL || *spec == '\0')
+		return 0;
+	if (strlen(spec) >= sizeof(buf))
+		goto bad;
+	strcpy(buf, spec);
+	f->phase = FT__PHASE_ANY;
+	f->action = FT__FAULT_KILL;
+	rest = buf;
+	while ((item = strsep(&rest, ",")) != NULL) {
+		char *eq = strchr(item, '=');
+		uint64_t v;
+		int k;
+		if (eq == NULL)
+			goto bad;
+		*eq++ = '\0';
+		if (strcmp(item, "phase") == 0 || strcmp(item, "action") == 0) {
+			bool phase = item[0] == 'p';
+			k = phase ? lookup(eq, phase_names, FT__ARRAY_SIZE(phase_names))
+				  : lookup(eq, action_names, FT__ARRAY_SIZE(action_names));
+			if (k < 0)
+				goto bad;
+			if (phase)
+				f->phase = (enum ft__fault_phase)k;
+			else
+				f->action = (enum ft__fault_action)k;
+			continue;
+		}
+		if (parse_u64(eq, &v) != 0 || v > UINT32_MAX)
+			goto bad;
+		if (strcmp(item, "rank") == 0) {
+			f->rank = (int)v;
+			have_rank = true;
+		} else if (strcmp(item, "op") == 0) {
+			f->op = v;
+		} else if (strcmp(item, "step") == 0) {
+			f->step = (uint32_t)v;
+		} else if (strcmp(item, "seg") == 0) {
+			f->seg = (uint32_t)v;
+		} else {
+			goto bad;
+		}
+	}
+	if (!have_rank)
+		goto bad;
+	f->armed = true;
+	return 0;
+bad:
+	if (err != NULL)
+		snprintf(err, errlen,
+			 "FTCC_FAULT='%s': expected rank=R[,op=N][,phase=between|reduce_scatter|"
+			 "allgather|broadcast][,step=S][,seg=K][,action=kill|hang|drop]",
+			 spec);
+	memset(f, 0, sizeof(*f));
+	return -FT_ECONFIG;
+}
+
+bool ft__fault_due(struct ft__fault *f, int rank, uint64_t op, enum ft__fault_phase phase,
+		   uint32_t step, uint32_t seg)
+{
+	if (!f->armed || f->rank != rank || f->op != op)
+		return false;
+	if (f->phase == FT__PHASE_ANY ? phase == FT__PHASE_BETWEEN : f->phase != phase)
+		return false;
+	if (phase != FT__PHASE_BETWEEN && (f->step != step || f->seg != seg))
+		return false;
+	f->armed = false;
+	return true;
+}
+
+void ft__fault_act(const struct ft__fault *f)
+{
+	static const char *const what[] = {"killing", "hanging", "dropping the links of"};
+
+	ft__warn("FTCC_FAULT: %s rank %d at op %llu, %s step %u segment %u", what[f->action],
+		 f->rank, (unsigned long long)f->op, phase_names[f->phase], f->step, f->seg);
+	switch (f->action) {
+	case FT__FAULT_KILL:
+		raise(SIGKILL);
+		break;
+	case FT__FAULT_HANG:
+		for (;;)
+			pause();
+	case FT__FAULT_DROP:
+		break;
+	}
+}

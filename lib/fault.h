@@ -1,0 +1,36 @@
+/* fault.h: failure injection at exact points of a collective (FTCC_FAULT). */
+#ifndef FTCC_FAULT_H
+#define FTCC_FAULT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum ft__fault_phase {
+	FT__PHASE_ANY,
+	FT__PHASE_BETWEEN,          /* at the start of the op, before its first frame */
+	FT__PHASE_REDUCE_SCATTER,
+	FT__PHASE_ALLGATHER,
+	FT__PHASE_BROADCAST,
+};
+
+enum ft__fault_action { FT__FAULT_KILL, FT__FAULT_HANG, FT__FAULT_DROP };
+
+struct ft__fault {
+	bool armed;
+	int rank;                   /* original rank that fails */
+	uint64_t op;                /* op sequence number */
+	enum ft__fault_phase phase;
+	uint32_t step, seg;         /* step within the phase, segment within the step */
+	enum ft__fault_action action;
+};
+
+/* Parses "rank=2,op=10,phase=reduce_scatter,step=1,seg=3,action=kill"; "" disarms. */
+int ft__fault_parse(const char *spec, struct ft__fault *f, char *err, size_t errlen);
+/* True when the fault fires at this point of the op (it fires once). */
+bool ft__fault_due(struct ft__fault *f, int rank, uint64_t op, enum ft__fault_phase phase,
+		   uint32_t step, uint32_t seg);
+/* Kills or hangs this process; returns only for FT__FAULT_DROP. */
+void ft__fault_act(const struct ft__fault *f);
+
+#endif
