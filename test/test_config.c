@@ -408,14 +408,14 @@ Test(config, strings, .timeout = 20)
 	set("FTCC_TOKEN", "s3cret token/with any=chars");
 	set("FTCC_BIND_HOST", "::1");
 	set("FTCC_LOG_DIR", "/var/tmp/ftcc-log");
-	set("FTCC_FAULT", "kill:rank=1:op=3");
+	set("FTCC_FAULT", "rank=1,op=3,action=kill");
 	set("FTCC_TRACE", "/tmp/trace.json");
 	set("FTCC_JOB_ID", "Job_1.2-x@host:7");
 	load_ok(&cfg);
 	cr_expect_str_eq(cfg.token, "s3cret token/with any=chars");
 	cr_expect_str_eq(cfg.bind_host, "::1");
 	cr_expect_str_eq(cfg.log_dir, "/var/tmp/ftcc-log");
-	cr_expect_str_eq(cfg.fault, "kill:rank=1:op=3");
+	cr_expect_str_eq(cfg.fault, "rank=1,op=3,action=kill");
 	cr_expect_str_eq(cfg.trace, "/tmp/trace.json");
 	cr_expect_str_eq(cfg.job_id, "Job_1.2-x@host:7");
 
