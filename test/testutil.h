@@ -2,6 +2,7 @@
 #ifndef FTCC_TESTUTIL_H
 #define FTCC_TESTUTIL_H
 
+#include <fcntl.h>
 #include <ftcc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -85,6 +86,9 @@ static inline void tu_spawn(struct tu_job *job, int r, tu_rank_fn fn, void *arg,
 			fprintf(stderr, "rank %d: ft_init: %s\n", r, ft_strerror(rc));
 			_exit(100);
 		}
+		char ready[300];
+		snprintf(ready, sizeof(ready), "%s/ready-%d", job->dir, r);
+		close(open(ready, O_CREAT | O_WRONLY, 0600));
 		rc = fn(comm, r, job->n, arg);
 		ft_finalize(comm);
 		fflush(NULL);
@@ -149,6 +153,23 @@ static inline void tu_job_cleanup(struct tu_job *job)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", job->dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "cannot remove %s\n", job->dir);
+}
+
+/* Waits until every rank of job has passed ft_init; 0, or -1 at the deadline. */
+static inline int tu_wait_ready(const struct tu_job *job, long deadline_ms)
+{
+	long end = tu_now_ms() + deadline_ms;
+
+	for (int r = 0; r < job->n; r++) {
+		char path[300];
+		snprintf(path, sizeof(path), "%s/ready-%d", job->dir, r);
+		while (access(path, F_OK) != 0) {
+			if (tu_now_ms() >= end)
+				return -1;
+			tu_sleep_ms(5);
+		}
+	}
+	return 0;
 }
 
 /* Runs fn on n ranks; returns the number of failed or hung ranks. */
