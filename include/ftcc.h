@@ -157,6 +157,9 @@ struct ft_stats {
 	uint64_t recoveries;
 	double reduce_ms;      /* time in reduction kernels */
 	double wait_ms;        /* time blocked waiting for the network */
+	uint64_t failure_known_ns; /* CLOCK_MONOTONIC time this rank first knew of its
+				    * latest failure (detector), 0 if none */
+	double last_recovery_ms;   /* recovery time of the latest recovery */
 };
 int ft_stats_get(const struct ft_comm *comm, struct ft_stats *stats);
 

@@ -81,6 +81,8 @@ void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq)
 
 static void comm_release(struct ft_comm *c)
 {
+	ft__det_destroy(c->det);
+	c->det = NULL;
 	if (c->tp != NULL) {
 		c->tp_ops->close(c->tp);
 		c->tp = NULL;
@@ -90,9 +92,75 @@ static void comm_release(struct ft_comm *c)
 	free(c->members);
 	free(c->addrs);
 	free(c->slots);
+	free(c->backup);
+	c->backup = NULL;
+	c->backup_bytes = 0;
 	c->members = NULL;
 	c->addrs = NULL;
 	c->slots = NULL;
+}
+
+/* Takes view v as the membership: dense ranks, and the addresses the members published. */
+static int load_view(struct ft_comm *c, struct ft__view *v)
+{
+	char (*addrs)[FT__ADDR_MAX];
+	int rank = -1, rc;
+
+	for (int i = 0; i < v->size; i++) {
+		if (v->members[i] >= c->cfg.world_size) {
+			ft__error("view names rank %d beyond world size %d", v->members[i],
+				  c->cfg.world_size);
+			return -FT_ECORRUPT;
+		}
+		if (v->members[i] == c->cfg.rank)
+			rank = i;
+	}
+	if (rank < 0) {
+		ft__error("rank %d is not in the view of generation %u", c->cfg.rank, v->generation);
+		return -FT_EEXCLUDED;
+	}
+	addrs = calloc((size_t)c->cfg.world_size, sizeof(*addrs));
+	if (addrs == NULL)
+		return -FT_ENOMEM;
+	for (int i = 0; i < v->size; i++) {
+		struct ft__member m;
+		rc = ft__rdv_lookup(&c->rdv, v->generation, v->members[i], &m);
+		if (rc != 0) {
+			ft__error("no address for rank %d in the rendezvous (generation %u)",
+				  v->members[i], v->generation);
+			free(addrs);
+			return rc;
+		}
+		memcpy(addrs[v->members[i]], m.addr, sizeof(m.addr));
+	}
+	free(c->addrs);
+	free(c->members);
+	c->addrs = addrs;
+	c->members = v->members;
+	v->members = NULL;
+	c->size = v->size;
+	c->rank = rank;
+	c->generation = v->generation;
+	return 0;
+}
+
+int ft__comm_adopt(struct ft_comm *c, struct ft__view *v)
+{
+	int rc;
+
+	ft__comm_abort_ring(c, -FT_EABORTED, c->op_seq);
+	rc = load_view(c, v);
+	ft__view_free(v);
+	if (rc == 0)
+		ft__det_adopted(c->det, c->generation, c->op_seq);
+	return rc;
+}
+
+static bool comm_interrupted(void *arg)
+{
+	struct ft_comm *c = arg;
+
+	return c->det != NULL && ft__det_pending(c->det);
 }
 
 static int comm_join(struct ft_comm *c)
@@ -104,19 +172,39 @@ static int comm_join(struct ft_comm *c)
 		.token = c->cfg.token,
 		.max_payload = c->cfg.segment_bytes,
 		.log_level = c->cfg.log_level,
+		.interrupted = comm_interrupted,
+		.interrupt_arg = c,
 	};
 	struct ft__view view = {0};
-	char addr[FT__ADDR_MAX];
+	struct ft__member me;
 	int *cand, rc;
 
+	memset(&me, 0, sizeof(me));
 	rc = ft__rdv_open(&c->rdv, c->cfg.rendezvous, c->cfg.job_id, c->cfg.rank);
 	if (rc != 0)
 		return rc;
 	rc = c->tp_ops->open(&params, &c->tp);
 	if (rc != 0)
 		return rc;
-	if ((rc = c->tp_ops->local_addr(c->tp, addr, sizeof(addr))) != 0 ||
-	    (rc = ft__rdv_publish(&c->rdv, c->generation, addr)) != 0)
+	if ((rc = c->tp_ops->local_addr(c->tp, me.addr, sizeof(me.addr))) != 0)
+		return rc;
+	if (c->cfg.policy != FT_POLICY_ABORT) {
+		struct ft__det_params dp = {
+			.rdv = &c->rdv,
+			.world_size = c->cfg.world_size,
+			.rank = c->cfg.rank,
+			.job_id = c->cfg.job_id,
+			.token = c->cfg.token,
+			.bind_host = c->cfg.bind_host,
+			.heartbeat_ms = c->cfg.heartbeat_ms,
+			.detect_timeout_ms = c->cfg.detect_timeout_ms,
+			.settle_delay_ms = c->cfg.policy == FT_POLICY_REJOIN ? c->cfg.rejoin_timeout_ms : 0,
+		};
+		if ((rc = ft__det_create(&dp, &c->det)) != 0)
+			return rc;
+		snprintf(me.ctrl, sizeof(me.ctrl), "%s", ft__det_addr(c->det));
+	}
+	if ((rc = ft__rdv_publish(&c->rdv, c->generation, &me)) != 0)
 		return rc;
 	cand = malloc((size_t)c->cfg.world_size * sizeof(int));
 	if (cand == NULL)
@@ -128,34 +216,12 @@ static int comm_join(struct ft_comm *c)
 	free(cand);
 	if (rc != 0)
 		return rc;
-	c->members = view.members;
-	c->size = view.size;
-	c->rank = -1;
-	for (int i = 0; i < c->size; i++) {
-		if (c->members[i] >= c->cfg.world_size) {
-			ft__error("view names rank %d beyond world size %d", c->members[i],
-				  c->cfg.world_size);
-			return -FT_ECORRUPT;
-		}
-		if (c->members[i] == c->cfg.rank)
-			c->rank = i;
-	}
-	if (c->rank < 0) {
-		ft__error("rank %d is not in the view of generation %u", c->cfg.rank,
-			  c->generation);
-		return -FT_EEXCLUDED;
-	}
-	c->addrs = calloc((size_t)c->cfg.world_size, sizeof(*c->addrs));
-	if (c->addrs == NULL)
-		return -FT_ENOMEM;
-	for (int i = 0; i < c->size; i++) {
-		rc = ft__rdv_lookup(&c->rdv, c->generation, c->members[i], c->addrs[c->members[i]],
-				    FT__ADDR_MAX);
-		if (rc != 0) {
-			ft__error("no address for rank %d in the rendezvous", c->members[i]);
-			return rc;
-		}
-	}
+	rc = load_view(c, &view);
+	ft__view_free(&view);
+	if (rc != 0)
+		return rc;
+	if (c->det != NULL && (rc = ft__det_start(c->det, c->generation, c->members, c->size)) != 0)
+		return rc;
 	return ft__comm_connect_ring(c);
 }
 
@@ -303,6 +369,7 @@ FT__EXPORT int ft_stats_get(const struct ft_comm *c, struct ft_stats *stats)
 	if (stats == NULL)
 		return -FT_EINVAL;
 	*stats = c->stats;
+	stats->failure_known_ns = c->det != NULL ? ft__det_known_ns(c->det) : 0;
 	return 0;
 }
 

@@ -7,6 +7,7 @@
 #include "ftcc.h"
 #include "ftcc/transport.h"
 #include "internal.h"
+#include "detect.h"
 #include "fault.h"
 #include "rendezvous.h"
 
@@ -36,6 +37,10 @@ struct ft_comm {
 	uint64_t spin_ns;               /* poll this long before sleeping (0: never) */
 	struct ft_comm *next_finalized;
 	int broken;                     /* nonzero: a peer failed and the policy gives up */
+
+	struct ft__det *det;            /* failure detector (shrink, rejoin), else NULL */
+	void *backup;                   /* in-place input kept for a restart */
+	size_t backup_bytes;
 };
 
 #define FT__COMM_MAGIC 0x6674636du
@@ -49,5 +54,7 @@ int ft__comm_check(const struct ft_comm *c);
 int ft__comm_connect_ring(struct ft_comm *c);
 /* Tears down the ring links after a failed collective, telling the neighbours why. */
 void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq);
+/* Makes view v (settled by the detector) the current membership; takes v's members. */
+int ft__comm_adopt(struct ft_comm *c, struct ft__view *v);
 
 #endif

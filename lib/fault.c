@@ -14,6 +14,7 @@ static const char *const phase_names[] = {
 	[FT__PHASE_REDUCE_SCATTER] = "reduce_scatter",
 	[FT__PHASE_ALLGATHER] = "allgather",
 	[FT__PHASE_BROADCAST] = "broadcast",
+	[FT__PHASE_COMMIT] = "commit",
 };
 static const char *const action_names[] = {
 	[FT__FAULT_KILL] = "kill",
@@ -96,7 +97,7 @@ bad:
 	if (err != NULL)
 		snprintf(err, errlen,
 			 "FTCC_FAULT='%s': expected rank=R[,op=N][,phase=between|reduce_scatter|"
-			 "allgather|broadcast][,step=S][,seg=K][,action=kill|hang|drop]",
+			 "allgather|broadcast|commit][,step=S][,seg=K][,action=kill|hang|drop]",
 			 spec);
 	memset(f, 0, sizeof(*f));
 	return -FT_ECONFIG;

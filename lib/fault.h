@@ -12,6 +12,7 @@ enum ft__fault_phase {
 	FT__PHASE_REDUCE_SCATTER,
 	FT__PHASE_ALLGATHER,
 	FT__PHASE_BROADCAST,
+	FT__PHASE_COMMIT,           /* the closing steps that tell every rank all hold the result */
 };
 
 enum ft__fault_action { FT__FAULT_KILL, FT__FAULT_HANG, FT__FAULT_DROP };

@@ -1,4 +1,5 @@
 /* rendezvous.c: file rendezvous: member files, an exclusively created view file, liveness of stale entries. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,9 +14,10 @@
 
 /*
  * Layout: <root>/<job>/lock-<r> (flock held by the live incarnation of rank
- * r), <root>/<job>/gen-<g>/member-<r> ("addr pid host"), and
- * <root>/<job>/gen-<g>/view, created with O_EXCL by the coordinator: whoever
- * creates it first settles generation g. Files are written under a temporary
+ * r), <root>/<job>/gen-<g>/member-<r> ("addr pid host ctrl next_op"), and
+ * <root>/<job>/gen-<g>/view ("ftcc-view 2 gen G size N writer PID HOST nonce
+ * X first K members r0 r1 ..."), created exclusively by the coordinator:
+ * whoever creates it first settles generation g. Files are written under a temporary
  * name and renamed, so a reader sees a whole file or none. Entries written by
  * a process of this host that no longer exists are stale (a crashed earlier
  * job with the same id) and are ignored, so a reused job id cannot mislead.
@@ -134,9 +136,9 @@ int ft__rdv_open(struct ft__rdv *r, const char *root, const char *job, int rank)
 	return 0;
 }
 
-int ft__rdv_publish(struct ft__rdv *r, uint32_t gen, const char *addr)
+int ft__rdv_publish(struct ft__rdv *r, uint32_t gen, const struct ft__member *m)
 {
-	char dir[700], name[64], text[FT__ADDR_MAX + 300], host[256];
+	char dir[700], name[64], text[FT__ADDR_MAX + FT__CTRL_MAX + 400], host[256];
 	int rc;
 
 	gen_dir(r, gen, dir, sizeof(dir));
@@ -144,49 +146,62 @@ int ft__rdv_publish(struct ft__rdv *r, uint32_t gen, const char *addr)
 		return -FT_EIO;
 	host_name(host, sizeof(host));
 	snprintf(name, sizeof(name), "member-%d", r->rank);
-	snprintf(text, sizeof(text), "%s %d %s\n", addr, (int)getpid(), host);
+	snprintf(text, sizeof(text), "%s %d %s %s %llu\n", m->addr, (int)getpid(), host,
+		 m->ctrl[0] != '\0' ? m->ctrl : "-", (unsigned long long)m->next_op);
 	rc = write_atomic(dir, name, text, 0);
 	if (rc != 0)
 		ft__error("rendezvous: cannot write %s/%s: %s", dir, name, strerror(-rc));
 	return rc == 0 ? 0 : -FT_EIO;
 }
 
-/* Reads a live member file: 1 found, 0 absent or stale, <0 error. */
-static int read_member(const struct ft__rdv *r, uint32_t gen, int orig, char *addr, size_t len)
-{
-	char dir[700], path[800], buf[FT__ADDR_MAX + 300], a[FT__ADDR_MAX], host[256];
-	int pid, n;
+enum { MEMBER_ABSENT, MEMBER_LIVE, MEMBER_DEAD };
 
+/* Reads a member file: MEMBER_LIVE (and *m), MEMBER_ABSENT, MEMBER_DEAD (its
+ * writer ran on this host and is gone), or <0 error. */
+static int read_member(const struct ft__rdv *r, uint32_t gen, int orig, struct ft__member *m)
+{
+	char dir[700], path[800], buf[FT__ADDR_MAX + FT__CTRL_MAX + 400], host[256];
+	struct ft__member tmp;
+	unsigned long long next;
+	int n;
+
+	if (m == NULL)
+		m = &tmp;
 	gen_dir(r, gen, dir, sizeof(dir));
 	snprintf(path, sizeof(path), "%s/member-%d", dir, orig);
 	n = read_file(path, buf, sizeof(buf));
 	if (n == -ENOENT)
-		return 0;
+		return MEMBER_ABSENT;
 	if (n < 0)
 		return -FT_EIO;
-	if (sscanf(buf, "%255s %d %255s", a, &pid, host) != 3) {
+	if (sscanf(buf, "%255s %d %255s %63s %llu", m->addr, &m->pid, host, m->ctrl, &next) != 5) {
 		ft__warn("rendezvous: malformed member file %s", path);
-		return 0;
+		return MEMBER_ABSENT;
 	}
-	if (writer_is_stale(pid, host))
-		return 0;
-	if (addr != NULL)
-		snprintf(addr, len, "%s", a);
-	return 1;
+	m->next_op = next;
+	if (strcmp(m->ctrl, "-") == 0)
+		m->ctrl[0] = '\0';
+	return writer_is_stale(m->pid, host) ? MEMBER_DEAD : MEMBER_LIVE;
 }
 
-int ft__rdv_lookup(struct ft__rdv *r, uint32_t gen, int orig, char *addr, size_t len)
+int ft__rdv_lookup(struct ft__rdv *r, uint32_t gen, int orig, struct ft__member *m)
 {
-	int rc = read_member(r, gen, orig, addr, len);
+	int rc = read_member(r, gen, orig, m);
 
-	return rc == 1 ? 0 : (rc == 0 ? -FT_EPEERFAILED : rc);
+	return rc == MEMBER_LIVE ? 0 : (rc < 0 ? rc : -FT_EPEERFAILED);
 }
 
-/* Parses a view file: 1 valid and live, 0 absent or stale, <0 corrupt. */
+/*
+ * Parses a view file: 1 valid and live, 0 absent or stale, <0 corrupt. The
+ * view of generation 0 is stale when its writer (of this host) is gone; later
+ * ones when they carry another job's nonce: once settled, a view stays valid
+ * after its writer dies.
+ */
 static int read_view(const struct ft__rdv *r, uint32_t gen, struct ft__view *v)
 {
 	char dir[700], path[800], host[256];
 	char *buf, *p;
+	unsigned long long nonce, first;
 	int n, g, size, pid, used;
 
 	gen_dir(r, gen, dir, sizeof(dir));
@@ -199,17 +214,21 @@ static int read_view(const struct ft__rdv *r, uint32_t gen, struct ft__view *v)
 		free(buf);
 		return 0;
 	}
-	if (n < 0 || sscanf(buf, "ftcc-view 1 gen %d size %d writer %d %255s%n", &g, &size, &pid,
-			    host, &used) != 4 || (uint32_t)g != gen || size < 1 || size > (1 << 20)) {
+	if (n < 0 ||
+	    sscanf(buf, "ftcc-view 2 gen %d size %d writer %d %255s nonce %llx first %llu%n", &g,
+		   &size, &pid, host, &nonce, &first, &used) != 6 ||
+	    (uint32_t)g != gen || size < 1 || size > (1 << 20)) {
 		free(buf);
 		return n < 0 ? n : -FT_ECORRUPT;
 	}
-	if (writer_is_stale(pid, host)) {
+	if (gen == 0 ? writer_is_stale(pid, host) : nonce != r->nonce) {
 		free(buf);
 		return 0;
 	}
 	v->generation = gen;
 	v->size = size;
+	v->nonce = nonce;
+	v->first_op = first;
 	v->members = calloc((size_t)size, sizeof(int));
 	if (v->members == NULL) {
 		free(buf);
@@ -233,10 +252,21 @@ corrupt:
 	return -FT_ECORRUPT;
 }
 
-static int write_view(struct ft__rdv *r, uint32_t gen, const int *members, int n)
+static uint64_t fresh_nonce(void)
+{
+	uint64_t x = ft__now_ns() ^ ((uint64_t)getpid() << 32);
+
+	/* splitmix64 finaliser: different jobs get unrelated nonces */
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static int write_view(struct ft__rdv *r, uint32_t gen, const int *members, int n,
+		      uint64_t first)
 {
 	char dir[700], host[256], *text;
-	size_t cap = 256 + (size_t)n * 12, len;
+	size_t cap = 320 + (size_t)n * 12, len;
 	int rc;
 
 	text = malloc(cap);
@@ -244,14 +274,16 @@ static int write_view(struct ft__rdv *r, uint32_t gen, const int *members, int n
 		return -FT_ENOMEM;
 	host_name(host, sizeof(host));
 	gen_dir(r, gen, dir, sizeof(dir));
-	len = (size_t)snprintf(text, cap, "ftcc-view 1 gen %u size %d writer %d %s members", gen,
-			       n, (int)getpid(), host);
+	len = (size_t)snprintf(text, cap, "ftcc-view 2 gen %u size %d writer %d %s nonce %llx first %llu members",
+			       gen, n, (int)getpid(), host,
+			       (unsigned long long)(gen == 0 ? fresh_nonce() : r->nonce),
+			       (unsigned long long)first);
 	for (int i = 0; i < n; i++)
 		len += (size_t)snprintf(text + len, cap - len, " %d", members[i]);
 	snprintf(text + len, cap - len, "\n");
 	rc = write_atomic(dir, "view", text, 1);
 	if (rc == -EEXIST) {
-		/* A view exists: only a stale one (its writer gone) may be replaced. */
+		/* A view exists: only a stale one may be replaced. */
 		struct ft__view old = {0};
 		if (read_view(r, gen, &old) == 0) {
 			char path[800];
@@ -267,6 +299,52 @@ static int write_view(struct ft__rdv *r, uint32_t gen, const int *members, int n
 	return rc == -EEXIST ? 0 : rc;
 }
 
+int ft__rdv_try_settle(struct ft__rdv *r, uint32_t gen, const int *cand, int ncand, bool force,
+		       struct ft__view *view)
+{
+	uint64_t first = UINT64_MAX;
+	int *members, n = 0, missing = 0, rc;
+
+	rc = read_view(r, gen, view);
+	if (rc != 0) {
+		if (rc == 1 && gen == 0)
+			r->nonce = view->nonce;
+		return rc;
+	}
+	if (ncand < 1 || r->rank != cand[0])
+		return 0;
+	members = malloc((size_t)ncand * sizeof(int));
+	if (members == NULL)
+		return -FT_ENOMEM;
+	for (int i = 0; i < ncand; i++) {
+		struct ft__member m;
+		rc = read_member(r, gen, cand[i], &m);
+		if (rc == MEMBER_ABSENT && gen > 0 && read_member(r, gen - 1, cand[i], NULL) == MEMBER_DEAD)
+			rc = MEMBER_DEAD; /* died before it could publish */
+		if (rc < 0) {
+			free(members);
+			return rc;
+		}
+		if (rc == MEMBER_LIVE) {
+			members[n++] = cand[i];
+			if (m.next_op < first)
+				first = m.next_op;
+		} else if (rc == MEMBER_ABSENT) {
+			missing++;
+		}
+	}
+	rc = 0;
+	if (n > 0 && (missing == 0 || force))
+		rc = write_view(r, gen, members, n, first);
+	free(members);
+	if (rc != 0)
+		return rc;
+	rc = read_view(r, gen, view);
+	if (rc == 1 && gen == 0)
+		r->nonce = view->nonce;
+	return rc;
+}
+
 static void backoff_sleep(int *us)
 {
 	struct timespec ts = {0, (long)*us * 1000};
@@ -280,50 +358,58 @@ int ft__rdv_settle(struct ft__rdv *r, uint32_t gen, const int *cand, int ncand, 
 		   struct ft__view *view)
 {
 	int64_t deadline = ft__now_ms() + timeout_ms;
-	int coordinator = cand[0], written = 0, sleep_us = 500, rc;
+	int sleep_us = 500, rc;
 
-	for (int i = 1; i < ncand; i++)
-		if (cand[i] < coordinator)
-			coordinator = cand[i];
 	for (;;) {
-		rc = read_view(r, gen, view);
+		rc = ft__rdv_try_settle(r, gen, cand, ncand, false, view);
 		if (rc == 1)
 			return 0;
 		if (rc < 0) {
-			ft__error("rendezvous: corrupt view file for generation %u in %s", gen,
-				  r->dir);
+			ft__error("rendezvous: cannot settle generation %u in %s: %s", gen, r->dir,
+				  ft_strerror(rc));
 			return rc;
-		}
-		if (r->rank == coordinator && !written) {
-			int present = 0;
-			for (int i = 0; i < ncand; i++) {
-				rc = read_member(r, gen, cand[i], NULL, 0);
-				if (rc < 0)
-					return rc;
-				present += rc;
-			}
-			if (present == ncand) {
-				rc = write_view(r, gen, cand, ncand);
-				if (rc != 0)
-					return rc;
-				written = 1;
-				continue;
-			}
 		}
 		if (ft__now_ms() >= deadline)
 			break;
 		backoff_sleep(&sleep_us);
 	}
-	if (r->rank == coordinator) {
+	if (r->rank == cand[0]) {
 		for (int i = 0; i < ncand; i++)
-			if (read_member(r, gen, cand[i], NULL, 0) != 1)
+			if (read_member(r, gen, cand[i], NULL) != MEMBER_LIVE)
 				ft__error("rendezvous: rank %d never registered in %s (generation %u)",
 					  cand[i], r->dir, gen);
 	} else {
 		ft__error("rendezvous: no view for generation %u in %s (coordinator rank %d)", gen,
-			  r->dir, coordinator);
+			  r->dir, cand[0]);
 	}
 	return -FT_ETIMEDOUT;
+}
+
+/* Removes what a dead rank left in dir: member files of gone writers and
+ * lock files nobody holds. */
+static void sweep_dead(const struct ft__rdv *r, const char *dir, uint32_t gen)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char path[1100];
+	int orig;
+
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (sscanf(e->d_name, "member-%d", &orig) == 1) {
+			if (read_member(r, gen, orig, NULL) == MEMBER_DEAD)
+				unlink(path);
+		} else if (sscanf(e->d_name, "lock-%d", &orig) == 1 && orig != r->rank) {
+			int fd = open(path, O_RDWR | O_CLOEXEC);
+			if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+				unlink(path);
+			if (fd >= 0)
+				close(fd);
+		}
+	}
+	closedir(d);
 }
 
 void ft__rdv_close(struct ft__rdv *r, uint32_t gen, int remove_view)
@@ -332,15 +418,20 @@ void ft__rdv_close(struct ft__rdv *r, uint32_t gen, int remove_view)
 
 	if (r->dir[0] == '\0')
 		return;
-	gen_dir(r, gen, dir, sizeof(dir));
 	if (r->lock_fd >= 0) {
-		snprintf(path, sizeof(path), "%s/member-%d", dir, r->rank);
-		unlink(path);
-		if (remove_view) {
-			snprintf(path, sizeof(path), "%s/view", dir);
+		for (uint32_t g = 0; g <= gen; g++) {
+			gen_dir(r, g, dir, sizeof(dir));
+			snprintf(path, sizeof(path), "%s/member-%d", dir, r->rank);
 			unlink(path);
+			if (remove_view) {
+				sweep_dead(r, dir, g);
+				snprintf(path, sizeof(path), "%s/view", dir);
+				unlink(path);
+			}
+			rmdir(dir);
 		}
-		rmdir(dir);
+		if (remove_view)
+			sweep_dead(r, r->dir, gen);
 		snprintf(path, sizeof(path), "%s/lock-%d", r->dir, r->rank);
 		unlink(path);
 		close(r->lock_fd);

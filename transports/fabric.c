@@ -251,6 +251,8 @@ struct fab_peer {
 };
 
 struct ft_transport {
+	bool (*interrupted)(void *arg);
+	void *interrupt_arg;
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
@@ -1937,6 +1939,8 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	pthread_mutex_init(&tp->lock, NULL);
 	tp->cq_fd = tp->eq_fd = -1;
 	tp->rank = p->rank;
+	tp->interrupted = p->interrupted;
+	tp->interrupt_arg = p->interrupt_arg;
 	tp->pid = (int)getpid();
 	tp->node = node_id();
 	tp->next_id = (ft__now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)tp->pid << 16) & TAG_ID_MASK;
@@ -2323,7 +2327,10 @@ static int do_accept(struct ft_transport *tp, const struct ft_hello *expect, int
 				  expect->from_rank, timeout_ms);
 			return -FT_ETIMEDOUT;
 		}
-		fab_wait(tp, ft__ms_left(deadline));
+		if (tp->interrupted != NULL && tp->interrupted(tp->interrupt_arg))
+			return -FT_EABORTED;
+		fab_wait(tp, tp->interrupted != NULL && ft__ms_left(deadline) > 20
+				     ? 20 : ft__ms_left(deadline));
 	}
 	l->m.ack_tx = (struct ft_hello_ack){.magic = FT_HELLO_MAGIC, .status = 0};
 	l->want[C_ACK_TX] = true;

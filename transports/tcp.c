@@ -78,6 +78,8 @@ struct ft_transport {
 	struct ft_link *links;
 	int log_level;
 	int rank;
+	bool (*interrupted)(void *arg);
+	void *interrupt_arg;
 };
 
 static void tune_socket(int fd)
@@ -152,6 +154,8 @@ static int tcp_open(const struct ft_tp_params *p, struct ft_transport **out)
 	tp->listen_fd = -1;
 	tp->rank = p->rank;
 	tp->log_level = p->log_level;
+	tp->interrupted = p->interrupted;
+	tp->interrupt_arg = p->interrupt_arg;
 	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (tp->epfd < 0) {
 		rc = -FT_EIO;
@@ -359,6 +363,14 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 			pfd[n++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
 		if (left == 0)
 			break;
+		if (tp->interrupted != NULL) {
+			if (tp->interrupted(tp->interrupt_arg)) {
+				rc = -FT_EABORTED;
+				break;
+			}
+			if (left > 20)
+				left = 20;
+		}
 		if (poll(pfd, (nfds_t)n, left) < 0 && errno != EINTR) {
 			rc = -FT_EIO;
 			break;

@@ -3,6 +3,7 @@
 #define FTCC_TRANSPORT_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
@@ -112,6 +113,10 @@ struct ft_tp_params {
 	const char *token;
 	size_t max_payload;     /* largest frame payload the engine will post */
 	int log_level;
+	/* Optional: a blocking accept returns -FT_EABORTED within about 20 ms
+	 * once interrupted(interrupt_arg) is true (a failure is being handled). */
+	bool (*interrupted)(void *arg);
+	void *interrupt_arg;
 };
 
 /*

@@ -1,0 +1,51 @@
+/* detect.h: the failure detector thread: heartbeats, failure notices and the membership that follows. */
+#ifndef FTCC_DETECT_H
+#define FTCC_DETECT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rendezvous.h"
+
+struct ft__det;
+
+struct ft__det_params {
+	struct ft__rdv *rdv;            /* shared with the main thread; read-only here but for publishing */
+	int world_size;
+	int rank;                       /* original rank */
+	const char *job_id;
+	const char *token;
+	const char *bind_host;
+	const char *data_addr;          /* republished in every generation */
+	int heartbeat_ms;
+	int detect_timeout_ms;
+	int settle_delay_ms;            /* rejoin policy: wait this long for the failed rank first */
+};
+
+/* Opens the control listener (so that its address can be published). */
+int ft__det_create(const struct ft__det_params *p, struct ft__det **out);
+const char *ft__det_addr(const struct ft__det *d);
+/* Starts watching the view of generation gen (members ascending). */
+int ft__det_start(struct ft__det *d, uint32_t gen, const int *members, int n);
+/* Says goodbye to the neighbours (no failure), stops the thread, frees d. */
+void ft__det_destroy(struct ft__det *d);
+
+/* True once a failure is known that the main thread has not yet recovered from. */
+bool ft__det_pending(struct ft__det *d);
+/* The main thread holds the whole result of op seq: 0, or -FT_EPEERFAILED when
+ * a failure is being settled (then it must not claim it). */
+int ft__det_have_result(struct ft__det *d, uint64_t seq);
+/*
+ * Waits up to timeout_ms for the settled view that follows generation gen:
+ * 0 and *view (the caller frees it), -FT_EEXCLUDED when this rank was left
+ * out, -FT_ETIMEDOUT.
+ */
+int ft__det_await(struct ft__det *d, uint32_t gen, int timeout_ms, struct ft__view *view);
+/* The main thread now runs generation gen, next wanting the result of next_op. */
+void ft__det_adopted(struct ft__det *d, uint32_t gen, uint64_t next_op);
+/* The main thread saw a link to original rank orig fail with no failure known: declare it. */
+void ft__det_suspect(struct ft__det *d, int orig);
+/* Monotonic ns at which this rank first knew of its latest failure (0: none). */
+uint64_t ft__det_known_ns(struct ft__det *d);
+
+#endif
