@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,10 +73,15 @@ static inline void tu_job_init(struct tu_job *job, int n)
 static inline void tu_spawn(struct tu_job *job, int r, tu_rank_fn fn, void *arg,
 			    void (*tweak)(struct ft_config *, int))
 {
+	pid_t parent = getpid();
 	pid_t pid = fork();
 
 	if (pid == 0) {
 		struct ft_config cfg;
+		/* a failed assertion ends the test process: take the ranks with it */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(99);
 		struct ft_comm *comm = NULL;
 		int rc;
 		tu_config(job, r, &cfg);

@@ -1,0 +1,443 @@
+/* test_shrink.c: the shrink policy: ranks killed (from outside, at injection points, hung) mid-job; survivors finish every op exactly. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "testutil.h"
+
+/*
+ * Every rank runs ops allreduces (alternating int64 sum, float64 average,
+ * in place and out of place). The input of op i on original rank m is
+ * (m+1)*1000 + (i%7)*10 + j%13 at element j, so the exact result over the
+ * members reported after the call is known. A rank stops once it has run
+ * min_ops ops and at least after_ops ops since the last membership change
+ * (the survivors see changes at the same op, so they stop together).
+ * It writes "size generation ops" to <dir>/result-<orig>.
+ */
+struct scenario {
+	int n;
+	size_t count;
+	int min_ops, after_ops;
+	int kind;               /* 0 allreduce, 1 broadcast, 2 barrier + allreduce */
+	char fault[200];
+	int fault_rank;
+	int detect_ms;          /* 0: defaults */
+	char dir[256];
+};
+
+static struct scenario sc;
+
+static void tweak(struct ft_config *cfg, int rank)
+{
+	cfg->policy = FT_POLICY_SHRINK;
+	cfg->log_level = getenv("FTCC_TEST_LOG") ? atoi(getenv("FTCC_TEST_LOG")) : 0;
+	if (sc.detect_ms > 0) {
+		cfg->detect_timeout_ms = sc.detect_ms;
+		cfg->heartbeat_ms = sc.detect_ms / 10 > 0 ? sc.detect_ms / 10 : 1;
+	}
+	if (sc.fault[0] != '\0' && rank == sc.fault_rank)
+		snprintf(cfg->fault, sizeof(cfg->fault), "%s", sc.fault);
+}
+
+static double input(int orig, int i, size_t j)
+{
+	return (orig + 1) * 1000.0 + (i % 7) * 10.0 + (double)(j % 13);
+}
+
+/* Checks op i's result against the members after the call; 0 if exact. */
+static int check_allreduce(struct ft_comm *comm, int i, const void *out, int is_avg,
+			   const struct ft_op_info *info)
+{
+	int size = ft_size(comm);
+	double members = 0;
+
+	for (int k = 0; k < size; k++)
+		members += (ft_orig_rank(comm, k) + 1) * 1000.0;
+	if (info->contributors != size || info->generation != ft_generation(comm)) {
+		fprintf(stderr, "op %d: info says %d contributors, generation %u; comm says %d, %u\n",
+			i, info->contributors, info->generation, size, ft_generation(comm));
+		return 1;
+	}
+	for (size_t j = 0; j < sc.count; j++) {
+		double want = members + size * ((i % 7) * 10.0 + (double)(j % 13));
+		if (is_avg) {
+			double got = ((const double *)out)[j];
+			if (fabs(got - want / size) > 1e-9 * want) {
+				fprintf(stderr, "op %d: element %zu is %.17g, want %.17g over %d ranks\n",
+					i, j, got, want / size, size);
+				return 1;
+			}
+		} else if (((const int64_t *)out)[j] != (int64_t)want) {
+			fprintf(stderr, "op %d: element %zu is %lld, want %lld over %d ranks\n", i, j,
+				(long long)((const int64_t *)out)[j], (long long)want, size);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static int one_allreduce(struct ft_comm *comm, int orig, int i, void *in, void *out)
+{
+	struct ft_op_info info;
+	int is_avg = i % 2 == 1, in_place = i % 3 == 0, rc;
+	void *dst = in_place ? in : out;
+
+	for (size_t j = 0; j < sc.count; j++) {
+		if (is_avg)
+			((double *)in)[j] = input(orig, i, j);
+		else
+			((int64_t *)in)[j] = (int64_t)input(orig, i, j);
+	}
+	rc = ft_allreduce(comm, in_place ? FT_IN_PLACE : in, dst, sc.count,
+			  is_avg ? FT_FLOAT64 : FT_INT64, is_avg ? FT_AVG : FT_SUM, &info);
+	if (rc != 0) {
+		fprintf(stderr, "rank %d op %d: %s\n", orig, i, ft_strerror(rc));
+		return rc;
+	}
+	return check_allreduce(comm, i, dst, is_avg, &info) ? -FT_ECORRUPT : 0;
+}
+
+/* Broadcast from original rank 1 while it lives, then from dense rank 0. */
+static int one_broadcast(struct ft_comm *comm, int orig, int i, unsigned char *buf, int *root_orig)
+{
+	int root = -1, rc;
+	struct ft_op_info info;
+
+	for (int k = 0; k < ft_size(comm); k++)
+		if (ft_orig_rank(comm, k) == *root_orig)
+			root = k;
+	if (root < 0) {
+		root = 0;
+		*root_orig = ft_orig_rank(comm, 0);
+	}
+	for (size_t j = 0; j < sc.count; j++)
+		buf[j] = orig == *root_orig ? (unsigned char)(i * 31 + j * 7) : 0xee;
+	rc = ft_broadcast(comm, buf, sc.count, root, &info);
+	if (rc == -FT_EROOTFAILED) {
+		for (int k = 0; k < ft_size(comm); k++)
+			if (ft_orig_rank(comm, k) == *root_orig) {
+				fprintf(stderr, "op %d: root failed, but rank %d is a member\n", i,
+					*root_orig);
+				return rc;
+			}
+		return 1; /* the caller counts these */
+	}
+	if (rc != 0) {
+		fprintf(stderr, "rank %d broadcast %d: %s\n", orig, i, ft_strerror(rc));
+		return rc;
+	}
+	for (size_t j = 0; j < sc.count; j++)
+		if (buf[j] != (unsigned char)(i * 31 + j * 7)) {
+			fprintf(stderr, "rank %d broadcast %d: byte %zu wrong\n", orig, i, j);
+			return -FT_ECORRUPT;
+		}
+	return 0;
+}
+
+static int worker(struct ft_comm *comm, int orig, int n, void *arg)
+{
+	size_t bytes = sc.count * 8 + 8;
+	void *in = malloc(bytes), *out = malloc(bytes);
+	uint32_t gen = ft_generation(comm);
+	int changed_at = -1, root_orig = 1, root_failed = 0, i, rc = 0;
+	char path[400];
+	FILE *f;
+
+	(void)n;
+	(void)arg;
+	for (i = 0; i < 20000; i++) {
+		if (i >= sc.min_ops && (changed_at < 0 || i - changed_at >= sc.after_ops))
+			break;
+		if (sc.kind == 1) {
+			rc = one_broadcast(comm, orig, i, in, &root_orig);
+			if (rc == 1) {
+				root_failed++;
+				rc = 0;
+			}
+		} else {
+			if (sc.kind == 2 && i % 2 == 0)
+				rc = ft_barrier(comm);
+			if (rc == 0)
+				rc = one_allreduce(comm, orig, i, in, out);
+		}
+		if (rc != 0)
+			break;
+		if (ft_generation(comm) != gen) {
+			gen = ft_generation(comm);
+			changed_at = i;
+		}
+	}
+	snprintf(path, sizeof(path), "%s/result-%d", sc.dir, orig);
+	f = fopen(path, "w");
+	if (f != NULL) {
+		fprintf(f, "%d %u %d %d %d\n", ft_size(comm), ft_generation(comm), i, rc, root_failed);
+		fclose(f);
+	}
+	free(in);
+	free(out);
+	return rc == 0 ? 0 : (rc == -FT_EEXCLUDED ? 42 : 1);
+}
+
+struct outcome {
+	int size;
+	unsigned gen;
+	int ops, rc, root_failed;
+};
+
+static int read_outcome(int orig, struct outcome *o)
+{
+	char path[400];
+	FILE *f;
+	int got;
+
+	snprintf(path, sizeof(path), "%s/result-%d", sc.dir, orig);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return -1;
+	got = fscanf(f, "%d %u %d %d %d", &o->size, &o->gen, &o->ops, &o->rc, &o->root_failed);
+	fclose(f);
+	return got == 5 ? 0 : -1;
+}
+
+static bool was_killed(const struct tu_job *job, int r)
+{
+	return WIFSIGNALED(job->status[r]) && WTERMSIG(job->status[r]) == SIGKILL;
+}
+
+/*
+ * Runs a scenario: act() kills or stops ranks once all are ready. Then
+ * checks that every rank not killed finished with rc 0, and that all of
+ * them report the same size (n minus the ranks actually killed), the same
+ * generation and the same number of ops. Returns the number killed.
+ */
+static int run_scenario(void (*act)(struct tu_job *, void *), void *arg, long deadline_ms,
+			const char *what)
+{
+	struct tu_job job;
+	int maybe_killed[64], killed = 0, first = -1;
+	struct outcome ref = {0};
+
+	tu_job_init(&job, sc.n);
+	snprintf(sc.dir, sizeof(sc.dir), "%s", job.dir);
+	for (int r = 0; r < sc.n; r++)
+		tu_spawn(&job, r, worker, NULL, tweak);
+	cr_assert_eq(tu_wait_ready(&job, 30000), 0, "%s: ranks never got through ft_init", what);
+	if (act != NULL)
+		act(&job, arg);
+	for (int r = 0; r < sc.n; r++)
+		maybe_killed[r] = 1;
+	int bad = tu_wait(&job, deadline_ms, maybe_killed);
+	for (int r = 0; r < sc.n; r++)
+		if (job.status[r] == -1)
+			bad++;
+	cr_assert_eq(bad, 0, "%s: a rank hung past the deadline", what);
+	for (int r = 0; r < sc.n; r++)
+		killed += was_killed(&job, r);
+	for (int r = 0; r < sc.n; r++) {
+		struct outcome o;
+		if (was_killed(&job, r))
+			continue;
+		cr_assert(WIFEXITED(job.status[r]) && WEXITSTATUS(job.status[r]) == 0,
+			  "%s: survivor %d failed (status %d)", what, r,
+			  WIFEXITED(job.status[r]) ? WEXITSTATUS(job.status[r]) : -1);
+		cr_assert_eq(read_outcome(r, &o), 0, "%s: no outcome from rank %d", what, r);
+		if (first < 0) {
+			first = r;
+			ref = o;
+		}
+		cr_assert(o.size == ref.size && o.gen == ref.gen && o.ops == ref.ops &&
+				  o.root_failed == ref.root_failed,
+			  "%s: rank %d ends with size %d gen %u ops %d, rank %d with %d %u %d", what, r,
+			  o.size, o.gen, o.ops, first, ref.size, ref.gen, ref.ops);
+	}
+	cr_assert_eq(ref.size, sc.n - killed, "%s: %d ranks killed but the survivors are %d of %d",
+		     what, killed, ref.size, sc.n);
+	tu_job_cleanup(&job);
+	return killed;
+}
+
+static void scenario_init(int n, size_t count, int min_ops, int after_ops)
+{
+	memset(&sc, 0, sizeof(sc));
+	sc.n = n;
+	sc.count = count;
+	sc.min_ops = min_ops;
+	sc.after_ops = after_ops;
+}
+
+/* ---- acts ---- */
+
+struct kill_plan {
+	int victims[8];
+	int nvictims;
+	long delay_ms[8];       /* before each kill */
+	int sig;
+};
+
+static void act_kill(struct tu_job *job, void *arg)
+{
+	struct kill_plan *p = arg;
+
+	for (int k = 0; k < p->nvictims; k++) {
+		if (p->delay_ms[k] > 0)
+			tu_sleep_ms(p->delay_ms[k]);
+		kill(job->pids[p->victims[k]], p->sig ? p->sig : SIGKILL);
+	}
+}
+
+/* ---- tests ---- */
+
+/* Random victims at random moments, n = 3..8, small and large counts. */
+Test(shrink, random_outside_kill, .timeout = 600)
+{
+	unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+	int trials = 0, real = 0;
+
+	fprintf(stderr, "shrink.random_outside_kill: seed %u\n", seed);
+	srand(seed);
+	for (int n = 3; n <= 8; n++) {
+		size_t counts[] = {7, 60001};
+		for (int c = 0; c < 2; c++) {
+			for (int t = 0; t < 2; t++) {
+				struct kill_plan p = {.nvictims = 1};
+				char what[96];
+				scenario_init(n, counts[c], c == 0 ? 400 : 60, 100);
+				p.victims[0] = rand() % n;
+				p.delay_ms[0] = 1 + rand() % (c == 0 ? 150 : 400);
+				snprintf(what, sizeof(what), "n=%d count=%zu kill %d after %ld ms", n,
+					 counts[c], p.victims[0], p.delay_ms[0]);
+				real += run_scenario(act_kill, &p, 60000, what);
+				trials++;
+			}
+		}
+	}
+	fprintf(stderr, "shrink.random_outside_kill: %d trials, %d with the victim killed mid-job\n",
+		trials, real);
+	cr_assert_geq(real, trials / 2, "too few kills landed mid-job (%d of %d)", real, trials);
+}
+
+/* FTCC_FAULT at each phase and at first, middle and last steps. */
+Test(shrink, fault_at_every_phase, .timeout = 300)
+{
+	static const char *phases[] = {"reduce_scatter", "allgather", "commit"};
+	for (int p = 0; p < 3; p++) {
+		int n = 5, steps[] = {0, 1, p == 2 ? n - 2 : n - 2};
+		for (int s = 0; s < 3; s++) {
+			char what[260];
+			scenario_init(n, 100003, 6, 4);
+			sc.fault_rank = (p + s) % n;
+			snprintf(sc.fault, sizeof(sc.fault), "rank=%d,op=%d,phase=%s,step=%d,seg=0",
+				 sc.fault_rank, 2 + s, phases[p], steps[s]);
+			snprintf(what, sizeof(what), "FTCC_FAULT=%s", sc.fault);
+			cr_assert_eq(run_scenario(NULL, NULL, 60000, what), 1, "%s: no kill", what);
+		}
+	}
+	scenario_init(4, 1000, 6, 4);
+	sc.fault_rank = 2;
+	snprintf(sc.fault, sizeof(sc.fault), "rank=2,op=3,phase=between");
+	cr_assert_eq(run_scenario(NULL, NULL, 60000, "between ops"), 1);
+}
+
+Test(shrink, two_at_once_adjacent_and_not, .timeout = 200)
+{
+	int pairs[][2] = {{1, 2}, {1, 4}, {5, 0}};
+	for (int k = 0; k < 3; k++) {
+		struct kill_plan p = {.nvictims = 2, .victims = {pairs[k][0], pairs[k][1]},
+				      .delay_ms = {60, 0}};
+		char what[64];
+		scenario_init(6, 30001, 200, 100);
+		snprintf(what, sizeof(what), "kill %d and %d", pairs[k][0], pairs[k][1]);
+		cr_assert_eq(run_scenario(act_kill, &p, 60000, what), 2, "%s", what);
+	}
+}
+
+/* The coordinator of the next view is the lowest survivor: kill rank 0. */
+Test(shrink, coordinator_killed, .timeout = 120)
+{
+	struct kill_plan p = {.nvictims = 1, .victims = {0}, .delay_ms = {50}};
+
+	scenario_init(5, 20001, 200, 100);
+	cr_assert_eq(run_scenario(act_kill, &p, 60000, "kill rank 0"), 1);
+}
+
+/* A second kill while the survivors are still recovering from the first. */
+Test(shrink, second_kill_during_recovery, .timeout = 300)
+{
+	long gaps[] = {0, 1, 3, 8, 20};
+	for (int k = 0; k < 5; k++) {
+		struct kill_plan p = {.nvictims = 2, .victims = {2, k % 2 ? 0 : 4},
+				      .delay_ms = {40, gaps[k]}};
+		char what[64];
+		scenario_init(6, 20001, 200, 100);
+		snprintf(what, sizeof(what), "second kill %ld ms after the first", gaps[k]);
+		cr_assert_eq(run_scenario(act_kill, &p, 60000, what), 2, "%s", what);
+	}
+}
+
+/* Every rank but one dies: the last finishes alone. */
+Test(shrink, all_but_one, .timeout = 120)
+{
+	struct kill_plan p = {.nvictims = 3, .victims = {1, 0, 3}, .delay_ms = {40, 20, 20}};
+
+	scenario_init(4, 5001, 300, 100);
+	cr_assert_eq(run_scenario(act_kill, &p, 60000, "three of four killed"), 3);
+}
+
+/* A SIGSTOPped rank breaks no link: heartbeat silence finds it. After the
+ * others finish it is let go and must learn it was left out. */
+Test(shrink, stopped_rank_detected_by_heartbeat, .timeout = 120)
+{
+	struct tu_job job;
+	int expect[64] = {0};
+	long t_stop;
+
+	scenario_init(4, 5001, 300, 1000);
+	sc.detect_ms = 400;
+	tu_job_init(&job, sc.n);
+	snprintf(sc.dir, sizeof(sc.dir), "%s", job.dir);
+	for (int r = 0; r < sc.n; r++)
+		tu_spawn(&job, r, worker, NULL, tweak);
+	cr_assert_eq(tu_wait_ready(&job, 30000), 0);
+	tu_sleep_ms(50);
+	kill(job.pids[2], SIGSTOP);
+	t_stop = tu_now_ms();
+	/* the survivors settle a view without it ... */
+	char view[600];
+	snprintf(view, sizeof(view), "%s/%s/gen-1/view", job.dir, job.job_id);
+	while (access(view, F_OK) != 0 && tu_now_ms() - t_stop < 30000)
+		tu_sleep_ms(5);
+	cr_assert_eq(access(view, F_OK), 0, "no view without the stopped rank");
+	cr_assert_geq(tu_now_ms() - t_stop, sc.detect_ms * 3 / 4, "settled before the detection timeout");
+	/* ... and it is let go while they still run */
+	kill(job.pids[2], SIGCONT);
+	expect[2] = 1;
+	cr_assert_eq(tu_wait(&job, 30000, expect), 0, "a survivor failed or hung");
+	cr_assert(WIFEXITED(job.status[2]) && WEXITSTATUS(job.status[2]) == 42,
+		  "the stopped rank, let go, must get -FT_EEXCLUDED (status %d)", job.status[2]);
+	for (int r = 0; r < sc.n; r++) {
+		struct outcome o;
+		if (r == 2)
+			continue;
+		cr_assert_eq(read_outcome(r, &o), 0);
+		cr_assert_eq(o.size, 3, "rank %d ends with %d members", r, o.size);
+	}
+	tu_job_cleanup(&job);
+}
+
+/* Broadcast: a dead root fails the op on every survivor (-FT_EROOTFAILED),
+ * a dead non-root does not; barriers recover too. */
+Test(shrink, broadcast_and_barrier, .timeout = 200)
+{
+	struct kill_plan p = {.nvictims = 1, .victims = {1}, .delay_ms = {60}};
+
+	scenario_init(5, 300001, 300, 50);
+	sc.kind = 1;
+	cr_assert_eq(run_scenario(act_kill, &p, 60000, "broadcast, root killed"), 1);
+	p.victims[0] = 3;
+	scenario_init(5, 300001, 300, 50);
+	sc.kind = 1;
+	cr_assert_eq(run_scenario(act_kill, &p, 60000, "broadcast, non-root killed"), 1);
+	scenario_init(5, 1001, 400, 100);
+	sc.kind = 2;
+	cr_assert_eq(run_scenario(act_kill, &p, 60000, "barriers and allreduces"), 1);
+}
