@@ -81,6 +81,8 @@ void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq)
 
 static void comm_release(struct ft_comm *c)
 {
+	if (c->det != NULL)
+		ft__rdv_depart(&c->rdv, c->op_seq);
 	ft__det_destroy(c->det);
 	c->det = NULL;
 	if (c->tp != NULL) {

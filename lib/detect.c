@@ -244,6 +244,21 @@ static void failed_list(struct ft__det *d, int32_t *out, int *n)
 
 static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *why);
 
+/* A new neighbour hears every failure known here: the notice it may have
+ * missed went out on links that a view change has since closed. */
+static void send_failed_set(struct ft__det *d, int i)
+{
+	int32_t *all = malloc((size_t)d->p.world_size * sizeof(int32_t));
+	int n;
+
+	if (all == NULL)
+		return;
+	failed_list(d, all, &n);
+	if (n > 0)
+		send_msg(d, i, CTL_NOTICE, all, (size_t)n * sizeof(int32_t));
+	free(all);
+}
+
 /* Blocks (briefly) to connect the control link to original rank `to`. */
 static int connect_to(struct ft__det *d, int to)
 {
@@ -346,12 +361,14 @@ static void rewire(struct ft__det *d)
 			conn_close(d, i);
 		} else if (c->gen == d->gen && c->peer == d->left) {
 			d->left_ci = i;
+			send_failed_set(d, i);
 		}
 	}
 	if (d->right >= 0) {
 		int i = connect_to(d, d->right);
 		if (i >= 0) {
 			d->right_ci = i;
+			send_failed_set(d, i);
 		} else {
 			int32_t r = d->right;
 			declare(d, &r, 1, "its control address refused us");
@@ -445,7 +462,7 @@ static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *
 {
 	int32_t *all;
 	int added = 0, nall;
-	bool self = false;
+	bool self = false, member = false;
 
 	lock(d);
 	for (int i = 0; i < n; i++) {
@@ -454,6 +471,7 @@ static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *
 		d->failed[ranks[i]] = true;
 		added++;
 		self |= ranks[i] == d->p.rank;
+		member |= in_list(d->members, d->size, ranks[i]);
 		if (ranks[i] != d->p.rank)
 			ft__info("detector: rank %d failed (%s)", ranks[i], why);
 	}
@@ -483,7 +501,9 @@ static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *
 		}
 		free(all);
 	}
-	start_recovery(d);
+	/* a rank already outside this view (news arriving late) changes nothing */
+	if (member)
+		start_recovery(d);
 }
 
 /* ---- messages ---- */
@@ -533,6 +553,7 @@ static void on_hello(struct ft__det *d, int i, const struct ctl_hdr *h, const un
 		if (d->left_ci >= 0 && d->left_ci != i)
 			conn_close(d, d->left_ci);
 		d->left_ci = i;
+		send_failed_set(d, i);
 	}
 }
 

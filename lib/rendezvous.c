@@ -299,11 +299,33 @@ static int write_view(struct ft__rdv *r, uint32_t gen, const int *members, int n
 	return rc == -EEXIST ? 0 : rc;
 }
 
+int ft__rdv_depart(struct ft__rdv *r, uint64_t next_op)
+{
+	char name[64], text[96];
+
+	snprintf(name, sizeof(name), "left-%d", r->rank);
+	snprintf(text, sizeof(text), "%d %llu %llx\n", (int)getpid(), (unsigned long long)next_op,
+		 (unsigned long long)r->nonce);
+	return write_atomic(r->dir, name, text, 0) == 0 ? 0 : -FT_EIO;
+}
+
+/* Whether rank orig of this job (not of an earlier one with the same id) finalized. */
+static bool departed(const struct ft__rdv *r, int orig)
+{
+	char path[800], buf[128];
+	unsigned long long next, nonce;
+	int pid;
+
+	snprintf(path, sizeof(path), "%s/left-%d", r->dir, orig);
+	return read_file(path, buf, sizeof(buf)) > 0 &&
+	       sscanf(buf, "%d %llu %llx", &pid, &next, &nonce) == 3 && nonce == r->nonce;
+}
+
 int ft__rdv_try_settle(struct ft__rdv *r, uint32_t gen, const int *cand, int ncand, bool force,
 		       struct ft__view *view)
 {
 	uint64_t first = UINT64_MAX;
-	int *members, n = 0, missing = 0, rc;
+	int *members, *state, n = 0, missing = 0, coordinator = -1, rc;
 
 	rc = read_view(r, gen, view);
 	if (rc != 0) {
@@ -311,37 +333,49 @@ int ft__rdv_try_settle(struct ft__rdv *r, uint32_t gen, const int *cand, int nca
 			r->nonce = view->nonce;
 		return rc;
 	}
-	if (ncand < 1 || r->rank != cand[0])
+	if (ncand < 1)
 		return 0;
 	members = malloc((size_t)ncand * sizeof(int));
-	if (members == NULL)
+	state = malloc((size_t)ncand * sizeof(int));
+	if (members == NULL || state == NULL) {
+		free(members);
+		free(state);
 		return -FT_ENOMEM;
+	}
+	/* A candidate is live (published), absent (not yet), or out: its
+	 * process is gone from this host, or it finalized (left-<r>). */
 	for (int i = 0; i < ncand; i++) {
 		struct ft__member m;
 		rc = read_member(r, gen, cand[i], &m);
-		if (rc == MEMBER_ABSENT && gen > 0 && read_member(r, gen - 1, cand[i], NULL) == MEMBER_DEAD)
-			rc = MEMBER_DEAD; /* died before it could publish */
-		if (rc < 0) {
-			free(members);
-			return rc;
-		}
-		if (rc == MEMBER_LIVE) {
-			members[n++] = cand[i];
-			if (m.next_op < first)
-				first = m.next_op;
-		} else if (rc == MEMBER_ABSENT) {
-			missing++;
-		}
+		if (rc == MEMBER_ABSENT && gen > 0 &&
+		    (departed(r, cand[i]) || read_member(r, gen - 1, cand[i], NULL) == MEMBER_DEAD))
+			rc = MEMBER_DEAD;
+		if (rc < 0)
+			goto out;
+		state[i] = rc;
+		if (rc == MEMBER_LIVE && m.next_op < first)
+			first = m.next_op;
+		if (rc != MEMBER_DEAD && coordinator < 0)
+			coordinator = cand[i];
 	}
 	rc = 0;
+	if (r->rank != coordinator)
+		goto out;
+	for (int i = 0; i < ncand; i++) {
+		if (state[i] == MEMBER_LIVE)
+			members[n++] = cand[i];
+		missing += state[i] == MEMBER_ABSENT;
+	}
 	if (n > 0 && (missing == 0 || force))
 		rc = write_view(r, gen, members, n, first);
+	if (rc == 0) {
+		rc = read_view(r, gen, view);
+		if (rc == 1 && gen == 0)
+			r->nonce = view->nonce;
+	}
+out:
 	free(members);
-	if (rc != 0)
-		return rc;
-	rc = read_view(r, gen, view);
-	if (rc == 1 && gen == 0)
-		r->nonce = view->nonce;
+	free(state);
 	return rc;
 }
 

@@ -39,16 +39,19 @@ int ft__rdv_open(struct ft__rdv *r, const char *root, const char *job, int rank)
 int ft__rdv_publish(struct ft__rdv *r, uint32_t gen, const struct ft__member *m);
 /*
  * One look at generation gen: 1 (and *view) once it is settled, 0 not yet,
- * <0 error. The coordinator, the lowest of the candidates (ascending), writes
- * the view once every candidate has published or is known dead, or, when
- * force, with the candidates that have published; first_op is the lowest
- * next_op they published.
+ * <0 error. The coordinator, the lowest candidate (ascending) not known
+ * gone (dead on this host, or finalized), writes the view once every
+ * candidate has published or is gone, or, when force, with the candidates
+ * that have published; first_op is the lowest next_op they published.
  */
 int ft__rdv_try_settle(struct ft__rdv *r, uint32_t gen, const int *candidates, int ncand,
 		       bool force, struct ft__view *view);
 /* Waits (backing off) for the view of generation gen, up to timeout_ms. */
 int ft__rdv_settle(struct ft__rdv *r, uint32_t gen, const int *candidates, int ncand,
 		   int timeout_ms, struct ft__view *view);
+/* Marks this rank as finalized (its next op: next_op), so that a settle
+ * in progress neither waits for it nor counts it. */
+int ft__rdv_depart(struct ft__rdv *r, uint64_t next_op);
 /* Reads what original rank `orig` published for generation gen. */
 int ft__rdv_lookup(struct ft__rdv *r, uint32_t gen, int orig, struct ft__member *m);
 /* Removes this rank's files and releases the lock; safe on a half-opened r. */

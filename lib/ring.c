@@ -600,11 +600,12 @@ static bool recoverable(struct ft_comm *c, int rc)
 static int recover(struct ft_comm *c, uint64_t seq, int suspect)
 {
 	int wait_ms = 2 * c->cfg.detect_timeout_ms + c->cfg.connect_timeout_ms;
+	uint32_t after = c->generation;
 	struct ft__view v = {0};
 	int rc;
 
 	for (;;) {
-		rc = ft__det_await(c->det, c->generation,
+		rc = ft__det_await(c->det, after,
 				   suspect >= 0 ? 2 * c->cfg.detect_timeout_ms : wait_ms, &v);
 		if (rc == -FT_ETIMEDOUT && suspect >= 0) {
 			ft__warn("link to rank %d failed with no failure known: declaring it", suspect);
@@ -624,10 +625,11 @@ static int recover(struct ft_comm *c, uint64_t seq, int suspect)
 			ft__view_free(&v);
 			return -FT_EPROTO;
 		}
+		after = v.generation;
 		rc = ft__comm_adopt(c, &v);
 		if (rc == 0 || rc == -FT_EEXCLUDED || rc == -FT_ENOMEM || rc == -FT_ECORRUPT)
 			return rc;
-		/* a member of the view is gone already: the detector will follow */
+		/* a member of the view is gone already: wait for the one after it */
 	}
 }
 

@@ -22,6 +22,7 @@ struct scenario {
 	char fault[200];
 	int fault_rank;
 	int detect_ms;          /* 0: defaults */
+	int pause_us;           /* between ops, so that kills at known times land mid-job */
 	char dir[256];
 };
 
@@ -162,6 +163,8 @@ static int worker(struct ft_comm *comm, int orig, int n, void *arg)
 		}
 		if (rc != 0)
 			break;
+		if (sc.pause_us > 0)
+			usleep((useconds_t)sc.pause_us);
 		if (ft_generation(comm) != gen) {
 			gen = ft_generation(comm);
 			changed_at = i;
@@ -207,8 +210,9 @@ static bool was_killed(const struct tu_job *job, int r)
 /*
  * Runs a scenario: act() kills or stops ranks once all are ready. Then
  * checks that every rank not killed finished with rc 0, and that all of
- * them report the same size (n minus the ranks actually killed), the same
- * generation and the same number of ops. Returns the number killed.
+ * them report the same size, generation and number of ops. Returns the
+ * number of ranks the survivors lost (killed ranks, unless a kill came
+ * after the job's last op).
  */
 static int run_scenario(void (*act)(struct tu_job *, void *), void *arg, long deadline_ms,
 			const char *what)
@@ -250,10 +254,12 @@ static int run_scenario(void (*act)(struct tu_job *, void *), void *arg, long de
 			  "%s: rank %d ends with size %d gen %u ops %d, rank %d with %d %u %d", what, r,
 			  o.size, o.gen, o.ops, first, ref.size, ref.gen, ref.ops);
 	}
-	cr_assert_eq(ref.size, sc.n - killed, "%s: %d ranks killed but the survivors are %d of %d",
-		     what, killed, ref.size, sc.n);
+	/* a kill may land after the last op (the rank was finalizing): then
+	 * the survivors rightly keep it in their last view */
+	cr_assert(ref.size >= sc.n - killed && ref.size <= sc.n,
+		  "%s: %d ranks killed but the survivors are %d of %d", what, killed, ref.size, sc.n);
 	tu_job_cleanup(&job);
-	return killed;
+	return sc.n - ref.size;
 }
 
 static void scenario_init(int n, size_t count, int min_ops, int after_ops)
@@ -301,9 +307,9 @@ Test(shrink, random_outside_kill, .timeout = 600)
 			for (int t = 0; t < 2; t++) {
 				struct kill_plan p = {.nvictims = 1};
 				char what[96];
-				scenario_init(n, counts[c], c == 0 ? 400 : 60, 100);
+				scenario_init(n, counts[c], c == 0 ? 1500 : 100, 100);
 				p.victims[0] = rand() % n;
-				p.delay_ms[0] = 1 + rand() % (c == 0 ? 150 : 400);
+				p.delay_ms[0] = 1 + rand() % (c == 0 ? 300 : 500);
 				snprintf(what, sizeof(what), "n=%d count=%zu kill %d after %ld ms", n,
 					 counts[c], p.victims[0], p.delay_ms[0]);
 				real += run_scenario(act_kill, &p, 60000, what);
@@ -345,7 +351,8 @@ Test(shrink, two_at_once_adjacent_and_not, .timeout = 200)
 		struct kill_plan p = {.nvictims = 2, .victims = {pairs[k][0], pairs[k][1]},
 				      .delay_ms = {60, 0}};
 		char what[64];
-		scenario_init(6, 30001, 200, 100);
+		scenario_init(6, 30001, 300, 100);
+		sc.pause_us = 500;
 		snprintf(what, sizeof(what), "kill %d and %d", pairs[k][0], pairs[k][1]);
 		cr_assert_eq(run_scenario(act_kill, &p, 60000, what), 2, "%s", what);
 	}
@@ -356,7 +363,8 @@ Test(shrink, coordinator_killed, .timeout = 120)
 {
 	struct kill_plan p = {.nvictims = 1, .victims = {0}, .delay_ms = {50}};
 
-	scenario_init(5, 20001, 200, 100);
+	scenario_init(5, 20001, 300, 100);
+	sc.pause_us = 500;
 	cr_assert_eq(run_scenario(act_kill, &p, 60000, "kill rank 0"), 1);
 }
 
@@ -368,7 +376,8 @@ Test(shrink, second_kill_during_recovery, .timeout = 300)
 		struct kill_plan p = {.nvictims = 2, .victims = {2, k % 2 ? 0 : 4},
 				      .delay_ms = {40, gaps[k]}};
 		char what[64];
-		scenario_init(6, 20001, 200, 100);
+		scenario_init(6, 20001, 300, 100);
+		sc.pause_us = 300;
 		snprintf(what, sizeof(what), "second kill %ld ms after the first", gaps[k]);
 		cr_assert_eq(run_scenario(act_kill, &p, 60000, what), 2, "%s", what);
 	}
@@ -379,7 +388,8 @@ Test(shrink, all_but_one, .timeout = 120)
 {
 	struct kill_plan p = {.nvictims = 3, .victims = {1, 0, 3}, .delay_ms = {40, 20, 20}};
 
-	scenario_init(4, 5001, 300, 100);
+	scenario_init(4, 5001, 400, 100);
+	sc.pause_us = 500;
 	cr_assert_eq(run_scenario(act_kill, &p, 60000, "three of four killed"), 3);
 }
 
@@ -438,6 +448,7 @@ Test(shrink, broadcast_and_barrier, .timeout = 200)
 	sc.kind = 1;
 	cr_assert_eq(run_scenario(act_kill, &p, 60000, "broadcast, non-root killed"), 1);
 	scenario_init(5, 1001, 400, 100);
+	sc.pause_us = 300;
 	sc.kind = 2;
 	cr_assert_eq(run_scenario(act_kill, &p, 60000, "barriers and allreduces"), 1);
 }

@@ -80,6 +80,10 @@ struct ft_transport {
 	int rank;
 	bool (*interrupted)(void *arg);
 	void *interrupt_arg;
+	struct early_conn *early;       /* handshakes for a newer generation, kept */
+	int nearly;
+	struct pending_conn *pend;      /* connections still short of a handshake */
+	int npend;
 };
 
 static void tune_socket(int fd)
@@ -308,6 +312,10 @@ static int tcp_connect(struct ft_transport *tp, const char *addr, const struct f
 			ft__error("tcp: cannot connect to %s: %s", addr, ft_strerror(rc));
 			goto fail;
 		}
+		if (tp->interrupted != NULL && tp->interrupted(tp->interrupt_arg)) {
+			rc = -FT_EABORTED;
+			goto fail;
+		}
 		struct timespec ts = {0, (long)delay_ms * 1000000L};
 		nanosleep(&ts, NULL);
 		delay_ms = delay_ms < 50 ? delay_ms * 2 : 50;
@@ -336,6 +344,15 @@ struct pending_conn {
 	char from[64];
 };
 
+/* A valid handshake for a generation newer than the one accepted now
+ * (a neighbour that adopted the next view first) waits for its accept. */
+struct early_conn {
+	int fd;
+	struct ft_hello hello;
+};
+
+#define TCP_EARLY_MAX 8
+
 static void refuse(struct pending_conn *pc, int rc, const char *why)
 {
 	struct ft_hello_ack ack = {.magic = FT_HELLO_MAGIC, .status = rc};
@@ -347,15 +364,71 @@ static void refuse(struct pending_conn *pc, int rc, const char *why)
 	pc->fd = -1;
 }
 
+/* Keeps pc when its handshake is valid but for a later generation. */
+static bool keep_early(struct ft_transport *tp, const struct ft_hello *expect,
+		       struct pending_conn *pc)
+{
+	struct ft_hello later = *expect;
+
+	if (pc->hello.generation <= expect->generation)
+		return false;
+	later.generation = pc->hello.generation;
+	later.from_rank = -1;
+	if (ft_hello_check(&later, &pc->hello) != 0)
+		return false;
+	if (tp->early == NULL)
+		tp->early = calloc(TCP_EARLY_MAX, sizeof(*tp->early));
+	if (tp->early == NULL || tp->nearly == TCP_EARLY_MAX)
+		return false;
+	tp->early[tp->nearly++] = (struct early_conn){.fd = pc->fd, .hello = pc->hello};
+	pc->fd = -1;
+	return true;
+}
+
+/* Acknowledges an accepted handshake and makes the link; fd is consumed. */
+static int accept_finish(struct ft_transport *tp, int fd, const struct ft_hello *hello,
+			 int64_t deadline, struct ft_link **out, struct ft_hello *got)
+{
+	struct ft_hello_ack ack = {.magic = FT_HELLO_MAGIC, .status = 0};
+	int rc = write_full(fd, &ack, sizeof(ack), deadline);
+
+	if (rc == 0) {
+		tune_socket(fd);
+		*out = link_new(tp, fd, hello->from_rank, false);
+		rc = *out != NULL ? 0 : -FT_ENOMEM;
+	}
+	if (rc == 0)
+		*got = *hello;
+	else
+		close(fd);
+	return rc;
+}
+
 static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
 		      struct ft_link **out, struct ft_hello *got)
 {
 	int64_t deadline = ft__now_ms() + timeout_ms;
-	struct pending_conn pend[TCP_PENDING_ACCEPT];
 	struct pollfd pfd[TCP_PENDING_ACCEPT + 1];
-	int npend = 0, rc = -FT_ETIMEDOUT;
+	struct pending_conn *pend;
+	int npend, rc = -FT_ETIMEDOUT;
 
 	*out = NULL;
+	/* Connections short of their handshake outlive the call: an accept cut
+	 * short (a failure being handled) must not lose a neighbour's link. */
+	if (tp->pend == NULL && (tp->pend = calloc(TCP_PENDING_ACCEPT, sizeof(*tp->pend))) == NULL)
+		return -FT_ENOMEM;
+	pend = tp->pend;
+	npend = tp->npend;
+	/* a neighbour of this generation may have connected before we got here */
+	for (int i = 0; i < tp->nearly; i++) {
+		struct early_conn e = tp->early[i];
+		if (e.hello.generation > expect->generation)
+			continue;
+		tp->early[i--] = tp->early[--tp->nearly];
+		if (ft_hello_check(expect, &e.hello) == 0)
+			return accept_finish(tp, e.fd, &e.hello, deadline, out, got);
+		close(e.fd);
+	}
 	for (;;) {
 		int n = 0, left = ft__ms_left(deadline);
 		pfd[n++] = (struct pollfd){.fd = tp->listen_fd, .events = POLLIN};
@@ -407,6 +480,10 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 			if (pc->got < sizeof(pc->hello))
 				continue;
 			rc = ft_hello_check(expect, &pc->hello);
+			if (rc != 0 && keep_early(tp, expect, pc)) {
+				rc = -FT_ETIMEDOUT;
+				continue;
+			}
 			if (rc != 0) {
 				char why[160];
 				snprintf(why, sizeof(why),
@@ -417,20 +494,8 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 				rc = -FT_ETIMEDOUT;
 				continue;
 			}
-			struct ft_hello_ack ack = {.magic = FT_HELLO_MAGIC, .status = 0};
-			rc = write_full(pc->fd, &ack, sizeof(ack), deadline);
-			if (rc == 0) {
-				tune_socket(pc->fd);
-				*out = link_new(tp, pc->fd, pc->hello.from_rank, false);
-				rc = *out != NULL ? 0 : -FT_ENOMEM;
-			}
-			if (rc == 0) {
-				*got = pc->hello;
-				pc->fd = -1;
-			} else {
-				close(pc->fd);
-				pc->fd = -1;
-			}
+			rc = accept_finish(tp, pc->fd, &pc->hello, deadline, out, got);
+			pc->fd = -1;
 			goto done;
 		}
 		/* Compact refused entries. */
@@ -449,12 +514,10 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 		}
 	}
 done:
+	tp->npend = 0;
 	for (int i = 0; i < npend; i++)
-		if (pend[i].fd >= 0) {
-			ft__warn("tcp: dropped connection from %s that sent no valid handshake",
-				 pend[i].from);
-			close(pend[i].fd);
-		}
+		if (pend[i].fd >= 0)
+			pend[tp->npend++] = pend[i];
 	if (rc == -FT_ETIMEDOUT)
 		ft__error("tcp: no valid connection from rank %d within %d ms", expect->from_rank,
 			  timeout_ms);
@@ -847,6 +910,12 @@ static void tcp_close(struct ft_transport *tp)
 		return;
 	while (tp->links != NULL)
 		link_destroy(tp->links);
+	for (int i = 0; i < tp->nearly; i++)
+		close(tp->early[i].fd);
+	free(tp->early);
+	for (int i = 0; i < tp->npend; i++)
+		close(tp->pend[i].fd);
+	free(tp->pend);
 	if (tp->listen_fd >= 0)
 		close(tp->listen_fd);
 	if (tp->epfd >= 0)
