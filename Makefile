@@ -38,8 +38,8 @@ EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
 
-.PHONY: all lib tools examples test demo bench bench-compare install uninstall asan tsan clean deps help
-all: lib tools examples $(B)/ftbench
+.PHONY: all lib tools examples test demo bench bench-compare bench-recovery install uninstall asan tsan clean deps help
+all: lib tools examples $(B)/ftbench $(B)/recovery_bench
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOLS)
@@ -66,6 +66,9 @@ $(B)/examples/%: examples/%.c $(STATIC)
 	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
 $(B)/ftbench: bench/ftbench.c bench/bench_common.h $(STATIC)
+	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+
+$(B)/recovery_bench: bench/recovery_bench.c $(STATIC)
 	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
 # Peer drivers for the comparison (built only by bench-compare).
@@ -95,6 +98,10 @@ bench: all
 
 bench-compare: all $(B)/gloo_bench $(B)/mpi_bench
 	@scripts/bench-compare.sh $(B)
+
+# Failure detection and recovery times; shrink-policy overhead against abort.
+bench-recovery: all
+	@scripts/bench-recovery.sh $(B)
 
 asan:
 	$(MAKE) B=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \

@@ -159,6 +159,8 @@ struct ft_stats {
 	double wait_ms;        /* time blocked waiting for the network */
 	uint64_t failure_known_ns; /* CLOCK_MONOTONIC time this rank first knew of its
 				    * latest failure (detector), 0 if none */
+	uint64_t view_settled_ns;  /* CLOCK_MONOTONIC time its detector settled the
+				    * latest membership view after a failure, 0 if none */
 	double last_recovery_ms;   /* recovery time of the latest recovery */
 };
 int ft_stats_get(const struct ft_comm *comm, struct ft_stats *stats);

@@ -371,7 +371,9 @@ FT__EXPORT int ft_stats_get(const struct ft_comm *c, struct ft_stats *stats)
 	if (stats == NULL)
 		return -FT_EINVAL;
 	*stats = c->stats;
-	stats->failure_known_ns = c->det != NULL ? ft__det_known_ns(c->det) : 0;
+	stats->failure_known_ns = stats->view_settled_ns = 0;
+	if (c->det != NULL)
+		ft__det_times(c->det, &stats->failure_known_ns, &stats->view_settled_ns);
 	return 0;
 }
 

@@ -93,7 +93,7 @@ struct ft__det {
 	bool *failed;           /* by original rank */
 	struct ft__view ready;  /* latest view this detector settled on */
 	int suspect;
-	uint64_t known_ns;
+	uint64_t known_ns, settled_ns;
 
 	/* detector thread only */
 	uint32_t gen;
@@ -402,6 +402,7 @@ static void adopt_view(struct ft__det *d, struct ft__view *v)
 	else
 		d->fatal = -FT_ENOMEM;
 	d->recovering = stale_member;
+	d->settled_ns = ft__now_ns();
 	pthread_cond_broadcast(&d->cond);
 	unlock(d);
 	ft__info("detector: generation %u settled: %d members, first op %llu", d->gen, d->size,
@@ -938,12 +939,10 @@ void ft__det_suspect(struct ft__det *d, int orig)
 	}
 }
 
-uint64_t ft__det_known_ns(struct ft__det *d)
+void ft__det_times(struct ft__det *d, uint64_t *known_ns, uint64_t *settled_ns)
 {
-	uint64_t t;
-
 	lock(d);
-	t = d->known_ns;
+	*known_ns = d->known_ns;
+	*settled_ns = d->settled_ns;
 	unlock(d);
-	return t;
 }

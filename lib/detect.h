@@ -45,7 +45,8 @@ int ft__det_await(struct ft__det *d, uint32_t gen, int timeout_ms, struct ft__vi
 void ft__det_adopted(struct ft__det *d, uint32_t gen, uint64_t next_op);
 /* The main thread saw a link to original rank orig fail with no failure known: declare it. */
 void ft__det_suspect(struct ft__det *d, int orig);
-/* Monotonic ns at which this rank first knew of its latest failure (0: none). */
-uint64_t ft__det_known_ns(struct ft__det *d);
+/* Monotonic ns at which this rank first knew of its latest failure, and at
+ * which it last settled on a new view (0: none). */
+void ft__det_times(struct ft__det *d, uint64_t *known_ns, uint64_t *settled_ns);
 
 #endif

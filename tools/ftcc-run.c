@@ -1180,6 +1180,11 @@ int main(int argc, char **argv)
 	}
 
 	clock_gettime(CLOCK_MONOTONIC, &L->t0);
+	/* the launcher's clock, so that ranks can report times on the same base */
+	char t0[32];
+	snprintf(t0, sizeof(t0), "%lld",
+		 (long long)L->t0.tv_sec * 1000000000LL + (long long)L->t0.tv_nsec);
+	setenv("FTCC_RUN_T0_NS", t0, 1);
 	for (int i = 0; i < L->opt.nranks && !stop_requested; i++) {
 		struct rank *r = &L->ranks[i];
 

@@ -1,0 +1,246 @@
+/* recovery_bench.c: time from SIGKILL (or SIGSTOP) of one rank to every survivor knowing, and to the interrupted op returning. */
+#include <ftcc.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/*
+ * Each trial forks N ranks (policy shrink) that allreduce `size` bytes of
+ * float32 back to back. Once all are past ft_init and have run a few ops,
+ * the parent kills (or stops) a random rank and notes the time. Each
+ * survivor keeps running until it has run 5 ops on the new view, then
+ * writes: the time its detector knew of the failure, and the start/end
+ * times of its last ops. The parent takes, over the survivors, the latest
+ * "knew" time and the latest end of the op that was running at the kill.
+ * All times are CLOCK_MONOTONIC, shared by the processes of one host.
+ */
+
+#define KEEP 4096
+
+static long long now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+struct opts {
+	int n, trials, detect_ms, heartbeat_ms;
+	size_t size;
+	bool stop;
+	char dir[256];
+};
+
+static int rank_main(const struct opts *o, int rank, int trial)
+{
+	struct ft_config cfg = FT_CONFIG_INIT;
+	struct ft_comm *comm;
+	size_t count = o->size / 4 > 0 ? o->size / 4 : 1;
+	float *in = malloc(count * 4), *out = malloc(count * 4);
+	static long long t_start[KEEP], t_end[KEEP];
+	struct ft_op_info info;
+	uint32_t gen0;
+	int i, since = -1, rc;
+	char path[400];
+	FILE *f;
+
+	cfg.rank = rank;
+	cfg.world_size = o->n;
+	cfg.policy = FT_POLICY_SHRINK;
+	cfg.log_level = 0;
+	if (o->detect_ms > 0)
+		cfg.detect_timeout_ms = o->detect_ms;
+	if (o->heartbeat_ms > 0)
+		cfg.heartbeat_ms = o->heartbeat_ms;
+	snprintf(cfg.rendezvous, sizeof(cfg.rendezvous), "%s", o->dir);
+	snprintf(cfg.job_id, sizeof(cfg.job_id), "rb-%d-%d", (int)getppid(), trial);
+	snprintf(cfg.token, sizeof(cfg.token), "bench");
+	if (in == NULL || out == NULL || (rc = ft_init(&cfg, &comm)) != 0)
+		return 1;
+	for (size_t j = 0; j < count; j++)
+		in[j] = (float)(rank + 1);
+	gen0 = ft_generation(comm);
+	for (i = 0; i < 10000000 && (since < 0 || i - since < 5); i++) {
+		t_start[i % KEEP] = now_ns();
+		rc = ft_allreduce(comm, in, out, count, FT_FLOAT32, FT_SUM, &info);
+		t_end[i % KEEP] = now_ns();
+		if (rc != 0)
+			return 2;
+		if (i == 3) {
+			snprintf(path, sizeof(path), "%s/ready-%d-%d", o->dir, trial, rank);
+			fclose(fopen(path, "w"));
+		}
+		if (since < 0 && ft_generation(comm) != gen0)
+			since = i;
+	}
+	struct ft_stats st;
+	ft_stats_get(comm, &st);
+	snprintf(path, sizeof(path), "%s/result-%d-%d", o->dir, trial, rank);
+	f = fopen(path, "w");
+	if (f == NULL)
+		return 3;
+	fprintf(f, "%llu %d\n", (unsigned long long)st.failure_known_ns, i < KEEP ? i : KEEP);
+	for (int k = i < KEEP ? 0 : i - KEEP; k < i; k++)
+		fprintf(f, "%lld %lld\n", t_start[k % KEEP], t_end[k % KEEP]);
+	fclose(f);
+	ft_finalize(comm);
+	return 0;
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* One trial: returns 0 and the two delays (ms), the op time (ms). */
+static int trial_run(const struct opts *o, int trial, double *know_ms, double *return_ms,
+		     double *op_ms)
+{
+	pid_t pids[256];
+	int victim = rand() % o->n;
+	long long t_kill;
+	char path[400];
+
+	for (int r = 0; r < o->n; r++) {
+		pids[r] = fork();
+		if (pids[r] == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			_exit(rank_main(o, r, trial));
+		}
+	}
+	for (int r = 0; r < o->n; r++) {
+		snprintf(path, sizeof(path), "%s/ready-%d-%d", o->dir, trial, r);
+		for (int w = 0; access(path, F_OK) != 0; w++) {
+			if (w > 60000) {
+				fprintf(stderr, "trial %d: rank %d never got ready\n", trial, r);
+				return -1;
+			}
+			usleep(1000);
+		}
+	}
+	usleep((useconds_t)(rand() % 50000));
+	t_kill = now_ns();
+	kill(pids[victim], o->stop ? SIGSTOP : SIGKILL);
+	long long known = 0, ret = 0, durs[KEEP];
+	int ndurs = 0, bad = 0;
+	for (int r = 0; r < o->n; r++) {
+		int st;
+		if (r == victim)
+			continue;
+		waitpid(pids[r], &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+			fprintf(stderr, "trial %d: survivor %d failed\n", trial, r);
+			bad++;
+			continue;
+		}
+		snprintf(path, sizeof(path), "%s/result-%d-%d", o->dir, trial, r);
+		FILE *f = fopen(path, "r");
+		unsigned long long k;
+		int nops;
+		if (f == NULL || fscanf(f, "%llu %d", &k, &nops) != 2) {
+			bad++;
+			if (f != NULL)
+				fclose(f);
+			continue;
+		}
+		if ((long long)k > known)
+			known = (long long)k;
+		long long end_of_interrupted = 0;
+		for (int q = 0; q < nops; q++) {
+			long long s, e;
+			if (fscanf(f, "%lld %lld", &s, &e) != 2)
+				break;
+			if (e < t_kill && ndurs < KEEP)
+				durs[ndurs++] = e - s;
+			if (end_of_interrupted == 0 && e >= t_kill)
+				end_of_interrupted = e;
+		}
+		fclose(f);
+		if (end_of_interrupted > ret)
+			ret = end_of_interrupted;
+		unlink(path);
+	}
+	kill(pids[victim], SIGKILL);
+	waitpid(pids[victim], NULL, 0);
+	for (int r = 0; r < o->n; r++) {
+		snprintf(path, sizeof(path), "%s/ready-%d-%d", o->dir, trial, r);
+		unlink(path);
+	}
+	if (bad > 0 || known == 0 || ndurs == 0)
+		return -1;
+	qsort(durs, (size_t)ndurs, sizeof(durs[0]), cmp_ll);
+	*know_ms = (double)(known - t_kill) / 1e6;
+	*return_ms = (double)(ret - t_kill) / 1e6;
+	*op_ms = (double)durs[ndurs / 2] / 1e6;
+	return 0;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = {.n = 8, .trials = 10, .size = 4096};
+	static const struct option lo[] = {
+		{"ranks", required_argument, NULL, 'n'}, {"size", required_argument, NULL, 's'},
+		{"trials", required_argument, NULL, 't'}, {"stop", no_argument, NULL, 'S'},
+		{"detect-ms", required_argument, NULL, 'd'}, {"heartbeat-ms", required_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0}};
+	double know[1000], ret[1000], op[1000];
+	int c, ok = 0;
+
+	while ((c = getopt_long(argc, argv, "n:s:t:Sd:h:", lo, NULL)) != -1) {
+		switch (c) {
+		case 'n': o.n = atoi(optarg); break;
+		case 's': o.size = strtoull(optarg, NULL, 10); break;
+		case 't': o.trials = atoi(optarg); break;
+		case 'S': o.stop = true; break;
+		case 'd': o.detect_ms = atoi(optarg); break;
+		case 'h': o.heartbeat_ms = atoi(optarg); break;
+		default:
+			fprintf(stderr, "usage: recovery_bench [-n RANKS] [-s BYTES] [-t TRIALS] [--stop] "
+					"[--detect-ms MS] [--heartbeat-ms MS]\n");
+			return 2;
+		}
+	}
+	if (o.n < 2 || o.n > 256 || o.trials < 1 || o.trials > 1000) {
+		fprintf(stderr, "recovery_bench: 2..256 ranks, 1..1000 trials\n");
+		return 2;
+	}
+	snprintf(o.dir, sizeof(o.dir), "%s/ftcc-rbench-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (mkdtemp(o.dir) == NULL) {
+		perror("mkdtemp");
+		return 1;
+	}
+	srand((unsigned)now_ns());
+	for (int t = 0; t < o.trials; t++)
+		if (trial_run(&o, t, &know[ok], &ret[ok], &op[ok]) == 0)
+			ok++;
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", o.dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", o.dir);
+	if (ok == 0) {
+		fprintf(stderr, "recovery_bench: no trial succeeded\n");
+		return 1;
+	}
+	qsort(know, (size_t)ok, sizeof(double), cmp_d);
+	qsort(ret, (size_t)ok, sizeof(double), cmp_d);
+	qsort(op, (size_t)ok, sizeof(double), cmp_d);
+	printf("| %s | ranks | size | trials ok | all know: median / max ms | interrupted op returned: median / max ms | op alone ms |\n",
+	       o.stop ? "SIGSTOP" : "SIGKILL");
+	printf("| | %d | %zu | %d/%d | %.2f / %.2f | %.2f / %.2f | %.2f |\n", o.n, o.size, ok,
+	       o.trials, know[ok / 2], know[ok - 1], ret[ok / 2], ret[ok - 1], op[ok / 2]);
+	return ok == o.trials ? 0 : 1;
+}
