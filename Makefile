@@ -38,7 +38,7 @@ EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
 
-.PHONY: all lib tools examples test demo bench bench-compare bench-recovery install uninstall asan tsan clean deps help
+.PHONY: all lib tools examples test demo bench bench-compare bench-recovery campaign install uninstall asan tsan clean deps help
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench
 
 lib: $(STATIC) $(SHARED)
@@ -98,6 +98,13 @@ bench: all
 
 bench-compare: all $(B)/gloo_bench $(B)/mpi_bench
 	@scripts/bench-compare.sh $(B)
+
+# The longer fault campaign: FTCC_SHRINK_TRIALS random outside kills per
+# (ranks, count) pair, n = 3..8, over TCP and libfabric tcp;ofi_rxm.
+campaign: all $(B)/test/test_shrink
+	FTCC_SHRINK_TRIALS=$${FTCC_SHRINK_TRIALS:-10} $(B)/test/test_shrink --filter 'shrink/random_outside_kill'
+	FTCC_SHRINK_TRIALS=$${FTCC_SHRINK_TRIALS:-10} FTCC_TEST_TRANSPORT=fabric FI_PROVIDER='tcp;ofi_rxm' \
+		$(B)/test/test_shrink --filter 'shrink/random_outside_kill'
 
 # Failure detection and recovery times; shrink-policy overhead against abort.
 bench-recovery: all
