@@ -413,8 +413,8 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 	int npend, rc = -FT_ETIMEDOUT;
 
 	*out = NULL;
-	/* Connections short of their handshake outlive the call: an accept cut
-	 * short (a failure being handled) must not lose a neighbour's link. */
+	/* Connections short of their handshake outlive an interrupted call: an
+	 * accept cut short by a failure must not lose a neighbour's link. */
 	if (tp->pend == NULL && (tp->pend = calloc(TCP_PENDING_ACCEPT, sizeof(*tp->pend))) == NULL)
 		return -FT_ENOMEM;
 	pend = tp->pend;
@@ -514,10 +514,19 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 		}
 	}
 done:
+	/* Interrupted (a failure is being handled, the accept will be called
+	 * again): keep what is short of its handshake. Given up: drop it. */
 	tp->npend = 0;
-	for (int i = 0; i < npend; i++)
-		if (pend[i].fd >= 0)
+	for (int i = 0; i < npend; i++) {
+		if (pend[i].fd < 0)
+			continue;
+		if (rc == -FT_EABORTED) {
 			pend[tp->npend++] = pend[i];
+			continue;
+		}
+		ft__warn("tcp: dropped connection from %s that sent no valid handshake", pend[i].from);
+		close(pend[i].fd);
+	}
 	if (rc == -FT_ETIMEDOUT)
 		ft__error("tcp: no valid connection from rank %d within %d ms", expect->from_rank,
 			  timeout_ms);
