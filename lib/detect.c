@@ -677,12 +677,16 @@ static int check_time(struct ft__det *d, int64_t now)
 			next = c->last_rx_ms + to;
 		}
 	}
+	/* A left neighbour that never connects: a backup only (a dead one refuses
+	 * its own left neighbour's connection, a stopped one sends no heartbeat),
+	 * so the grace is long enough for a slow start. */
+	int64_t grace = 5 * to > 5000 ? 5 * to : 5000;
 	if (d->left >= 0 && d->left_ci < 0 && !d->left_bye && d->target == 0) {
-		if (now - d->view_ms >= to) {
+		if (now - d->view_ms >= grace) {
 			int32_t r = d->left;
 			declare(d, &r, 1, "it never opened its control link");
-		} else if (d->view_ms + to < next) {
-			next = d->view_ms + to;
+		} else if (d->view_ms + grace < next) {
+			next = d->view_ms + grace;
 		}
 	}
 	if (d->target != 0 && now + 2 < next)
