@@ -19,12 +19,16 @@ for t in "$@"; do
 		failed="$failed $t"
 	fi
 done
-# The allreduce matrix again over libfabric, one provider at a time (a
-# parameter, not copied tests). Kill tests stay on TCP: libfabric 1.17's shm
-# provider can leave a survivor spinning on a lock the killed rank held.
+# The allreduce matrix and the shrink (kill) tests again over libfabric, one
+# provider at a time (a parameter, not copied tests). FTCC_KILL_PROVIDERS
+# lists the providers the kill tests run over.
 for t in "$@"; do
-	case "$t" in */test_allreduce) ;; *) continue ;; esac
-	for prov in shm "tcp;ofi_rxm" tcp; do
+	case "$t" in
+	*/test_allreduce) provs="shm tcp;ofi_rxm tcp" ;;
+	*/test_shrink) provs=${FTCC_KILL_PROVIDERS:-"shm tcp;ofi_rxm tcp"} ;;
+	*) continue ;;
+	esac
+	for prov in $provs; do
 		if ! command -v fi_info >/dev/null 2>&1 || ! fi_info -p "$prov" >/dev/null 2>&1; then
 			echo "== SKIPPED: libfabric provider '$prov' is not available"
 			continue

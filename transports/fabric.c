@@ -1,4 +1,5 @@
 /* fabric.c: the libfabric transport: tagged messages on one RDM endpoint (or one MSG endpoint per link), headers checked before payloads land. */
+#include <dirent.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
@@ -26,14 +27,18 @@
 /*
  * RDM endpoints (shm, tcp;ofi_rxm, verbs;ofi_rxm, efa) are connectionless: the
  * transport owns one endpoint and a link is (peer fi_addr, link id,
- * direction). The connecting side picks the id, unique in its process, and
- * every message of a link after the hello carries a tag (kind, sender rank,
- * link id), so messages of different links, peers or directions never match
- * each other's receives. Kinds:
+ * direction); under shm an outgoing link sends from an endpoint of its own
+ * (rdm_link_ep_open says why), which the peer answers, while it receives on
+ * its published one. The connecting side picks the id, unique in its
+ * process, and every message of a link after the hello carries a tag (kind,
+ * sender rank, link id), so messages of different links, peers or
+ * directions never match each other's receives. Kinds:
  *   HELLO    connector -> acceptor, one tag for all: struct ft_hello, the
- *            link id, the payload piece size and the connector's endpoint
- *            name, node and pid (the acceptor may not know its address yet:
- *            it must be able to answer);
+ *            link id, the payload piece size, the name of the endpoint to
+ *            answer (the acceptor may not know its address yet) and the
+ *            connector's published endpoint name, node and pid. A valid
+ *            hello for a newer generation than the accept waiting now is
+ *            kept for the accept of its generation;
  *   ACK      acceptor -> connector: struct ft_hello_ack;
  *   HDR      connector -> acceptor: a frame header (abort frames too);
  *   DATA     connector -> acceptor: a frame's payload, in pieces of at most
@@ -95,6 +100,7 @@
 #define FAB_LIVENESS_MS 20
 #define FAB_POLL_MIN_US 50
 #define FAB_POLL_MAX_US 1000
+#define FAB_WATCH_MAX 16
 #define FAB_MR_CACHE_MAX 32
 #define FAB_MR_WINDOW ((uintptr_t)256 << 20) /* most of a mapping registered at once */
 #define FAB_CLOSE_MAGIC 0x46544345u /* "FTCE" */
@@ -127,7 +133,9 @@ struct fab_hello_msg {
 	uint64_t piece;         /* payload bytes per DATA message */
 	int32_t pid;
 	uint32_t namelen;
-	uint8_t name[FAB_NAME_MAX];
+	uint8_t name[FAB_NAME_MAX];     /* the endpoint answers go to (the link's own, or home) */
+	uint32_t homelen;
+	uint8_t home[FAB_NAME_MAX];     /* the connector's published endpoint */
 };
 
 struct fab_close_msg {
@@ -250,6 +258,12 @@ struct fab_peer {
 	fi_addr_t addr;
 };
 
+/* A local shm peer no link watches any more, whose region is removed if it dies. */
+struct fab_watch {
+	int pidfd;
+	char region[FAB_NAME_MAX + 1];
+};
+
 struct ft_transport {
 	bool (*interrupted)(void *arg);
 	void *interrupt_arg;
@@ -262,6 +276,7 @@ struct ft_transport {
 	struct fid_ep *ep;
 	struct fid_pep *pep;
 	bool msg;               /* FI_EP_MSG */
+	bool link_eps;          /* RDM: each outgoing link sends from an endpoint of its own */
 	bool mr_local;
 	bool cq_tagged;
 	size_t max_msg, inject;
@@ -284,6 +299,8 @@ struct ft_transport {
 	unsigned ninbox;
 	struct fab_peer *peers;
 	size_t npeers, peers_cap;
+	struct fab_watch watch[FAB_WATCH_MAX];
+	unsigned nwatch;
 	struct ft_tp_event *evq;
 	size_t ev_cap, ev_head, ev_len;
 	struct fab_op *free_ops;
@@ -577,6 +594,7 @@ static inline size_t part_len(const struct ft_link *l, const struct fab_op *op, 
 /* ---- posting to the provider ---- */
 
 static void peer_died(struct ft_link *l, int64_t now);
+static void unname_link_ep(const struct ft_link *l);
 
 /*
  * shm posts a message under a spinlock that lives in the receiver's region:
@@ -693,6 +711,8 @@ static ssize_t ctl_post(struct ft_link *l, int c)
 			       : fab_recv(l, buf, len, l->m_desc, tag, &l->cx[c]);
 	if (rc == 0)
 		l->want[c] = false;
+	if (rc == 0 && c == C_HELLO && l->sending)
+		unname_link_ep(l);
 	return rc;
 }
 
@@ -801,12 +821,42 @@ static bool shm_region(const char *prov, const uint8_t *name, size_t len, int pi
 	return true;
 }
 
+/*
+ * Removes the region of a process that died and those of its other
+ * endpoints ("PID:UID:IDX" with the same PID:UID:, the links' own): one that
+ * was killed before a peer had mapped its link's endpoint left that name
+ * too. Returns how many were removed.
+ */
+static int reap_regions(const char *region)
+{
+	const char *colon = strrchr(region, ':');
+	size_t plen = colon != NULL ? (size_t)(colon - region) + 1 : 0;
+	struct dirent *e;
+	DIR *d;
+	int n = 0;
+
+	if (plen == 0)
+		return 0;
+	n += shm_unlink(region) == 0;
+	if ((d = opendir("/dev/shm")) == NULL)
+		return n;
+	while ((e = readdir(d)) != NULL) {
+		const char *idx = e->d_name + plen;
+		if (strncmp(e->d_name, region, plen) != 0 || *idx == '\0' ||
+		    strspn(idx, "0123456789") != strlen(idx))
+			continue;
+		n += shm_unlink(e->d_name) == 0;
+	}
+	closedir(d);
+	return n;
+}
+
 static void reap_shm_region(const struct ft_link *l)
 {
 	char region[FAB_NAME_MAX + 1];
 
 	if (shm_region(l->tp->prov, l->peer_name, l->peer_namelen, l->pid, region) &&
-	    shm_unlink(region) == 0)
+	    reap_regions(region) > 0)
 		ft__debug("fabric: removed the shm region %s of rank %d", region, l->peer);
 }
 
@@ -850,6 +900,56 @@ static void own_region(const struct ft_transport *tp, bool open)
 }
 
 /*
+ * shm completes the sends of an endpoint in the order they were posted:
+ * its sender reads the answers to its large (CMA or SAR) messages from one
+ * queue and stops at the first one not yet answered. A message that will
+ * never be taken (its receiver died, or closed its end of the link) would
+ * thus hold back every later send of the endpoint, to any peer, for good.
+ * So each outgoing link sends from an endpoint of its own (bound to the
+ * transport's AV and CQ), closed with the link: what a failure leaves
+ * unanswered dies with it. The hello names that endpoint, for the answers.
+ */
+static int rdm_link_ep_open(struct ft_transport *tp, struct ft_link *l)
+{
+	size_t len = sizeof(l->m.hello.name);
+	int rc = fi_endpoint(tp->domain, tp->info, &l->ep, NULL);
+
+	if (rc != 0) {
+		l->ep = NULL;
+		ft__error("fabric: fi_endpoint for a link to rank %d: %s", l->peer,
+			  fi_strerror(-rc));
+		return -FT_EIO;
+	}
+	l->own_ep = true;
+	if ((rc = fi_ep_bind(l->ep, &tp->av->fid, 0)) != 0 ||
+	    (rc = fi_ep_bind(l->ep, &tp->cq->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
+	    (rc = fi_enable(l->ep)) != 0 ||
+	    (rc = fi_getname(&l->ep->fid, l->m.hello.name, &len)) != 0) {
+		ft__error("fabric: cannot enable an endpoint for a link to rank %d: %s", l->peer,
+			  fi_strerror(-rc));
+		return -FT_EIO;
+	}
+	l->m.hello.namelen = (uint32_t)len;
+	return 0;
+}
+
+/*
+ * The region of a link's own shm endpoint is named only until the peer has
+ * mapped it: shm refuses (-FI_EAGAIN) every send to a peer until that peer
+ * has mapped the sender's region and said so, so once the hello is posted
+ * the name is no longer needed, and a rank killed later leaves nothing of
+ * it in /dev/shm (mappings stay valid).
+ */
+static void unname_link_ep(const struct ft_link *l)
+{
+	char region[FAB_NAME_MAX + 1];
+
+	if (l->own_ep && !l->tp->msg &&
+	    shm_region(l->tp->prov, l->m.hello.name, l->m.hello.namelen, l->tp->pid, region))
+		shm_unlink(region);
+}
+
+/*
  * A peer endpoint in this very process is gone once its transport closed;
  * shm has then unmapped its region, and a message sent there would fault.
  */
@@ -881,6 +981,47 @@ static void peer_died(struct ft_link *l, int64_t now)
 		l->grace = now + FAB_DEAD_GRACE_MS;
 }
 
+/*
+ * The links to a rank are often closed before its death shows in its pidfd
+ * (the detector hears of it first, from its control link). A local shm peer
+ * alive when its link closes stays watched, so that whoever last linked with
+ * it removes its region if it is killed later.
+ */
+static void keep_watching(struct ft_transport *tp, struct ft_link *l)
+{
+	struct fab_watch w = {.pidfd = l->pidfd};
+
+	if (l->pidfd < 0 || l->dead || l->pid == tp->pid ||
+	    !shm_region(tp->prov, l->peer_name, l->peer_namelen, l->pid, w.region))
+		return;
+	for (unsigned i = 0; i < tp->nwatch; i++)
+		if (strcmp(tp->watch[i].region, w.region) == 0)
+			return;
+	if (tp->nwatch == FAB_WATCH_MAX) {
+		close(tp->watch[0].pidfd);
+		memmove(&tp->watch[0], &tp->watch[1], --tp->nwatch * sizeof(tp->watch[0]));
+	}
+	tp->watch[tp->nwatch++] = w;
+	l->pidfd = -1;
+}
+
+static void check_watched(struct ft_transport *tp)
+{
+	for (unsigned i = 0; i < tp->nwatch;) {
+		struct pollfd p = {.fd = tp->watch[i].pidfd, .events = POLLIN};
+		if (poll(&p, 1, 0) != 1) {
+			i++;
+			continue;
+		}
+		if (reap_regions(tp->watch[i].region) > 0)
+			ft__debug("fabric: removed the shm region %s of a rank that exited",
+				  tp->watch[i].region);
+		close(tp->watch[i].pidfd);
+		tp->nwatch--;
+		memmove(&tp->watch[i], &tp->watch[i + 1], (tp->nwatch - i) * sizeof(tp->watch[0]));
+	}
+}
+
 static void check_liveness(struct ft_transport *tp)
 {
 	int64_t now = ft__now_ms();
@@ -888,6 +1029,7 @@ static void check_liveness(struct ft_transport *tp)
 	if (now < tp->next_liveness)
 		return;
 	tp->next_liveness = now + FAB_LIVENESS_MS;
+	check_watched(tp);
 	for (struct ft_link *l = tp->links; l != NULL; l = l->next) {
 		bool gone;
 		if (!l->local || l->dead)
@@ -1954,6 +2096,9 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	}
 	snprintf(tp->prov, sizeof(tp->prov), "%s", tp->info->fabric_attr->prov_name);
 	tp->msg = tp->info->ep_attr->type == FI_EP_MSG;
+	s = getenv("FTCC_FABRIC_LINK_EP");
+	tp->link_eps = !tp->msg && (s != NULL && s[0] != '\0' ? strcmp(s, "1") == 0
+							: strcmp(tp->prov, "shm") == 0);
 	s = getenv("FTCC_FABRIC_MR_LOCAL");
 	tp->mr_local = (tp->info->domain_attr->mr_mode & FI_MR_LOCAL) != 0 ||
 		       (tp->info->mode & FI_LOCAL_MR) != 0 || (s != NULL && strcmp(s, "1") == 0);
@@ -2135,9 +2280,13 @@ static int do_connect(struct ft_transport *tp, const char *addr, const struct ft
 	l->m.hello.node = tp->node;
 	l->m.hello.piece = l->piece;
 	l->m.hello.pid = tp->pid;
+	l->m.hello.homelen = (uint32_t)tp->namelen;
+	memcpy(l->m.hello.home, tp->name, tp->namelen);
 	if (!tp->msg) {
 		l->m.hello.namelen = (uint32_t)tp->namelen;
 		memcpy(l->m.hello.name, tp->name, tp->namelen);
+		if (tp->link_eps && (rc = rdm_link_ep_open(tp, l)) != 0)
+			goto fail;
 		if ((rc = av_lookup(tp, pa.name, pa.namelen, &l->addr)) != 0)
 			goto fail;
 		l->want[C_CLOSE_RX] = true;
@@ -2216,7 +2365,8 @@ static int hello_verdict(const struct ft_transport *tp, const struct ft_hello *e
 {
 	if (len != sizeof(*m))
 		return -FT_EPROTO;
-	if (!tp->msg && (m->namelen == 0 || m->namelen > FAB_NAME_MAX))
+	if (!tp->msg && (m->namelen == 0 || m->namelen > FAB_NAME_MAX || m->homelen == 0 ||
+			 m->homelen > FAB_NAME_MAX))
 		return -FT_EPROTO;
 	if (m->piece == 0 || m->piece > tp->max_msg) {
 		ft__error("fabric: rank %d splits payloads at %" PRIu64 " bytes; this provider takes %zu",
@@ -2224,6 +2374,22 @@ static int hello_verdict(const struct ft_transport *tp, const struct ft_hello *e
 		return -FT_EPROTO;
 	}
 	return ft_hello_check(expect, &m->hello);
+}
+
+/*
+ * A valid hello for a generation newer than the one accepted now: a
+ * neighbour adopted the next view first. It waits (in the inbox, or as a
+ * pending connection) for the accept of its generation, as tcp keeps it.
+ */
+static bool hello_early(const struct ft_hello *expect, const struct ft_hello *got)
+{
+	struct ft_hello later = *expect;
+
+	if (got->generation <= expect->generation)
+		return false;
+	later.generation = got->generation;
+	later.from_rank = -1;
+	return ft_hello_check(&later, got) == 0;
 }
 
 static void inbox_remove(struct ft_transport *tp, unsigned i)
@@ -2241,6 +2407,10 @@ static struct ft_link *accept_rdm(struct ft_transport *tp, const struct ft_hello
 	for (unsigned i = 0; i < tp->ninbox;) {
 		struct fab_inbox *in = &tp->inbox[i];
 		int rc = hello_verdict(tp, expect, &in->msg, in->len);
+		if (rc != 0 && in->len == sizeof(in->msg) && hello_early(expect, &in->msg.hello)) {
+			i++;
+			continue;
+		}
 		if (rc != 0) {
 			refuse_rdm(tp, in, rc);
 			inbox_remove(tp, i);
@@ -2271,7 +2441,7 @@ static struct ft_link *accept_rdm(struct ft_transport *tp, const struct ft_hello
 		return NULL;
 	}
 	l->m.hello = *m;
-	watch_peer(l, m->node, m->pid, m->name, m->namelen);
+	watch_peer(l, m->node, m->pid, m->home, m->homelen);
 	inbox_remove(tp, (unsigned)pick);
 	return l;
 }
@@ -2288,8 +2458,11 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 		}
 		if (l->hello_len == 0)
 			continue;
-		unlist(tp, l);
 		rc = hello_verdict(tp, expect, &l->m.hello, l->hello_len);
+		if (rc != 0 && l->hello_len == sizeof(l->m.hello) &&
+		    hello_early(expect, &l->m.hello.hello))
+			continue;
+		unlist(tp, l);
 		if (rc != 0) {
 			char why[160];
 			describe(&l->m.hello.hello, why, sizeof(why));
@@ -2465,8 +2638,9 @@ static void link_shutdown(struct ft_link *l, bool notify, int wait_ms)
 	if (l->user_rx > 0)
 		ft__warn("fabric: %u receives from rank %d still held by the provider after close",
 			 l->user_rx, l->peer);
+	keep_watching(tp, l);
 	if (l->own_ep && l->ep != NULL) {
-		if (notify)
+		if (notify && tp->msg)
 			fi_shutdown(l->ep, 0);
 		fi_close(&l->ep->fid);
 		l->ep = NULL;
@@ -2556,6 +2730,9 @@ static void fab_close(struct ft_transport *tp)
 		tp->zombies = l->next;
 		link_free(l);
 	}
+	check_watched(tp);
+	while (tp->nwatch > 0)
+		close(tp->watch[--tp->nwatch].pidfd);
 	if (tp->av != NULL)
 		fi_close(&tp->av->fid);
 	if (tp->cq != NULL)
