@@ -3,7 +3,7 @@
 #
 # usage: scripts/bench-recovery.sh BUILD_DIR
 # env:   FTCC_RECOVERY_TRIALS   trials per row (default 10)
-#        FTCC_OVERHEAD_ROUNDS   interleaved abort/shrink rounds (default 5)
+#        FTCC_OVERHEAD_ROUNDS   interleaved abort/shrink rounds (default 15; 4 KiB times are bimodal here)
 # 1. Overhead: ftbench under FTCC_POLICY=abort (the vanilla ring) and =shrink
 #    (detector, commit steps, in-place copy) back to back, ROUNDS times, at
 #    4 ranks 64 MiB and 2 ranks 4 KiB; median of the per-round medians.
@@ -13,13 +13,14 @@
 set -eu
 B=${1:?usage: scripts/bench-recovery.sh BUILD_DIR}
 T=${FTCC_RECOVERY_TRIALS:-10}
-R=${FTCC_OVERHEAD_ROUNDS:-5}
+R=${FTCC_OVERHEAD_ROUNDS:-15}
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 
 # one ftbench run at one size: prints its median µs
 one() { # policy ranks size
-	FTCC_POLICY=$1 timeout 600 "$B/ftcc-run" -n "$2" "$B/ftbench" --min "$3" --max "$3" 2>&1 |
+	iters=$([ "$3" = 4K ] && echo 5000 || echo 0)
+	FTCC_POLICY=$1 timeout 600 "$B/ftcc-run" -n "$2" "$B/ftbench" --min "$3" --max "$3" --iters "$iters" 2>&1 |
 		awk '$1 == "[0]" && $2 !~ /^#/ && NF >= 5 {print $5; exit}'
 }
 
