@@ -19,6 +19,16 @@ static double run_seconds(unsigned long long ns)
 	return t0 != NULL ? (double)(ns - strtoull(t0, NULL, 10)) / 1e9 : (double)ns / 1e9;
 }
 
+/* Notes the original ranks of the current members (at most 256); returns how many. */
+static int remember_members(struct ft_comm *comm, int *members)
+{
+	int n = ft_size(comm) < 256 ? ft_size(comm) : 256;
+
+	for (int k = 0; k < n; k++)
+		members[k] = ft_orig_rank(comm, k);
+	return n;
+}
+
 /* One line per recovery: who was lost, when this rank knew, what it cost. */
 static void report_recovery(struct ft_comm *comm, int step, const int *before, int nbefore,
 			    const struct ft_op_info *info)
@@ -64,9 +74,7 @@ int main(int argc, char **argv)
 			y[s] += x[s][j] * truth(j);
 		}
 	}
-	nmembers = ft_size(comm);
-	for (int k = 0; k < nmembers && k < 256; k++)
-		members[k] = ft_orig_rank(comm, k);
+	nmembers = remember_members(comm, members);
 	for (int step = 0; step < steps; step++) {
 		float loss = 0;
 		for (int j = 0; j < DIM; j++)
@@ -89,9 +97,7 @@ int main(int argc, char **argv)
 		if (info.failed > 0) {
 			if (ft_rank(comm) == 0)
 				report_recovery(comm, step, members, nmembers, &info);
-			nmembers = ft_size(comm);
-			for (int k = 0; k < nmembers && k < 256; k++)
-				members[k] = ft_orig_rank(comm, k);
+			nmembers = remember_members(comm, members);
 		}
 		for (int j = 0; j < DIM; j++)
 			w[j] -= 0.05f * grad[j];
@@ -99,9 +105,7 @@ int main(int argc, char **argv)
 		if (rc == 0 && info.failed > 0) {
 			if (ft_rank(comm) == 0)
 				report_recovery(comm, step, members, nmembers, &info);
-			nmembers = ft_size(comm);
-			for (int k = 0; k < nmembers && k < 256; k++)
-				members[k] = ft_orig_rank(comm, k);
+			nmembers = remember_members(comm, members);
 		}
 		if (rc != 0) {
 			fprintf(stderr, "step %d: ft_allreduce: %s\n", step, ft_strerror(rc));

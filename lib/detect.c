@@ -244,8 +244,9 @@ static void failed_list(struct ft__det *d, int32_t *out, int *n)
 
 static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *why);
 
-/* A new neighbour hears every failure known here: the notice it may have
- * missed went out on links that a view change has since closed. */
+/* Sends every failure known here: to both neighbours when the set grows,
+ * and to a new neighbour, which may have missed a notice that went out on
+ * links a view change has since closed. */
 static void send_failed_set(struct ft__det *d, int i)
 {
 	int32_t *all = malloc((size_t)d->p.world_size * sizeof(int32_t));
@@ -461,8 +462,7 @@ static void recovery_step(struct ft__det *d)
 /* Marks ranks failed; what is new is noticed to both neighbours. */
 static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *why)
 {
-	int32_t *all;
-	int added = 0, nall;
+	int added = 0;
 	bool self = false, member = false;
 
 	lock(d);
@@ -485,22 +485,17 @@ static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *
 		set_excluded(d, "the other ranks declared it failed");
 		return;
 	}
-	all = malloc((size_t)d->p.world_size * sizeof(int32_t));
-	if (all != NULL) {
-		failed_list(d, all, &nall);
-		for (int i = 0; i < MAX_CONNS; i++) {
-			struct conn *c = &d->conns[i];
-			if (c->fd < 0 || c->peer < 0)
-				continue;
-			lock(d);
-			bool dead = d->failed[c->peer];
-			unlock(d);
-			if (dead)
-				conn_close(d, i);
-			else if (i == d->left_ci || i == d->right_ci)
-				send_msg(d, i, CTL_NOTICE, all, (size_t)nall * sizeof(int32_t));
-		}
-		free(all);
+	for (int i = 0; i < MAX_CONNS; i++) {
+		struct conn *c = &d->conns[i];
+		if (c->fd < 0 || c->peer < 0)
+			continue;
+		lock(d);
+		bool dead = d->failed[c->peer];
+		unlock(d);
+		if (dead)
+			conn_close(d, i);
+		else if (i == d->left_ci || i == d->right_ci)
+			send_failed_set(d, i);
 	}
 	/* a rank already outside this view (news arriving late) changes nothing */
 	if (member)

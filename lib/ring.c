@@ -584,6 +584,14 @@ static int attempt_broadcast(struct ft_comm *c, const struct call *k, struct col
 	return rc == 0 ? coll_run(co) : rc;
 }
 
+static bool is_member(const struct ft_comm *c, int orig)
+{
+	for (int i = 0; i < c->size; i++)
+		if (c->members[i] == orig)
+			return true;
+	return false;
+}
+
 static bool recoverable(struct ft_comm *c, int rc)
 {
 	return c->det != NULL &&
@@ -711,13 +719,8 @@ static int run_call(struct ft_comm *c, struct call *k, struct ft_op_info *info)
 		c->stats.recoveries++;
 		rec_ms = (double)(ft__now_ns() - t0) / 1e6;
 	}
-	if (k->kind == FT_COLL_BROADCAST) {
-		bool found = false;
-		for (int i = 0; i < c->size; i++)
-			found |= c->members[i] == k->root;
-		if (!found)
-			return coll_finish(c, -FT_EROOTFAILED, info, t0, start_size, 0, rec_ms);
-	}
+	if (k->kind == FT_COLL_BROADCAST && !is_member(c, k->root))
+		return coll_finish(c, -FT_EROOTFAILED, info, t0, start_size, 0, rec_ms);
 	if ((rc = keep_input(c, k)) != 0)
 		return coll_finish(c, rc, info, t0, start_size, 0, rec_ms);
 	for (;;) {
@@ -745,10 +748,7 @@ static int run_call(struct ft_comm *c, struct call *k, struct ft_op_info *info)
 			rc = 0; /* every survivor holds this result already */
 			break;
 		}
-		bool root_alive = k->kind != FT_COLL_BROADCAST;
-		for (int i = 0; !root_alive && i < c->size; i++)
-			root_alive = c->members[i] == k->root;
-		if (!root_alive) {
+		if (k->kind == FT_COLL_BROADCAST && !is_member(c, k->root)) {
 			rc = -FT_EROOTFAILED;
 			break;
 		}
