@@ -158,6 +158,18 @@ int ft__comm_adopt(struct ft_comm *c, struct ft__view *v)
 	return rc;
 }
 
+/* Ranks on this host: the launcher's local size, else the world size. */
+static int local_ranks(const struct ft_config *cfg)
+{
+	const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+	const char *s;
+
+	for (size_t i = 0; i < FT__ARRAY_SIZE(vars); i++)
+		if ((s = getenv(vars[i])) != NULL && atoi(s) > 0)
+			return atoi(s);
+	return cfg->world_size;
+}
+
 static bool comm_interrupted(void *arg)
 {
 	struct ft_comm *c = arg;
@@ -176,6 +188,7 @@ static int comm_join(struct ft_comm *c)
 		.log_level = c->cfg.log_level,
 		.interrupted = comm_interrupted,
 		.interrupt_arg = c,
+		.local_ranks = local_ranks(&c->cfg),
 	};
 	struct ft__view view = {0};
 	struct ft__member me;
@@ -229,23 +242,16 @@ static int comm_join(struct ft_comm *c)
 
 /*
  * Polling before sleeping pays only when no other rank needs this core:
- * allowed when the ranks on this host (the launcher's local size, else the
- * world size) fit the online CPUs. FTCC_SPIN_US overrides.
+ * allowed when the ranks on this host fit the online CPUs. FTCC_SPIN_US
+ * overrides.
  */
 static uint64_t spin_budget(const struct ft_config *cfg)
 {
-	const char *vars[] = {"FTCC_SPIN_US", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
-	const char *s = getenv(vars[0]);
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN), local = cfg->world_size;
+	const char *s = getenv("FTCC_SPIN_US");
 
 	if (s != NULL)
 		return (uint64_t)strtoul(s, NULL, 10) * 1000u;
-	for (size_t i = 1; i < FT__ARRAY_SIZE(vars); i++)
-		if ((s = getenv(vars[i])) != NULL && atol(s) > 0) {
-			local = atol(s);
-			break;
-		}
-	return local <= cpus ? 1000000u : 0;
+	return local_ranks(cfg) <= sysconf(_SC_NPROCESSORS_ONLN) ? 1000000u : 0;
 }
 
 FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)

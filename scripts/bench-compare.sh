@@ -16,6 +16,7 @@
 #                           "tcp;ofi_rxm") when the build has the fabric transport
 #      FTCC_COMPARE_ARGS    extra flags for every driver (e.g. "--iters 50 --check")
 #      FTCC_COMPARE_MPI_ARGS extra mpirun flags (e.g. "--mca btl_tcp_if_include lo")
+#      FTCC_COMPARE_MPI_MALLOC=0  run Open MPI without the malloc tuning below
 #      FTCC_COMPARE_TIMEOUT seconds per job (default 900)
 #      FTCC_COMPARE_OUT     output directory (default bench-results)
 #      MPIRUN               Open MPI launcher (default mpirun.openmpi)
@@ -36,6 +37,14 @@ TMO=${FTCC_COMPARE_TIMEOUT:-900}
 ARGS=${FTCC_COMPARE_ARGS:-}
 MPI_ARGS=${FTCC_COMPARE_MPI_ARGS:-}
 MPIRUN=${MPIRUN:-mpirun.openmpi}
+# Open MPI's allreduce allocates (and frees) a scratch buffer of the message's
+# size on every call; glibc hands buffers that large back to the kernel, so
+# every call would page-fault its scratch in afresh. Keep them in the heap, so
+# that Open MPI is measured at its best (FTCC_COMPARE_MPI_MALLOC=0: as it comes).
+MPI_MALLOC=
+if [ "${FTCC_COMPARE_MPI_MALLOC:-1}" = 1 ]; then
+	MPI_MALLOC="-x MALLOC_MMAP_THRESHOLD_=4294967296 -x MALLOC_TRIM_THRESHOLD_=68719476736 -x MALLOC_TOP_PAD_=536870912"
+fi
 
 for f in ftcc-run ftbench gloo_bench mpi_bench; do
 	[ -x "$B/$f" ] || { echo "bench-compare: $B/$f missing; run make bench-compare" >&2; exit 1; }
@@ -77,10 +86,10 @@ run_one() {
 		timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/gloo_bench" $common ;;
 	openmpi-tcp)
 		timeout "$TMO" "$MPIRUN" --allow-run-as-root --oversubscribe -np "$n" \
-			--mca pml ob1 --mca btl tcp,self $MPI_ARGS "$B/mpi_bench" $common ;;
+			--mca pml ob1 --mca btl tcp,self $MPI_MALLOC $MPI_ARGS "$B/mpi_bench" $common ;;
 	openmpi-shm)
 		timeout "$TMO" "$MPIRUN" --allow-run-as-root --oversubscribe -np "$n" \
-			--mca pml ob1 --mca btl vader,self $MPI_ARGS "$B/mpi_bench" $common ;;
+			--mca pml ob1 --mca btl vader,self $MPI_MALLOC $MPI_ARGS "$B/mpi_bench" $common ;;
 	*)
 		echo "bench-compare: unknown impl $impl" >&2
 		return 2 ;;
