@@ -95,7 +95,7 @@ struct ft_config {
 	int rejoin_timeout_ms;
 	int connect_timeout_ms;         /* rendezvous and link set-up deadline */
 	int op_timeout_ms;              /* a collective making no progress this long fails; 0 = never */
-	size_t segment_bytes;           /* pipeline segment size */
+	size_t segment_bytes;           /* pipeline segment size; 0 = the transport's choice */
 	int pipeline_depth;             /* receive slots in flight per link */
 	int crc;                        /* 1: CRC32C on every data frame */
 	char fault[256];                /* FTCC_FAULT spec, "" = none */
@@ -110,7 +110,7 @@ struct ft_config {
 		.log_dir = "", .log_durability = FT_DURABILITY_PROCESS,                    \
 		.heartbeat_ms = 100, .detect_timeout_ms = 1000, .rejoin_timeout_ms = 30000, \
 		.connect_timeout_ms = 30000, .op_timeout_ms = 0,                           \
-		.segment_bytes = 256 * 1024, .pipeline_depth = 4, .crc = 0, .fault = "",   \
+		.segment_bytes = 0, .pipeline_depth = 4, .crc = 0, .fault = "",   \
 		.trace = "", .log_level = 1                                                \
 	}
 

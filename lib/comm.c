@@ -170,6 +170,17 @@ static int local_ranks(const struct ft_config *cfg)
 	return cfg->world_size;
 }
 
+/* Segment size when the configuration leaves it to the transport. */
+static size_t default_segment(struct ft_comm *c)
+{
+	size_t s = c->tp_ops->size > offsetof(struct ft_transport_ops, segment_bytes) &&
+			   c->tp_ops->segment_bytes != NULL
+		   ? c->tp_ops->segment_bytes(c->tp)
+		   : 0;
+
+	return s >= 4096 && s <= FT_FRAME_MAX_PAYLOAD ? s : (size_t)256 * 1024;
+}
+
 static bool comm_interrupted(void *arg)
 {
 	struct ft_comm *c = arg;
@@ -201,6 +212,12 @@ static int comm_join(struct ft_comm *c)
 	rc = c->tp_ops->open(&params, &c->tp);
 	if (rc != 0)
 		return rc;
+	if (c->cfg.segment_bytes == 0)
+		c->cfg.segment_bytes = default_segment(c);
+	c->slot_bytes = c->cfg.segment_bytes;
+	c->slots = malloc(c->slot_bytes * (size_t)c->cfg.pipeline_depth);
+	if (c->slots == NULL)
+		return -FT_ENOMEM;
 	if ((rc = c->tp_ops->local_addr(c->tp, me.addr, sizeof(me.addr))) != 0)
 		return rc;
 	if (c->cfg.policy != FT_POLICY_ABORT) {
@@ -290,10 +307,11 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 		free(c);
 		return -FT_ENOSYS;
 	}
-	c->slot_bytes = c->cfg.segment_bytes;
 	c->spin_ns = spin_budget(&c->cfg);
 	c->magic = FT__COMM_MAGIC;
 	if (c->cfg.world_size == 1) {
+		if (c->cfg.segment_bytes == 0)
+			c->cfg.segment_bytes = (size_t)256 * 1024;
 		c->size = 1;
 		c->members = calloc(1, sizeof(int));
 		if (c->members == NULL) {
@@ -303,8 +321,7 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 		*comm = c;
 		return 0;
 	}
-	c->slots = malloc(c->slot_bytes * (size_t)c->cfg.pipeline_depth);
-	rc = c->slots == NULL ? -FT_ENOMEM : comm_join(c);
+	rc = comm_join(c);
 	if (rc == 0)
 		rc = ft_barrier(c);
 	if (rc != 0) {

@@ -298,8 +298,8 @@ int ft__config_check(const struct ft_config *cfg)
 	if ((unsigned)cfg->policy > FT_POLICY_REJOIN ||
 	    (unsigned)cfg->log_durability > FT_DURABILITY_HOST)
 		return -FT_EINVAL;
-	if (cfg->segment_bytes < 4096 || cfg->segment_bytes > FT_FRAME_MAX_PAYLOAD ||
-	    cfg->pipeline_depth < 1 || cfg->pipeline_depth > 64)
+	if ((cfg->segment_bytes != 0 && cfg->segment_bytes < 4096) ||
+	    cfg->segment_bytes > FT_FRAME_MAX_PAYLOAD || cfg->pipeline_depth < 1 || cfg->pipeline_depth > 64)
 		return -FT_EINVAL;
 	if (cfg->connect_timeout_ms <= 0 || cfg->op_timeout_ms < 0 || cfg->heartbeat_ms <= 0 ||
 	    cfg->detect_timeout_ms < cfg->heartbeat_ms || cfg->rejoin_timeout_ms < 0 ||

@@ -153,7 +153,7 @@ Test(config, initializer_values, .timeout = 20)
 	cr_expect_eq(d.log_durability, FT_DURABILITY_PROCESS);
 	cr_expect_eq(d.heartbeat_ms, 100);
 	cr_expect_eq(d.detect_timeout_ms, 1000);
-	cr_expect_eq(d.segment_bytes, (size_t)256 * 1024);
+	cr_expect_eq(d.segment_bytes, (size_t)0);
 	cr_expect_eq(d.pipeline_depth, 4);
 	cr_expect_eq(d.crc, 0);
 	cr_expect_eq(d.log_level, 1);
@@ -882,8 +882,8 @@ Test(init, invalid_configs, .timeout = 20)
 	cfg.log_durability = (enum ft_durability)-1;
 	expect_init_fails(&cfg, -FT_EINVAL, "durability -1");
 	cfg = one_rank();
-	cfg.segment_bytes = 0;
-	expect_init_fails(&cfg, -FT_EINVAL, "segment 0");
+	cfg.segment_bytes = 4095;
+	expect_init_fails(&cfg, -FT_EINVAL, "segment 4095");
 	cfg = one_rank();
 	cfg.segment_bytes = (size_t)FT_FRAME_MAX_PAYLOAD + 1;
 	expect_init_fails(&cfg, -FT_EINVAL, "segment above 64M");

@@ -111,7 +111,7 @@ struct ft_tp_params {
 	const char *bind_host;
 	const char *job_id;
 	const char *token;
-	size_t max_payload;     /* largest frame payload the engine will post */
+	size_t max_payload;     /* largest frame payload the engine will post (0: not known yet) */
 	int log_level;
 	/* Optional: a blocking accept returns -FT_EABORTED within about 20 ms
 	 * once interrupted(interrupt_arg) is true (a failure is being handled). */
@@ -156,6 +156,9 @@ struct ft_transport_ops {
 	void (*link_abort)(struct ft_link *link, const struct ft_frame *abort_frame);
 	void (*link_close)(struct ft_link *link);
 	void (*close)(struct ft_transport *tp);
+	/* Optional (NULL: the engine's default of 256 KiB): the pipeline segment
+	 * size this transport moves best, used when the configuration leaves it 0. */
+	size_t (*segment_bytes)(struct ft_transport *tp);
 };
 
 const struct ft_transport_ops *ft_transport_lookup(const char *name);
