@@ -287,7 +287,6 @@ struct ft_transport {
 	int cq_fd, eq_fd;       /* -1: poll with back-off */
 	struct ft_bell *bell;   /* no fds: local peers ring this instead (fabric_bell.c) */
 	bool sar;               /* shm copies through its bounce buffers, not CMA */
-	bool crowded;           /* more ranks on this host than CPUs */
 	unsigned idle_us;
 	int rank, pid;
 	uint64_t node, next_id, mr_key;
@@ -2179,7 +2178,6 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	tp->node = node_id();
 	tp->next_id = (ft__now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)tp->pid << 16) & TAG_ID_MASK;
 	shm_protocol(p);
-	tp->crowded = crowded_host(p);
 	tp->info = choose_info(p);
 	if (tp->info == NULL) {
 		ft__error("fabric: no provider offers reliable tagged or connected messages%s%s",
@@ -2948,14 +2946,15 @@ static void fab_link_close(struct ft_link *l)
  * (rxm: a rendezvous round trip above its 128 KiB SAR limit; shm: the SAR
  * handshake), so fewer, larger segments pay. Measured here at 2 ranks: rxm
  * 64 MiB took 51 ms with 256 KiB segments and 36 ms with 1 MiB; shm 4 MiB
- * 765 us and 643 us. With more shm ranks than CPUs every message also costs
- * a wake-up and a contended provider lock: 4 ranks on 2 CPUs, 64 MiB, took
- * 129-141 ms with 1 MiB segments and 98-111 ms with 16 MiB (staging then
- * takes pipeline_depth x 16 MiB per rank).
+ * 765 us and 643 us. Not shm with CMA (more ranks than CPUs): its receiver
+ * copies a whole message while holding its region's lock, and a rank killed
+ * then leaves every sender to it spinning on that lock for good, so the
+ * window stays as short as with 256 KiB (16 MiB segments were 25% faster at
+ * 4 ranks, and the kill tests wedged).
  */
 static size_t fab_segment_bytes(struct ft_transport *tp)
 {
-	return (size_t)1 << (tp->crowded && strcmp(tp->prov, "shm") == 0 ? 24 : 20);
+	return strcmp(tp->prov, "shm") == 0 && !tp->sar ? (size_t)256 << 10 : (size_t)1 << 20;
 }
 
 const struct ft_transport_ops ft__fabric_ops = {
