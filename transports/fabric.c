@@ -2223,8 +2223,10 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 		goto fail;
 	if ((rc = tp->msg ? open_msg(tp) : open_rdm(tp)) != 0)
 		goto fail;
+	/* Opt-in for now: with it, 1 in about 15 runs of the shm kill test
+	 * all_but_one crashed inside libfabric (0 in 25 without); not understood yet. */
 	s = getenv("FTCC_FABRIC_WAIT");
-	if (tp->cq_fd < 0 && !tp->msg && (s == NULL || strcmp(s, "poll") != 0))
+	if (tp->cq_fd < 0 && !tp->msg && s != NULL && strcmp(s, "bell") == 0)
 		tp->bell = ft__bell_own();
 	s = getenv("FI_SHM_DISABLE_CMA");
 	tp->sar = strcmp(tp->prov, "shm") == 0 && s != NULL &&
