@@ -170,15 +170,17 @@ static int local_ranks(const struct ft_config *cfg)
 	return cfg->world_size;
 }
 
-/* Segment size when the configuration leaves it to the transport. */
+#define DEFAULT_SEGMENT ((size_t)256 << 10)
+
+/* Segment size when the configuration leaves it to the transport (tp NULL: none opened). */
 static size_t default_segment(struct ft_comm *c)
 {
-	size_t s = c->tp_ops->size > offsetof(struct ft_transport_ops, segment_bytes) &&
+	size_t s = c->tp != NULL && c->tp_ops->size > offsetof(struct ft_transport_ops, segment_bytes) &&
 			   c->tp_ops->segment_bytes != NULL
 		   ? c->tp_ops->segment_bytes(c->tp)
 		   : 0;
 
-	return s >= 4096 && s <= FT_FRAME_MAX_PAYLOAD ? s : (size_t)256 * 1024;
+	return s >= 4096 && s <= FT_FRAME_MAX_PAYLOAD ? s : DEFAULT_SEGMENT;
 }
 
 static bool comm_interrupted(void *arg)
@@ -311,7 +313,7 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 	c->magic = FT__COMM_MAGIC;
 	if (c->cfg.world_size == 1) {
 		if (c->cfg.segment_bytes == 0)
-			c->cfg.segment_bytes = (size_t)256 * 1024;
+			c->cfg.segment_bytes = default_segment(c);
 		c->size = 1;
 		c->members = calloc(1, sizeof(int));
 		if (c->members == NULL) {

@@ -2021,16 +2021,11 @@ static struct fi_info *choose_info(const struct ft_tp_params *p)
  * the variable when it first loads its providers: the first transport of a
  * process decides.
  */
-static bool crowded_host(const struct ft_tp_params *p)
+static void shm_protocol(const struct ft_tp_params *p)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
-	return p->local_ranks > 0 && cpus > 0 && p->local_ranks > cpus;
-}
-
-static void shm_protocol(const struct ft_tp_params *p)
-{
-	if (p->local_ranks > 0 && !crowded_host(p))
+	if (p->local_ranks > 0 && cpus > 0 && p->local_ranks <= cpus)
 		setenv("FI_SHM_DISABLE_CMA", "1", 0);
 }
 
@@ -2230,7 +2225,8 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 		tp->bell = ft__bell_own();
 	s = getenv("FI_SHM_DISABLE_CMA");
 	tp->sar = strcmp(tp->prov, "shm") == 0 && s != NULL &&
-		  (strcmp(s, "1") == 0 || strcasecmp(s, "true") == 0 || strcasecmp(s, "yes") == 0);
+		  (strcmp(s, "1") == 0 || strcasecmp(s, "on") == 0 || strcasecmp(s, "true") == 0 ||
+		   strcasecmp(s, "yes") == 0);
 	n = snprintf(tp->addr, sizeof(tp->addr), "%s/%c/%016" PRIx64 "/%d/%d/", tp->prov,
 		     tp->msg ? 'm' : 'r', tp->node, tp->pid,
 		     tp->bell != NULL ? ft__bell_handle() : -1);
