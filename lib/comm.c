@@ -201,7 +201,6 @@ static int comm_join(struct ft_comm *c)
 		.log_level = c->cfg.log_level,
 		.interrupted = comm_interrupted,
 		.interrupt_arg = c,
-		.local_ranks = local_ranks(&c->cfg),
 	};
 	struct ft__view view = {0};
 	struct ft__member me;

@@ -19,12 +19,12 @@ for t in "$@"; do
 		failed="$failed $t"
 	fi
 done
-# The allreduce matrix and the shrink (kill) tests again over libfabric, one
-# provider at a time (a parameter, not copied tests). FTCC_KILL_PROVIDERS
-# lists the providers the kill tests run over.
+# The allreduce matrix, the other collectives and the shrink (kill) tests
+# again over libfabric, one provider at a time (a parameter, not copied
+# tests). FTCC_KILL_PROVIDERS lists the providers the kill tests run over.
 for t in "$@"; do
 	case "$t" in
-	*/test_allreduce) provs="shm tcp;ofi_rxm tcp" ;;
+	*/test_allreduce | */test_collectives) provs="shm tcp;ofi_rxm tcp" ;;
 	*/test_shrink) provs=${FTCC_KILL_PROVIDERS:-"shm tcp;ofi_rxm tcp"} ;;
 	*) continue ;;
 	esac

@@ -103,6 +103,19 @@ static inline void tu_spawn(struct tu_job *job, int r, tu_rank_fn fn, void *arg,
 	job->pids[r] = pid;
 }
 
+/* FTCC_TEST_HANG_STACKS=1: print a hung rank's threads (gdb) before it is killed. */
+static inline void tu_dump_stack(pid_t pid)
+{
+	char cmd[160];
+
+	if (getenv("FTCC_TEST_HANG_STACKS") == NULL)
+		return;
+	snprintf(cmd, sizeof(cmd), "gdb -p %d -batch -ex 'thread apply all bt' 1>&2 2>/dev/null",
+		 (int)pid);
+	if (system(cmd) != 0)
+		fprintf(stderr, "(no stack for pid %d: gdb failed)\n", (int)pid);
+}
+
 /*
  * Waits for every rank until the deadline; ranks still alive then are killed
  * and reported as hung (status -1). Returns the number of ranks that did not
@@ -132,6 +145,7 @@ static inline int tu_wait(struct tu_job *job, long deadline_ms, const int *expec
 	}
 	for (int r = 0; r < job->n; r++) {
 		if (job->pids[r] > 0) {
+			tu_dump_stack(job->pids[r]);
 			kill(job->pids[r], SIGKILL);
 			waitpid(job->pids[r], NULL, 0);
 			job->pids[r] = 0;

@@ -23,6 +23,7 @@
 
 #include "crc32c.h"
 #include "fabric_bell.h"
+#include "fabric_guard.h"
 #include "ftcc/transport.h"
 #include "internal.h"
 
@@ -102,6 +103,7 @@
 #define FAB_LIVENESS_MS 20
 #define FAB_POLL_MIN_US 50
 #define FAB_POLL_MAX_US 1000
+#define FAB_SAR_YIELD_NS 5000000ull /* SAR: yield, not sleep, this long after the last completion */
 #define FAB_WATCH_MAX 16
 #define FAB_MR_CACHE_MAX 32
 #define FAB_MR_WINDOW ((uintptr_t)256 << 20) /* most of a mapping registered at once */
@@ -286,8 +288,10 @@ struct ft_transport {
 	size_t max_msg, inject;
 	int cq_fd, eq_fd;       /* -1: poll with back-off */
 	struct ft_bell *bell;   /* no fds: local peers ring this instead (fabric_bell.c) */
+	struct ft_guard *guard; /* shm: frees the region locks a killed peer left held */
 	bool sar;               /* shm copies through its bounce buffers, not CMA */
 	unsigned idle_us;
+	uint64_t active_ns;     /* last completion or post */
 	int rank, pid;
 	uint64_t node, next_id, mr_key;
 	char prov[64];
@@ -601,6 +605,8 @@ static inline size_t part_len(const struct ft_link *l, const struct fab_op *op, 
 
 static void peer_died(struct ft_link *l, int64_t now);
 static void unname_link_ep(const struct ft_link *l);
+static bool shm_region(const char *prov, const uint8_t *name, size_t len, int pid, char *out);
+static void guard_own(struct ft_transport *tp, const uint8_t *name, size_t len, bool open);
 
 /*
  * shm posts a message under a spinlock that lives in the receiver's region:
@@ -759,8 +765,10 @@ static void link_free(struct ft_link *l)
 		next = op->next;
 		op_put(tp, op);
 	}
-	if (l->own_ep && l->ep != NULL)
+	if (l->own_ep && l->ep != NULL) {
 		fi_close(&l->ep->fid);
+		guard_own(tp, l->m.hello.name, l->m.hello.namelen, false);
+	}
 	if (l->pidfd >= 0)
 		close(l->pidfd);
 	if (l->peer_bell != tp->bell)
@@ -787,6 +795,7 @@ static void unlist(struct ft_transport *tp, struct ft_link *l)
 		tp->npending--;
 }
 
+
 /*
  * Watches a peer that runs on this node through a pidfd (else kill(pid, 0)),
  * and maps its bell when this transport sleeps on one (bell: the peer's
@@ -795,6 +804,8 @@ static void unlist(struct ft_transport *tp, struct ft_link *l)
 static void watch_peer(struct ft_link *l, uint64_t node, int pid, const uint8_t *name, size_t len,
 		       int bell)
 {
+	char region[FAB_NAME_MAX + 1];
+
 	if (name != NULL && len <= sizeof(l->peer_name)) {
 		memcpy(l->peer_name, name, len);
 		l->peer_namelen = len;
@@ -803,6 +814,9 @@ static void watch_peer(struct ft_link *l, uint64_t node, int pid, const uint8_t 
 	l->local = node == l->tp->node && pid > 0;
 	if (!l->local)
 		return;
+	if (l->tp->guard != NULL && pid != l->tp->pid &&
+	    shm_region(l->tp->prov, l->peer_name, l->peer_namelen, pid, region))
+		ft__guard_add(l->tp->guard, region, pid, false);
 	if (l->tp->bell != NULL && bell >= 0) {
 		l->peer_bell = pid == l->tp->pid ? l->tp->bell : ft__bell_map(pid, bell);
 		if (l->peer_bell == NULL)
@@ -921,6 +935,19 @@ static void own_region(const struct ft_transport *tp, bool open)
 	pthread_mutex_unlock(&own_lock);
 }
 
+/* Has the guard watch (or, closed, forget) the region of one of this process's shm endpoints. */
+static void guard_own(struct ft_transport *tp, const uint8_t *name, size_t len, bool open)
+{
+	char region[FAB_NAME_MAX + 1];
+
+	if (tp->guard == NULL || !shm_region(tp->prov, name, len, tp->pid, region))
+		return;
+	if (open)
+		ft__guard_add(tp->guard, region, tp->pid, true);
+	else
+		ft__guard_remove(tp->guard, region);
+}
+
 /*
  * shm completes the sends of an endpoint in the order they were posted:
  * its sender reads the answers to its large (CMA or SAR) messages from one
@@ -952,6 +979,7 @@ static int rdm_link_ep_open(struct ft_transport *tp, struct ft_link *l)
 		return -FT_EIO;
 	}
 	l->m.hello.namelen = (uint32_t)len;
+	guard_own(tp, l->m.hello.name, len, true);
 	return 0;
 }
 
@@ -1681,8 +1709,10 @@ static int drive(struct ft_transport *tp)
 	for (struct ft_link *l = tp->pending; l != NULL; l = l->next)
 		if (l->error == 0)
 			advance_ctl(l);
-	if (n > 0)
+	if (n > 0) {
 		tp->idle_us = 0;
+		tp->active_ns = ft__now_ns();
+	}
 	return n;
 }
 
@@ -1739,6 +1769,17 @@ static bool drive_others(struct ft_transport *tp)
 	return others;
 }
 
+/* Under SAR, whether a message is midway: shm moves it only while both ends call progress. */
+static bool sar_midway(const struct ft_transport *tp)
+{
+	if (!tp->sar)
+		return false;
+	for (const struct ft_link *l = tp->links; l != NULL; l = l->next)
+		if (l->error == 0 && !l->dead && (l->s_inflight > 0 || l->user_rx > 0))
+			return true;
+	return false;
+}
+
 /*
  * Whether whatever this transport waits for comes with a ring of its bell:
  * every live link leads to a peer that rings it and, under SAR, no transfer
@@ -1747,15 +1788,27 @@ static bool drive_others(struct ft_transport *tp)
  */
 static bool bell_covers(const struct ft_transport *tp)
 {
-	if (tp->bell == NULL)
+	if (tp->bell == NULL || sar_midway(tp))
 		return false;
-	for (const struct ft_link *l = tp->links; l != NULL; l = l->next) {
-		if (l->error != 0 || l->dead)
-			continue;
-		if (l->peer_bell == NULL || (tp->sar && (l->s_inflight > 0 || l->user_rx > 0)))
+	for (const struct ft_link *l = tp->links; l != NULL; l = l->next)
+		if (l->error == 0 && !l->dead && l->peer_bell == NULL)
 			return false;
-	}
 	return true;
+}
+
+/*
+ * Whether, under SAR, the waiting is better done by yielding the CPU than by
+ * sleeping: a transfer is midway and moved recently. shm moves a SAR message
+ * in bounce-buffer-sized pieces, each needing a progress call from the
+ * sender and then from the receiver; with more ranks than cores, a sleeping
+ * side stalls its partner for the whole sleep (4 ranks, 64 MiB on 2 cores:
+ * 70-80 ms yielding, 80-300 ms sleeping). The yield lasts FAB_SAR_YIELD_NS
+ * past the last completion or post, so a rank waiting on a slow peer still
+ * goes to sleep.
+ */
+static bool sar_yield(const struct ft_transport *tp)
+{
+	return sar_midway(tp) && ft__now_ns() - tp->active_ns < FAB_SAR_YIELD_NS;
 }
 
 /* Sleeps on the bell up to ms, and up to FAB_LIVENESS_MS: pidfds are not watched meanwhile. */
@@ -1810,6 +1863,10 @@ static void fab_wait(struct ft_transport *tp, int ms)
 		rc = poll(pfd, (nfds_t)n, ms < 0 || ms > FAB_WAIT_CAP_MS ? FAB_WAIT_CAP_MS : ms);
 	} else {
 		long us;
+		if (sar_yield(tp)) {
+			sched_yield();
+			return;
+		}
 		tp->idle_us = tp->idle_us == 0 ? FAB_POLL_MIN_US
 					       : (tp->idle_us * 2 > FAB_POLL_MAX_US ? FAB_POLL_MAX_US
 										    : tp->idle_us * 2);
@@ -2013,20 +2070,18 @@ static struct fi_info *choose_info(const struct ft_tp_params *p)
  * process_vm_readv, pinning the sender's pages as it goes) or through
  * bounce buffers in the receiver's region (SAR: the sender copies in and the
  * receiver copies out, a piece at a time, each in its own progress calls).
- * Measured here (2 cores, a VM): with a core per rank SAR was 2.4 times
- * faster than CMA from 1 MiB to 64 MiB, two user-space copies beating one
- * copy with page pinning; with 8 ranks on 2 cores CMA won, because SAR
- * stalls whenever either side is not running. So SAR when the ranks on this
- * host fit its CPUs, unless FI_SHM_DISABLE_CMA is set already. libfabric reads
- * the variable when it first loads its providers: the first transport of a
- * process decides.
+ * Measured here (2 cores, a VM), SAR won everywhere once a waiting rank
+ * yields during a transfer instead of sleeping (sar_yield): 2 ranks 64 MiB
+ * 17 ms against 42 ms; 4 ranks 70 ms against 107 ms; 8 ranks 168 ms against
+ * 255 ms. SAR also holds no lock while it copies, where a CMA receiver copies
+ * a whole message under its region's lock and, killed then, leaves every
+ * sender to it spinning for good. So SAR, unless FI_SHM_DISABLE_CMA is set
+ * already. libfabric reads the variable when it first loads its providers:
+ * the first transport of a process decides.
  */
-static void shm_protocol(const struct ft_tp_params *p)
+static void shm_protocol(void)
 {
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-
-	if (p->local_ranks > 0 && cpus > 0 && p->local_ranks <= cpus)
-		setenv("FI_SHM_DISABLE_CMA", "1", 0);
+	setenv("FI_SHM_DISABLE_CMA", "1", 0);
 }
 
 static int cq_open(struct ft_transport *tp)
@@ -2172,7 +2227,7 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	tp->pid = (int)getpid();
 	tp->node = node_id();
 	tp->next_id = (ft__now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)tp->pid << 16) & TAG_ID_MASK;
-	shm_protocol(p);
+	shm_protocol();
 	tp->info = choose_info(p);
 	if (tp->info == NULL) {
 		ft__error("fabric: no provider offers reliable tagged or connected messages%s%s",
@@ -2238,6 +2293,8 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	for (size_t i = 0; i < tp->namelen; i++)
 		snprintf(tp->addr + n + 2 * i, 3, "%02x", tp->name[i]);
 	own_region(tp, true);
+	if (!tp->msg && strcmp(tp->prov, "shm") == 0 && (tp->guard = ft__guard_open()) != NULL)
+		guard_own(tp, tp->name, tp->namelen, true);
 	drive(tp);
 	tps_add(tp, true);
 	ft__info("fabric: provider %s, %s endpoints, %s, max message %zu%s, address %s", tp->prov,
@@ -2649,6 +2706,7 @@ static int do_post_send(struct ft_link *l, const struct ft_frame *hdr, const voi
 	l->sq_tail = op;
 	if (l->s_next == NULL)
 		l->s_next = op;
+	tp->active_ns = ft__now_ns();
 	advance(l);
 	return 0;
 }
@@ -2684,6 +2742,7 @@ static int do_post_recv(struct ft_link *l, const struct ft_frame *expect, void *
 		l->r_hdr = op;
 	if (l->r_check == NULL)
 		l->r_check = op;
+	tp->active_ns = ft__now_ns();
 	advance(l);
 	return 0;
 }
@@ -2744,6 +2803,7 @@ static void link_shutdown(struct ft_link *l, bool notify, int wait_ms)
 		if (notify && tp->msg)
 			fi_shutdown(l->ep, 0);
 		fi_close(&l->ep->fid);
+		guard_own(tp, l->m.hello.name, l->m.hello.namelen, false);
 		l->ep = NULL;
 	}
 	if (l->outstanding == 0) {
@@ -2831,6 +2891,8 @@ static void fab_close(struct ft_transport *tp)
 		tp->zombies = l->next;
 		link_free(l);
 	}
+	ft__guard_close(tp->guard);
+	tp->guard = NULL;
 	check_watched(tp);
 	while (tp->nwatch > 0)
 		close(tp->watch[--tp->nwatch].pidfd);
@@ -2944,7 +3006,7 @@ static void fab_link_close(struct ft_link *l)
  * (rxm: a rendezvous round trip above its 128 KiB SAR limit; shm: the SAR
  * handshake), so fewer, larger segments pay. Measured here at 2 ranks: rxm
  * 64 MiB took 51 ms with 256 KiB segments and 36 ms with 1 MiB; shm 4 MiB
- * 765 us and 643 us. Not shm with CMA (more ranks than CPUs): its receiver
+ * 765 us and 643 us. Not shm with CMA (FI_SHM_DISABLE_CMA=0): its receiver
  * copies a whole message while holding its region's lock, and a rank killed
  * then leaves every sender to it spinning on that lock for good, so the
  * window stays as short as with 256 KiB (16 MiB segments were 25% faster at

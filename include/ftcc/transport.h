@@ -117,7 +117,6 @@ struct ft_tp_params {
 	 * once interrupted(interrupt_arg) is true (a failure is being handled). */
 	bool (*interrupted)(void *arg);
 	void *interrupt_arg;
-	int local_ranks;        /* ranks of the job on this host (0: unknown) */
 };
 
 /*

@@ -1,0 +1,179 @@
+/* test_guard.c: the shm lock guard frees a lock a killed process left held, and only then. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef FTCC_HAVE_FABRIC
+#include <rdma/fabric.h>
+
+#include "../transports/fabric_guard.h"
+
+/*
+ * A stand-in for a region of libfabric 1.17's shm provider: a file in
+ * /dev/shm whose head holds the owner's pid at byte 4 and the queues'
+ * spinlock at byte 24, as fabric_guard.c expects.
+ */
+struct fake {
+	char name[64];
+	char *head;
+};
+
+static void fake_make(struct fake *f, const char *what)
+{
+	char path[96];
+	int fd, pid = getpid();
+
+	snprintf(f->name, sizeof(f->name), "ftcc-test-guard-%s-%d", what, pid);
+	snprintf(path, sizeof(path), "/dev/shm/%s", f->name);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	cr_assert_geq(fd, 0, "cannot create %s", path);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	f->head = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	cr_assert_neq(f->head, MAP_FAILED);
+	memcpy(f->head + 4, &pid, sizeof(pid));
+	cr_assert_eq(pthread_spin_init((pthread_spinlock_t *)(void *)(f->head + 24),
+				       PTHREAD_PROCESS_SHARED),
+		     0);
+}
+
+static void fake_drop(struct fake *f)
+{
+	munmap(f->head, 4096);
+	shm_unlink(f->name);
+}
+
+static pthread_spinlock_t *fake_lock(struct fake *f)
+{
+	return (pthread_spinlock_t *)(void *)(f->head + 24);
+}
+
+/* A child that takes the lock (when take), says so on the pipe, then waits to be killed. */
+static pid_t child(struct fake *f, bool take)
+{
+	int p[2];
+	char c = 0;
+	pid_t pid;
+
+	cr_assert_eq(pipe(p), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		if (take)
+			pthread_spin_lock(fake_lock(f));
+		if (write(p[1], &c, 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	cr_assert_eq(read(p[0], &c, 1), 1);
+	close(p[0]);
+	return pid;
+}
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Tries for the lock for up to ms; returns whether it was taken (and lets it go). */
+static bool lock_within(struct fake *f, long ms)
+{
+	long end = now_ms() + ms;
+
+	do {
+		if (pthread_spin_trylock(fake_lock(f)) == 0) {
+			pthread_spin_unlock(fake_lock(f));
+			return true;
+		}
+		usleep(2000);
+	} while (now_ms() < end);
+	return false;
+}
+
+static struct ft_guard *guard_or_skip(void)
+{
+	struct ft_guard *g = ft__guard_open();
+
+	if (g == NULL) {
+		uint32_t v = fi_version();
+		cr_skip_test("SKIPPED: no shm lock guard for libfabric %u.%u (it knows 1.17's layout only)",
+			     FI_MAJOR(v), FI_MINOR(v));
+	}
+	return g;
+}
+
+Test(guard, frees_the_lock_a_killed_process_held, .timeout = 30)
+{
+	struct ft_guard *g = guard_or_skip();
+	struct fake own;
+	pid_t holder;
+	long t0;
+
+	fake_make(&own, "own");
+	cr_assert(ft__guard_add(g, own.name, getpid(), true), "the guard refused a well-formed region");
+	holder = child(&own, true);
+	/* The holder is a peer whose region is unnamed: its death alone is watched. */
+	cr_assert(ft__guard_add(g, "ftcc-test-guard-gone", holder, false));
+	cr_assert(!lock_within(&own, 100), "the child does not hold the lock");
+	kill(holder, SIGKILL);
+	waitpid(holder, NULL, 0);
+	t0 = now_ms();
+	cr_assert(lock_within(&own, 5000), "the lock of a killed holder is still held after 5 s");
+	cr_expect_geq(now_ms() - t0, 200, "freed after %ld ms: the guard did not wait to be sure",
+		      now_ms() - t0);
+	ft__guard_close(g);
+	fake_drop(&own);
+}
+
+Test(guard, leaves_a_live_holder_alone, .timeout = 30)
+{
+	struct ft_guard *g = guard_or_skip();
+	struct fake own;
+	pid_t holder, other;
+
+	fake_make(&own, "live");
+	cr_assert(ft__guard_add(g, own.name, getpid(), true));
+	holder = child(&own, true);
+	other = child(&own, false);
+	cr_assert(ft__guard_add(g, "ftcc-test-guard-holder", holder, false));
+	cr_assert(ft__guard_add(g, "ftcc-test-guard-other", other, false));
+	/* Nobody died: a lock held for a whole second stays held. */
+	cr_expect(!lock_within(&own, 1000), "the guard freed a lock whose holder is alive");
+	kill(holder, SIGKILL);
+	kill(other, SIGKILL);
+	waitpid(holder, NULL, 0);
+	waitpid(other, NULL, 0);
+	ft__guard_close(g);
+	fake_drop(&own);
+}
+
+Test(guard, refuses_a_region_that_names_another_owner)
+{
+	struct ft_guard *g = guard_or_skip();
+	struct fake own;
+
+	fake_make(&own, "other");
+	cr_expect(!ft__guard_add(g, own.name, getpid() + 1, true));
+	cr_expect(!ft__guard_add(g, "ftcc-test-guard-missing", getpid(), true));
+	ft__guard_close(g);
+	fake_drop(&own);
+}
+
+#else
+Test(guard, skipped)
+{
+	cr_skip_test("SKIPPED: built without libfabric");
+}
+#endif

@@ -1,0 +1,326 @@
+/* fabric_guard.c: frees the shm region locks that a killed process left held. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+
+#include "../lib/internal.h"
+#include "fabric_guard.h"
+
+/*
+ * Each shm endpoint owns a region (a file in /dev/shm) that every peer maps,
+ * and one spinlock in its head guards its queues. Senders copy into a
+ * receiver's region under the receiver's lock (SAR: a whole message's first
+ * pieces), and a receiver copies out under its own. A process killed inside
+ * either leaves the lock held for good, and every process that touches that
+ * region next (the survivors' progress calls, their sends) spins on it
+ * forever: no error, no way out.
+ *
+ * The guard is a thread that sleeps on the pidfds of the peers until one
+ * dies. Then, for a vigil of GUARD_VIGIL_MS, it looks every GUARD_TICK_MS at
+ * the locks of this process's regions and of the dead peer's, and frees one
+ * it has found held at every look for GUARD_HELD_MS: a live holder keeps it
+ * for microseconds (a few milliseconds when it loses its core), so a lock
+ * held that long, right after a death, is the dead one's. The guard maps the
+ * region heads itself (a page each, while the files are still named) and
+ * touches nothing but the lock word, with the C library's own spinlock calls.
+ *
+ * This reads libfabric's private layout (struct smr_region: the owner's pid
+ * at byte 4, the lock at byte 24), which the guard checks as far as it can:
+ * libfabric 1.17 only, and a region is watched only if its head names its
+ * owner's pid. Anywhere else the guard is off and a death inside the
+ * provider can still wedge the survivors.
+ */
+
+#define GUARD_PID_OFF 4
+#define GUARD_LOCK_OFF 24
+#define GUARD_PAGE 4096
+#define GUARD_TICK_MS 5
+#define GUARD_HELD_MS 250
+#define GUARD_VIGIL_MS 3000
+#define GUARD_NAME_MAX 64
+#define GUARD_POLL_MAX 256
+
+struct guard_region {
+	char name[GUARD_NAME_MAX];
+	int pid, pidfd;         /* pidfd: a peer's, -1 for our own regions */
+	bool own, dead;
+	char *head;             /* the region's first page, mapped here */
+	int64_t held_since;     /* ms; 0: free at the last look */
+};
+
+struct ft_guard {
+	pthread_t thread;
+	pthread_mutex_t mu;
+	int efd;                /* wakes the thread: a region added, the guard closing */
+	bool stop;
+	struct guard_region *r;
+	unsigned n, cap;
+	int64_t vigil_until;    /* ms */
+};
+
+static pthread_spinlock_t *region_lock(const struct guard_region *r)
+{
+	return (pthread_spinlock_t *)(void *)(r->head + GUARD_LOCK_OFF);
+}
+
+static void region_drop(struct ft_guard *g, unsigned i)
+{
+	struct guard_region *r = &g->r[i];
+
+	if (r->head != NULL)
+		munmap(r->head, GUARD_PAGE);
+	if (r->pidfd >= 0)
+		close(r->pidfd);
+	g->r[i] = g->r[--g->n];
+}
+
+/* Returns whether r's lock was freed: held at every look for GUARD_HELD_MS. */
+static bool region_check(struct guard_region *r, int64_t now)
+{
+	pthread_spinlock_t *lk = region_lock(r);
+
+	if (pthread_spin_trylock(lk) == 0) {
+		pthread_spin_unlock(lk);
+		r->held_since = 0;
+		return false;
+	}
+	if (r->held_since == 0) {
+		r->held_since = now;
+		return false;
+	}
+	if (now - r->held_since < GUARD_HELD_MS)
+		return false;
+	pthread_spin_unlock(lk);
+	r->held_since = 0;
+	ft__warn("fabric: the lock of shm region %s (%s, pid %d) was held %d ms after a peer died: "
+		 "freed it",
+		 r->name, r->own ? "this process" : "a dead peer", r->pid, GUARD_HELD_MS);
+	return true;
+}
+
+/* One look after a wake-up; called with g->mu held. */
+static void guard_look(struct ft_guard *g)
+{
+	int64_t now = ft__now_ms();
+	bool freed = false;
+
+	for (unsigned i = 0; i < g->n; i++) {
+		struct guard_region *r = &g->r[i];
+		struct pollfd p = {.fd = r->pidfd, .events = POLLIN};
+		if (r->own || r->dead || r->pidfd < 0 || poll(&p, 1, 0) != 1)
+			continue;
+		r->dead = true;
+		g->vigil_until = now + GUARD_VIGIL_MS;
+		ft__debug("fabric: guard: pid %d (shm region %s) exited", r->pid, r->name);
+	}
+	if (now >= g->vigil_until) {
+		for (unsigned i = 0; i < g->n;)
+			if (g->r[i].dead)
+				region_drop(g, i);
+			else
+				i++;
+		return;
+	}
+	/* The dead peers' locks first: a thread of ours may hold our own lock
+	 * while it waits on one of theirs. */
+	for (unsigned i = 0; i < g->n; i++)
+		if (g->r[i].dead && g->r[i].head != NULL && region_check(&g->r[i], now))
+			freed = true;
+	for (unsigned i = 0; i < g->n; i++) {
+		if (!g->r[i].own)
+			continue;
+		if (freed)
+			g->r[i].held_since = 0;
+		else
+			region_check(&g->r[i], now);
+	}
+}
+
+static void *guard_main(void *arg)
+{
+	struct ft_guard *g = arg;
+	struct pollfd pfd[GUARD_POLL_MAX];
+
+	for (;;) {
+		nfds_t np = 0;
+		int timeout;
+		uint64_t v;
+
+		pthread_mutex_lock(&g->mu);
+		if (g->stop) {
+			pthread_mutex_unlock(&g->mu);
+			return NULL;
+		}
+		pfd[np++] = (struct pollfd){.fd = g->efd, .events = POLLIN};
+		for (unsigned i = 0; i < g->n && np < GUARD_POLL_MAX; i++)
+			if (!g->r[i].dead && g->r[i].pidfd >= 0)
+				pfd[np++] = (struct pollfd){.fd = g->r[i].pidfd, .events = POLLIN};
+		timeout = ft__now_ms() < g->vigil_until ? GUARD_TICK_MS : -1;
+		pthread_mutex_unlock(&g->mu);
+		if (poll(pfd, np, timeout) > 0 && pfd[0].revents != 0 &&
+		    read(g->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			return NULL;
+		pthread_mutex_lock(&g->mu);
+		guard_look(g);
+		pthread_mutex_unlock(&g->mu);
+	}
+}
+
+static void guard_wake(struct ft_guard *g)
+{
+	uint64_t one = 1;
+
+	if (write(g->efd, &one, sizeof(one)) < 0)
+		ft__debug("fabric: guard: eventfd: %s", strerror(errno));
+}
+
+struct ft_guard *ft__guard_open(void)
+{
+	uint32_t v = fi_version();
+	const char *e = getenv("FTCC_SHM_GUARD");
+	struct ft_guard *g;
+
+	if (e != NULL && strcmp(e, "0") == 0)
+		return NULL;
+	if (FI_MAJOR(v) != 1 || FI_MINOR(v) != 17) {
+		ft__info("fabric: no shm lock guard for libfabric %u.%u (its region layout is known "
+			 "for 1.17 only): a rank killed inside the provider may wedge its peers",
+			 FI_MAJOR(v), FI_MINOR(v));
+		return NULL;
+	}
+	g = calloc(1, sizeof(*g));
+	if (g == NULL)
+		return NULL;
+	g->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (g->efd < 0) {
+		free(g);
+		return NULL;
+	}
+	pthread_mutex_init(&g->mu, NULL);
+	if (pthread_create(&g->thread, NULL, guard_main, g) != 0) {
+		pthread_mutex_destroy(&g->mu);
+		close(g->efd);
+		free(g);
+		return NULL;
+	}
+	return g;
+}
+
+/* Maps the head of /dev/shm/name if it names pid as its owner. */
+static char *map_head(const char *name, int pid)
+{
+	char path[GUARD_NAME_MAX + 16];
+	struct stat st;
+	char *head;
+	int fd, owner;
+
+	snprintf(path, sizeof(path), "/dev/shm/%s", name);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) != 0 || st.st_size < GUARD_PAGE) {
+		close(fd);
+		return NULL;
+	}
+	head = mmap(NULL, GUARD_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (head == MAP_FAILED)
+		return NULL;
+	memcpy(&owner, head + GUARD_PID_OFF, sizeof(owner));
+	if (owner != pid) {
+		munmap(head, GUARD_PAGE);
+		return NULL;
+	}
+	return head;
+}
+
+bool ft__guard_add(struct ft_guard *g, const char *region, int pid, bool own)
+{
+	struct guard_region r = {.pid = pid, .pidfd = -1, .own = own};
+	bool ok = false;
+
+	if (g == NULL || strlen(region) >= sizeof(r.name))
+		return false;
+	strcpy(r.name, region);
+	pthread_mutex_lock(&g->mu);
+	for (unsigned i = 0; i < g->n; i++)
+		if (strcmp(g->r[i].name, region) == 0) {
+			pthread_mutex_unlock(&g->mu);
+			return true;
+		}
+	if (g->n == g->cap) {
+		unsigned cap = g->cap == 0 ? 8 : g->cap * 2;
+		struct guard_region *nr = realloc(g->r, cap * sizeof(*nr));
+		if (nr == NULL)
+			goto out;
+		g->r = nr;
+		g->cap = cap;
+	}
+	/* A peer's region may be unnamed already (a link's own endpoint): its
+	 * death is still worth watching, for the locks of our regions. */
+	r.head = map_head(region, pid);
+	if (own && r.head == NULL)
+		goto out;
+	if (!own) {
+#ifdef SYS_pidfd_open
+		r.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+#endif
+		if (r.pidfd < 0) {
+			if (r.head != NULL)
+				munmap(r.head, GUARD_PAGE);
+			goto out;
+		}
+	}
+	g->r[g->n++] = r;
+	ok = true;
+out:
+	pthread_mutex_unlock(&g->mu);
+	if (ok)
+		guard_wake(g);
+	else
+		ft__debug("fabric: guard: cannot watch shm region %s of pid %d", region, pid);
+	return ok;
+}
+
+void ft__guard_remove(struct ft_guard *g, const char *region)
+{
+	if (g == NULL)
+		return;
+	pthread_mutex_lock(&g->mu);
+	for (unsigned i = 0; i < g->n; i++)
+		/* A dead peer's region stays until the vigil is over. */
+		if (strcmp(g->r[i].name, region) == 0 && !g->r[i].dead) {
+			region_drop(g, i);
+			break;
+		}
+	pthread_mutex_unlock(&g->mu);
+}
+
+void ft__guard_close(struct ft_guard *g)
+{
+	if (g == NULL)
+		return;
+	pthread_mutex_lock(&g->mu);
+	g->stop = true;
+	pthread_mutex_unlock(&g->mu);
+	guard_wake(g);
+	pthread_join(g->thread, NULL);
+	while (g->n > 0)
+		region_drop(g, 0);
+	free(g->r);
+	pthread_mutex_destroy(&g->mu);
+	close(g->efd);
+	free(g);
+}
