@@ -1,4 +1,4 @@
-/* test_guard.c: the shm lock guard frees a lock a killed process left held, and only then. */
+/* test_guard.c: what a killed shm process leaves behind: a held lock (the guard frees it), a stale region. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "testutil.h"
 
 #ifdef FTCC_HAVE_FABRIC
 #include <rdma/fabric.h>
@@ -169,6 +171,56 @@ Test(guard, refuses_a_region_that_names_another_owner)
 	cr_expect(!ft__guard_add(g, "ftcc-test-guard-missing", getpid(), true));
 	ft__guard_close(g);
 	fake_drop(&own);
+}
+
+/*
+ * A rank whose pid once belonged to a process killed with its shm region
+ * still in /dev/shm: shm refuses to enable an endpoint of that name, and
+ * ftcc removes the stale file and goes on.
+ */
+static void plant_stale_region(struct ft_config *cfg, int rank)
+{
+	int pid = getpid();
+
+	(void)rank;
+	snprintf(cfg->transport, sizeof(cfg->transport), "fabric");
+	setenv("FI_PROVIDER", "shm", 1);
+	for (int i = 0; i < 2; i++) {
+		char path[96];
+		snprintf(path, sizeof(path), "/dev/shm/%d:%d:0", pid, i == 0 ? 0 : (int)getuid());
+		int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || ftruncate(fd, 4096) != 0 || pwrite(fd, &pid, sizeof(pid), 4) != 4)
+			_exit(97);
+		close(fd);
+	}
+}
+
+static int sum_ranks(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	int32_t v = rank;
+
+	(void)arg;
+	return ft_allreduce(comm, &v, &v, 1, FT_INT32, FT_SUM, NULL) != 0 || v != n * (n - 1) / 2;
+}
+
+Test(stale_region, of_an_earlier_process_with_this_pid, .timeout = 60)
+{
+	struct fi_info *hints = fi_allocinfo(), *info = NULL;
+	struct tu_job job;
+
+	cr_assert_not_null(hints);
+	hints->fabric_attr->prov_name = strdup("shm");
+	hints->ep_attr->type = FI_EP_RDM;
+	if (fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &info) != 0) {
+		fi_freeinfo(hints);
+		cr_skip_test("SKIPPED: libfabric has no shm provider here");
+	}
+	fi_freeinfo(info);
+	fi_freeinfo(hints);
+	tu_job_init(&job, 2);
+	for (int r = 0; r < job.n; r++)
+		tu_spawn(&job, r, sum_ranks, NULL, plant_stale_region);
+	cr_assert_eq(tu_wait(&job, 40000, NULL), 0, "a rank failed with a stale region in the way");
 }
 
 #else

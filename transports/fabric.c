@@ -949,6 +949,31 @@ static void guard_own(struct ft_transport *tp, const uint8_t *name, size_t len, 
 }
 
 /*
+ * shm names an endpoint's region after its process ("PID:UID:IDX") and
+ * fails to enable the endpoint (-FI_EBUSY) when a file of that name exists:
+ * the leftover of a process that had this pid before and was killed with no
+ * neighbour left to remove it. No live process but this one names regions
+ * with this pid, and this one never reuses an index, so the file is stale.
+ * 1.17 removes it as it fails; whether or not, the file is removed and the
+ * enable tried once more.
+ */
+static int enable_ep(struct ft_transport *tp, struct fid_ep *ep)
+{
+	uint8_t name[FAB_NAME_MAX];
+	char region[FAB_NAME_MAX + 1];
+	size_t len = sizeof(name);
+	int rc = fi_enable(ep);
+
+	if (rc != -FI_EBUSY || fi_getname(&ep->fid, name, &len) != 0 ||
+	    !shm_region(tp->prov, name, len, tp->pid, region) ||
+	    (shm_unlink(region) != 0 && errno != ENOENT))
+		return rc;
+	ft__warn("fabric: /dev/shm/%s was left by an earlier process with pid %d: removed", region,
+		 tp->pid);
+	return fi_enable(ep);
+}
+
+/*
  * shm completes the sends of an endpoint in the order they were posted:
  * its sender reads the answers to its large (CMA or SAR) messages from one
  * queue and stops at the first one not yet answered. A message that will
@@ -972,7 +997,7 @@ static int rdm_link_ep_open(struct ft_transport *tp, struct ft_link *l)
 	l->own_ep = true;
 	if ((rc = fi_ep_bind(l->ep, &tp->av->fid, 0)) != 0 ||
 	    (rc = fi_ep_bind(l->ep, &tp->cq->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
-	    (rc = fi_enable(l->ep)) != 0 ||
+	    (rc = enable_ep(tp, l->ep)) != 0 ||
 	    (rc = fi_getname(&l->ep->fid, l->m.hello.name, &len)) != 0) {
 		ft__error("fabric: cannot enable an endpoint for a link to rank %d: %s", l->peer,
 			  fi_strerror(-rc));
@@ -2164,7 +2189,7 @@ static int open_rdm(struct ft_transport *tp)
 	}
 	if ((rc = fi_ep_bind(tp->ep, &tp->av->fid, 0)) != 0 ||
 	    (rc = fi_ep_bind(tp->ep, &tp->cq->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
-	    (rc = fi_enable(tp->ep)) != 0) {
+	    (rc = enable_ep(tp, tp->ep)) != 0) {
 		ft__error("fabric: cannot enable the endpoint: %s", fi_strerror(-rc));
 		return -FT_EIO;
 	}
