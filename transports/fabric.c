@@ -75,7 +75,11 @@
  * Waiting: when the CQ (and EQ) offers a file descriptor, progress blocks in
  * poll() after fi_trywait, together with the peers' pidfds; otherwise it
  * polls the CQ with a back-off from 50 us to 1 ms, which keeps eight ranks
- * on two cores moving without burning them.
+ * on two cores moving without burning them; while a shm SAR transfer is
+ * midway and moving, it yields the CPU instead (sar_yield says why).
+ *
+ * A rank killed inside shm can leave a region's spinlock held; the guard
+ * thread of fabric_guard.c frees such a lock after a death.
  *
  * Lifetime: operations posted to the provider reference memory of their link
  * (control messages, header slots) or of the user. Closing a link cancels its
