@@ -118,9 +118,8 @@ tsan:
 	$(MAKE) B=build-tsan CFLAGS="-O1 -g -fsanitize=thread" LDFLAGS="-fsanitize=thread" test
 
 install: lib tools
-	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/ftcc $(DESTDIR)$(BINDIR)
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
 	install -m 644 include/ftcc.h $(DESTDIR)$(INCLUDEDIR)/
-	install -m 644 include/ftcc/*.h $(DESTDIR)$(INCLUDEDIR)/ftcc/
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/libftcc.so.0
 	ln -sf libftcc.so.0 $(DESTDIR)$(LIBDIR)/libftcc.so
@@ -130,7 +129,7 @@ install: lib tools
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libftcc.* $(DESTDIR)$(LIBDIR)/pkgconfig/ftcc.pc
-	rm -rf $(DESTDIR)$(INCLUDEDIR)/ftcc $(DESTDIR)$(INCLUDEDIR)/ftcc.h $(DESTDIR)$(BINDIR)/ftcc-run
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/ftcc.h $(DESTDIR)$(BINDIR)/ftcc-run
 
 clean:
 	rm -rf build build-asan build-tsan

@@ -159,15 +159,9 @@ int ft__comm_adopt(struct ft_comm *c, struct ft__view *v)
 }
 
 /* Ranks on this host: the launcher's local size, else the world size. */
-static int local_ranks(const struct ft_config *cfg)
+static int local_ranks(const struct ft_comm *c)
 {
-	const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
-	const char *s;
-
-	for (size_t i = 0; i < FT__ARRAY_SIZE(vars); i++)
-		if ((s = getenv(vars[i])) != NULL && atoi(s) > 0)
-			return atoi(s);
-	return cfg->world_size;
+	return c->tp_env.local_ranks > 0 ? c->tp_env.local_ranks : c->cfg.world_size;
 }
 
 #define DEFAULT_SEGMENT ((size_t)256 << 10)
@@ -201,6 +195,7 @@ static int comm_join(struct ft_comm *c)
 		.log_level = c->cfg.log_level,
 		.interrupted = comm_interrupted,
 		.interrupt_arg = c,
+		.env = &c->tp_env,
 	};
 	struct ft__view view = {0};
 	struct ft__member me;
@@ -263,13 +258,11 @@ static int comm_join(struct ft_comm *c)
  * allowed when the ranks on this host fit the online CPUs. FTCC_SPIN_US
  * overrides.
  */
-static uint64_t spin_budget(const struct ft_config *cfg)
+static uint64_t spin_budget(const struct ft_comm *c)
 {
-	const char *s = getenv("FTCC_SPIN_US");
-
-	if (s != NULL)
-		return (uint64_t)strtoul(s, NULL, 10) * 1000u;
-	return local_ranks(cfg) <= sysconf(_SC_NPROCESSORS_ONLN) ? 1000000u : 0;
+	if (c->tp_env.spin_us >= 0)
+		return (uint64_t)c->tp_env.spin_us * 1000u;
+	return local_ranks(c) <= sysconf(_SC_NPROCESSORS_ONLN) ? 1000000u : 0;
 }
 
 FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
@@ -308,7 +301,8 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 		free(c);
 		return -FT_ENOSYS;
 	}
-	c->spin_ns = spin_budget(&c->cfg);
+	ft__config_tp_env(&c->cfg, &c->tp_env);
+	c->spin_ns = spin_budget(c);
 	c->magic = FT__COMM_MAGIC;
 	if (c->cfg.world_size == 1) {
 		if (c->cfg.segment_bytes == 0)

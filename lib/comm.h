@@ -5,7 +5,7 @@
 #include <stdbool.h>
 
 #include "ftcc.h"
-#include "ftcc/transport.h"
+#include "transport.h"
 #include "internal.h"
 #include "detect.h"
 #include "fault.h"
@@ -14,6 +14,7 @@
 struct ft_comm {
 	uint32_t magic;                 /* FT__COMM_MAGIC while usable */
 	struct ft_config cfg;
+	struct ft_tp_env tp_env;        /* transport knobs, read once at init */
 	bool finalized;
 
 	/* membership: members[i] is the original rank of dense rank i */
@@ -47,6 +48,8 @@ struct ft_comm {
 
 int ft__config_check(const struct ft_config *cfg);
 int ft__parse_size(const char *s, size_t *out);
+/* Fills e from the environment: the transports' knobs and the launcher's local size. */
+int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e);
 
 /* 0 when c may run a collective, else the error to return. */
 int ft__comm_check(const struct ft_comm *c);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -305,5 +306,53 @@ int ft__config_check(const struct ft_config *cfg)
 	    cfg->detect_timeout_ms < cfg->heartbeat_ms || cfg->rejoin_timeout_ms < 0 ||
 	    cfg->crc < 0 || cfg->crc > 1)
 		return -FT_EINVAL;
+	return 0;
+}
+
+/* 1 for libfabric's spellings of true, 0 for false, -1 unset. */
+static int env_bool(const char *name)
+{
+	const char *s = getenv(name);
+
+	if (s == NULL || s[0] == '\0')
+		return -1;
+	return strcmp(s, "1") == 0 || strcasecmp(s, "on") == 0 || strcasecmp(s, "true") == 0 ||
+	       strcasecmp(s, "yes") == 0;
+}
+
+int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e)
+{
+	const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+	const char *s;
+	int cma;
+
+	memset(e, 0, sizeof(*e));
+	e->world_size = cfg->world_size;
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]) && e->local_ranks == 0; i++)
+		if ((s = getenv(vars[i])) != NULL && atoi(s) > 0)
+			e->local_ranks = atoi(s);
+	s = getenv("FTCC_SPIN_US");
+	e->spin_us = s != NULL ? strtol(s, NULL, 10) : -1;
+	if ((s = getenv("FTCC_TCP_BUFFER")) != NULL && atoi(s) > 0)
+		e->tcp_buffer = (size_t)atoi(s);
+	s = getenv("FTCC_FABRIC_PROVIDER");
+	if (s == NULL || s[0] == '\0')
+		s = getenv("FI_PROVIDER");
+	if (s != NULL)
+		snprintf(e->fabric_provider, sizeof(e->fabric_provider), "%s", s);
+	if ((s = getenv("FTCC_FABRIC_EP")) != NULL)
+		snprintf(e->fabric_ep, sizeof(e->fabric_ep), "%s", s);
+	s = getenv("FTCC_FABRIC_WAIT");
+	e->fabric_wait = s == NULL ? 0 : strcmp(s, "poll") == 0 ? 1 : strcmp(s, "bell") == 0 ? 2 : 0;
+	s = getenv("FTCC_FABRIC_LINK_EP");
+	e->fabric_link_ep = s != NULL && s[0] != '\0' ? strcmp(s, "1") == 0 : -1;
+	s = getenv("FTCC_FABRIC_MR_LOCAL");
+	e->fabric_mr_local = s != NULL && strcmp(s, "1") == 0;
+	if ((s = getenv("FTCC_FABRIC_MAX_MSG")) != NULL)
+		e->fabric_max_msg = (size_t)strtoull(s, NULL, 0);
+	s = getenv("FTCC_SHM_GUARD");
+	e->shm_guard = !(s != NULL && strcmp(s, "0") == 0);
+	cma = env_bool("FI_SHM_DISABLE_CMA");
+	e->shm_cma = cma < 0 ? -1 : !cma;
 	return 0;
 }

@@ -1,7 +1,7 @@
 /* transport.c: the table of built-in transports. */
 #include <string.h>
 
-#include "ftcc/transport.h"
+#include "transport.h"
 #include "internal.h"
 
 extern const struct ft_transport_ops ft__tcp_ops;
@@ -9,7 +9,7 @@ extern const struct ft_transport_ops ft__tcp_ops;
 extern const struct ft_transport_ops ft__fabric_ops;
 #endif
 
-FT__EXPORT const struct ft_transport_ops *ft_transport_lookup(const char *name)
+const struct ft_transport_ops *ft_transport_lookup(const char *name)
 {
 	static const struct ft_transport_ops *const all[] = {
 		&ft__tcp_ops,

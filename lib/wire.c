@@ -2,10 +2,10 @@
 #include <string.h>
 
 #include "ftcc.h"
-#include "ftcc/transport.h"
+#include "transport.h"
 #include "internal.h"
 
-FT__EXPORT int ft_hello_check(const struct ft_hello *expect, const struct ft_hello *got)
+int ft_hello_check(const struct ft_hello *expect, const struct ft_hello *got)
 {
 	if (got->magic != FT_HELLO_MAGIC)
 		return -FT_EPROTO;
@@ -41,7 +41,7 @@ static int known_error(int32_t status)
 	}
 }
 
-FT__EXPORT int ft_frame_check(const struct ft_frame *expect, const struct ft_frame *got)
+int ft_frame_check(const struct ft_frame *expect, const struct ft_frame *got)
 {
 	if (got->magic != FT_FRAME_MAGIC)
 		return -FT_EPROTO;

@@ -6,7 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
-#include "ftcc/transport.h"
+#include "transport.h"
 #include "testutil.h"
 
 #define DEADLINE_MS 60000

@@ -9,7 +9,7 @@
 
 #include "comm.h"
 #include "ftcc.h"
-#include "ftcc/transport.h"
+#include "transport.h"
 #include "internal.h"
 
 /*

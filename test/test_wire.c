@@ -15,7 +15,7 @@
 
 #include "crc32c.h"
 #include "ftcc.h"
-#include "ftcc/transport.h"
+#include "transport.h"
 #include "internal.h"
 
 /*

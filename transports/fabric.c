@@ -24,7 +24,7 @@
 #include "crc32c.h"
 #include "fabric_bell.h"
 #include "fabric_guard.h"
-#include "ftcc/transport.h"
+#include "transport.h"
 #include "internal.h"
 
 /*

@@ -16,7 +16,7 @@
 #include <stdbool.h>
 
 #include "crc32c.h"
-#include "ftcc/transport.h"
+#include "transport.h"
 #include "internal.h"
 
 /*

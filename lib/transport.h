@@ -1,4 +1,10 @@
-/* ftcc/transport.h: the transport plugin interface and the wire formats every transport carries. */
+/* transport.h: the internal transport interface and the wire formats every transport carries (not installed). */
+/*
+ * Not installed: no third party can register a transport today, so the
+ * table, the frame and the handshake stay free to change. The ops table
+ * still begins with its size, so that it can become a versioned plugin
+ * interface later without breaking the built-in transports.
+ */
 #ifndef FTCC_TRANSPORT_H
 #define FTCC_TRANSPORT_H
 
@@ -106,6 +112,26 @@ struct ft_tp_event {
 	int peer;               /* original rank of the link's peer */
 };
 
+/*
+ * Transport knobs from the environment, read once at ft_init by config.c
+ * (ft__config_tp_env) and only there: transports never call getenv.
+ */
+struct ft_tp_env {
+	int world_size;             /* ranks in the job */
+	int local_ranks;            /* ranks on this host per the launcher; 0: not known */
+	long spin_us;               /* FTCC_SPIN_US; -1: the engine's choice */
+	size_t tcp_buffer;          /* FTCC_TCP_BUFFER: SO_SNDBUF/SO_RCVBUF; 0: autotuning */
+	char fabric_provider[64];   /* FTCC_FABRIC_PROVIDER, else FI_PROVIDER; "": choose */
+	char fabric_ep[8];          /* FTCC_FABRIC_EP: "", "rdm" or "msg" */
+	int fabric_wait;            /* FTCC_FABRIC_WAIT: 0 default, 1 poll, 2 bell */
+	int fabric_link_ep;         /* FTCC_FABRIC_LINK_EP: -1 default, 0 or 1 */
+	int fabric_mr_local;        /* FTCC_FABRIC_MR_LOCAL: 1 registers even unasked */
+	size_t fabric_max_msg;      /* FTCC_FABRIC_MAX_MSG: 0 the provider's */
+	int shm_guard;              /* FTCC_SHM_GUARD: 1 (default) or 0 */
+	int shm_cma;                /* FI_SHM_DISABLE_CMA as libfabric reads it: -1 unset,
+				     * 0 CMA off (SAR), 1 CMA on */
+};
+
 struct ft_tp_params {
 	int rank;               /* original rank */
 	const char *bind_host;
@@ -117,6 +143,7 @@ struct ft_tp_params {
 	 * once interrupted(interrupt_arg) is true (a failure is being handled). */
 	bool (*interrupted)(void *arg);
 	void *interrupt_arg;
+	const struct ft_tp_env *env;    /* never NULL */
 };
 
 /*
