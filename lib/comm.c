@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "policy.h"
 
 static int comm_usable(const struct ft_comm *c)
 {
@@ -97,6 +98,11 @@ static void comm_release(struct ft_comm *c)
 	free(c->backup);
 	c->backup = NULL;
 	c->backup_bytes = 0;
+	free(c->kept);
+	c->kept = NULL;
+	c->kept_cap = c->kept_bytes = 0;
+	c->kept_valid = false;
+	ft__comm_show_current(c);
 	c->members = NULL;
 	c->addrs = NULL;
 	c->slots = NULL;
@@ -303,6 +309,7 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 	}
 	ft__config_tp_env(&c->cfg, &c->tp_env);
 	c->spin_ns = spin_budget(c);
+	c->policy = ft__policy_for(c->cfg.policy);
 	c->magic = FT__COMM_MAGIC;
 	if (c->cfg.world_size == 1) {
 		if (c->cfg.segment_bytes == 0)
@@ -343,6 +350,7 @@ FT__EXPORT int ft_finalize(struct ft_comm *c)
 
 	if (rc != 0)
 		return rc;
+	c->policy->finalize(c);
 	comm_release(c);
 	c->finalized = true;
 	pthread_mutex_lock(&finalized_lock);
@@ -352,16 +360,37 @@ FT__EXPORT int ft_finalize(struct ft_comm *c)
 	return 0;
 }
 
+int ft__comm_shown_size(const struct ft_comm *c)
+{
+	return c->shown.active ? c->shown.size : c->size;
+}
+
+uint32_t ft__comm_shown_generation(const struct ft_comm *c)
+{
+	return c->shown.active ? c->shown.generation : c->generation;
+}
+
+int ft__comm_shown_member(const struct ft_comm *c, int rank)
+{
+	return c->shown.active ? c->shown.members[rank] : c->members[rank];
+}
+
+void ft__comm_show_current(struct ft_comm *c)
+{
+	free(c->shown.members);
+	memset(&c->shown, 0, sizeof(c->shown));
+}
+
 FT__EXPORT int ft_rank(const struct ft_comm *c)
 {
 	int rc = comm_usable(c);
-	return rc != 0 ? rc : c->rank;
+	return rc != 0 ? rc : (c->shown.active ? c->shown.rank : c->rank);
 }
 
 FT__EXPORT int ft_size(const struct ft_comm *c)
 {
 	int rc = comm_usable(c);
-	return rc != 0 ? rc : c->size;
+	return rc != 0 ? rc : ft__comm_shown_size(c);
 }
 
 FT__EXPORT int ft_orig_rank(const struct ft_comm *c, int rank)
@@ -370,14 +399,14 @@ FT__EXPORT int ft_orig_rank(const struct ft_comm *c, int rank)
 
 	if (rc != 0)
 		return rc;
-	if (rank < 0 || rank >= c->size)
+	if (rank < 0 || rank >= ft__comm_shown_size(c))
 		return -FT_EINVAL;
-	return c->members[rank];
+	return ft__comm_shown_member(c, rank);
 }
 
 FT__EXPORT uint32_t ft_generation(const struct ft_comm *c)
 {
-	return comm_usable(c) != 0 ? 0 : c->generation;
+	return comm_usable(c) != 0 ? 0 : ft__comm_shown_generation(c);
 }
 
 FT__EXPORT int ft_stats_get(const struct ft_comm *c, struct ft_stats *stats)

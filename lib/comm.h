@@ -11,6 +11,16 @@
 #include "fault.h"
 #include "rendezvous.h"
 
+struct ft__policy;
+
+/* A membership shown to the caller in place of the current one (see policy_shrink.c). */
+struct ft__shown {
+	bool active;
+	uint32_t generation;
+	int size, rank;
+	int *members;
+};
+
 struct ft_comm {
 	uint32_t magic;                 /* FT__COMM_MAGIC while usable */
 	struct ft_config cfg;
@@ -39,9 +49,17 @@ struct ft_comm {
 	struct ft_comm *next_finalized;
 	int broken;                     /* nonzero: a peer failed and the policy gives up */
 
+	const struct ft__policy *policy;
 	struct ft__det *det;            /* failure detector (shrink, rejoin), else NULL */
-	void *backup;                   /* in-place input kept for a restart */
+	struct ft__shown shown;         /* until the next call, what ft_size & co. report */
+
+	/* shrink policy (policy_shrink.c) */
+	void *backup;                   /* in-place input saved before its first overwrite */
 	size_t backup_bytes;
+	void *kept;                     /* copy of the last small result returned */
+	size_t kept_cap, kept_bytes;
+	uint64_t kept_seq;              /* its op */
+	bool kept_valid;
 };
 
 #define FT__COMM_MAGIC 0x6674636du
@@ -59,5 +77,12 @@ int ft__comm_connect_ring(struct ft_comm *c);
 void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq);
 /* Makes view v (settled by the detector) the current membership; takes v's members. */
 int ft__comm_adopt(struct ft_comm *c, struct ft__view *v);
+
+/* The membership the caller sees (a shown one, else the current one). */
+int ft__comm_shown_size(const struct ft_comm *c);
+uint32_t ft__comm_shown_generation(const struct ft_comm *c);
+int ft__comm_shown_member(const struct ft_comm *c, int rank);
+/* Drops a shown membership: the caller sees the current one again. */
+void ft__comm_show_current(struct ft_comm *c);
 
 #endif

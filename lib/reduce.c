@@ -5,6 +5,10 @@
 #include "ftcc.h"
 #include "reduce.h"
 
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 /*
  * The kernels sit on the hot path of a bandwidth-bound allreduce, so each
  * one is a plain counted loop over restrict pointers with a branch-free body
@@ -283,4 +287,36 @@ void ft__reduce_scale(void *buf, size_t n, enum ft_dtype dtype, size_t divisor)
 	default:
 		break;
 	}
+}
+
+void ft__copy_stream(void *restrict dst, const void *restrict src, size_t n)
+{
+#if defined(__x86_64__) && defined(__SSE2__)
+	char *d = dst;
+	const char *s = src;
+	size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+
+	if (n < 256) {
+		memcpy(d, s, n);
+		return;
+	}
+	memcpy(d, s, head);
+	d += head;
+	s += head;
+	n -= head;
+	for (; n >= 64; n -= 64, d += 64, s += 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)(const void *)s);
+		__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + 16));
+		__m128i c = _mm_loadu_si128((const __m128i *)(const void *)(s + 32));
+		__m128i e = _mm_loadu_si128((const __m128i *)(const void *)(s + 48));
+		_mm_stream_si128((__m128i *)(void *)d, a);
+		_mm_stream_si128((__m128i *)(void *)(d + 16), b);
+		_mm_stream_si128((__m128i *)(void *)(d + 32), c);
+		_mm_stream_si128((__m128i *)(void *)(d + 48), e);
+	}
+	memcpy(d, s, n);
+	_mm_sfence();
+#else
+	memcpy(dst, src, n);
+#endif
 }

@@ -37,6 +37,13 @@ int ft__reduce_lookup(enum ft_dtype dtype, enum ft_op op, ft__combine_fn *combin
 void ft__reduce_scale(void *buf, size_t n, enum ft_dtype dtype, size_t divisor);
 
 /*
+ * memcpy for a copy that will not be read soon (an in-place input saved for
+ * a restart): on x86-64, stores that bypass the cache, so that the copy
+ * neither evicts the data being reduced nor reads its destination first.
+ */
+void ft__copy_stream(void *restrict dst, const void *restrict src, size_t n);
+
+/*
  * IEEE binary16 and bfloat16 <-> float32. Widening is exact (NaN payloads
  * kept); narrowing rounds to nearest even, overflows to Inf, keeps
  * subnormals, and turns every NaN into a quiet NaN of the same sign.

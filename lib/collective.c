@@ -1,0 +1,149 @@
+/* collective.c: the public collectives: argument checks, and the driver that runs an op under the communicator's policy. */
+#include <string.h>
+
+#include "comm.h"
+#include "policy.h"
+
+static bool is_member(const struct ft_comm *c, int orig)
+{
+	for (int i = 0; i < c->size; i++)
+		if (c->members[i] == orig)
+			return true;
+	return false;
+}
+
+/* Ends a call: on failure tears the ring down (the neighbours learn why). */
+static int call_finish(struct ft_comm *c, int rc, struct ft_op_info *info, const struct ft__run *run)
+{
+	uint64_t seq = c->op_seq++;
+	int shown = ft__comm_shown_size(c);
+
+	if (rc != 0) {
+		ft__comm_abort_ring(c, rc, seq);
+		if (c->det != NULL)
+			ft__det_have_result(c->det, seq); /* an error is this op's outcome */
+		if (rc == -FT_EPEERFAILED || rc == -FT_ETIMEDOUT || rc == -FT_EEXCLUDED ||
+		    rc == -FT_EABORTED) {
+			c->broken = rc == -FT_EABORTED ? -FT_EPEERFAILED : rc;
+			c->stats.failures++;
+			rc = c->broken;
+		}
+	} else {
+		c->stats.ops++;
+	}
+	if (run->start_size > shown)
+		c->stats.failures += (uint64_t)(run->start_size - shown);
+	if (run->recovery_ms > 0)
+		c->stats.last_recovery_ms = run->recovery_ms;
+	if (info != NULL) {
+		info->op_seq = seq;
+		info->generation = ft__comm_shown_generation(c);
+		info->contributors = run->contributors;
+		info->failed = run->start_size > shown ? run->start_size - shown : 0;
+		info->recovery_ms = run->recovery_ms;
+		info->elapsed_ms = (double)(ft__now_ns() - run->t0_ns) / 1e6;
+	}
+	return rc;
+}
+
+/*
+ * Runs a collective to its end: on the current view, and under a recovering
+ * policy again on each view that follows a failure, until it completes, the
+ * error is not a failure, or this rank is left out.
+ */
+int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info *info)
+{
+	const struct ft__policy *pol = c->policy;
+	struct ft__run run = {.seq = c->op_seq, .t0_ns = ft__now_ns()};
+	struct ft__attempt a;
+	struct ft__coll co;
+	int rc;
+
+	if (c->broken)
+		return c->broken;
+	run.start_size = ft__comm_shown_size(c);
+	ft__comm_show_current(c);
+	rc = pol->begin(c, k, &run);
+	while (rc == 0) {
+		if (k->kind == FT_COLL_BROADCAST && !is_member(c, k->root)) {
+			rc = -FT_EROOTFAILED;
+			break;
+		}
+		memset(&co, 0, sizeof(co));
+		memset(&a, 0, sizeof(a));
+		rc = ft__comm_connect_ring(c);
+		if (rc == 0) {
+			pol->attempt(c, k, &a);
+			a.op_seq = run.seq;
+			rc = k->kind == FT_COLL_BROADCAST ? ft__engine_broadcast(c, k, &a, &co)
+							  : ft__engine_allreduce(c, k, &a, &co);
+		}
+		run.contributors = c->size;
+		if (rc == 0)
+			break;
+		rc = pol->recover(c, k, &co, rc, &run);
+		if (rc == FT__STANDS) {
+			rc = 0;
+			break;
+		}
+		/* FT__RETRY (0) runs the op again on the view just adopted */
+	}
+	pol->end(c, k, rc, &run);
+	return call_finish(c, rc, info, &run);
+}
+
+/*
+ * Bad arguments: return the error, but still take part in the ring with a
+ * collective of its own kind, so that ranks which called correctly meet a
+ * header that disagrees (FT_EMISMATCH) instead of waiting for this rank,
+ * and ranks that all erred the same way agree and stay in step.
+ */
+static int local_error(struct ft_comm *c, int err)
+{
+	struct ft__call k = {.kind = FT_COLL_INVALID, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
+
+	if (ft__comm_check(c) == 0 && !c->broken)
+		ft__collective_run(c, &k, NULL);
+	return err;
+}
+
+FT__EXPORT int ft_allreduce(struct ft_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+			    enum ft_dtype dtype, enum ft_op op, struct ft_op_info *info)
+{
+	int rc = ft__comm_check(c);
+	size_t es = ft_dtype_size(dtype);
+	struct ft__call k = {.kind = FT_COLL_ALLREDUCE, .src = sendbuf, .dst = recvbuf,
+			     .count = count, .es = es, .dtype = dtype, .op = op};
+
+	if (rc != 0)
+		return rc;
+	if (es == 0 || (unsigned)op >= FT_OP_COUNT || count > SIZE_MAX / 8 ||
+	    (count > 0 && (recvbuf == NULL || sendbuf == NULL)))
+		return local_error(c, -FT_EINVAL);
+	k.in_place = sendbuf == FT_IN_PLACE || sendbuf == recvbuf;
+	return ft__collective_run(c, &k, info);
+}
+
+FT__EXPORT int ft_barrier(struct ft_comm *c)
+{
+	struct ft__call k = {.kind = FT_COLL_BARRIER, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
+	int rc = ft__comm_check(c);
+
+	return rc != 0 ? rc : ft__collective_run(c, &k, NULL);
+}
+
+FT__EXPORT int ft_broadcast(struct ft_comm *c, void *buf, size_t bytes, int root,
+			    struct ft_op_info *info)
+{
+	struct ft__call k = {.kind = FT_COLL_BROADCAST, .dst = buf, .count = bytes, .es = 1,
+			     .dtype = FT_UINT8};
+	int rc = ft__comm_check(c);
+
+	if (rc != 0)
+		return rc;
+	if (root < 0 || root >= ft__comm_shown_size(c) || (bytes > 0 && buf == NULL) ||
+	    bytes > SIZE_MAX / 2)
+		return local_error(c, -FT_EINVAL);
+	k.root = ft__comm_shown_member(c, root);
+	return ft__collective_run(c, &k, info);
+}

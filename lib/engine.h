@@ -1,0 +1,104 @@
+/* engine.h: one attempt at a collective on the current ring, and the hooks a recovery policy plugs into it. */
+#ifndef FTCC_ENGINE_H
+#define FTCC_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reduce.h"
+#include "schedule.h"
+#include "transport.h"
+
+struct ft_comm;
+struct ft__coll;
+
+/* What the caller asked for; it outlives a recovery. */
+struct ft__call {
+	enum ft_coll_kind kind;
+	const void *src;        /* input: the caller's, or a kept copy of an in-place one */
+	void *dst;
+	size_t count, es;
+	enum ft_dtype dtype;
+	enum ft_op op;
+	int root;               /* broadcast: original rank of the root */
+	bool in_place;
+};
+
+/*
+ * Where a policy (or, later, the pairwise logs) hooks into an attempt. Every
+ * hook may be NULL. They run on the calling thread, inside the step loop:
+ * they must not block.
+ */
+struct ft__hooks {
+	/* [off, off + len) of an in-place input is about to be overwritten
+	 * for the first time in this attempt (the bytes are still the input). */
+	void (*input_overwrite)(struct ft__coll *co, size_t off, size_t len);
+	/* A data frame was queued to the right neighbour (payload borrowed
+	 * until its completion). */
+	int (*frame_sent)(struct ft__coll *co, const struct ft_frame *h, const void *payload);
+	/* A data frame from the left neighbour landed (payload: where it landed,
+	 * before it is reduced). */
+	int (*frame_received)(struct ft__coll *co, const struct ft_frame *h, const void *payload);
+	/* This rank now holds the whole result: 0 to claim it, else the error
+	 * that ends the attempt (a failure is being settled). */
+	int (*result_held)(struct ft__coll *co);
+};
+
+struct ft__attempt {
+	uint64_t op_seq;        /* carried by every frame */
+	bool commit;            /* n-1 empty commit steps after the data */
+	const struct ft__hooks *hooks;
+};
+
+struct ft__recv_entry {
+	uint32_t g, k;
+	int slot;               /* staging slot, -1 when received in place */
+};
+
+/* One attempt's state; the policy reads how far it got after a failure. */
+struct ft__coll {
+	struct ft_comm *c;
+	struct ft__sched s;
+	struct ft_frame tmpl;
+	const struct ft__hooks *hooks;
+	enum ft_coll_kind kind;
+	const char *src;
+	char *dst;
+	bool in_place;
+	enum ft_op op;
+	ft__combine_fn combine;
+	ft__accum_fn accum;
+	int root_pos;
+	uint32_t last_step;     /* commit steps after s.data_last, if any */
+	size_t data_total, data_done;   /* data frames this rank receives */
+	size_t staged_done;     /* reduce-scatter frames reduced (in place: input saved first) */
+	bool mine_saved;        /* in place: chunk r's input went to input_overwrite */
+	bool claimed;           /* result_held accepted */
+	int fail_link;          /* which link failed: 1 receive, 2 send */
+
+	uint32_t rg, rk;        /* next receive to post */
+	size_t recv_total, recv_done, recv_posted;
+	size_t send_posted, send_done;
+	struct ft__recv_entry fifo[128];
+	unsigned fifo_head, fifo_len;
+	int free_slots[64];
+	int nfree;
+	int send_err;           /* the send link broke with frames still to go */
+	int64_t grace_deadline; /* until then, wait for the cause on the receive link */
+};
+
+/*
+ * One attempt at an allreduce or barrier (k->kind) on the current view:
+ * 0 once this rank holds the result and its frames are sent, else the
+ * error it failed with (co says how far it got). k->src is the input
+ * unless k->in_place.
+ */
+int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
+			 struct ft__coll *co);
+/* One attempt at a broadcast of k->count bytes at k->dst from original rank
+ * k->root, which must be a member of the current view. */
+int ft__engine_broadcast(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
+			 struct ft__coll *co);
+
+#endif

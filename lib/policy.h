@@ -1,0 +1,58 @@
+/* policy.h: what a communicator does when a peer fails: the recovery policies behind one small interface. */
+#ifndef FTCC_POLICY_H
+#define FTCC_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+struct ft_comm;
+
+/* A recovery's verdict on the op being run (besides a negative error). */
+enum ft__verdict {
+	FT__RETRY = 0,          /* a new view is adopted: run the op again on it */
+	FT__STANDS = 1,         /* this rank holds the op's result: return it */
+};
+
+/* What one call has been through so far (the driver fills it; policies add to it). */
+struct ft__run {
+	uint64_t seq;           /* the op's sequence number */
+	uint64_t t0_ns;         /* when the call began */
+	double recovery_ms;     /* time spent in recoveries */
+	int start_size;         /* members (as the caller saw them) when it began */
+	int contributors;       /* ranks whose inputs the result holds */
+};
+
+/*
+ * A policy. The driver (collective.c) calls begin once, then runs attempts
+ * with the policy's hooks; after each failed attempt it asks recover what
+ * to do; end always runs last, with the call's outcome. An op that fails
+ * with a verdict of neither kind fails the call.
+ */
+struct ft__policy {
+	const char *name;
+	/* Before the first attempt: recover from a failure seen between calls,
+	 * prepare what a restart needs. 0, or the error that ends the call. */
+	int (*begin)(struct ft_comm *c, struct ft__call *k, struct ft__run *run);
+	/* The options of the next attempt (commit steps, hooks). */
+	void (*attempt)(const struct ft_comm *c, const struct ft__call *k, struct ft__attempt *a);
+	/* An attempt failed with rc (co: how far it got): a verdict or an error. */
+	int (*recover)(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co, int rc,
+		       struct ft__run *run);
+	/* The call ends with rc (the result is in k->dst when 0). */
+	void (*end)(struct ft_comm *c, const struct ft__call *k, int rc, const struct ft__run *run);
+	/* ft_finalize: anything this rank still owes the others. */
+	void (*finalize)(struct ft_comm *c);
+};
+
+extern const struct ft__policy ft__policy_abort;
+extern const struct ft__policy ft__policy_shrink;
+
+/* The policy for cfg->policy (rejoin runs as shrink until exact rejoin exists). */
+const struct ft__policy *ft__policy_for(enum ft_policy p);
+
+/* Runs a collective to its end under c's policy (collective.c). */
+int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info *info);
+
+#endif

@@ -1,0 +1,344 @@
+/* policy_shrink.c: the shrink policy (lossy forward): survivors settle a smaller view and finish the op among themselves. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "policy.h"
+
+/*
+ * What a restart needs, and what it costs when nothing fails.
+ *
+ * Input. The op restarts on the survivors' original inputs, so an in-place
+ * input must outlive its first overwrite. The engine says where it is about
+ * to overwrite an in-place input for the first time (input_overwrite: chunk
+ * r before anything is posted, every other chunk a segment at a time just
+ * before the reduce-scatter reduces into it), and that segment is streamed
+ * into c->backup then, while it is in cache for the reduction anyway: no
+ * separate pass over the buffer. After a failure the backup is completed
+ * from the parts of the buffer not yet overwritten, and the op runs again
+ * out of place from it.
+ *
+ * Result. Every survivor must return the same result. For a small op
+ * (allreduce or barrier of at most FT__KEEP_MAX bytes) a rank returns as
+ * soon as it holds the whole result and keeps a copy of it (c->kept): if a
+ * failure then leaves some survivors without it, those that returned it
+ * (holders: their published next op is past it) hand it to the others by a
+ * broadcast on the new ring, and the others return it, with the membership
+ * it was computed in shown until their next call (as the holders do). A
+ * holder keeps its copy until it completes a later op (which every rank
+ * then started, so every rank had the earlier one). A rank that finalizes
+ * while it holds such a copy runs one more barrier, so that nobody still
+ * lacking it is left without a holder.
+ *
+ * Larger ops and broadcasts instead send n-1 empty commit frames around the
+ * ring after the data (with three ranks or more): a rank returns only once
+ * every rank holds the result, so after a failure either every survivor
+ * holds it or none returned it. The commit costs a few empty-frame hops,
+ * invisible next to a large op; the copy costs a memcpy, invisible next to
+ * a small one. Two ranks need neither: one survivor cannot disagree with
+ * itself.
+ */
+
+#define FT__KEEP_MAX ((size_t)64 << 10)
+
+static bool kept_op(const struct ft_comm *c, const struct ft__call *k)
+{
+	return c->size >= 3 && k->kind != FT_COLL_BROADCAST && k->count * k->es <= FT__KEEP_MAX;
+}
+
+static void save_input(struct ft__coll *co, size_t off, size_t len)
+{
+	struct ft_comm *c = co->c;
+
+	if (c->backup != NULL && off + len <= c->backup_bytes)
+		ft__copy_stream((char *)c->backup + off, co->dst + off, len);
+}
+
+static int claim(struct ft__coll *co)
+{
+	return ft__det_have_result(co->c->det, co->tmpl.op_seq);
+}
+
+static const struct ft__hooks shrink_hooks = {
+	.input_overwrite = save_input,
+	.result_held = claim,
+};
+
+static bool recoverable(struct ft_comm *c, int rc)
+{
+	return c->det != NULL &&
+	       (rc == -FT_EPEERFAILED || rc == -FT_EABORTED || ft__det_pending(c->det));
+}
+
+/*
+ * After a failed first in-place attempt: the backup holds what was saved
+ * before its overwrite (chunk r, and the first staged_done reduce-scatter
+ * frames, in (step, segment) order); the rest of the buffer is still the
+ * input. Completes the backup and makes the call out of place from it.
+ */
+static void backup_complete(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co)
+{
+	size_t bytes = k->count * k->es;
+
+	if (!k->in_place || c->backup == NULL || bytes == 0)
+		return;
+	if (co->c == NULL || co->s.n < 2) {
+		memcpy(c->backup, k->dst, bytes); /* the attempt never started */
+	} else {
+		size_t idx = 0, off, len;
+		if (!co->mine_saved) {
+			int mine = ft__send_chunk(&co->s, 0);
+			memcpy((char *)c->backup + ft__chunk_lo(&co->s, mine) * k->es,
+			       (char *)k->dst + ft__chunk_lo(&co->s, mine) * k->es,
+			       ft__chunk_len(&co->s, mine) * k->es);
+		}
+		for (uint32_t g = 0; (int)g < co->s.n - 1; g++) {
+			int ch = ft__recv_chunk(&co->s, g);
+			for (uint32_t s = 0; s < ft__chunk_nseg(&co->s, ch); s++, idx++) {
+				if (idx < co->staged_done)
+					continue;
+				ft__seg_range(&co->s, ch, s, &off, &len);
+				memcpy((char *)c->backup + off, (char *)k->dst + off, len);
+			}
+		}
+	}
+	k->src = c->backup;
+	k->in_place = false;
+}
+
+/* The lowest member (dense rank order) that published a next op past op: a holder of its result. */
+static int find_holder(struct ft_comm *c, uint64_t op, int *holder)
+{
+	*holder = -1;
+	for (int i = 0; i < c->size; i++) {
+		struct ft__member m;
+		int rc = ft__rdv_lookup(&c->rdv, c->generation, c->members[i], &m);
+		if (rc != 0)
+			return rc;
+		if (m.next_op > op + 1) {
+			ft__error("rank %d published next op %llu, past op %llu + 1", c->members[i],
+				  (unsigned long long)m.next_op, (unsigned long long)op);
+			return -FT_EPROTO;
+		}
+		if (m.next_op == op + 1 && *holder < 0)
+			*holder = c->members[i];
+	}
+	return 0;
+}
+
+/*
+ * The holder `root` hands op's result to every member of the new view:
+ * ranks still inside op receive it into their own buffer, holders pass
+ * their kept copy along. No commit: the set of holders only grows.
+ */
+static int handover(struct ft_comm *c, const struct ft__call *k, uint64_t op, int root,
+		    bool inside)
+{
+	struct ft__call h = {.kind = FT_COLL_BROADCAST, .es = 1, .dtype = FT_UINT8, .root = root};
+	struct ft__attempt a = {.op_seq = op, .commit = false, .hooks = &shrink_hooks};
+	struct ft__coll co;
+	int rc;
+
+	h.dst = inside ? k->dst : c->kept;
+	h.count = inside ? k->count * k->es : c->kept_bytes;
+	ft__info("op %llu: rank %d hands its result to generation %u", (unsigned long long)op, root,
+		 c->generation);
+	memset(&co, 0, sizeof(co));
+	rc = ft__comm_connect_ring(c);
+	if (rc == 0)
+		rc = ft__engine_broadcast(c, &h, &a, &co);
+	return rc;
+}
+
+/* The public membership stays that of the view the result was computed in until the next call. */
+static int defer_view(struct ft_comm *c, const struct ft__shown *old)
+{
+	ft__comm_show_current(c);
+	c->shown = *old;
+	c->shown.members = malloc((size_t)old->size * sizeof(int));
+	if (c->shown.members == NULL)
+		return -FT_ENOMEM;
+	memcpy(c->shown.members, old->members, (size_t)old->size * sizeof(int));
+	c->shown.active = true;
+	return 0;
+}
+
+/*
+ * After a failure: waits for the detector's next view and decides what op
+ * seq does: FT__STANDS (this rank holds its result), FT__RETRY (the view is
+ * adopted; run op seq on it), or an error (-FT_EEXCLUDED when this rank
+ * was left out). A link that failed with no failure known is declared
+ * after a while (suspect: its peer).
+ */
+static int recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t seq, int suspect)
+{
+	int wait_ms = 2 * c->cfg.detect_timeout_ms + c->cfg.connect_timeout_ms;
+	uint32_t after = c->generation;
+	struct ft__shown old = {.generation = c->generation, .size = c->size, .rank = c->rank,
+				.members = NULL};
+	struct ft__view v = {0};
+	int rc;
+
+	old.members = malloc((size_t)c->size * sizeof(int));
+	if (old.members == NULL)
+		return -FT_ENOMEM;
+	memcpy(old.members, c->members, (size_t)c->size * sizeof(int));
+	for (;;) {
+		uint64_t first;
+		int holder;
+		rc = ft__det_await(c->det, after,
+				   suspect >= 0 ? 2 * c->cfg.detect_timeout_ms : wait_ms, &v);
+		if (rc == -FT_ETIMEDOUT && suspect >= 0) {
+			ft__warn("link to rank %d failed with no failure known: declaring it", suspect);
+			ft__det_suspect(c->det, suspect);
+			suspect = -1;
+			continue;
+		}
+		if (rc != 0)
+			break;
+		first = v.first_op;
+		if (seq < first) {
+			/* every survivor holds it (commit steps): the next call adopts v */
+			ft__view_free(&v);
+			rc = FT__STANDS;
+			break;
+		}
+		if (seq > first + 1 || (seq == first + 1 && !(c->kept_valid && c->kept_seq == first))) {
+			ft__error("generation %u starts at op %llu, but this rank is at op %llu",
+				  v.generation, (unsigned long long)first, (unsigned long long)seq);
+			ft__view_free(&v);
+			rc = -FT_EPROTO;
+			break;
+		}
+		after = v.generation;
+		rc = ft__comm_adopt(c, &v);
+		if (rc == -FT_EEXCLUDED || rc == -FT_ENOMEM || rc == -FT_ECORRUPT)
+			break;
+		if (rc != 0)
+			continue; /* a member of the view is gone already: wait for the next */
+		if ((rc = find_holder(c, first, &holder)) != 0)
+			break;
+		if (holder < 0) {
+			rc = FT__RETRY; /* nobody returned it: it runs again */
+			break;
+		}
+		rc = handover(c, k, first, holder, seq == first);
+		if (rc == 0) {
+			rc = seq == first ? defer_view(c, &old) : 0;
+			if (rc == 0)
+				rc = seq == first ? FT__STANDS : FT__RETRY;
+			break;
+		}
+		if (!recoverable(c, rc))
+			break;
+		ft__comm_abort_ring(c, -FT_EABORTED, first);
+	}
+	free(old.members);
+	return rc;
+}
+
+static int shrink_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *run)
+{
+	size_t bytes = k->count * k->es;
+	int rc;
+
+	if (c->det != NULL && ft__det_pending(c->det)) {
+		/* a failure seen between calls: this op runs on the next view */
+		uint64_t t0 = ft__now_ns();
+		rc = recover_view(c, k, run->seq, -1);
+		if (rc == FT__STANDS)
+			rc = -FT_EPROTO;
+		if (rc != 0)
+			return rc;
+		c->stats.recoveries++;
+		run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
+	}
+	if (c->det == NULL || !k->in_place || bytes == 0 || c->size == 1)
+		return 0;
+	if (c->backup_bytes < bytes) {
+		void *p = NULL;
+		if (posix_memalign(&p, 64, bytes) != 0)
+			return -FT_ENOMEM;
+		free(c->backup);
+		c->backup = p;
+		c->backup_bytes = bytes;
+	}
+	return 0;
+}
+
+static void shrink_attempt(const struct ft_comm *c, const struct ft__call *k, struct ft__attempt *a)
+{
+	a->commit = c->det != NULL && c->size >= 3 && !kept_op(c, k);
+	a->hooks = c->det != NULL ? &shrink_hooks : NULL;
+}
+
+static int shrink_recover(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co, int rc,
+			  struct ft__run *run)
+{
+	int suspect = -1, v;
+	uint64_t t0;
+
+	if (!recoverable(c, rc))
+		return rc;
+	if (co->claimed && kept_op(c, k)) {
+		/* the whole result is here: return it; a survivor without it
+		 * gets it from this rank's kept copy after the next view */
+		ft__comm_abort_ring(c, -FT_EABORTED, run->seq);
+		return FT__STANDS;
+	}
+	t0 = ft__now_ns();
+	backup_complete(c, k, co);
+	if (rc == -FT_EPEERFAILED && co->fail_link != 0 && c->size > 1)
+		suspect = c->members[ft__mod(c->rank + (co->fail_link == 1 ? -1 : 1), c->size)];
+	ft__comm_abort_ring(c, -FT_EABORTED, run->seq);
+	v = recover_view(c, k, run->seq, suspect);
+	run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
+	if (v >= 0)
+		c->stats.recoveries++;
+	if (v == FT__RETRY)
+		ft__info("op %llu restarts on generation %u with %d ranks",
+			 (unsigned long long)run->seq, c->generation, c->size);
+	return v;
+}
+
+static void shrink_end(struct ft_comm *c, const struct ft__call *k, int rc, const struct ft__run *run)
+{
+	size_t bytes = k->count * k->es;
+
+	if (c->det == NULL || rc != 0 || k->kind == FT_COLL_BROADCAST || bytes > FT__KEEP_MAX)
+		return;
+	if (c->kept_cap < bytes) {
+		void *p = realloc(c->kept, bytes);
+		if (p == NULL) {
+			/* cannot happen for 64 KiB in practice; without the copy this
+			 * rank simply cannot act as a holder */
+			c->kept_valid = false;
+			return;
+		}
+		c->kept = p;
+		c->kept_cap = bytes;
+	}
+	if (bytes > 0)
+		memcpy(c->kept, k->dst, bytes);
+	c->kept_bytes = bytes;
+	c->kept_seq = run->seq;
+	c->kept_valid = true;
+}
+
+static void shrink_finalize(struct ft_comm *c)
+{
+	struct ft__call k = {.kind = FT_COLL_BARRIER, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
+
+	if (c->det != NULL && !c->broken && c->kept_valid && c->kept_seq + 1 == c->op_seq &&
+	    c->size >= 3)
+		ft__collective_run(c, &k, NULL);
+}
+
+const struct ft__policy ft__policy_shrink = {
+	.name = "shrink",
+	.begin = shrink_begin,
+	.attempt = shrink_attempt,
+	.recover = shrink_recover,
+	.end = shrink_end,
+	.finalize = shrink_finalize,
+};

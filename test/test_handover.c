@@ -1,0 +1,141 @@
+/* test_handover.c: the shrink policy's small ops: a survivor left without a result that others returned gets it from them. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+
+#include "testutil.h"
+
+/*
+ * Four ranks run `ops` small in-place int64 sums (8000 bytes: no commit
+ * steps). Rank 3 kills itself about to send its last allgather frame of
+ * user op `victim_op` (sequence victim_op + 1: sequence 0 is the barrier in
+ * ft_init), so its right neighbour, rank 0, lacks that op's result, while
+ * ranks further on may hold it and have returned it already (which ones
+ * depends on how fast the failure is noticed). Either some survivor returned
+ * it, and then every survivor returns it with the four-rank sum,
+ * contributors 4 and the membership still showing four ranks (the others
+ * got it from a holder), the next op showing three; or none did, and every
+ * survivor runs it again among three. Each survivor writes what it saw; the
+ * test checks they all saw the same, and that the hand-over happened.
+ */
+#define COUNT 1000
+
+static int ops, victim_op;
+static char dir[256];
+
+static void tweak(struct ft_config *cfg, int rank)
+{
+	cfg->policy = FT_POLICY_SHRINK;
+	if (getenv("FTCC_TEST_LOG") != NULL)
+		cfg->log_level = atoi(getenv("FTCC_TEST_LOG"));
+	if (rank == 3)
+		snprintf(cfg->fault, sizeof(cfg->fault),
+			 "rank=3,op=%d,phase=allgather,step=2,seg=0", victim_op + 1);
+}
+
+#define CHECK(cond, ...)                                                        \
+	do {                                                                    \
+		if (!(cond)) {                                                  \
+			fprintf(stderr, "rank %d op %d: ", orig, i);            \
+			fprintf(stderr, __VA_ARGS__);                           \
+			fprintf(stderr, "\n");                                  \
+			return 1;                                               \
+		}                                                               \
+	} while (0)
+
+static int worker(struct ft_comm *comm, int orig, int n, void *arg)
+{
+	static int64_t buf[COUNT];
+	int victim_size = 0, held = 0;
+	char path[400];
+	FILE *f;
+	(void)n;
+	(void)arg;
+
+	for (int i = 0; i < ops; i++) {
+		struct ft_op_info info;
+		int64_t want = 0;
+		for (int j = 0; j < COUNT; j++)
+			buf[j] = (int64_t)(orig + 1) * 1000 + i * 10 + j % 7;
+		int rc = ft_allreduce(comm, FT_IN_PLACE, buf, COUNT, FT_INT64, FT_SUM, &info);
+		CHECK(rc == 0, "%s", ft_strerror(rc));
+		int size = ft_size(comm);
+		for (int k = 0; k < size; k++)
+			want += (int64_t)(ft_orig_rank(comm, k) + 1) * 1000;
+		for (int j = 0; j < COUNT; j++)
+			CHECK(buf[j] == want + size * (i * 10 + j % 7), "element %d is %lld, want %lld",
+			      j, (long long)buf[j], (long long)(want + size * (i * 10 + j % 7)));
+		CHECK(info.contributors == size, "contributors %d, size %d", info.contributors, size);
+		CHECK(info.generation == ft_generation(comm), "generation %u, comm says %u",
+		      info.generation, ft_generation(comm));
+		if (i < victim_op)
+			CHECK(size == 4 && info.failed == 0, "size %d, failed %d", size, info.failed);
+		if (i == victim_op) {
+			victim_size = size;
+			held = info.recovery_ms == 0;
+			CHECK(size == 4 ? info.failed == 0 : size == 3 && info.failed == 1,
+			      "size %d, failed %d", size, info.failed);
+			CHECK(orig != 0 || !held, "rank 0 cannot have held it");
+		}
+		if (i > victim_op) {
+			CHECK(size == 3, "size %d after the failure", size);
+			CHECK(info.failed == (i == victim_op + 1 && victim_size == 4), "failed %d",
+			      info.failed);
+		}
+	}
+	snprintf(path, sizeof(path), "%s/seen-%d", dir, orig);
+	f = fopen(path, "w");
+	if (f == NULL)
+		return 2;
+	fprintf(f, "%d %d\n", victim_size, held);
+	fclose(f);
+	return 0;
+}
+
+/* Runs the job `trials` times; returns in how many a survivor held the result. */
+static int run(int nops, int vop, int trials)
+{
+	int handovers = 0;
+
+	ops = nops;
+	victim_op = vop;
+	for (int t = 0; t < trials; t++) {
+		struct tu_job job;
+		int expect_killed[4] = {0, 0, 0, 1}, sizes[3], holders = 0;
+		tu_job_init(&job, 4);
+		snprintf(dir, sizeof(dir), "%s", job.dir);
+		for (int r = 0; r < 4; r++)
+			tu_spawn(&job, r, worker, NULL, tweak);
+		cr_assert_eq(tu_wait(&job, 60000, expect_killed), 0, "a survivor failed or hung");
+		cr_assert(WIFSIGNALED(job.status[3]), "rank 3 did not die");
+		for (int r = 0; r < 3; r++) {
+			char path[400];
+			int held = 0;
+			snprintf(path, sizeof(path), "%s/seen-%d", dir, r);
+			FILE *f = fopen(path, "r");
+			cr_assert_not_null(f, "rank %d wrote nothing", r);
+			cr_assert_eq(fscanf(f, "%d %d", &sizes[r], &held), 2);
+			fclose(f);
+			holders += held;
+		}
+		cr_assert(sizes[0] == sizes[1] && sizes[1] == sizes[2],
+			  "survivors disagree on the op's membership: %d %d %d", sizes[0], sizes[1],
+			  sizes[2]);
+		cr_assert(holders == 0 || sizes[0] == 4,
+			  "%d survivors returned the op, yet it ran again", holders);
+		handovers += sizes[0] == 4;
+		tu_job_cleanup(&job);
+	}
+	return handovers;
+}
+
+/* The holders learn of the failure in their next op, and hand the result over there. */
+Test(handover, holders_in_next_op, .timeout = 300)
+{
+	cr_assert_gt(run(6, 2, 4), 0, "no trial had a survivor holding the result");
+}
+
+/* The op was the last: the holders hand the result over in ft_finalize. */
+Test(handover, holders_finalizing, .timeout = 300)
+{
+	cr_assert_gt(run(3, 2, 4), 0, "no trial had a survivor holding the result");
+}
