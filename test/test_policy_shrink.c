@@ -1,4 +1,4 @@
-/* test_handover.c: the shrink policy's small ops: a survivor left without a result that others returned gets it from them. */
+/* test_policy_shrink.c: the shrink policy's own machinery: the hand-over of a small result, and the in-place input saved segment by segment. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 
@@ -129,13 +129,78 @@ static int run(int nops, int vop, int trials)
 }
 
 /* The holders learn of the failure in their next op, and hand the result over there. */
-Test(handover, holders_in_next_op, .timeout = 300)
+Test(policy_shrink, handover_holders_in_next_op, .timeout = 300)
 {
 	cr_assert_gt(run(6, 2, 4), 0, "no trial had a survivor holding the result");
 }
 
 /* The op was the last: the holders hand the result over in ft_finalize. */
-Test(handover, holders_finalizing, .timeout = 300)
+Test(policy_shrink, handover_holders_finalizing, .timeout = 300)
 {
 	cr_assert_gt(run(3, 2, 4), 0, "no trial had a survivor holding the result");
+}
+
+/*
+ * In place, 4 KiB segments (about 25 per chunk): rank 2 dies midway through
+ * a chunk of the reduce-scatter, or in the allgather, of op 2. The
+ * survivors' buffers then hold some segments overwritten (their input
+ * saved first) and some not; the op runs again from the input rebuilt out
+ * of both, and must give the exact sum over the three survivors.
+ */
+#define BIG 50000
+
+static char fault_spec[128];
+
+static void tweak_big(struct ft_config *cfg, int rank)
+{
+	cfg->policy = FT_POLICY_SHRINK;
+	cfg->segment_bytes = 4096;
+	if (rank == 2)
+		snprintf(cfg->fault, sizeof(cfg->fault), "%s", fault_spec);
+}
+
+static int big_worker(struct ft_comm *comm, int orig, int n, void *arg)
+{
+	static double buf[BIG];
+	(void)n;
+	(void)arg;
+
+	for (int i = 0; i < 3; i++) {
+		struct ft_op_info info;
+		double want = 0;
+		for (int j = 0; j < BIG; j++)
+			buf[j] = (orig + 1) * 1e6 + i * 1000 + j;
+		int rc = ft_allreduce(comm, FT_IN_PLACE, buf, BIG, FT_FLOAT64, FT_SUM, &info);
+		CHECK(rc == 0, "%s", ft_strerror(rc));
+		int size = ft_size(comm);
+		for (int k = 0; k < size; k++)
+			want += (ft_orig_rank(comm, k) + 1) * 1e6;
+		CHECK(info.contributors == size, "contributors %d, size %d", info.contributors, size);
+		CHECK(i < 2 || size == 3, "size %d", size); /* op 1: 4 if handed over */
+		for (int j = 0; j < BIG; j++)
+			CHECK(buf[j] == want + size * (i * 1000.0 + j), "element %d is %.17g, want %.17g",
+			      j, buf[j], want + size * (i * 1000.0 + j));
+	}
+	return 0;
+}
+
+Test(policy_shrink, in_place_input_saved_by_segment, .timeout = 300)
+{
+	static const char *points[] = {
+		"phase=reduce_scatter,step=0,seg=7", "phase=reduce_scatter,step=1,seg=10",
+		"phase=reduce_scatter,step=2,seg=24", "phase=allgather,step=0,seg=3",
+		"phase=allgather,step=2,seg=12",
+	};
+	for (size_t p = 0; p < sizeof(points) / sizeof(points[0]); p++) {
+		struct tu_job job;
+		int expect_killed[4] = {0, 0, 1, 0};
+		snprintf(fault_spec, sizeof(fault_spec), "rank=2,op=2,%s", points[p]);
+		tu_job_init(&job, 4);
+		for (int r = 0; r < 4; r++)
+			tu_spawn(&job, r, big_worker, NULL, tweak_big);
+		cr_assert_eq(tu_wait(&job, 60000, expect_killed), 0, "%s: a survivor failed or hung",
+			     fault_spec);
+		cr_assert(WIFSIGNALED(job.status[2]), "%s: rank 2 did not die", fault_spec);
+		tu_job_cleanup(&job);
+	}
 }
