@@ -41,9 +41,15 @@
 
 #define FT__KEEP_MAX ((size_t)64 << 10)
 
+static bool small_op(const struct ft__call *k)
+{
+	return k->kind != FT_COLL_BROADCAST && k->count * k->es <= FT__KEEP_MAX;
+}
+
+/* Ops that run without commit steps and whose result a holder keeps. */
 static bool kept_op(const struct ft_comm *c, const struct ft__call *k)
 {
-	return c->size >= 3 && k->kind != FT_COLL_BROADCAST && k->count * k->es <= FT__KEEP_MAX;
+	return c->size >= 3 && small_op(k);
 }
 
 static void save_input(struct ft__coll *co, size_t off, size_t len)
@@ -218,8 +224,10 @@ static int recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t se
 			continue; /* a member of the view is gone already: wait for the next */
 		if ((rc = find_holder(c, first, &holder)) != 0)
 			break;
-		if (holder < 0) {
-			rc = FT__RETRY; /* nobody returned it: it runs again */
+		if (seq == first && (holder < 0 || !small_op(k))) {
+			/* nobody returned it (a holder of an op with commit steps
+			 * is still inside it): it runs again */
+			rc = FT__RETRY;
 			break;
 		}
 		rc = handover(c, k, first, holder, seq == first);
@@ -305,7 +313,7 @@ static void shrink_end(struct ft_comm *c, const struct ft__call *k, int rc, cons
 {
 	size_t bytes = k->count * k->es;
 
-	if (c->det == NULL || rc != 0 || k->kind == FT_COLL_BROADCAST || bytes > FT__KEEP_MAX)
+	if (c->det == NULL || rc != 0 || !small_op(k))
 		return;
 	if (c->kept_cap < bytes) {
 		void *p = realloc(c->kept, bytes);
