@@ -186,11 +186,8 @@ static void guard_wake(struct ft_guard *g)
 struct ft_guard *ft__fab_guard_open(void)
 {
 	uint32_t v = fi_version();
-	const char *e = getenv("FTCC_SHM_GUARD");
 	struct ft_guard *g;
 
-	if (e != NULL && strcmp(e, "0") == 0)
-		return NULL;
 	if (FI_MAJOR(v) != 1 || FI_MINOR(v) != 17) {
 		ft__info("fabric: no shm lock guard for libfabric %u.%u (its region layout is known "
 			 "for 1.17 only): a rank killed inside the provider may wedge its peers",

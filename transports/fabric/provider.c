@@ -10,17 +10,15 @@ static bool is_loopback(const char *h)
 	return strncmp(h, "127.", 4) == 0 || strcmp(h, "::1") == 0 || strcmp(h, "localhost") == 0;
 }
 
-/* Whether every rank runs on this host, as far as we can tell. */
+/*
+ * Whether every rank runs on this host, as far as we can tell: the
+ * launcher's count of ranks on this host is the world size; without a
+ * launcher, whether ranks listen on loopback only.
+ */
 static bool one_host(const struct ft_tp_params *p)
 {
-	const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), *ws = getenv("OMPI_COMM_WORLD_SIZE");
-
-	if (ls != NULL && ws != NULL)
-		return strcmp(ls, ws) == 0;
-	ls = getenv("MPI_LOCALNRANKS");
-	ws = getenv("PMI_SIZE");
-	if (ls != NULL && ws != NULL)
-		return strcmp(ls, ws) == 0;
+	if (p->env->local_ranks > 0)
+		return p->env->local_ranks == p->env->world_size;
 	return p->bind_host == NULL || p->bind_host[0] == '\0' || is_loopback(p->bind_host);
 }
 
@@ -77,25 +75,23 @@ static bool ip_format(uint32_t f)
 }
 
 /*
- * The provider comes from FTCC_FABRIC_PROVIDER or FI_PROVIDER; unset, shm
- * when every rank is on this host, else fi_getinfo's first answer. RDM is
- * tried first; a plain provider name that only layered RDM providers match
- * ("tcp" gives "tcp;ofi_rxm") selects that provider's MSG endpoints when it
- * has them. FTCC_FABRIC_EP=rdm|msg forces the type.
+ * The provider comes from FTCC_FABRIC_PROVIDER or FI_PROVIDER (as config.c
+ * read them); unset, shm when every rank is on this host, else fi_getinfo's
+ * first answer. RDM is tried first; a plain provider name that only layered
+ * RDM providers match ("tcp" gives "tcp;ofi_rxm") selects that provider's
+ * MSG endpoints when it has them. FTCC_FABRIC_EP=rdm|msg forces the type.
  */
 struct fi_info *ft__fab_choose_info(const struct ft_tp_params *p)
 {
-	const char *req = getenv("FTCC_FABRIC_PROVIDER"), *ept = getenv("FTCC_FABRIC_EP");
+	const char *req = p->env->fabric_provider, *ept = p->env->fabric_ep;
 	const char *want, *node;
 	bool explicit, try_rdm, try_msg;
 	struct fi_info *rdm = NULL, *pick = NULL;
 
-	if (req == NULL || req[0] == '\0')
-		req = getenv("FI_PROVIDER");
-	explicit = req != NULL && req[0] != '\0';
+	explicit = req[0] != '\0';
 	want = explicit ? req : (one_host(p) ? "shm" : NULL);
-	try_rdm = ept == NULL || strcmp(ept, "msg") != 0;
-	try_msg = ept == NULL || strcmp(ept, "rdm") != 0;
+	try_rdm = strcmp(ept, "msg") != 0;
+	try_msg = strcmp(ept, "rdm") != 0;
 	for (int attempt = 0; attempt < 2 && pick == NULL; attempt++) {
 		if (try_rdm) {
 			rdm = get_info(FI_EP_RDM, want, false, NULL, !explicit && !one_host(p));
