@@ -209,6 +209,9 @@ Test(stale_region, of_an_earlier_process_with_this_pid, .timeout = 60)
 	struct fi_info *hints = fi_allocinfo(), *info = NULL;
 	struct tu_job job;
 
+	/* fi_getinfo loads the providers here, before the ranks are forked:
+	 * shm reads this now, as the ranks' transports will assume (testutil.h). */
+	setenv("FI_SHM_DISABLE_CMA", "1", 0);
 	cr_assert_not_null(hints);
 	hints->fabric_attr->prov_name = strdup("shm");
 	hints->ep_attr->type = FI_EP_RDM;

@@ -434,8 +434,6 @@ void ft__fab_mr_put(struct ft_transport *tp, struct fab_mr *m);
 bool ft__fab_peer_gone(struct ft_link *l);
 void ft__fab_watch_peer(struct ft_link *l, uint64_t node, int pid, const uint8_t *name, size_t len,
 			int bell);
-/* Lists (or, closed, forgets) this transport's region for removal at exit. */
-void ft__fab_own_region(const struct ft_transport *tp, bool open);
 void ft__fab_guard_own(struct ft_transport *tp, const uint8_t *name, size_t len, bool open);
 int ft__fab_enable_ep(struct ft_transport *tp, struct fid_ep *ep);
 void ft__fab_unname_link_ep(const struct ft_link *l);

@@ -43,26 +43,6 @@ static uint64_t node_id(void)
 	return h;
 }
 
-/*
- * shm moves a message larger than its inject size either by CMA (the
- * receiver copies straight out of the sender's memory with
- * process_vm_readv, pinning the sender's pages as it goes) or through
- * bounce buffers in the receiver's region (SAR: the sender copies in and the
- * receiver copies out, a piece at a time, each in its own progress calls).
- * Measured here (2 cores, a VM), SAR won everywhere once a waiting rank
- * yields during a transfer instead of sleeping (sar_yield): 2 ranks 64 MiB
- * 17 ms against 42 ms; 4 ranks 70 ms against 107 ms; 8 ranks 168 ms against
- * 255 ms. SAR also holds no lock while it copies, where a CMA receiver copies
- * a whole message under its region's lock and, killed then, leaves every
- * sender to it spinning for good. So SAR, unless FI_SHM_DISABLE_CMA is set
- * already. libfabric reads the variable when it first loads its providers:
- * the first transport of a process decides.
- */
-static void shm_protocol(void)
-{
-	setenv("FI_SHM_DISABLE_CMA", "1", 0);
-}
-
 static int cq_open(struct ft_transport *tp, bool want_fd)
 {
 	struct fi_cq_attr ca;
@@ -187,6 +167,33 @@ static int open_msg(struct ft_transport *tp)
 
 static void fab_close(struct ft_transport *tp);
 
+/*
+ * shm moves a message larger than its inject size either by CMA (the
+ * receiver copies straight out of the sender's memory with
+ * process_vm_readv, pinning the sender's pages as it goes) or through
+ * bounce buffers in the receiver's region (SAR: the sender copies in and the
+ * receiver copies out, a piece at a time, each in its own progress calls).
+ * Measured here (2 cores, a VM), SAR won everywhere once a waiting rank
+ * yields during a transfer instead of sleeping (ft__fab_sar_yield): 2 ranks
+ * 64 MiB 17 ms against 42 ms; 4 ranks 70 ms against 107 ms; 8 ranks 168 ms
+ * against 255 ms. SAR also holds no lock while it copies, where a CMA
+ * receiver copies a whole message under its region's lock and, killed then,
+ * leaves every sender to it spinning for good.
+ *
+ * libfabric 1.17 lets only FI_SHM_DISABLE_CMA choose: its shm provider
+ * reads it once, when libfabric first loads its providers, and no hint,
+ * endpoint option or domain attribute selects SAR (FI_HMEM turns CMA off as
+ * a side effect, but picks shm's device-memory variant). A library must not
+ * change its process's environment, so ftcc-run sets FI_SHM_DISABLE_CMA=1
+ * for the ranks it launches and other launchers are told to (README); the
+ * transport only learns which one shm uses, from the variable as config.c
+ * read it, and sizes its segments and its waiting for it.
+ */
+static bool shm_sar(const struct ft_transport *tp, const struct ft_tp_env *env)
+{
+	return strcmp(tp->prov, "shm") == 0 && env->shm_cma == 0;
+}
+
 static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 {
 	struct ft_transport *tp = calloc(1, sizeof(*tp));
@@ -204,7 +211,6 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	tp->pid = (int)getpid();
 	tp->node = node_id();
 	tp->next_id = (ft__now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)tp->pid << 16) & TAG_ID_MASK;
-	shm_protocol();
 	tp->info = ft__fab_choose_info(p);
 	if (tp->info == NULL) {
 		ft__error("fabric: no provider offers reliable tagged or connected messages%s%s",
@@ -251,8 +257,7 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	 * all_but_one crashed inside libfabric (0 in 25 without); not understood yet. */
 	if (tp->cq_fd < 0 && !tp->msg && env->fabric_wait == FT_TP_FABRIC_WAIT_BELL)
 		tp->bell = ft__fab_bell_own();
-	/* shm_protocol made SAR the default: only FI_SHM_DISABLE_CMA set false keeps CMA. */
-	tp->sar = strcmp(tp->prov, "shm") == 0 && env->shm_cma != 1;
+	tp->sar = shm_sar(tp, env);
 	n = snprintf(tp->addr, sizeof(tp->addr), "%s/%c/%016" PRIx64 "/%d/%d/", tp->prov,
 		     tp->msg ? 'm' : 'r', tp->node, tp->pid,
 		     tp->bell != NULL ? ft__fab_bell_handle() : -1);
@@ -263,7 +268,6 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	}
 	for (size_t i = 0; i < tp->namelen; i++)
 		snprintf(tp->addr + n + 2 * i, 3, "%02x", tp->name[i]);
-	ft__fab_own_region(tp, true);
 	if (!tp->msg && strcmp(tp->prov, "shm") == 0 && env->shm_guard &&
 	    (tp->guard = ft__fab_guard_open()) != NULL)
 		ft__fab_guard_own(tp, tp->name, tp->namelen, true);
@@ -272,7 +276,10 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	ft__info("fabric: provider %s, %s endpoints, %s, max message %zu%s, address %s", tp->prov,
 		 tp->msg ? "MSG" : "RDM",
 		 tp->cq_fd >= 0 ? "fd wait" : tp->bell != NULL ? "bell wait" : "polled wait",
-		 tp->max_msg, tp->sar ? ", shm SAR copies" : "", tp->addr);
+		 tp->max_msg,
+		 tp->sar ? ", shm SAR copies"
+		 : strcmp(tp->prov, "shm") == 0 ? ", shm CMA copies (FI_SHM_DISABLE_CMA=1: SAR)" : "",
+		 tp->addr);
 	*out = tp;
 	return 0;
 fail:
@@ -298,10 +305,8 @@ static void fab_close(struct ft_transport *tp)
 		ft__fab_link_shutdown(tp->links, true, FAB_CLOSE_WAIT_MS);
 	while (tp->pending != NULL)
 		ft__fab_link_shutdown(tp->pending, false, 0);
-	if (tp->ep != NULL) {
+	if (tp->ep != NULL)
 		fi_close(&tp->ep->fid);
-		ft__fab_own_region(tp, false);
-	}
 	if (tp->pep != NULL)
 		fi_close(&tp->pep->fid);
 	tp->ep = NULL;
@@ -425,11 +430,11 @@ static void fab_link_close(struct ft_link *l)
  * (rxm: a rendezvous round trip above its 128 KiB SAR limit; shm: the SAR
  * handshake), so fewer, larger segments pay. Measured here at 2 ranks: rxm
  * 64 MiB took 51 ms with 256 KiB segments and 36 ms with 1 MiB; shm 4 MiB
- * 765 us and 643 us. Not shm with CMA (FI_SHM_DISABLE_CMA=0): its receiver
- * copies a whole message while holding its region's lock, and a rank killed
- * then leaves every sender to it spinning on that lock for good, so the
- * window stays as short as with 256 KiB (16 MiB segments were 25% faster at
- * 4 ranks, and the kill tests wedged).
+ * 765 us and 643 us. Not shm with CMA (FI_SHM_DISABLE_CMA unset or 0): its
+ * receiver copies a whole message while holding its region's lock, and a
+ * rank killed then leaves every sender to it spinning on that lock for good,
+ * so the window stays as short as with 256 KiB (16 MiB segments were 25%
+ * faster at 4 ranks, and the kill tests wedged).
  */
 static size_t fab_segment_bytes(struct ft_transport *tp)
 {

@@ -1,10 +1,8 @@
 /* shm.c: libfabric peers on this host: pid liveness, shm region cleanup, stale regions, the SAR yield. */
 #include <dirent.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -14,10 +12,14 @@
 
 /*
  * shm keeps a file in /dev/shm per endpoint ("fi_shm://PID:UID:IDX" names
- * "PID:UID:IDX") that only its owner removes, when it closes the endpoint: a
- * rank killed, or exiting without ft_finalize, would leave its region there
- * for good. Its name is removed instead by a neighbour that saw it die, or by
- * the exiting process itself; mappings already made stay valid.
+ * "PID:UID:IDX") that only its owner removes, when it closes the endpoint
+ * (ft_finalize does; so do shm's own handlers of SIGINT, SIGTERM, SIGSEGV
+ * and SIGBUS): a rank killed, or exiting without ft_finalize, would leave
+ * its region there for good. Its name is removed instead by a neighbour that saw it die (below),
+ * by ftcc-run once it reaps the rank, or by a later process given the same
+ * pid (ft__fab_enable_ep); mappings already made stay valid. The library
+ * itself registers nothing to run at exit: such a handler would run in
+ * whatever thread calls exit(), under the application's feet.
  */
 static bool shm_region(const char *prov, const uint8_t *name, size_t len, int pid, char *out)
 {
@@ -217,45 +219,6 @@ void ft__fab_check_liveness(struct ft_transport *tp)
 		if (gone)
 			peer_died(l, now);
 	}
-}
-
-#define FAB_OWN_REGIONS 8
-static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
-static char own_regions[FAB_OWN_REGIONS][FAB_NAME_MAX + 1];
-static bool own_atexit;
-
-static void unlink_own_regions(void)
-{
-	pthread_mutex_lock(&own_lock);
-	for (int i = 0; i < FAB_OWN_REGIONS; i++)
-		if (own_regions[i][0] != '\0') {
-			shm_unlink(own_regions[i]);
-			own_regions[i][0] = '\0';
-		}
-	pthread_mutex_unlock(&own_lock);
-}
-
-/* Lists (or, closed, forgets) this transport's region for removal at exit. */
-void ft__fab_own_region(const struct ft_transport *tp, bool open)
-{
-	char region[FAB_NAME_MAX + 1];
-
-	if (!shm_region(tp->prov, tp->name, tp->namelen, tp->pid, region))
-		return;
-	pthread_mutex_lock(&own_lock);
-	if (open && !own_atexit)
-		own_atexit = atexit(unlink_own_regions) == 0;
-	for (int i = 0; i < FAB_OWN_REGIONS; i++) {
-		if (open && own_regions[i][0] == '\0') {
-			strcpy(own_regions[i], region);
-			break;
-		}
-		if (!open && strcmp(own_regions[i], region) == 0) {
-			own_regions[i][0] = '\0';
-			break;
-		}
-	}
-	pthread_mutex_unlock(&own_lock);
 }
 
 /* Has the guard watch (or, closed, forget) the region of one of this process's shm endpoints. */
