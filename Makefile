@@ -14,7 +14,7 @@ WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat
 	-Wvla -Wcast-align
 override CFLAGS += -std=c11 -D_GNU_SOURCE -pthread -fPIC $(WARN) -Iinclude -Ilib -MMD -MP
 
-FABRIC_SRC := $(wildcard transports/fabric*.c)
+FABRIC_SRC := $(wildcard transports/fabric/*.c)
 HAVE_FABRIC := $(if $(FABRIC_SRC),$(shell pkg-config --exists libfabric 2>/dev/null && echo 1))
 HAVE_URING := $(shell pkg-config --exists liburing 2>/dev/null && echo 1)
 

@@ -112,6 +112,8 @@ struct ft_tp_event {
 	int peer;               /* original rank of the link's peer */
 };
 
+enum ft_tp_fabric_wait { FT_TP_FABRIC_WAIT_DEFAULT, FT_TP_FABRIC_WAIT_POLL, FT_TP_FABRIC_WAIT_BELL };
+
 /*
  * Transport knobs from the environment, read once at ft_init by config.c
  * (ft__config_tp_env) and only there: transports never call getenv.
@@ -123,7 +125,7 @@ struct ft_tp_env {
 	size_t tcp_buffer;          /* FTCC_TCP_BUFFER: SO_SNDBUF/SO_RCVBUF; 0: autotuning */
 	char fabric_provider[64];   /* FTCC_FABRIC_PROVIDER, else FI_PROVIDER; "": choose */
 	char fabric_ep[8];          /* FTCC_FABRIC_EP: "", "rdm" or "msg" */
-	int fabric_wait;            /* FTCC_FABRIC_WAIT: 0 default, 1 poll, 2 bell */
+	int fabric_wait;            /* FTCC_FABRIC_WAIT: enum ft_tp_fabric_wait */
 	int fabric_link_ep;         /* FTCC_FABRIC_LINK_EP: -1 default, 0 or 1 */
 	int fabric_mr_local;        /* FTCC_FABRIC_MR_LOCAL: 1 registers even unasked */
 	size_t fabric_max_msg;      /* FTCC_FABRIC_MAX_MSG: 0 the provider's */

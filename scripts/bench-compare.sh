@@ -53,8 +53,8 @@ command -v "$MPIRUN" >/dev/null || { echo "bench-compare: $MPIRUN not found" >&2
 
 IMPLS="ftcc-tcp gloo openmpi-tcp openmpi-shm"
 if [ "${FTCC_COMPARE_FABRIC:-0}" = 1 ]; then
-	# The Makefile compiles transports/fabric*.c only when pkg-config finds libfabric.
-	if [ -f "$B/libftcc.a" ] && ar t "$B/libftcc.a" | grep -q '^fabric'; then
+	# The Makefile compiles transports/fabric/ only when pkg-config finds libfabric.
+	if [ -f "$B/libftcc.a" ] && nm "$B/libftcc.a" 2>/dev/null | grep -q ' D ft__fabric_ops$'; then
 		IMPLS="$IMPLS ftcc-fabric-shm ftcc-fabric-tcp"
 	else
 		echo "bench-compare: FTCC_COMPARE_FABRIC=1 but $B/libftcc.a has no fabric transport; skipping it" >&2

@@ -7,6 +7,8 @@ export FTCC_BUILD_DIR="$B"
 # Under make asan: Criterion itself leaks a few bytes at exit; ignore only that.
 export LSAN_OPTIONS="suppressions=$(dirname "$0")/lsan.supp:print_suppressions=0"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# libfabric shm: SAR copies, as ftcc-run gives its ranks (README, "shm copies").
+export FI_SHM_DISABLE_CMA="${FI_SHM_DISABLE_CMA:-1}"
 pass=0
 fail=0
 failed=""

@@ -84,6 +84,9 @@ static inline void tu_spawn(struct tu_job *job, int r, tu_rank_fn fn, void *arg,
 			_exit(99);
 		struct ft_comm *comm = NULL;
 		int rc;
+		/* As ftcc-run does for its ranks: libfabric's shm copies through its
+		 * own buffers (SAR), not CMA, unless the caller chose (README). */
+		setenv("FI_SHM_DISABLE_CMA", "1", 0);
 		tu_config(job, r, &cfg);
 		if (tweak != NULL)
 			tweak(&cfg, r);

@@ -23,6 +23,7 @@
  * before printing its death: its last lines come before the obituary.
  */
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -295,6 +296,10 @@ static void usage(FILE *f)
 	      "and removed at exit), FTCC_JOB_ID (run-PID-HEX) and FTCC_TOKEN (32 random hex\n"
 	      "digits). FTCC_RENDEZVOUS, FTCC_JOB_ID and FTCC_TOKEN already set are passed on\n"
 	      "unchanged (and a rendezvous directory given that way is not removed).\n"
+	      "FI_SHM_DISABLE_CMA=1 unless set: libfabric's shm provider then copies through\n"
+	      "its own buffers, not CMA (see the README). The /dev/shm files of libfabric shm\n"
+	      "endpoints that a rank leaves behind (killed, or exiting without ft_finalize)\n"
+	      "are removed once it has exited.\n"
 	      "Standard input of the ranks is /dev/null; their stdout goes to our stdout and\n"
 	      "their stderr to our stderr, line by line. SIGINT, SIGTERM and SIGHUP are\n"
 	      "forwarded to the ranks; a second SIGINT or SIGTERM kills them with SIGKILL.\n"
@@ -579,6 +584,14 @@ static int setup_job_env(struct launcher *L)
 	char ws[16];
 	snprintf(ws, sizeof(ws), "%d", L->opt.nranks);
 	if (setenv("FTCC_WORLD_SIZE", ws, 1) < 0)
+		return -ENOMEM;
+	/*
+	 * libfabric's shm provider reads this once per process, and ftcc, a
+	 * library, does not set its process's environment: the launcher does.
+	 * SAR copies are faster here and hold no region lock while they copy
+	 * (a rank killed mid-CMA-copy wedges its senders); README, "shm copies".
+	 */
+	if (setenv("FI_SHM_DISABLE_CMA", "1", 0) < 0)
 		return -ENOMEM;
 	return 0;
 }
@@ -943,12 +956,50 @@ static void rank_exited(struct launcher *L, struct rank *r, int wstatus)
 	    (long)r->pid, r->incarnation, r->restarts, L->opt.max_restarts);
 }
 
+/*
+ * libfabric's shm provider keeps a file in /dev/shm per endpoint, named
+ * "PID:UID:IDX" after its process, that only that process removes (closing
+ * the endpoint, as ft_finalize does). A rank killed, or exiting without
+ * ft_finalize, leaves them behind; they are removed here while the rank is
+ * still a zombie, so that no other process can have its pid yet.
+ */
+static void remove_shm_regions(pid_t pid)
+{
+	char prefix[48];
+	size_t plen;
+	struct dirent *e;
+	DIR *d = opendir("/dev/shm");
+
+	if (d == NULL)
+		return;
+	plen = (size_t)snprintf(prefix, sizeof(prefix), "%ld:%u:", (long)pid, (unsigned)getuid());
+	while ((e = readdir(d)) != NULL) {
+		const char *idx = e->d_name + plen;
+		if (strncmp(e->d_name, prefix, plen) == 0 && *idx != '\0' &&
+		    strspn(idx, "0123456789") == strlen(idx))
+			unlinkat(dirfd(d), e->d_name, 0);
+	}
+	closedir(d);
+}
+
 static void reap(struct launcher *L)
 {
 	for (;;) {
+		siginfo_t si;
 		int wstatus;
-		pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+		pid_t pid;
 
+		/* Look first without reaping: the pid stays this child's meanwhile. */
+		memset(&si, 0, sizeof(si));
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0) {
+			if (errno == EINTR)
+				continue;
+			return;
+		}
+		if (si.si_pid == 0)
+			return;
+		remove_shm_regions(si.si_pid);
+		pid = waitpid(si.si_pid, &wstatus, 0);
 		if (pid < 0 && errno == EINTR)
 			continue;
 		if (pid <= 0)

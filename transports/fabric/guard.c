@@ -1,4 +1,4 @@
-/* fabric_guard.c: frees the shm region locks that a killed process left held. */
+/* guard.c: frees the shm region locks that a killed process left held. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -13,10 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <rdma/fabric.h>
-
-#include "../lib/internal.h"
-#include "fabric_guard.h"
+#include "fabric.h"
 
 /*
  * Each shm endpoint owns a region (a file in /dev/shm) that every peer maps,
@@ -186,14 +183,11 @@ static void guard_wake(struct ft_guard *g)
 		ft__debug("fabric: guard: eventfd: %s", strerror(errno));
 }
 
-struct ft_guard *ft__guard_open(void)
+struct ft_guard *ft__fab_guard_open(void)
 {
 	uint32_t v = fi_version();
-	const char *e = getenv("FTCC_SHM_GUARD");
 	struct ft_guard *g;
 
-	if (e != NULL && strcmp(e, "0") == 0)
-		return NULL;
 	if (FI_MAJOR(v) != 1 || FI_MINOR(v) != 17) {
 		ft__info("fabric: no shm lock guard for libfabric %u.%u (its region layout is known "
 			 "for 1.17 only): a rank killed inside the provider may wedge its peers",
@@ -246,7 +240,7 @@ static char *map_head(const char *name, int pid)
 	return head;
 }
 
-bool ft__guard_add(struct ft_guard *g, const char *region, int pid, bool own)
+bool ft__fab_guard_add(struct ft_guard *g, const char *region, int pid, bool own)
 {
 	struct guard_region r = {.pid = pid, .pidfd = -1, .own = own};
 	bool ok = false;
@@ -294,7 +288,7 @@ out:
 	return ok;
 }
 
-void ft__guard_remove(struct ft_guard *g, const char *region)
+void ft__fab_guard_remove(struct ft_guard *g, const char *region)
 {
 	if (g == NULL)
 		return;
@@ -308,7 +302,7 @@ void ft__guard_remove(struct ft_guard *g, const char *region)
 	pthread_mutex_unlock(&g->mu);
 }
 
-void ft__guard_close(struct ft_guard *g)
+void ft__fab_guard_close(struct ft_guard *g)
 {
 	if (g == NULL)
 		return;

@@ -1,4 +1,4 @@
-/* fabric_bell.c: a futex word in a memfd page that the other processes on this host map and ring. */
+/* bell.c: a futex word in a memfd page that the other processes on this host map and ring. */
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fabric_bell.h"
+#include "fabric.h"
 
 /*
  * libfabric's shm provider offers no wait object that another process can
@@ -51,7 +51,7 @@ static int futex(_Atomic uint32_t *word, int op, uint32_t val, const struct time
 	return (int)syscall(SYS_futex, word, op, val, ts, NULL, 0);
 }
 
-struct ft_bell *ft__bell_own(void)
+struct ft_bell *ft__fab_bell_own(void)
 {
 	struct ft_bell *b;
 
@@ -85,12 +85,12 @@ struct ft_bell *ft__bell_own(void)
 	return b;
 }
 
-int ft__bell_handle(void)
+int ft__fab_bell_handle(void)
 {
-	return ft__bell_own() != NULL ? own_fd : -1;
+	return ft__fab_bell_own() != NULL ? own_fd : -1;
 }
 
-struct ft_bell *ft__bell_map(int pid, int handle)
+struct ft_bell *ft__fab_bell_map(int pid, int handle)
 {
 	char path[64];
 	struct stat st;
@@ -101,7 +101,7 @@ struct ft_bell *ft__bell_map(int pid, int handle)
 	if (pid <= 0 || handle < 0)
 		return NULL;
 	if (pid == (int)getpid())
-		return NULL; /* ft__bell_own: not to be unmapped */
+		return NULL; /* ft__fab_bell_own: not to be unmapped */
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, handle);
 	fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
@@ -123,33 +123,33 @@ struct ft_bell *ft__bell_map(int pid, int handle)
 	return b;
 }
 
-void ft__bell_unmap(struct ft_bell *b)
+void ft__fab_bell_unmap(struct ft_bell *b)
 {
 	if (b != NULL && b != own)
 		munmap(b, BELL_BYTES);
 }
 
-void ft__bell_ring(struct ft_bell *b)
+void ft__fab_bell_ring(struct ft_bell *b)
 {
 	atomic_fetch_add(&b->seq, 1);
 	if (atomic_load(&b->sleepers) != 0)
 		futex(&b->seq, FUTEX_WAKE, INT_MAX, NULL);
 }
 
-uint32_t ft__bell_arm(struct ft_bell *b)
+uint32_t ft__fab_bell_arm(struct ft_bell *b)
 {
 	atomic_fetch_add(&b->sleepers, 1);
 	return atomic_load(&b->seq);
 }
 
-void ft__bell_wait(struct ft_bell *b, uint32_t armed, int timeout_ms)
+void ft__fab_bell_wait(struct ft_bell *b, uint32_t armed, int timeout_ms)
 {
 	struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
 
 	futex(&b->seq, FUTEX_WAIT, armed, &ts);
 }
 
-void ft__bell_disarm(struct ft_bell *b)
+void ft__fab_bell_disarm(struct ft_bell *b)
 {
 	atomic_fetch_sub(&b->sleepers, 1);
 }

@@ -1,0 +1,537 @@
+/* conn.c: connect and accept over libfabric: addresses, the hello and its answer, MSG connection events. */
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fabric.h"
+
+/* ---- addresses and endpoints ---- */
+
+struct fab_addr {
+	char prov[64];
+	char ep;
+	uint64_t node;
+	int pid;
+	int bell;
+	uint8_t name[FAB_NAME_MAX];
+	size_t namelen;
+};
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static int parse_addr(const char *s, struct fab_addr *a)
+{
+	int n = 0;
+	size_t hl;
+	const char *hex;
+
+	memset(a, 0, sizeof(*a));
+	if (sscanf(s, "%63[^/]/%c/%16" SCNx64 "/%d/%d/%n", a->prov, &a->ep, &a->node, &a->pid,
+		   &a->bell, &n) != 5 ||
+	    n == 0)
+		return -FT_EINVAL;
+	hex = s + n;
+	hl = strlen(hex);
+	if (hl == 0 || hl % 2 != 0 || hl / 2 > FAB_NAME_MAX)
+		return -FT_EINVAL;
+	for (size_t i = 0; i < hl / 2; i++) {
+		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -FT_EINVAL;
+		a->name[i] = (uint8_t)(hi << 4 | lo);
+	}
+	a->namelen = hl / 2;
+	return 0;
+}
+
+/* The AV entry of an endpoint name, inserted once. */
+static int av_lookup(struct ft_transport *tp, const uint8_t *name, size_t len, fi_addr_t *out)
+{
+	fi_addr_t a = FI_ADDR_NOTAVAIL;
+	int rc;
+
+	for (size_t i = 0; i < tp->npeers; i++)
+		if (tp->peers[i].len == len && memcmp(tp->peers[i].name, name, len) == 0) {
+			*out = tp->peers[i].addr;
+			return 0;
+		}
+	if (tp->npeers == tp->peers_cap) {
+		size_t cap = tp->peers_cap ? tp->peers_cap * 2 : 16;
+		struct fab_peer *pp = realloc(tp->peers, cap * sizeof(*pp));
+		if (pp == NULL)
+			return -FT_ENOMEM;
+		tp->peers = pp;
+		tp->peers_cap = cap;
+	}
+	rc = fi_av_insert(tp->av, name, 1, &a, 0, NULL);
+	if (rc != 1) {
+		ft__error("fabric: fi_av_insert: %s", rc < 0 ? fi_strerror(-rc) : "address refused");
+		return -FT_EINVAL;
+	}
+	memcpy(tp->peers[tp->npeers].name, name, len);
+	tp->peers[tp->npeers].len = len;
+	tp->peers[tp->npeers].addr = a;
+	tp->npeers++;
+	*out = a;
+	return 0;
+}
+
+/*
+ * shm completes the sends of an endpoint in the order they were posted:
+ * its sender reads the answers to its large (CMA or SAR) messages from one
+ * queue and stops at the first one not yet answered. A message that will
+ * never be taken (its receiver died, or closed its end of the link) would
+ * thus hold back every later send of the endpoint, to any peer, for good.
+ * So each outgoing link sends from an endpoint of its own (bound to the
+ * transport's AV and CQ), closed with the link: what a failure leaves
+ * unanswered dies with it. The hello names that endpoint, for the answers.
+ */
+static int rdm_link_ep_open(struct ft_transport *tp, struct ft_link *l)
+{
+	size_t len = sizeof(l->m.hello.name);
+	int rc = fi_endpoint(tp->domain, tp->info, &l->ep, NULL);
+
+	if (rc != 0) {
+		l->ep = NULL;
+		ft__error("fabric: fi_endpoint for a link to rank %d: %s", l->peer,
+			  fi_strerror(-rc));
+		return -FT_EIO;
+	}
+	l->own_ep = true;
+	if ((rc = fi_ep_bind(l->ep, &tp->av->fid, 0)) != 0 ||
+	    (rc = fi_ep_bind(l->ep, &tp->cq->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
+	    (rc = ft__fab_enable_ep(tp, l->ep)) != 0 ||
+	    (rc = fi_getname(&l->ep->fid, l->m.hello.name, &len)) != 0) {
+		ft__error("fabric: cannot enable an endpoint for a link to rank %d: %s", l->peer,
+			  fi_strerror(-rc));
+		return -FT_EIO;
+	}
+	l->m.hello.namelen = (uint32_t)len;
+	ft__fab_guard_own(tp, l->m.hello.name, len, true);
+	return 0;
+}
+
+static int msg_ep_open(struct ft_transport *tp, struct fi_info *info, struct ft_link *l)
+{
+	int rc = fi_endpoint(tp->domain, info, &l->ep, l);
+
+	if (rc != 0) {
+		l->ep = NULL;
+		return rc;
+	}
+	l->own_ep = true;
+	if ((rc = fi_ep_bind(l->ep, &tp->eq->fid, 0)) != 0 ||
+	    (rc = fi_ep_bind(l->ep, &tp->cq->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
+	    (rc = fi_enable(l->ep)) != 0)
+		return rc;
+	return 0;
+}
+
+/* ---- connecting ---- */
+
+/*
+ * The hello goes out without waiting for the peer: it may be connecting to
+ * its own right neighbour now, and accepts only after that. Its answer (and
+ * a refusal) arrives through progress as the link's first event.
+ */
+int ft__fab_connect(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
+		    int timeout_ms, struct ft_link **out)
+{
+	struct fab_addr pa;
+	struct ft_link *l;
+	int rc;
+
+	(void)timeout_ms;
+	*out = NULL;
+	if (parse_addr(addr, &pa) != 0) {
+		ft__error("fabric: malformed peer address '%s'", addr);
+		return -FT_EINVAL;
+	}
+	if (strcmp(pa.prov, tp->prov) != 0 || pa.ep != (tp->msg ? 'm' : 'r')) {
+		ft__error("fabric: rank %d uses provider %s (%s), this rank %s (%s)", hello->to_rank,
+			  pa.prov, pa.ep == 'm' ? "MSG" : "RDM", tp->prov, tp->msg ? "MSG" : "RDM");
+		return -FT_EINVAL;
+	}
+	/* The owner of the address is gone (shm also faults on a name whose
+	 * endpoint in this process was closed): nobody will answer. */
+	if (pa.node == tp->node && pa.pid > 0 &&
+	    (pa.pid == tp->pid ? !tp->msg && !ft__fab_open_here(pa.name, pa.namelen)
+			       : kill(pa.pid, 0) != 0 && errno == ESRCH)) {
+		ft__error("fabric: rank %d at %s is gone (pid %d)", hello->to_rank, addr, pa.pid);
+		return -FT_ECONNREFUSED;
+	}
+	l = ft__fab_link_new(tp, hello->to_rank, true, tp->next_id++ & TAG_ID_MASK);
+	if (l == NULL)
+		return -FT_ENOMEM;
+	l->tx_rank = hello->from_rank;
+	l->rx_rank = hello->to_rank;
+	l->m.hello.hello = *hello;
+	l->m.hello.link_id = l->id;
+	l->m.hello.node = tp->node;
+	l->m.hello.piece = l->piece;
+	l->m.hello.pid = tp->pid;
+	l->m.hello.bell = tp->bell != NULL ? ft__fab_bell_handle() : -1;
+	l->m.hello.homelen = (uint32_t)tp->namelen;
+	memcpy(l->m.hello.home, tp->name, tp->namelen);
+	if (!tp->msg) {
+		l->m.hello.namelen = (uint32_t)tp->namelen;
+		memcpy(l->m.hello.name, tp->name, tp->namelen);
+		if (tp->link_eps && (rc = rdm_link_ep_open(tp, l)) != 0)
+			goto fail;
+		if ((rc = av_lookup(tp, pa.name, pa.namelen, &l->addr)) != 0)
+			goto fail;
+		l->want[C_CLOSE_RX] = true;
+	} else {
+		struct fi_info *info = fi_dupinfo(tp->info);
+		if (info == NULL) {
+			rc = -FT_ENOMEM;
+			goto fail;
+		}
+		free(info->src_addr);
+		info->src_addr = NULL;
+		info->src_addrlen = 0;
+		free(info->dest_addr);
+		info->dest_addr = malloc(pa.namelen);
+		if (info->dest_addr != NULL) {
+			memcpy(info->dest_addr, pa.name, pa.namelen);
+			info->dest_addrlen = pa.namelen;
+		}
+		rc = info->dest_addr == NULL ? -FI_ENOMEM : msg_ep_open(tp, info, l);
+		if (rc == 0)
+			rc = fi_connect(l->ep, pa.name, NULL, 0);
+		fi_freeinfo(info);
+		if (rc != 0) {
+			ft__error("fabric: cannot connect to rank %d: %s", hello->to_rank,
+				  fi_strerror(-rc));
+			rc = ft__fab_fi_to_ft(rc);
+			goto fail;
+		}
+	}
+	ft__fab_watch_peer(l, pa.node, pa.pid, pa.name, pa.namelen, pa.bell);
+	l->want[C_HELLO] = true;
+	l->want[C_ACK_RX] = true;
+	l->next = tp->links;
+	tp->links = l;
+	ft__fab_advance(l);
+	*out = l;
+	return 0;
+fail:
+	ft__fab_link_free(l);
+	return rc;
+}
+
+/* ---- accepting ---- */
+
+void ft__fab_inbox_add(struct ft_transport *tp, const struct fab_hello_msg *msg, size_t len)
+{
+	if (tp->ninbox == FAB_INBOX_MAX) {
+		ft__warn("fabric: too many unanswered hellos; dropping the oldest");
+		memmove(&tp->inbox[0], &tp->inbox[1], (FAB_INBOX_MAX - 1) * sizeof(tp->inbox[0]));
+		tp->ninbox--;
+	}
+	tp->inbox[tp->ninbox].msg = *msg;
+	tp->inbox[tp->ninbox].len = len;
+	tp->ninbox++;
+}
+
+static void describe(const struct ft_hello *h, char *buf, size_t len)
+{
+	snprintf(buf, len, "handshake of rank %d for rank %d, generation %u, kind %u", h->from_rank,
+		 h->to_rank, h->generation, h->kind);
+}
+
+/* RDM: answers a hello that failed its check; best effort, never waits. */
+static void refuse_rdm(struct ft_transport *tp, const struct fab_inbox *in, int rc)
+{
+	const struct fab_hello_msg *m = &in->msg;
+	struct ft_link *l;
+	char why[160];
+
+	if (in->len != sizeof(*m) || m->namelen == 0 || m->namelen > FAB_NAME_MAX) {
+		ft__warn("fabric: dropped a malformed hello (%zu bytes)", in->len);
+		return;
+	}
+	describe(&m->hello, why, sizeof(why));
+	ft__warn("fabric: refused %s: %s", m->hello.magic == FT_HELLO_MAGIC ? why : "bad magic",
+		 ft_strerror(rc));
+	l = ft__fab_link_new(tp, m->hello.from_rank, false, m->link_id);
+	if (l == NULL)
+		return;
+	l->tx_rank = m->hello.to_rank;
+	l->m.ack_tx = (struct ft_hello_ack){.magic = FT_HELLO_MAGIC, .status = rc};
+	ft__fab_watch_peer(l, m->node, m->pid, NULL, 0, -1);
+	if (av_lookup(tp, m->name, m->namelen, &l->addr) == 0)
+		ft__fab_ctl_post(l, C_ACK_TX);
+	ft__fab_link_shutdown(l, false, 0);
+}
+
+static int hello_verdict(const struct ft_transport *tp, const struct ft_hello *expect,
+			 const struct fab_hello_msg *m, size_t len)
+{
+	if (len != sizeof(*m))
+		return -FT_EPROTO;
+	if (!tp->msg && (m->namelen == 0 || m->namelen > FAB_NAME_MAX || m->homelen == 0 ||
+			 m->homelen > FAB_NAME_MAX))
+		return -FT_EPROTO;
+	if (m->piece == 0 || m->piece > tp->max_msg) {
+		ft__error("fabric: rank %d splits payloads at %" PRIu64 " bytes; this provider takes %zu",
+			  m->hello.from_rank, m->piece, tp->max_msg);
+		return -FT_EPROTO;
+	}
+	return ft_hello_check(expect, &m->hello);
+}
+
+/*
+ * A valid hello for a generation newer than the one accepted now: a
+ * neighbour adopted the next view first. It waits (in the inbox, or as a
+ * pending connection) for the accept of its generation, as tcp keeps it.
+ */
+static bool hello_early(const struct ft_hello *expect, const struct ft_hello *got)
+{
+	struct ft_hello later = *expect;
+
+	if (got->generation <= expect->generation)
+		return false;
+	later.generation = got->generation;
+	later.from_rank = -1;
+	return ft_hello_check(&later, got) == 0;
+}
+
+static void inbox_remove(struct ft_transport *tp, unsigned i)
+{
+	memmove(&tp->inbox[i], &tp->inbox[i + 1], (tp->ninbox - i - 1) * sizeof(tp->inbox[0]));
+	tp->ninbox--;
+}
+
+/* RDM: the newest valid hello in the inbox becomes a link; others are refused. */
+static struct ft_link *accept_rdm(struct ft_transport *tp, const struct ft_hello *expect)
+{
+	int pick = -1;
+	struct ft_link *l;
+
+	for (unsigned i = 0; i < tp->ninbox;) {
+		struct fab_inbox *in = &tp->inbox[i];
+		int rc = hello_verdict(tp, expect, &in->msg, in->len);
+		if (rc != 0 && in->len == sizeof(in->msg) && hello_early(expect, &in->msg.hello)) {
+			i++;
+			continue;
+		}
+		if (rc != 0) {
+			refuse_rdm(tp, in, rc);
+			inbox_remove(tp, i);
+			continue;
+		}
+		if (pick >= 0 && tp->inbox[pick].msg.hello.from_rank == in->msg.hello.from_rank) {
+			/* An older hello of the same rank: its link was given up. */
+			refuse_rdm(tp, &tp->inbox[pick], -FT_ESTALE);
+			inbox_remove(tp, (unsigned)pick);
+			pick = (int)i - 1;
+			continue;
+		}
+		if (pick < 0)
+			pick = (int)i;
+		i++;
+	}
+	if (pick < 0)
+		return NULL;
+	const struct fab_hello_msg *m = &tp->inbox[pick].msg;
+	l = ft__fab_link_new(tp, m->hello.from_rank, false, m->link_id);
+	if (l == NULL)
+		return NULL;
+	l->tx_rank = m->hello.to_rank;
+	l->rx_rank = m->hello.from_rank;
+	if (av_lookup(tp, m->name, m->namelen, &l->addr) != 0) {
+		ft__fab_link_free(l);
+		inbox_remove(tp, (unsigned)pick);
+		return NULL;
+	}
+	l->m.hello = *m;
+	ft__fab_watch_peer(l, m->node, m->pid, m->home, m->homelen, m->bell);
+	inbox_remove(tp, (unsigned)pick);
+	return l;
+}
+
+/* MSG: a pending connection whose hello passes becomes a link; bad ones are refused. */
+static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello *expect)
+{
+	for (struct ft_link *l = tp->pending, *next; l != NULL; l = next) {
+		int rc;
+		next = l->next;
+		if (l->error != 0 || l->peer_closed) {
+			ft__fab_link_shutdown(l, false, 0);
+			continue;
+		}
+		if (l->hello_len == 0)
+			continue;
+		rc = hello_verdict(tp, expect, &l->m.hello, l->hello_len);
+		if (rc != 0 && l->hello_len == sizeof(l->m.hello) &&
+		    hello_early(expect, &l->m.hello.hello))
+			continue;
+		ft__fab_unlist(tp, l);
+		if (rc != 0) {
+			char why[160];
+			describe(&l->m.hello.hello, why, sizeof(why));
+			ft__warn("fabric: refused %s: %s",
+				 l->m.hello.hello.magic == FT_HELLO_MAGIC ? why : "bad magic",
+				 ft_strerror(rc));
+			l->m.ack_tx = (struct ft_hello_ack){.magic = FT_HELLO_MAGIC, .status = rc};
+			if (l->connected)
+				ft__fab_ctl_post(l, C_ACK_TX);
+			ft__fab_link_shutdown(l, false, FAB_CLOSE_WAIT_MS);
+			continue;
+		}
+		l->peer = l->m.hello.hello.from_rank;
+		l->id = l->m.hello.link_id;
+		ft__fab_watch_peer(l, l->m.hello.node, l->m.hello.pid, NULL, 0, -1);
+		return l;
+	}
+	return NULL;
+}
+
+int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
+		   struct ft_link **out, struct ft_hello *got)
+{
+	int64_t deadline = ft__now_ms() + timeout_ms;
+	struct ft_link *l;
+
+	*out = NULL;
+	for (;;) {
+		ft__fab_drive(tp);
+		l = tp->msg ? accept_msg(tp, expect) : accept_rdm(tp, expect);
+		if (l != NULL)
+			break;
+		if (ft__ms_left(deadline) == 0) {
+			ft__error("fabric: no valid handshake from rank %d within %d ms",
+				  expect->from_rank, timeout_ms);
+			return -FT_ETIMEDOUT;
+		}
+		if (tp->interrupted != NULL && tp->interrupted(tp->interrupt_arg))
+			return -FT_EABORTED;
+		ft__fab_wait(tp, tp->interrupted != NULL && ft__ms_left(deadline) > 20
+			     ? 20 : ft__ms_left(deadline));
+	}
+	l->m.ack_tx = (struct ft_hello_ack){.magic = FT_HELLO_MAGIC, .status = 0};
+	l->want[C_ACK_TX] = true;
+	l->want[C_CLOSE_RX] = !tp->msg;
+	l->piece = (size_t)l->m.hello.piece;
+	*got = l->m.hello.hello;
+	l->next = tp->links;
+	tp->links = l;
+	ft__fab_advance(l);
+	*out = l;
+	return 0;
+}
+
+/* ---- connection events (MSG endpoints) ---- */
+
+/* The link whose endpoint is fid; compares pointers only (a closed fid is gone). */
+static struct ft_link *link_of_fid(struct ft_transport *tp, const struct fid *fid)
+{
+	for (struct ft_link *l = tp->links; l != NULL; l = l->next)
+		if (l->ep != NULL && &l->ep->fid == fid)
+			return l;
+	for (struct ft_link *l = tp->pending; l != NULL; l = l->next)
+		if (l->ep != NULL && &l->ep->fid == fid)
+			return l;
+	return NULL;
+}
+
+/* An incoming connection: accepted at once, judged by the hello it sends. */
+static void on_connreq(struct ft_transport *tp, struct fi_info *info)
+{
+	struct ft_link *l = ft__fab_link_new(tp, -1, false, 0);
+	int rc;
+
+	if (l == NULL) {
+		fi_reject(tp->pep, info->handle, NULL, 0);
+		fi_freeinfo(info);
+		return;
+	}
+	rc = msg_ep_open(tp, info, l);
+	if (rc == 0) {
+		l->want[C_HELLO] = true;
+		rc = (int)ft__fab_ctl_post(l, C_HELLO);
+	}
+	if (rc == 0)
+		rc = fi_accept(l->ep, NULL, 0);
+	if (rc != 0) {
+		ft__warn("fabric: cannot take an incoming connection: %s", fi_strerror(-rc));
+		if (l->ep == NULL)
+			fi_reject(tp->pep, info->handle, NULL, 0);
+		fi_freeinfo(info);
+		ft__fab_link_shutdown(l, false, 0);
+		return;
+	}
+	fi_freeinfo(info);
+	if (tp->npending >= FAB_PENDING_MAX) {
+		ft__warn("fabric: too many connections without a handshake; dropping one");
+		ft__fab_link_shutdown(tp->pending, false, 0);
+	}
+	l->next = tp->pending;
+	tp->pending = l;
+	tp->npending++;
+}
+
+int ft__fab_drive_eq(struct ft_transport *tp)
+{
+	uint64_t buf[(sizeof(struct fi_eq_cm_entry) + 256) / sizeof(uint64_t)];
+	struct fi_eq_cm_entry *e = (struct fi_eq_cm_entry *)buf;
+	int n = 0;
+
+	for (;;) {
+		uint32_t event;
+		ssize_t rc = fi_eq_read(tp->eq, &event, buf, sizeof(buf), 0);
+		struct ft_link *l;
+		if (rc == -FI_EAGAIN)
+			break;
+		if (rc == -FI_EAVAIL) {
+			struct fi_eq_err_entry ee;
+			memset(&ee, 0, sizeof(ee));
+			if (fi_eq_readerr(tp->eq, &ee, 0) > 0) {
+				l = link_of_fid(tp, ee.fid);
+				ft__debug("fabric: connection event error: %s", fi_strerror(ee.err));
+				if (l != NULL) {
+					l->peer_closed = true;
+					ft__fab_link_fail(l, -FT_EPEERFAILED);
+				}
+			}
+			n++;
+			continue;
+		}
+		if (rc < 0) {
+			ft__error("fabric: fi_eq_read: %s", fi_strerror((int)-rc));
+			break;
+		}
+		n++;
+		switch (event) {
+		case FI_CONNREQ:
+			on_connreq(tp, e->info);
+			break;
+		case FI_CONNECTED:
+			if ((l = link_of_fid(tp, e->fid)) != NULL)
+				l->connected = true;
+			break;
+		case FI_SHUTDOWN:
+			if ((l = link_of_fid(tp, e->fid)) != NULL) {
+				l->peer_closed = true;
+				if (l->grace == 0)
+					l->grace = ft__now_ms() + FAB_DEAD_GRACE_MS;
+			}
+			break;
+		default:
+			break;
+		}
+	}
+	return n;
+}

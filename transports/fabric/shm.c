@@ -1,0 +1,302 @@
+/* shm.c: libfabric peers on this host: pid liveness, shm region cleanup, stale regions, the SAR yield. */
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "fabric.h"
+
+/*
+ * shm keeps a file in /dev/shm per endpoint ("fi_shm://PID:UID:IDX" names
+ * "PID:UID:IDX") that only its owner removes, when it closes the endpoint
+ * (ft_finalize does; so do shm's own handlers of SIGINT, SIGTERM, SIGSEGV
+ * and SIGBUS): a rank killed, or exiting without ft_finalize, would leave
+ * its region there for good. Its name is removed instead by a neighbour that saw it die (below),
+ * by ftcc-run once it reaps the rank, or by a later process given the same
+ * pid (ft__fab_enable_ep); mappings already made stay valid. The library
+ * itself registers nothing to run at exit: such a handler would run in
+ * whatever thread calls exit(), under the application's feet.
+ */
+static bool shm_region(const char *prov, const uint8_t *name, size_t len, int pid, char *out)
+{
+	const char *p;
+	int owner;
+
+	if (strcmp(prov, "shm") != 0 || len == 0 || len > FAB_NAME_MAX)
+		return false;
+	memcpy(out, name, len);
+	out[len] = '\0';
+	p = strstr(out, "://");
+	p = p != NULL ? p + 3 : out;
+	if (sscanf(p, "%d:", &owner) != 1 || owner != pid || strchr(p, '/') != NULL)
+		return false;
+	memmove(out, p, strlen(p) + 1);
+	return true;
+}
+
+/*
+ * Removes the region of a process that died and those of its other
+ * endpoints ("PID:UID:IDX" with the same PID:UID:, the links' own): one that
+ * was killed before a peer had mapped its link's endpoint left that name
+ * too. Returns how many were removed.
+ */
+static int reap_regions(const char *region)
+{
+	const char *colon = strrchr(region, ':');
+	size_t plen = colon != NULL ? (size_t)(colon - region) + 1 : 0;
+	struct dirent *e;
+	DIR *d;
+	int n = 0;
+
+	if (plen == 0)
+		return 0;
+	n += shm_unlink(region) == 0;
+	if ((d = opendir("/dev/shm")) == NULL)
+		return n;
+	while ((e = readdir(d)) != NULL) {
+		const char *idx = e->d_name + plen;
+		if (strncmp(e->d_name, region, plen) != 0 || *idx == '\0' ||
+		    strspn(idx, "0123456789") != strlen(idx))
+			continue;
+		n += shm_unlink(e->d_name) == 0;
+	}
+	closedir(d);
+	return n;
+}
+
+static void reap_shm_region(const struct ft_link *l)
+{
+	char region[FAB_NAME_MAX + 1];
+
+	if (shm_region(l->tp->prov, l->peer_name, l->peer_namelen, l->pid, region) &&
+	    reap_regions(region) > 0)
+		ft__debug("fabric: removed the shm region %s of rank %d", region, l->peer);
+}
+
+static void peer_died(struct ft_link *l, int64_t now)
+{
+	ft__debug("fabric: rank %d (pid %d) exited", l->peer, l->pid);
+	if (!l->peer_closed)
+		reap_shm_region(l);
+	l->dead = true;
+	if (l->grace == 0)
+		l->grace = now + FAB_DEAD_GRACE_MS;
+}
+
+/*
+ * shm posts a message under a spinlock that lives in the receiver's region:
+ * a rank killed while holding it leaves it held, and a send to it would spin
+ * for good. So nothing is sent to a shm peer once its pidfd says it exited,
+ * checked right before each send (the window left is microseconds, not the
+ * whole time until the next liveness check).
+ */
+bool ft__fab_peer_gone(struct ft_link *l)
+{
+	bool gone;
+
+	if (l->dead)
+		return true;
+	if (!l->local || strcmp(l->tp->prov, "shm") != 0)
+		return false;
+	if (l->pidfd >= 0) {
+		struct pollfd p = {.fd = l->pidfd, .events = POLLIN};
+		gone = poll(&p, 1, 0) == 1;
+	} else {
+		gone = kill(l->pid, 0) != 0 && errno == ESRCH;
+	}
+	if (gone)
+		peer_died(l, ft__now_ms());
+	return gone;
+}
+
+/*
+ * Watches a peer that runs on this node through a pidfd (else kill(pid, 0)),
+ * and maps its bell when this transport sleeps on one (bell: the peer's
+ * handle, -1 for none).
+ */
+void ft__fab_watch_peer(struct ft_link *l, uint64_t node, int pid, const uint8_t *name, size_t len,
+			int bell)
+{
+	char region[FAB_NAME_MAX + 1];
+
+	if (name != NULL && len <= sizeof(l->peer_name)) {
+		memcpy(l->peer_name, name, len);
+		l->peer_namelen = len;
+	}
+	l->pid = pid;
+	l->local = node == l->tp->node && pid > 0;
+	if (!l->local)
+		return;
+	if (l->tp->guard != NULL && pid != l->tp->pid &&
+	    shm_region(l->tp->prov, l->peer_name, l->peer_namelen, pid, region))
+		ft__fab_guard_add(l->tp->guard, region, pid, false);
+	if (l->tp->bell != NULL && bell >= 0) {
+		l->peer_bell = pid == l->tp->pid ? l->tp->bell : ft__fab_bell_map(pid, bell);
+		if (l->peer_bell == NULL)
+			ft__warn("fabric: cannot reach the bell of rank %d (pid %d): it will "
+				 "notice this rank's messages only by polling",
+				 l->peer, pid);
+	}
+#ifdef SYS_pidfd_open
+	l->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (l->pidfd < 0 && errno == ESRCH) {
+		l->dead = true;
+		l->grace = ft__now_ms() + FAB_DEAD_GRACE_MS;
+	}
+#endif
+}
+
+bool ft__fab_local_peer_closed(const struct ft_link *l)
+{
+	if (l->pid != l->tp->pid || !l->local || l->peer_namelen == 0)
+		return false;
+	return !ft__fab_open_here(l->peer_name, l->peer_namelen);
+}
+
+/*
+ * The links to a rank are often closed before its death shows in its pidfd
+ * (the detector hears of it first, from its control link). A local shm peer
+ * alive when its link closes stays watched, so that whoever last linked with
+ * it removes its region if it is killed later.
+ */
+void ft__fab_keep_watching(struct ft_transport *tp, struct ft_link *l)
+{
+	struct fab_watch w = {.pidfd = l->pidfd};
+
+	if (l->pidfd < 0 || l->dead || l->pid == tp->pid ||
+	    !shm_region(tp->prov, l->peer_name, l->peer_namelen, l->pid, w.region))
+		return;
+	for (unsigned i = 0; i < tp->nwatch; i++)
+		if (strcmp(tp->watch[i].region, w.region) == 0)
+			return;
+	if (tp->nwatch == FAB_WATCH_MAX) {
+		close(tp->watch[0].pidfd);
+		memmove(&tp->watch[0], &tp->watch[1], --tp->nwatch * sizeof(tp->watch[0]));
+	}
+	tp->watch[tp->nwatch++] = w;
+	l->pidfd = -1;
+}
+
+void ft__fab_check_watched(struct ft_transport *tp)
+{
+	for (unsigned i = 0; i < tp->nwatch;) {
+		struct pollfd p = {.fd = tp->watch[i].pidfd, .events = POLLIN};
+		if (poll(&p, 1, 0) != 1) {
+			i++;
+			continue;
+		}
+		if (reap_regions(tp->watch[i].region) > 0)
+			ft__debug("fabric: removed the shm region %s of a rank that exited",
+				  tp->watch[i].region);
+		close(tp->watch[i].pidfd);
+		tp->nwatch--;
+		memmove(&tp->watch[i], &tp->watch[i + 1], (tp->nwatch - i) * sizeof(tp->watch[0]));
+	}
+}
+
+void ft__fab_check_liveness(struct ft_transport *tp)
+{
+	int64_t now = ft__now_ms();
+
+	if (now < tp->next_liveness)
+		return;
+	tp->next_liveness = now + FAB_LIVENESS_MS;
+	ft__fab_check_watched(tp);
+	for (struct ft_link *l = tp->links; l != NULL; l = l->next) {
+		bool gone;
+		if (!l->local || l->dead)
+			continue;
+		if (l->pidfd >= 0) {
+			struct pollfd p = {.fd = l->pidfd, .events = POLLIN};
+			gone = poll(&p, 1, 0) == 1;
+		} else {
+			gone = kill(l->pid, 0) != 0 && errno == ESRCH;
+		}
+		if (gone)
+			peer_died(l, now);
+	}
+}
+
+/* Has the guard watch (or, closed, forget) the region of one of this process's shm endpoints. */
+void ft__fab_guard_own(struct ft_transport *tp, const uint8_t *name, size_t len, bool open)
+{
+	char region[FAB_NAME_MAX + 1];
+
+	if (tp->guard == NULL || !shm_region(tp->prov, name, len, tp->pid, region))
+		return;
+	if (open)
+		ft__fab_guard_add(tp->guard, region, tp->pid, true);
+	else
+		ft__fab_guard_remove(tp->guard, region);
+}
+
+/*
+ * shm names an endpoint's region after its process ("PID:UID:IDX") and
+ * fails to enable the endpoint (-FI_EBUSY) when a file of that name exists:
+ * the leftover of a process that had this pid before and was killed with no
+ * neighbour left to remove it. No live process but this one names regions
+ * with this pid, and this one never reuses an index, so the file is stale.
+ * 1.17 removes it as it fails; whether or not, the file is removed and the
+ * enable tried once more.
+ */
+int ft__fab_enable_ep(struct ft_transport *tp, struct fid_ep *ep)
+{
+	uint8_t name[FAB_NAME_MAX];
+	char region[FAB_NAME_MAX + 1];
+	size_t len = sizeof(name);
+	int rc = fi_enable(ep);
+
+	if (rc != -FI_EBUSY || fi_getname(&ep->fid, name, &len) != 0 ||
+	    !shm_region(tp->prov, name, len, tp->pid, region) ||
+	    (shm_unlink(region) != 0 && errno != ENOENT))
+		return rc;
+	ft__warn("fabric: /dev/shm/%s was left by an earlier process with pid %d: removed", region,
+		 tp->pid);
+	return fi_enable(ep);
+}
+
+/*
+ * The region of a link's own shm endpoint is named only until the peer has
+ * mapped it: shm refuses (-FI_EAGAIN) every send to a peer until that peer
+ * has mapped the sender's region and said so, so once the hello is posted
+ * the name is no longer needed, and a rank killed later leaves nothing of
+ * it in /dev/shm (mappings stay valid).
+ */
+void ft__fab_unname_link_ep(const struct ft_link *l)
+{
+	char region[FAB_NAME_MAX + 1];
+
+	if (l->own_ep && !l->tp->msg &&
+	    shm_region(l->tp->prov, l->m.hello.name, l->m.hello.namelen, l->tp->pid, region))
+		shm_unlink(region);
+}
+
+/* Under SAR, whether a message is midway: shm moves it only while both ends call progress. */
+bool ft__fab_sar_midway(const struct ft_transport *tp)
+{
+	if (!tp->sar)
+		return false;
+	for (const struct ft_link *l = tp->links; l != NULL; l = l->next)
+		if (l->error == 0 && !l->dead && (l->s_inflight > 0 || l->user_rx > 0))
+			return true;
+	return false;
+}
+
+/*
+ * Whether, under SAR, the waiting is better done by yielding the CPU than by
+ * sleeping: a transfer is midway and moved recently. shm moves a SAR message
+ * in bounce-buffer-sized pieces, each needing a progress call from the
+ * sender and then from the receiver; with more ranks than cores, a sleeping
+ * side stalls its partner for the whole sleep (4 ranks, 64 MiB on 2 cores:
+ * 70-80 ms yielding, 80-300 ms sleeping). The yield lasts FAB_SAR_YIELD_NS
+ * past the last completion or post, so a rank waiting on a slow peer still
+ * goes to sleep.
+ */
+bool ft__fab_sar_yield(const struct ft_transport *tp)
+{
+	return ft__fab_sar_midway(tp) && ft__now_ns() - tp->active_ns < FAB_SAR_YIELD_NS;
+}
