@@ -135,6 +135,12 @@ struct ft_op_info {
 
 /* cfg NULL: configuration from the environment. */
 int ft_init(const struct ft_config *cfg, struct ft_comm **comm);
+/*
+ * Releases everything the communicator holds; the handle stays valid only
+ * to return -FT_EFINALIZED. -FT_EIO: finalized all the same, but this rank's
+ * departure could not be recorded in the rendezvous, so the survivors'
+ * next view waits for it (2 x detect_timeout_ms) instead of settling at once.
+ */
 int ft_finalize(struct ft_comm *comm);
 
 int ft_rank(const struct ft_comm *comm);

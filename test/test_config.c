@@ -1040,3 +1040,32 @@ Test(errors, zero_and_unknown, .timeout = 20)
 		cr_expect_str_eq(ft_err_name(unknown[i]), "FT_E?", "%d", unknown[i]);
 	}
 }
+
+/* Transport knobs: read once, by config.c, into struct ft_tp_env */
+
+Test(config, transport_knobs, .timeout = 20)
+{
+	struct ft_config cfg = FT_CONFIG_INIT;
+	struct ft_tp_env e;
+
+	clean_env();
+	unsetenv("MPI_LOCALNRANKS");
+	cfg.world_size = 8;
+	cr_assert_eq(ft__config_tp_env(&cfg, &e), 0);
+	cr_expect_eq(e.world_size, 8);
+	cr_expect_eq(e.local_ranks, 0, "no launcher: not known");
+	cr_expect_eq(e.tcp_buffer, 0u);
+	cr_expect_eq(e.spin_us, -1);
+
+	set("FTCC_TCP_BUFFER", "65536");
+	set("FTCC_SPIN_US", "250");
+	set("MPI_LOCALNRANKS", "2");
+	cr_assert_eq(ft__config_tp_env(&cfg, &e), 0);
+	cr_expect_eq(e.tcp_buffer, 65536u);
+	cr_expect_eq(e.spin_us, 250);
+	cr_expect_eq(e.local_ranks, 2, "MPICH's local size");
+	set("OMPI_COMM_WORLD_LOCAL_SIZE", "3");
+	cr_assert_eq(ft__config_tp_env(&cfg, &e), 0);
+	cr_expect_eq(e.local_ranks, 3, "Open MPI's local size first");
+	unsetenv("MPI_LOCALNRANKS");
+}
