@@ -290,14 +290,13 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return -FT_ENOMEM;
-	if (cfg == NULL) {
+	if (cfg == NULL)
 		rc = ft_config_from_env(&c->cfg, NULL, 0);
-		if (rc != 0) {
-			free(c);
-			return rc;
-		}
-	} else {
-		c->cfg = *cfg;
+	else
+		rc = ft__config_import(cfg, &c->cfg);
+	if (rc != 0) {
+		free(c);
+		return rc;
 	}
 	rc = ft__config_check(&c->cfg);
 	if (rc == 0)

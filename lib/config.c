@@ -1,4 +1,4 @@
-/* config.c: the communicator configuration: its checks, and the one file that reads the environment. */
+/* config.c: the communicator configuration: its checks, its versioned import, and the one file that reads the environment. */
 #include <ctype.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -244,11 +244,59 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 	return 0;
 }
 
-FT__EXPORT int ft_config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
+/*
+ * Versions of struct ft_config: every layout since ftcc 0.2 begins with
+ * struct_size, the sizeof the caller compiled, and later ones only append.
+ * CONFIG_SIZE_0_2 is where the 0.2 layout's last field ends: it must not
+ * change when fields are appended. A size above CONFIG_SIZE_LIMIT is no
+ * struct ft_config at all (a struct from before 0.2 holds rank and world
+ * size there, which read as a size_t beyond the limit), so nothing past
+ * the caller's struct is read.
+ */
+#define CONFIG_SIZE_0_2 (offsetof(struct ft_config, log_level) + sizeof(int))
+#define CONFIG_SIZE_LIMIT ((size_t)16 << 10)
+
+FT__EXPORT int ft_config_from_env_size(struct ft_config *cfg, size_t cfg_size, char *errbuf,
+				       size_t errlen)
 {
-	if (cfg == NULL)
+	struct ft_config full;
+	int rc;
+
+	if (cfg == NULL || cfg_size < CONFIG_SIZE_0_2 || cfg_size > CONFIG_SIZE_LIMIT)
 		return -FT_EINVAL;
-	return config_from_env(cfg, errbuf, errlen);
+	rc = config_from_env(&full, errbuf, errlen);
+	if (cfg_size <= sizeof(full)) {
+		memcpy(cfg, &full, cfg_size);
+	} else {
+		/* a newer header: fields this library does not know stay zero */
+		memcpy(cfg, &full, sizeof(full));
+		memset((char *)cfg + sizeof(full), 0, cfg_size - sizeof(full));
+	}
+	cfg->struct_size = cfg_size;
+	return rc;
+}
+
+int ft__config_import(const struct ft_config *user, struct ft_config *out)
+{
+	const struct ft_config init = FT_CONFIG_INIT;
+	size_t size = user->struct_size;
+
+	if (size < CONFIG_SIZE_0_2 || size > CONFIG_SIZE_LIMIT) {
+		ft__error("ft_init: struct ft_config has struct_size %zu: fill it from FT_CONFIG_INIT "
+			  "or ft_config_from_env", size);
+		return -FT_EINVAL;
+	}
+	for (size_t i = sizeof(*out); i < size; i++)
+		if (((const unsigned char *)user)[i] != 0) {
+			ft__error("ft_init: struct ft_config sets options this ftcc (%d.%d) does not "
+				  "know (built against a newer ftcc.h)", FTCC_VERSION_MAJOR,
+				  FTCC_VERSION_MINOR);
+			return -FT_EINVAL;
+		}
+	*out = init;
+	memcpy(out, user, size < sizeof(*out) ? size : sizeof(*out));
+	out->struct_size = sizeof(*out);
+	return 0;
 }
 
 int ft__config_check(const struct ft_config *cfg)
