@@ -11,7 +11,7 @@ extern "C" {
 #endif
 
 #define FTCC_VERSION_MAJOR 0
-#define FTCC_VERSION_MINOR 1
+#define FTCC_VERSION_MINOR 2
 
 /*
  * Errors. Every call returns 0 or the negative of one of these codes.
@@ -78,8 +78,22 @@ enum ft_durability { FT_DURABILITY_NONE, FT_DURABILITY_PROCESS, FT_DURABILITY_HO
 /*
  * Configuration of one communicator. Start from FT_CONFIG_INIT (or
  * ft_config_from_env, which starts from it and applies FTCC_* variables).
+ *
+ * Versioning: struct_size is sizeof(struct ft_config) as the program was
+ * compiled; FT_CONFIG_INIT and ft_config_from_env set it. New fields are only
+ * ever appended, so one library serves programs built against older and
+ * newer headers alike:
+ * - an older, smaller struct: ft_init reads the fields it has and gives the
+ *   rest their FT_CONFIG_INIT defaults;
+ * - a newer, larger struct: ft_init accepts it when every field this library
+ *   does not know is zero (its default), and refuses it with -FT_EINVAL
+ *   otherwise (an option set that this library would silently ignore);
+ * - struct_size 0 (a struct filled field by field without FT_CONFIG_INIT),
+ *   or below the first versioned layout (ftcc 0.2), or absurdly large:
+ *   -FT_EINVAL, and nothing past the first field is read.
  */
 struct ft_config {
+	size_t struct_size;             /* sizeof(struct ft_config); set by FT_CONFIG_INIT */
 	int rank;                       /* this process, 0..world_size-1 */
 	int world_size;                 /* ranks at ft_init */
 	char rendezvous[FT_PATH_MAX];   /* rendezvous directory */
@@ -105,6 +119,7 @@ struct ft_config {
 
 #define FT_CONFIG_INIT                                                                   \
 	{                                                                                \
+		.struct_size = sizeof(struct ft_config),                                   \
 		.rank = -1, .world_size = -1, .rendezvous = "", .job_id = "", .token = "", \
 		.transport = "tcp", .bind_host = "", .policy = FT_POLICY_ABORT,            \
 		.log_dir = "", .log_durability = FT_DURABILITY_PROCESS,                    \
@@ -118,8 +133,12 @@ struct ft_config {
  * Fill cfg from FT_CONFIG_INIT and the environment (FTCC_*, else the
  * launcher's OMPI_COMM_WORLD_* / PMI_*). On error returns -FT_ECONFIG and
  * writes a message naming the variable into errbuf (if errbuf != NULL).
+ * A macro, so that the library learns how large the caller's struct is and
+ * never writes past it: ft_config_from_env_size is the function behind it.
  */
-int ft_config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen);
+#define ft_config_from_env(cfg, errbuf, errlen) \
+	ft_config_from_env_size((cfg), sizeof(struct ft_config), (errbuf), (errlen))
+int ft_config_from_env_size(struct ft_config *cfg, size_t cfg_size, char *errbuf, size_t errlen);
 
 struct ft_comm;
 
@@ -135,6 +154,12 @@ struct ft_op_info {
 
 /* cfg NULL: configuration from the environment. */
 int ft_init(const struct ft_config *cfg, struct ft_comm **comm);
+/*
+ * Releases everything the communicator holds; the handle stays valid only
+ * to return -FT_EFINALIZED. -FT_EIO: finalized all the same, but this rank's
+ * departure could not be recorded in the rendezvous, so the survivors'
+ * next view waits for it (2 x detect_timeout_ms) instead of settling at once.
+ */
 int ft_finalize(struct ft_comm *comm);
 
 int ft_rank(const struct ft_comm *comm);

@@ -80,10 +80,17 @@ void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq)
 	c->send_link = c->recv_link = NULL;
 }
 
-static void comm_release(struct ft_comm *c)
+/* Releases what c holds: 0, or -FT_EIO when the departure could not be
+ * recorded (everything is released all the same). */
+static int comm_release(struct ft_comm *c)
 {
-	if (c->det != NULL)
-		ft__rdv_depart(&c->rdv, c->op_seq);
+	int rc = 0;
+
+	/* Without the depart marker, a settle in progress waits for this rank
+	 * until it forces (2 x the detect timeout) instead of at once. */
+	if (c->det != NULL && (rc = ft__mb_depart(&c->mb, c->op_seq)) != 0)
+		ft__error("cannot record this rank's departure: the survivors' next view waits "
+			  "%d ms for it", 2 * c->cfg.detect_timeout_ms);
 	ft__det_destroy(c->det);
 	c->det = NULL;
 	if (c->tp != NULL) {
@@ -91,7 +98,7 @@ static void comm_release(struct ft_comm *c)
 		c->tp = NULL;
 	}
 	c->send_link = c->recv_link = NULL;
-	ft__rdv_close(&c->rdv, c->generation, c->rank == 0);
+	ft__mb_close(&c->mb, c->generation, c->rank == 0);
 	free(c->members);
 	free(c->addrs);
 	free(c->slots);
@@ -106,6 +113,7 @@ static void comm_release(struct ft_comm *c)
 	c->members = NULL;
 	c->addrs = NULL;
 	c->slots = NULL;
+	return rc;
 }
 
 /* Takes view v as the membership: dense ranks, and the addresses the members published. */
@@ -132,7 +140,7 @@ static int load_view(struct ft_comm *c, struct ft__view *v)
 		return -FT_ENOMEM;
 	for (int i = 0; i < v->size; i++) {
 		struct ft__member m;
-		rc = ft__rdv_lookup(&c->rdv, v->generation, v->members[i], &m);
+		rc = ft__mb_lookup(&c->mb, v->generation, v->members[i], &m);
 		if (rc != 0) {
 			ft__error("no address for rank %d in the rendezvous (generation %u)",
 				  v->members[i], v->generation);
@@ -203,12 +211,18 @@ static int comm_join(struct ft_comm *c)
 		.interrupt_arg = c,
 		.env = &c->tp_env,
 	};
+	struct ft__mb_params mp = {
+		.root = c->cfg.rendezvous,
+		.job_id = c->cfg.job_id,
+		.rank = c->cfg.rank,
+		.world_size = c->cfg.world_size,
+	};
 	struct ft__view view = {0};
 	struct ft__member me;
 	int *cand, rc;
 
 	memset(&me, 0, sizeof(me));
-	rc = ft__rdv_open(&c->rdv, c->cfg.rendezvous, c->cfg.job_id, c->cfg.rank);
+	rc = ft__mb_open(&c->mb, &mp);
 	if (rc != 0)
 		return rc;
 	rc = c->tp_ops->open(&params, &c->tp);
@@ -224,7 +238,7 @@ static int comm_join(struct ft_comm *c)
 		return rc;
 	if (c->cfg.policy != FT_POLICY_ABORT) {
 		struct ft__det_params dp = {
-			.rdv = &c->rdv,
+			.mb = &c->mb,
 			.world_size = c->cfg.world_size,
 			.rank = c->cfg.rank,
 			.job_id = c->cfg.job_id,
@@ -238,15 +252,15 @@ static int comm_join(struct ft_comm *c)
 			return rc;
 		snprintf(me.ctrl, sizeof(me.ctrl), "%s", ft__det_addr(c->det));
 	}
-	if ((rc = ft__rdv_publish(&c->rdv, c->generation, &me)) != 0)
+	if ((rc = ft__mb_publish(&c->mb, c->generation, &me)) != 0)
 		return rc;
 	cand = malloc((size_t)c->cfg.world_size * sizeof(int));
 	if (cand == NULL)
 		return -FT_ENOMEM;
 	for (int i = 0; i < c->cfg.world_size; i++)
 		cand[i] = i;
-	rc = ft__rdv_settle(&c->rdv, c->generation, cand, c->cfg.world_size,
-			    c->cfg.connect_timeout_ms, &view);
+	rc = ft__mb_settle(&c->mb, c->generation, cand, c->cfg.world_size,
+			   c->cfg.connect_timeout_ms, &view);
 	free(cand);
 	if (rc != 0)
 		return rc;
@@ -282,15 +296,13 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return -FT_ENOMEM;
-	c->rdv.lock_fd = -1;
-	if (cfg == NULL) {
+	if (cfg == NULL)
 		rc = ft_config_from_env(&c->cfg, NULL, 0);
-		if (rc != 0) {
-			free(c);
-			return rc;
-		}
-	} else {
-		c->cfg = *cfg;
+	else
+		rc = ft__config_import(cfg, &c->cfg);
+	if (rc != 0) {
+		free(c);
+		return rc;
 	}
 	rc = ft__config_check(&c->cfg);
 	if (rc == 0)
@@ -327,7 +339,7 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 	if (rc == 0)
 		rc = ft_barrier(c);
 	if (rc != 0) {
-		comm_release(c);
+		(void)comm_release(c); /* init failed: that is the error to report */
 		free(c);
 		return rc;
 	}
@@ -351,13 +363,13 @@ FT__EXPORT int ft_finalize(struct ft_comm *c)
 	if (rc != 0)
 		return rc;
 	c->policy->finalize(c);
-	comm_release(c);
+	rc = comm_release(c);
 	c->finalized = true;
 	pthread_mutex_lock(&finalized_lock);
 	c->next_finalized = finalized_list;
 	finalized_list = c;
 	pthread_mutex_unlock(&finalized_lock);
-	return 0;
+	return rc;
 }
 
 int ft__comm_shown_size(const struct ft_comm *c)

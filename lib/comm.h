@@ -7,9 +7,10 @@
 #include "ftcc.h"
 #include "transport.h"
 #include "internal.h"
+#include "config.h"
 #include "detect.h"
 #include "fault.h"
-#include "rendezvous.h"
+#include "membership.h"
 
 struct ft__policy;
 
@@ -34,7 +35,7 @@ struct ft_comm {
 	int *members;
 	char (*addrs)[FT__ADDR_MAX];    /* published address by original rank */
 
-	struct ft__rdv rdv;
+	struct ft__mb mb;               /* membership (file rendezvous) */
 	const struct ft_transport_ops *tp_ops;
 	struct ft_transport *tp;
 	struct ft_link *send_link;      /* to dense rank + 1 */
@@ -63,11 +64,6 @@ struct ft_comm {
 };
 
 #define FT__COMM_MAGIC 0x6674636du
-
-int ft__config_check(const struct ft_config *cfg);
-int ft__parse_size(const char *s, size_t *out);
-/* Fills e from the environment: the transports' knobs and the launcher's local size. */
-int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e);
 
 /* 0 when c may run a collective, else the error to return. */
 int ft__comm_check(const struct ft_comm *c);

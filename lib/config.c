@@ -1,4 +1,4 @@
-/* config.c: the communicator configuration and the one function that reads it from the environment. */
+/* config.c: the communicator configuration: its checks, its versioned import, and the one file that reads the environment. */
 #include <ctype.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -8,7 +8,10 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "bootstrap.h"
+#include "config.h"
+#include "fault.h"
+#include "internal.h"
 
 static int cfg_error(char *errbuf, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -25,6 +28,18 @@ static int cfg_error(char *errbuf, size_t errlen, const char *fmt, ...)
 		snprintf(errbuf, errlen, "%s", msg);
 	ft__error("%s", msg);
 	return -FT_ECONFIG;
+}
+
+/*
+ * Every environment variable the library reads, it reads here (bootstrap.c
+ * knows the launchers' variables and reads them through this function), at
+ * ft_init or ft_config_from_env only: getenv races with a setenv in another
+ * thread, so the fewer and earlier the reads, the better.
+ */
+static const char *process_env(const char *name, void *arg)
+{
+	(void)arg;
+	return getenv(name);
 }
 
 /* Parses a whole decimal integer in [lo, hi]. */
@@ -119,79 +134,32 @@ static int env_enum(const char *name, const char *const *names, int n, int *dst,
 	return cfg_error(errbuf, errlen, "%s='%s': expected one of %s", name, s, allowed);
 }
 
-/* Job identity under MPICH's Hydra, which exports none: the pid of the
- * hydra_pmi_proxy above us, shared by every local rank even through wrappers. */
-static int hydra_job_id(char *dst, size_t cap)
-{
-	pid_t pid = getppid();
-
-	for (int depth = 0; depth < 8 && pid > 1; depth++) {
-		char path[64], buf[512];
-		FILE *f;
-		char *rp;
-		int ppid;
-
-		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-		f = fopen(path, "r");
-		if (f == NULL)
-			break;
-		if (fgets(buf, sizeof(buf), f) == NULL) {
-			fclose(f);
-			break;
-		}
-		fclose(f);
-		rp = strrchr(buf, ')');
-		if (rp == NULL || sscanf(rp + 2, "%*c %d", &ppid) != 1)
-			break;
-		if (strstr(buf, "(hydra_pmi_prox") != NULL) {
-			snprintf(dst, cap, "hydra-%d", (int)pid);
-			return 0;
-		}
-		pid = ppid;
-	}
-	snprintf(dst, cap, "pmi-%d", (int)getppid());
-	return 0;
-}
-
-FT__EXPORT int ft_config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
+static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 {
 	static const char *const policies[] = {"abort", "shrink", "rejoin"};
 	static const char *const durabilities[] = {"none", "process", "host"};
 	static const char *const levels[] = {"error", "warn", "info", "debug"};
 	struct ft_config init = FT_CONFIG_INIT;
-	const char *rank_var = "FTCC_RANK", *size_var = "FTCC_WORLD_SIZE";
+	struct ft__boot boot;
 	const char *s;
 	long v;
-	int rc, launcher = 0, tmp;
+	int rc, tmp;
 
-	if (cfg == NULL)
-		return -FT_EINVAL;
 	*cfg = init;
-
-	if (getenv("FTCC_RANK") == NULL && getenv("OMPI_COMM_WORLD_RANK") != NULL) {
-		rank_var = "OMPI_COMM_WORLD_RANK";
-		size_var = "OMPI_COMM_WORLD_SIZE";
-		launcher = 1;
-	} else if (getenv("FTCC_RANK") == NULL && getenv("PMI_RANK") != NULL) {
-		rank_var = "PMI_RANK";
-		size_var = "PMI_SIZE";
-		launcher = 2;
-	}
-	s = getenv(size_var);
-	if (s == NULL)
+	ft__boot_identity(process_env, NULL, &boot);
+	if (boot.size == NULL)
 		return cfg_error(errbuf, errlen,
 				 "%s is not set (set FTCC_RANK and FTCC_WORLD_SIZE, or run under "
-				 "ftcc-run or mpirun)", size_var);
-	if (parse_long(s, 1, 1 << 20, &v) != 0)
-		return cfg_error(errbuf, errlen, "%s='%s': expected an integer in [1, %d]", size_var,
-				 s, 1 << 20);
+				 "ftcc-run or mpirun)", boot.size_var);
+	if (parse_long(boot.size, 1, 1 << 20, &v) != 0)
+		return cfg_error(errbuf, errlen, "%s='%s': expected an integer in [1, %d]",
+				 boot.size_var, boot.size, 1 << 20);
 	cfg->world_size = (int)v;
-	s = getenv(rank_var);
-	if (s == NULL)
-		return cfg_error(errbuf, errlen, "%s is not set", rank_var);
-	if (parse_long(s, 0, cfg->world_size - 1, &v) != 0)
-		return cfg_error(errbuf, errlen, "%s='%s': expected an integer in [0, %d]", rank_var,
-				 s, cfg->world_size - 1);
+	if (boot.rank == NULL)
+		return cfg_error(errbuf, errlen, "%s is not set", boot.rank_var);
+	if (parse_long(boot.rank, 0, cfg->world_size - 1, &v) != 0)
+		return cfg_error(errbuf, errlen, "%s='%s': expected an integer in [0, %d]",
+				 boot.rank_var, boot.rank, cfg->world_size - 1);
 	cfg->rank = (int)v;
 
 	if ((rc = env_str("FTCC_RENDEZVOUS", cfg->rendezvous, sizeof(cfg->rendezvous), errbuf,
@@ -210,20 +178,15 @@ FT__EXPORT int ft_config_from_env(struct ft_config *cfg, char *errbuf, size_t er
 
 	/* Under a launcher with no rendezvous given, ranks on one host meet in a
 	 * per-user directory under a job id derived from the launcher's identity. */
-	if (cfg->rendezvous[0] == '\0' && launcher != 0) {
+	if (cfg->rendezvous[0] == '\0' &&
+	    (boot.launcher == FT__LAUNCHER_OMPI || boot.launcher == FT__LAUNCHER_MPICH)) {
 		const char *t = getenv("TMPDIR");
 		snprintf(cfg->rendezvous, sizeof(cfg->rendezvous), "%s/ftcc-%u",
 			 t != NULL && *t != '\0' ? t : "/tmp", (unsigned)getuid());
 	}
 	if (cfg->job_id[0] == '\0') {
-		const char *id = getenv("PMIX_NAMESPACE");
-		if (id == NULL)
-			id = getenv("OMPI_MCA_ess_base_jobid");
-		if (id != NULL)
-			snprintf(cfg->job_id, sizeof(cfg->job_id), "ompi-%s", id);
-		else if (launcher == 2)
-			hydra_job_id(cfg->job_id, sizeof(cfg->job_id));
-		else if (cfg->world_size == 1)
+		ft__boot_job_id(&boot, process_env, NULL, cfg->job_id, sizeof(cfg->job_id));
+		if (cfg->job_id[0] == '\0' && cfg->world_size == 1)
 			snprintf(cfg->job_id, sizeof(cfg->job_id), "single-%d", (int)getpid());
 	}
 	if (cfg->world_size > 1 && cfg->rendezvous[0] == '\0')
@@ -281,6 +244,61 @@ FT__EXPORT int ft_config_from_env(struct ft_config *cfg, char *errbuf, size_t er
 	return 0;
 }
 
+/*
+ * Versions of struct ft_config: every layout since ftcc 0.2 begins with
+ * struct_size, the sizeof the caller compiled, and later ones only append.
+ * CONFIG_SIZE_0_2 is where the 0.2 layout's last field ends: it must not
+ * change when fields are appended. A size above CONFIG_SIZE_LIMIT is no
+ * struct ft_config at all (a struct from before 0.2 holds rank and world
+ * size there, which read as a size_t beyond the limit), so nothing past
+ * the caller's struct is read.
+ */
+#define CONFIG_SIZE_0_2 (offsetof(struct ft_config, log_level) + sizeof(int))
+#define CONFIG_SIZE_LIMIT ((size_t)16 << 10)
+
+FT__EXPORT int ft_config_from_env_size(struct ft_config *cfg, size_t cfg_size, char *errbuf,
+				       size_t errlen)
+{
+	struct ft_config full;
+	int rc;
+
+	if (cfg == NULL || cfg_size < CONFIG_SIZE_0_2 || cfg_size > CONFIG_SIZE_LIMIT)
+		return -FT_EINVAL;
+	rc = config_from_env(&full, errbuf, errlen);
+	if (cfg_size <= sizeof(full)) {
+		memcpy(cfg, &full, cfg_size);
+	} else {
+		/* a newer header: fields this library does not know stay zero */
+		memcpy(cfg, &full, sizeof(full));
+		memset((char *)cfg + sizeof(full), 0, cfg_size - sizeof(full));
+	}
+	cfg->struct_size = cfg_size;
+	return rc;
+}
+
+int ft__config_import(const struct ft_config *user, struct ft_config *out)
+{
+	const struct ft_config init = FT_CONFIG_INIT;
+	size_t size = user->struct_size;
+
+	if (size < CONFIG_SIZE_0_2 || size > CONFIG_SIZE_LIMIT) {
+		ft__error("ft_init: struct ft_config has struct_size %zu: fill it from FT_CONFIG_INIT "
+			  "or ft_config_from_env", size);
+		return -FT_EINVAL;
+	}
+	for (size_t i = sizeof(*out); i < size; i++)
+		if (((const unsigned char *)user)[i] != 0) {
+			ft__error("ft_init: struct ft_config sets options this ftcc (%d.%d) does not "
+				  "know (built against a newer ftcc.h)", FTCC_VERSION_MAJOR,
+				  FTCC_VERSION_MINOR);
+			return -FT_EINVAL;
+		}
+	*out = init;
+	memcpy(out, user, size < sizeof(*out) ? size : sizeof(*out));
+	out->struct_size = sizeof(*out);
+	return 0;
+}
+
 int ft__config_check(const struct ft_config *cfg)
 {
 	if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
@@ -322,15 +340,12 @@ static int env_bool(const char *name)
 
 int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e)
 {
-	const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
 	const char *s;
 	int cma;
 
 	memset(e, 0, sizeof(*e));
 	e->world_size = cfg->world_size;
-	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]) && e->local_ranks == 0; i++)
-		if ((s = getenv(vars[i])) != NULL && atoi(s) > 0)
-			e->local_ranks = atoi(s);
+	e->local_ranks = ft__boot_local_ranks(process_env, NULL);
 	s = getenv("FTCC_SPIN_US");
 	e->spin_us = s != NULL ? strtol(s, NULL, 10) : -1;
 	if ((s = getenv("FTCC_TCP_BUFFER")) != NULL && atoi(s) > 0)

@@ -1,17 +1,14 @@
-/* detect.c: the failure detector: heartbeats on control links, failure notices, the next view's settle. */
+/* detect.c: the failure detector: its thread, heartbeats, the failed set and its notices, the next view's settle. */
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
+#include "ctl.h"
 #include "detect.h"
 #include "internal.h"
 
@@ -19,22 +16,26 @@
  * One thread per communicator (shrink and rejoin policies), apart from the
  * data path:
  *
- * - Control links: a small TCP connection to each ring neighbour of the
- *   current view (this rank connects to its right neighbour and accepts from
- *   its left), opened with a hello (job, token, generation, ranks). Both ends
- *   send a heartbeat every heartbeat_ms.
+ * - Control links (ctl.c): a small TCP connection to each ring neighbour of
+ *   the current view (this rank connects to its right neighbour and accepts
+ *   from its left). Both ends send a heartbeat every heartbeat_ms.
  * - Detection: the end of a control link without a goodbye (the kernel closes
- *   a dead process's sockets), a refused connection, or detect_timeout_ms of
- *   silence marks the neighbour failed. A rank that leaves on purpose
- *   (ft_finalize, a newer view) says goodbye first.
- * - Notice: the failed set (original ranks, cumulative) goes to both
- *   neighbours whenever it grows; each rank forwards only what is new to it,
- *   so a notice crosses each link at most once per failure and the ring carries
- *   it both ways around the hole.
+ *   a dead process's sockets), a refused connection, a link that cannot take
+ *   a message (its peer stopped reading), or detect_timeout_ms of silence
+ *   marks the neighbour failed. A rank that leaves on purpose (ft_finalize, a
+ *   newer view) says goodbye first.
+ * - Failed set: original ranks, cumulative; it only grows. Ranks outside the
+ *   world in a notice are ignored; a notice naming this rank means the others
+ *   count it out, and it leaves.
+ * - Notice: the failed set goes to both neighbours whenever it grows; each
+ *   rank forwards only what is new to it, so a notice crosses each link at
+ *   most once per failure and the ring carries it both ways around the hole.
+ *   A neighbour that cannot take the notice is itself declared, and the
+ *   close of its link tells it as well as the notice would have.
  * - Settle: on its first notice the detector freezes what the main thread has
  *   finished (the first op whose result it lacks), publishes it with its
- *   addresses in the rendezvous for generation g+1, and polls until the
- *   coordinator (lowest candidate: members of g not known failed) writes the
+ *   addresses through membership for generation g+1, and polls until the
+ *   coordinator (lowest candidate: members of g not known failed) settles the
  *   view. A coordinator that dies or hangs is itself detected, which makes the
  *   next candidate the coordinator; after 2 x detect_timeout_ms the coordinator
  *   settles with whoever has published. A view that names a rank failed in the
@@ -43,45 +44,17 @@
  *   condition variable when it waits for the view); it adopts the view itself.
  */
 
-#define CTL_MAGIC 0x6c637466u /* "ftcl" */
-#define MAX_CONNS 16
 #define HELLO_WAIT_MS 1000
-
-enum ctl_type { CTL_HELLO = 1, CTL_HB, CTL_NOTICE, CTL_BYE };
-
-struct ctl_hdr {
-	uint32_t magic;
-	uint16_t type;
-	uint16_t len;           /* payload bytes */
-	uint32_t gen;
-	int32_t from;
-};
-
-struct ctl_hello {
-	char job_id[FT_NAME_MAX];
-	char token[FT_NAME_MAX];
-	int32_t to;
-	int32_t reserved;
-};
-
-struct conn {
-	int fd;                 /* -1: free */
-	int peer;               /* original rank, -1 until its hello */
-	uint32_t gen;
-	int64_t opened_ms, last_rx_ms;
-	size_t have;
-	unsigned char *in;
-};
 
 struct ft__det {
 	struct ft__det_params p;
 	char job_id[FT_NAME_MAX], token[FT_NAME_MAX], data_addr[FT__ADDR_MAX];
-	int listen_fd;
-	char addr[FT__CTRL_MAX];
+	struct ft__ctl ctl;
+	bool ctl_opened;
 	int cmd[2];             /* main thread -> detector: 's' stop, 'x' suspect */
 	pthread_t thread;
 	bool started;
-	size_t msg_cap;
+	bool lock_made, cond_made;
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -99,16 +72,16 @@ struct ft__det {
 	uint32_t gen;
 	int *members, size;
 	int left, right;        /* original ranks of the neighbours, -1 none */
-	int left_ci, right_ci;  /* their control links in conns[], -1 none */
+	int left_ci, right_ci;  /* their control links in ctl.links[], -1 none */
 	bool left_bye, right_bye;
 	int64_t view_ms, next_hb_ms;
 	uint32_t target;        /* generation being settled, 0 none */
 	int64_t recover_ms;
 	bool published;
 	bool out;               /* excluded: only waits to be stopped */
-	struct conn conns[MAX_CONNS];
 };
 
+/* A default mutex cannot fail to lock or unlock when used correctly. */
 static void lock(struct ft__det *d)
 {
 	pthread_mutex_lock(&d->lock);
@@ -119,117 +92,36 @@ static void unlock(struct ft__det *d)
 	pthread_mutex_unlock(&d->lock);
 }
 
-static int split_hostport(const char *addr, char *host, size_t hlen, char *port, size_t plen)
+/* ---- links ---- */
+
+static void link_close(struct ft__det *d, int i)
 {
-	const char *colon = strrchr(addr, ':');
-
-	if (colon == NULL || (size_t)(colon - addr) >= hlen || strlen(colon + 1) >= plen)
-		return -FT_EINVAL;
-	memcpy(host, addr, (size_t)(colon - addr));
-	host[colon - addr] = '\0';
-	snprintf(port, plen, "%s", colon + 1);
-	return 0;
-}
-
-static int open_listener(struct ft__det *d)
-{
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-	struct addrinfo *res;
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	char host[NI_MAXHOST], port[NI_MAXSERV];
-	const char *bind_host = d->p.bind_host[0] != '\0' ? d->p.bind_host : "127.0.0.1";
-	int fd, one = 1;
-
-	if (getaddrinfo(bind_host, "0", &hints, &res) != 0) {
-		ft__error("detector: cannot resolve %s", bind_host);
-		return -FT_ECONFIG;
-	}
-	fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd >= 0)
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 64) != 0 ||
-	    getsockname(fd, (struct sockaddr *)&ss, &sl) != 0 ||
-	    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
-			NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-		ft__error("detector: cannot listen on %s: %s", bind_host, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		freeaddrinfo(res);
-		return -FT_EIO;
-	}
-	freeaddrinfo(res);
-	d->listen_fd = fd;
-	snprintf(d->addr, sizeof(d->addr), strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
-	return 0;
-}
-
-/* ---- connections ---- */
-
-static int conn_new(struct ft__det *d, int fd, int peer, uint32_t gen)
-{
-	int64_t now = ft__now_ms();
-
-	for (int i = 0; i < MAX_CONNS; i++) {
-		struct conn *c = &d->conns[i];
-		if (c->fd >= 0)
-			continue;
-		c->in = malloc(d->msg_cap);
-		if (c->in == NULL)
-			break;
-		c->fd = fd;
-		c->peer = peer;
-		c->gen = gen;
-		c->opened_ms = c->last_rx_ms = now;
-		c->have = 0;
-		return i;
-	}
-	close(fd);
-	return -1;
-}
-
-static void conn_close(struct ft__det *d, int i)
-{
-	struct conn *c = &d->conns[i];
-
-	if (c->fd < 0)
-		return;
-	close(c->fd);
-	free(c->in);
-	c->in = NULL;
-	c->fd = -1;
-	c->peer = -1;
+	ft__ctl_drop(&d->ctl, i);
 	if (d->left_ci == i)
 		d->left_ci = -1;
 	if (d->right_ci == i)
 		d->right_ci = -1;
 }
 
-/* Sends one message whole; control messages are small, so a full socket
- * buffer means the peer stopped reading (its own detector will say why). */
-static int send_msg(struct ft__det *d, int i, enum ctl_type type, const void *payload, size_t len)
+/* A goodbye goes out just before its link closes: if it cannot be sent, the
+ * peer sees the close without it and counts this rank failed, which is the
+ * truth from where it stands (this rank is leaving its view). */
+static void send_bye(struct ft__det *d, int i)
 {
-	struct ctl_hdr h = {.magic = CTL_MAGIC, .type = (uint16_t)type, .len = (uint16_t)len,
-			    .gen = d->gen, .from = d->p.rank};
-	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
-	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len > 0 ? 2 : 1};
-	ssize_t n = sendmsg(d->conns[i].fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-
-	if (n == (ssize_t)(sizeof(h) + len))
-		return 0;
-	return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -FT_EPEERFAILED;
+	(void)ft__ctl_send(&d->ctl, i, FT__CTL_BYE, d->gen, NULL, 0);
 }
 
-static void send_hello(struct ft__det *d, int i, int to)
-{
-	struct ctl_hello hello;
+static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *why);
 
-	memset(&hello, 0, sizeof(hello));
-	snprintf(hello.job_id, sizeof(hello.job_id), "%s", d->job_id);
-	snprintf(hello.token, sizeof(hello.token), "%s", d->token);
-	hello.to = to;
-	send_msg(d, i, CTL_HELLO, &hello, sizeof(hello));
+/* Link i is gone: its peer is failed if it was a neighbour this rank watches. */
+static void link_lost(struct ft__det *d, int i, const char *why)
+{
+	bool watched = i == d->left_ci || i == d->right_ci;
+	int32_t peer = d->ctl.links[i].peer;
+
+	link_close(d, i);
+	if (watched)
+		declare(d, &peer, 1, why);
 }
 
 static void failed_list(struct ft__det *d, int32_t *out, int *n)
@@ -242,62 +134,36 @@ static void failed_list(struct ft__det *d, int32_t *out, int *n)
 	unlock(d);
 }
 
-static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *why);
-
-/* Sends every failure known here: to both neighbours when the set grows,
- * and to a new neighbour, which may have missed a notice that went out on
- * links a view change has since closed. */
+/* Sends every failure known here on link i (several messages if the set is
+ * larger than one can hold): to both neighbours when the set grows, and to a
+ * new neighbour, which may have missed a notice that went out on links a view
+ * change has since closed. A link that cannot take it is lost. */
 static void send_failed_set(struct ft__det *d, int i)
 {
+	size_t per_msg = d->ctl.max_payload / sizeof(int32_t);
 	int32_t *all = malloc((size_t)d->p.world_size * sizeof(int32_t));
-	int n;
+	int n, rc = 0;
 
 	if (all == NULL)
-		return;
+		return; /* out of memory: the neighbour still learns from the link's close cascade */
 	failed_list(d, all, &n);
-	if (n > 0)
-		send_msg(d, i, CTL_NOTICE, all, (size_t)n * sizeof(int32_t));
+	for (int k = 0; k < n && rc == 0; k += (int)per_msg) {
+		size_t m = (size_t)(n - k) < per_msg ? (size_t)(n - k) : per_msg;
+		rc = ft__ctl_send(&d->ctl, i, FT__CTL_NOTICE, d->gen, all + k, m * sizeof(int32_t));
+	}
 	free(all);
+	if (rc != 0)
+		link_lost(d, i, "it cannot take a failure notice");
 }
 
 /* Blocks (briefly) to connect the control link to original rank `to`. */
 static int connect_to(struct ft__det *d, int to)
 {
 	struct ft__member m;
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_NUMERICSERV};
-	struct addrinfo *res = NULL;
-	char host[FT__CTRL_MAX], port[16];
-	int fd = -1, one = 1, err = 0;
-	socklen_t el = sizeof(err);
 
-	if (ft__rdv_lookup(d->p.rdv, d->gen, to, &m) != 0 || m.ctrl[0] == '\0' ||
-	    split_hostport(m.ctrl, host, sizeof(host), port, sizeof(port)) != 0)
+	if (ft__mb_lookup(d->p.mb, d->gen, to, &m) != 0 || m.ctrl[0] == '\0')
 		return -FT_EPEERFAILED;
-	if (host[0] == '[') {
-		memmove(host, host + 1, strlen(host));
-		host[strcspn(host, "]")] = '\0';
-	}
-	if (getaddrinfo(host, port, &hints, &res) != 0)
-		return -FT_EPEERFAILED;
-	fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-		struct pollfd p = {.fd = fd, .events = POLLOUT};
-		if (errno != EINPROGRESS || poll(&p, 1, d->p.detect_timeout_ms) != 1 ||
-		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0) {
-			close(fd);
-			fd = -1;
-		}
-	}
-	freeaddrinfo(res);
-	if (fd < 0)
-		return -FT_EPEERFAILED;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	int i = conn_new(d, fd, to, d->gen);
-	if (i < 0)
-		return -FT_ENOMEM;
-	send_hello(d, i, to);
-	return i;
+	return ft__ctl_connect(&d->ctl, m.ctrl, to, d->gen, d->p.detect_timeout_ms);
 }
 
 /* ---- membership ---- */
@@ -322,8 +188,8 @@ static void set_excluded(struct ft__det *d, const char *why)
 	d->target = 0;
 	d->out = true;
 	d->left = d->right = -1;
-	for (int i = 0; i < MAX_CONNS; i++)
-		conn_close(d, i);
+	for (int i = 0; i < FT__CTL_LINKS; i++)
+		link_close(d, i);
 }
 
 static void start_recovery(struct ft__det *d)
@@ -353,19 +219,19 @@ static void rewire(struct ft__det *d)
 	d->left_ci = d->right_ci = -1;
 	d->left_bye = d->right_bye = false;
 	d->view_ms = ft__now_ms();
-	for (int i = 0; i < MAX_CONNS; i++) {
-		struct conn *c = &d->conns[i];
-		if (c->fd < 0 || c->peer < 0)
+	for (int i = 0; i < FT__CTL_LINKS; i++) {
+		struct ft__ctl_link *l = &d->ctl.links[i];
+		if (l->fd < 0 || l->peer < 0)
 			continue;
-		if (c->gen < d->gen) {
-			send_msg(d, i, CTL_BYE, NULL, 0);
-			conn_close(d, i);
-		} else if (c->gen == d->gen && c->peer == d->left) {
+		if (l->gen < d->gen) {
+			send_bye(d, i);
+			link_close(d, i);
+		} else if (l->gen == d->gen && l->peer == d->left) {
 			d->left_ci = i;
 			send_failed_set(d, i);
 		}
 	}
-	if (d->right >= 0) {
+	if (d->right >= 0 && !d->out) {
 		int i = connect_to(d, d->right);
 		if (i >= 0) {
 			d->right_ci = i;
@@ -377,6 +243,8 @@ static void rewire(struct ft__det *d)
 	}
 }
 
+/* Takes v, settled by membership, whose members are therefore in
+ * [0, world_size) (membership.h): they index failed[]. */
 static void adopt_view(struct ft__det *d, struct ft__view *v)
 {
 	bool stale_member = false;
@@ -424,12 +292,12 @@ static void recovery_step(struct ft__det *d)
 		struct ft__member m;
 		memset(&m, 0, sizeof(m));
 		snprintf(m.addr, sizeof(m.addr), "%s", d->data_addr);
-		snprintf(m.ctrl, sizeof(m.ctrl), "%s", d->addr);
+		snprintf(m.ctrl, sizeof(m.ctrl), "%s", d->ctl.addr);
 		lock(d);
 		m.next_op = d->next_op;
 		unlock(d);
-		if (ft__rdv_publish(d->p.rdv, d->target, &m) != 0)
-			return;
+		if (ft__mb_publish(d->p.mb, d->target, &m) != 0)
+			return; /* tried again on the next turn of the loop */
 		d->published = true;
 	}
 	cand = malloc((size_t)d->size * sizeof(int));
@@ -444,8 +312,9 @@ static void recovery_step(struct ft__det *d)
 		free(cand);
 		return;
 	}
-	rc = ft__rdv_try_settle(d->p.rdv, d->target, cand, n,
-				since >= 2 * (int64_t)d->p.detect_timeout_ms + d->p.settle_delay_ms, &v);
+	rc = ft__mb_try_settle(d->p.mb, d->target, cand, n,
+			       since >= 2 * (int64_t)d->p.detect_timeout_ms + d->p.settle_delay_ms,
+			       &v);
 	free(cand);
 	if (rc == 1) {
 		adopt_view(d, &v);
@@ -465,6 +334,8 @@ static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *
 	int added = 0;
 	bool self = false, member = false;
 
+	if (d->out)
+		return;
 	lock(d);
 	for (int i = 0; i < n; i++) {
 		if (ranks[i] < 0 || ranks[i] >= d->p.world_size || d->failed[ranks[i]])
@@ -485,17 +356,19 @@ static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *
 		set_excluded(d, "the other ranks declared it failed");
 		return;
 	}
-	for (int i = 0; i < MAX_CONNS; i++) {
-		struct conn *c = &d->conns[i];
-		if (c->fd < 0 || c->peer < 0)
+	for (int i = 0; i < FT__CTL_LINKS; i++) {
+		struct ft__ctl_link *l = &d->ctl.links[i];
+		if (l->fd < 0 || l->peer < 0)
 			continue;
 		lock(d);
-		bool dead = d->failed[c->peer];
+		bool dead = d->failed[l->peer];
 		unlock(d);
 		if (dead)
-			conn_close(d, i);
+			link_close(d, i);
 		else if (i == d->left_ci || i == d->right_ci)
 			send_failed_set(d, i);
+		if (d->out)
+			return;
 	}
 	/* a rank already outside this view (news arriving late) changes nothing */
 	if (member)
@@ -504,144 +377,87 @@ static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *
 
 /* ---- messages ---- */
 
-static void conn_lost(struct ft__det *d, int i, const char *why)
+static void on_hello(struct ft__det *d, int i, const struct ft__ctl_msg *m)
 {
-	bool watched = i == d->left_ci || i == d->right_ci;
-	int32_t peer = d->conns[i].peer;
-
-	conn_close(d, i);
-	if (watched)
-		declare(d, &peer, 1, why);
-}
-
-static void on_hello(struct ft__det *d, int i, const struct ctl_hdr *h, const unsigned char *p)
-{
-	struct ctl_hello hello;
 	bool dead;
 
-	if (h->len != sizeof(hello) || h->from < 0 || h->from >= d->p.world_size ||
-	    h->from == d->p.rank) {
-		conn_close(d, i);
-		return;
-	}
-	memcpy(&hello, p, sizeof(hello));
-	if (strncmp(hello.job_id, d->job_id, sizeof(hello.job_id)) != 0 ||
-	    strncmp(hello.token, d->token, sizeof(hello.token)) != 0 || hello.to != d->p.rank) {
-		ft__warn("detector: refused a control link claiming rank %d (wrong job, token or rank)",
-			 h->from);
-		conn_close(d, i);
-		return;
-	}
 	lock(d);
-	dead = d->failed[h->from];
+	dead = d->failed[m->from];
 	unlock(d);
 	if (dead) {
-		conn_close(d, i);
+		link_close(d, i);
 		return;
 	}
-	d->conns[i].peer = h->from;
-	d->conns[i].gen = h->gen;
-	if (h->gen < d->gen) {
+	if (m->gen < d->gen) {
 		/* the peer is behind: tell it the generation moved on */
-		send_msg(d, i, CTL_BYE, NULL, 0);
-		conn_close(d, i);
-	} else if (h->gen == d->gen && h->from == d->left) {
+		send_bye(d, i);
+		link_close(d, i);
+	} else if (m->gen == d->gen && m->from == d->left) {
 		if (d->left_ci >= 0 && d->left_ci != i)
-			conn_close(d, d->left_ci);
+			link_close(d, d->left_ci);
 		d->left_ci = i;
 		send_failed_set(d, i);
 	}
 }
 
-static void on_msg(struct ft__det *d, int i, const struct ctl_hdr *h, const unsigned char *p)
+static void on_msg(struct ft__det *d, int i, const struct ft__ctl_msg *m, bool first)
 {
-	struct conn *c = &d->conns[i];
-
-	c->last_rx_ms = ft__now_ms();
-	if (c->peer < 0) {
-		if (h->type == CTL_HELLO)
-			on_hello(d, i, h, p);
-		else
-			conn_close(d, i);
-		return;
-	}
-	switch (h->type) {
-	case CTL_HB:
+	switch (m->type) {
+	case FT__CTL_HELLO:
+		if (first) {
+			on_hello(d, i, m);
+			break;
+		}
+		link_lost(d, i, "it sent a second hello");
 		break;
-	case CTL_NOTICE: {
+	case FT__CTL_HB:
+		break;
+	case FT__CTL_NOTICE: {
 		int32_t r[256];
-		size_t n = h->len / sizeof(int32_t);
-		for (size_t k = 0; k < n; k += FT__ARRAY_SIZE(r)) {
-			size_t m = n - k < FT__ARRAY_SIZE(r) ? n - k : FT__ARRAY_SIZE(r);
-			memcpy(r, p + k * sizeof(int32_t), m * sizeof(int32_t));
-			char why[64];
-			snprintf(why, sizeof(why), "notice from rank %d", h->from);
-			declare(d, r, (int)m, why);
+		size_t n = m->len / sizeof(int32_t);
+		char why[64];
+		snprintf(why, sizeof(why), "notice from rank %d", m->from);
+		for (size_t k = 0; k < n && d->ctl.links[i].fd >= 0; k += FT__ARRAY_SIZE(r)) {
+			size_t c = n - k < FT__ARRAY_SIZE(r) ? n - k : FT__ARRAY_SIZE(r);
+			memcpy(r, m->payload + k * sizeof(int32_t), c * sizeof(int32_t));
+			declare(d, r, (int)c, why);
 		}
 		break;
 	}
-	case CTL_BYE:
+	case FT__CTL_BYE:
 		if (i == d->left_ci)
 			d->left_bye = true;
 		if (i == d->right_ci)
 			d->right_bye = true;
-		conn_close(d, i);
-		if (h->gen > d->gen)
+		link_close(d, i);
+		if (m->gen > d->gen)
 			start_recovery(d); /* a newer view exists that we have not seen */
 		break;
 	default:
-		conn_lost(d, i, "it sent a malformed control message");
+		link_lost(d, i, "it sent a malformed control message");
 		break;
 	}
 }
 
-static void conn_read(struct ft__det *d, int i)
+/* Handles every whole message link i holds. */
+static void read_link(struct ft__det *d, int i)
 {
-	struct conn *c = &d->conns[i];
+	struct ft__ctl_msg m;
+	int rc;
 
-	while (c->fd >= 0) {
-		ssize_t n = recv(c->fd, c->in + c->have, d->msg_cap - c->have, MSG_DONTWAIT);
-		if (n == 0) {
-			conn_lost(d, i, "its control link closed");
-			return;
-		}
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				conn_lost(d, i, "its control link failed");
-			return;
-		}
-		c->have += (size_t)n;
-		while (c->fd >= 0 && c->have >= sizeof(struct ctl_hdr)) {
-			struct ctl_hdr h;
-			memcpy(&h, c->in, sizeof(h));
-			if (h.magic != CTL_MAGIC || sizeof(h) + h.len > d->msg_cap ||
-			    (h.type == CTL_NOTICE && h.len % sizeof(int32_t) != 0)) {
-				conn_lost(d, i, "it sent a malformed control message");
-				return;
-			}
-			if (c->have < sizeof(h) + h.len)
-				break;
-			on_msg(d, i, &h, c->in + sizeof(h));
-			if (c->fd < 0)
-				return;
-			c->have -= sizeof(h) + h.len;
-			memmove(c->in, c->in + sizeof(h) + h.len, c->have);
-		}
-	}
-}
-
-static void accept_all(struct ft__det *d)
-{
 	for (;;) {
-		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		int one = 1;
-		if (fd < 0)
+		bool first = d->ctl.links[i].peer < 0;
+		rc = ft__ctl_next(&d->ctl, i, &m);
+		if (rc <= 0)
+			break;
+		on_msg(d, i, &m, first);
+		if (d->ctl.links[i].fd < 0 || d->out)
 			return;
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		conn_new(d, fd, -1, 0);
 	}
+	if (rc < 0)
+		link_lost(d, i, rc == -FT_EPEERFAILED ? "its control link closed"
+				: rc == -FT_EPROTO    ? "it sent a malformed control message"
+						      : "its control link failed");
 }
 
 /* Silence, a missing left link, hello-less strangers; returns ms to the next check. */
@@ -650,26 +466,26 @@ static int check_time(struct ft__det *d, int64_t now)
 	int64_t next = d->next_hb_ms;
 	int64_t to = d->p.detect_timeout_ms;
 
-	for (int i = 0; i < MAX_CONNS; i++) {
-		struct conn *c = &d->conns[i];
-		if (c->fd < 0)
+	for (int i = 0; i < FT__CTL_LINKS; i++) {
+		struct ft__ctl_link *l = &d->ctl.links[i];
+		if (l->fd < 0)
 			continue;
-		if (c->peer < 0) {
-			if (now - c->opened_ms >= HELLO_WAIT_MS)
-				conn_close(d, i);
-			else if (c->opened_ms + HELLO_WAIT_MS < next)
-				next = c->opened_ms + HELLO_WAIT_MS;
+		if (l->peer < 0) {
+			if (now - l->opened_ms >= HELLO_WAIT_MS)
+				link_close(d, i);
+			else if (l->opened_ms + HELLO_WAIT_MS < next)
+				next = l->opened_ms + HELLO_WAIT_MS;
 			continue;
 		}
 		if (i != d->left_ci && i != d->right_ci)
 			continue;
-		if (now - c->last_rx_ms >= to) {
+		if (now - l->last_rx_ms >= to) {
 			char why[64];
 			snprintf(why, sizeof(why), "no heartbeat for %lld ms",
-				 (long long)(now - c->last_rx_ms));
-			conn_lost(d, i, why);
-		} else if (c->last_rx_ms + to < next) {
-			next = c->last_rx_ms + to;
+				 (long long)(now - l->last_rx_ms));
+			link_lost(d, i, why);
+		} else if (l->last_rx_ms + to < next) {
+			next = l->last_rx_ms + to;
 		}
 	}
 	/* A left neighbour that never connects: a backup only (a dead one refuses
@@ -689,56 +505,64 @@ static int check_time(struct ft__det *d, int64_t now)
 	return next > now ? (int)(next - now) : 0;
 }
 
+static void drain_cmd(struct ft__det *d)
+{
+	char buf[64];
+
+	while (read(d->cmd[0], buf, sizeof(buf)) > 0)
+		;
+}
+
 static void *det_main(void *arg)
 {
 	struct ft__det *d = arg;
-	struct pollfd pfd[2 + MAX_CONNS];
-	int idx[MAX_CONNS];
+	struct pollfd pfd[2 + FT__CTL_LINKS];
+	int idx[FT__CTL_LINKS];
 
 	d->next_hb_ms = ft__now_ms();
 	for (;;) {
 		int64_t now = ft__now_ms();
-		int n = 0, timeout, k;
+		int n, timeout;
 
 		if (d->out) {
 			struct pollfd p = {.fd = d->cmd[0], .events = POLLIN};
-			poll(&p, 1, -1);
+			(void)poll(&p, 1, -1); /* EINTR: the stop flag is checked all the same */
 			lock(d);
 			bool stop = d->stop;
 			unlock(d);
-			char buf[64];
-			while (read(d->cmd[0], buf, sizeof(buf)) > 0)
-				;
+			drain_cmd(d);
 			if (stop)
 				break;
 			continue;
 		}
 		if (now >= d->next_hb_ms) {
-			for (int i = 0; i < MAX_CONNS; i++)
-				if (d->conns[i].fd >= 0 && d->conns[i].peer >= 0 &&
-				    d->conns[i].gen >= d->gen && send_msg(d, i, CTL_HB, NULL, 0) != 0)
-					conn_lost(d, i, "its control link failed");
+			for (int i = 0; i < FT__CTL_LINKS && !d->out; i++) {
+				struct ft__ctl_link *l = &d->ctl.links[i];
+				if (l->fd >= 0 && l->peer >= 0 && l->gen >= d->gen &&
+				    ft__ctl_send(&d->ctl, i, FT__CTL_HB, d->gen, NULL, 0) != 0)
+					link_lost(d, i, "its control link cannot take a heartbeat");
+			}
 			d->next_hb_ms = now + d->p.heartbeat_ms;
 		}
 		if (d->target != 0)
 			recovery_step(d);
+		if (d->out)
+			continue;
 		timeout = check_time(d, ft__now_ms());
-		pfd[n++] = (struct pollfd){.fd = d->cmd[0], .events = POLLIN};
-		pfd[n++] = (struct pollfd){.fd = d->listen_fd, .events = POLLIN};
-		k = 0;
-		for (int i = 0; i < MAX_CONNS; i++)
-			if (d->conns[i].fd >= 0) {
-				idx[k++] = i;
-				pfd[n++] = (struct pollfd){.fd = d->conns[i].fd, .events = POLLIN};
-			}
-		if (poll(pfd, (nfds_t)n, timeout) < 0 && errno != EINTR)
+		if (d->out)
+			continue;
+		pfd[0] = (struct pollfd){.fd = d->cmd[0], .events = POLLIN};
+		n = 1 + ft__ctl_pollfds(&d->ctl, pfd + 1, idx);
+		if (poll(pfd, (nfds_t)n, timeout) < 0) {
+			if (errno == EINTR)
+				continue;
+			ft__error("detector: poll failed: %s", strerror(errno));
 			break;
+		}
 		if (pfd[0].revents & POLLIN) {
-			char buf[64];
 			int suspect;
 			bool stop;
-			while (read(d->cmd[0], buf, sizeof(buf)) > 0)
-				;
+			drain_cmd(d);
 			lock(d);
 			stop = d->stop;
 			suspect = d->suspect;
@@ -752,24 +576,32 @@ static void *det_main(void *arg)
 			}
 		}
 		if (pfd[1].revents & POLLIN)
-			accept_all(d);
-		for (int j = 0; j < k; j++)
+			ft__ctl_accept(&d->ctl);
+		for (int j = 0; j + 2 < n && !d->out; j++)
 			if (pfd[2 + j].revents != 0)
-				conn_read(d, idx[j]);
+				read_link(d, idx[j]);
 	}
-	for (int i = 0; i < MAX_CONNS; i++) {
-		if (d->conns[i].fd >= 0 && d->conns[i].peer >= 0)
-			send_msg(d, i, CTL_BYE, NULL, 0);
-		conn_close(d, i);
+	for (int i = 0; i < FT__CTL_LINKS; i++) {
+		if (d->ctl.links[i].fd >= 0 && d->ctl.links[i].peer >= 0)
+			send_bye(d, i);
+		link_close(d, i);
 	}
 	return NULL;
 }
 
 /* ---- the main thread's side ---- */
 
+static int pthread_error(int err)
+{
+	return err == ENOMEM || err == EAGAIN ? -FT_ENOMEM : -FT_EIO;
+}
+
 int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 {
 	struct ft__det *d = calloc(1, sizeof(*d));
+	struct ft__ctl_params cp = {.rank = p->rank, .world_size = p->world_size,
+				    .job_id = p->job_id, .token = p->token,
+				    .bind_host = p->bind_host};
 	pthread_condattr_t ca;
 	int rc;
 
@@ -782,44 +614,54 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	d->p.job_id = d->job_id;
 	d->p.token = d->token;
 	d->p.data_addr = d->data_addr;
-	d->listen_fd = d->cmd[0] = d->cmd[1] = -1;
+	d->cmd[0] = d->cmd[1] = -1;
 	d->suspect = -1;
 	d->left = d->right = d->left_ci = d->right_ci = -1;
-	for (int i = 0; i < MAX_CONNS; i++)
-		d->conns[i].fd = -1;
-	d->msg_cap = sizeof(struct ctl_hdr) + sizeof(struct ctl_hello) +
-		     (size_t)p->world_size * sizeof(int32_t);
-	if (d->msg_cap > sizeof(struct ctl_hdr) + UINT16_MAX)
-		d->msg_cap = sizeof(struct ctl_hdr) + UINT16_MAX;
-	d->failed = calloc((size_t)p->world_size, sizeof(bool));
-	pthread_mutex_init(&d->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&d->cond, &ca);
+	rc = pthread_mutex_init(&d->lock, NULL);
+	if (rc != 0)
+		goto fail_pthread;
+	d->lock_made = true;
+	rc = pthread_condattr_init(&ca);
+	if (rc != 0)
+		goto fail_pthread;
+	/* timed waits are against CLOCK_MONOTONIC, like every deadline here */
+	rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (rc == 0)
+		rc = pthread_cond_init(&d->cond, &ca);
 	pthread_condattr_destroy(&ca);
+	if (rc != 0)
+		goto fail_pthread;
+	d->cond_made = true;
+	d->failed = calloc((size_t)p->world_size, sizeof(bool));
 	if (d->failed == NULL || pipe2(d->cmd, O_NONBLOCK | O_CLOEXEC) != 0) {
 		ft__det_destroy(d);
 		return -FT_ENOMEM;
 	}
-	rc = open_listener(d);
+	d->ctl_opened = true;
+	rc = ft__ctl_open(&d->ctl, &cp);
 	if (rc != 0) {
 		ft__det_destroy(d);
 		return rc;
 	}
 	*out = d;
 	return 0;
+fail_pthread:
+	ft__error("detector: cannot make its lock: %s", strerror(rc));
+	ft__det_destroy(d);
+	return pthread_error(rc);
 }
 
 const char *ft__det_addr(const struct ft__det *d)
 {
-	return d->addr;
+	return d->ctl.addr;
 }
 
 int ft__det_start(struct ft__det *d, uint32_t gen, const int *members, int n)
 {
 	struct ft__member m;
+	int rc;
 
-	if (ft__rdv_lookup(d->p.rdv, gen, d->p.rank, &m) == 0)
+	if (ft__mb_lookup(d->p.mb, gen, d->p.rank, &m) == 0)
 		snprintf(d->data_addr, sizeof(d->data_addr), "%s", m.addr);
 	d->members = malloc((size_t)n * sizeof(int));
 	if (d->members == NULL)
@@ -828,8 +670,9 @@ int ft__det_start(struct ft__det *d, uint32_t gen, const int *members, int n)
 	d->size = n;
 	d->gen = gen;
 	rewire(d);
-	if (pthread_create(&d->thread, NULL, det_main, d) != 0)
-		return -FT_ENOMEM;
+	rc = pthread_create(&d->thread, NULL, det_main, d);
+	if (rc != 0)
+		return pthread_error(rc);
 	d->started = true;
 	return 0;
 }
@@ -847,16 +690,16 @@ void ft__det_destroy(struct ft__det *d)
 		}
 		pthread_join(d->thread, NULL);
 	}
-	for (int i = 0; i < MAX_CONNS; i++)
-		conn_close(d, i);
-	if (d->listen_fd >= 0)
-		close(d->listen_fd);
+	if (d->ctl_opened)
+		ft__ctl_close(&d->ctl);
 	if (d->cmd[0] >= 0)
 		close(d->cmd[0]);
 	if (d->cmd[1] >= 0)
 		close(d->cmd[1]);
-	pthread_mutex_destroy(&d->lock);
-	pthread_cond_destroy(&d->cond);
+	if (d->lock_made)
+		pthread_mutex_destroy(&d->lock);
+	if (d->cond_made)
+		pthread_cond_destroy(&d->cond);
 	ft__view_free(&d->ready);
 	free(d->members);
 	free(d->failed);
@@ -866,6 +709,18 @@ void ft__det_destroy(struct ft__det *d)
 bool ft__det_pending(struct ft__det *d)
 {
 	return atomic_load_explicit(&d->pending, memory_order_acquire);
+}
+
+bool ft__det_failed(struct ft__det *d, int orig)
+{
+	bool f;
+
+	if (orig < 0 || orig >= d->p.world_size)
+		return false;
+	lock(d);
+	f = d->failed[orig];
+	unlock(d);
+	return f;
 }
 
 int ft__det_have_result(struct ft__det *d, uint64_t seq)

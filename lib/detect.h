@@ -1,16 +1,16 @@
-/* detect.h: the failure detector thread: heartbeats, failure notices and the membership that follows. */
+/* detect.h: the failure detector thread: heartbeats, the failed set and its notices, and the view that follows a failure. */
 #ifndef FTCC_DETECT_H
 #define FTCC_DETECT_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "rendezvous.h"
+#include "membership.h"
 
 struct ft__det;
 
 struct ft__det_params {
-	struct ft__rdv *rdv;            /* shared with the main thread; read-only here but for publishing */
+	struct ft__mb *mb;              /* shared with the main thread (see membership.h) */
 	int world_size;
 	int rank;                       /* original rank */
 	const char *job_id;
@@ -27,18 +27,22 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out);
 const char *ft__det_addr(const struct ft__det *d);
 /* Starts watching the view of generation gen (members ascending). */
 int ft__det_start(struct ft__det *d, uint32_t gen, const int *members, int n);
-/* Says goodbye to the neighbours (no failure), stops the thread, frees d. */
+/* Says goodbye to the neighbours (no failure), stops the thread, frees d.
+ * Safe on a half-made d (a failed create). */
 void ft__det_destroy(struct ft__det *d);
 
 /* True once a failure is known that the main thread has not yet recovered from. */
 bool ft__det_pending(struct ft__det *d);
+/* Whether original rank orig is in the failed set (it only grows). */
+bool ft__det_failed(struct ft__det *d, int orig);
 /* The main thread holds the whole result of op seq: 0, or -FT_EPEERFAILED when
  * a failure is being settled (then it must not claim it). */
 int ft__det_have_result(struct ft__det *d, uint64_t seq);
 /*
  * Waits up to timeout_ms for the settled view that follows generation gen:
  * 0 and *view (the caller frees it), -FT_EEXCLUDED when this rank was left
- * out, -FT_ETIMEDOUT.
+ * out, -FT_ETIMEDOUT, or what made settling impossible (-FT_ECORRUPT: a
+ * malformed view).
  */
 int ft__det_await(struct ft__det *d, uint32_t gen, int timeout_ms, struct ft__view *view);
 /* The main thread now runs generation gen, next wanting the result of next_op. */

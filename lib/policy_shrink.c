@@ -118,7 +118,7 @@ static int find_holder(struct ft_comm *c, uint64_t op, int *holder)
 	*holder = -1;
 	for (int i = 0; i < c->size; i++) {
 		struct ft__member m;
-		int rc = ft__rdv_lookup(&c->rdv, c->generation, c->members[i], &m);
+		int rc = ft__mb_lookup(&c->mb, c->generation, c->members[i], &m);
 		if (rc != 0)
 			return rc;
 		if (m.next_op > op + 1) {

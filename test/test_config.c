@@ -1040,3 +1040,130 @@ Test(errors, zero_and_unknown, .timeout = 20)
 		cr_expect_str_eq(ft_err_name(unknown[i]), "FT_E?", "%d", unknown[i]);
 	}
 }
+
+/* struct ft_config versions (struct_size) */
+
+Test(config, struct_size_is_set, .timeout = 20)
+{
+	const struct ft_config d = FT_CONFIG_INIT;
+	struct ft_config cfg;
+
+	cr_expect_eq(d.struct_size, sizeof(struct ft_config));
+	base_env();
+	memset(&cfg, 0, sizeof(cfg));
+	load_ok(&cfg);
+	cr_expect_eq(cfg.struct_size, sizeof(struct ft_config));
+}
+
+/* The 0.2 layout ends with log_level: the smallest struct ft_init reads. */
+#define SIZE_0_2 (offsetof(struct ft_config, log_level) + sizeof(int))
+
+Test(init, struct_size_checked, .timeout = 20)
+{
+	struct ft_config cfg;
+	struct ft_comm *c = NULL;
+
+	clean_env();
+	/* filled field by field, never from FT_CONFIG_INIT */
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.rank = 0;
+	cfg.world_size = 1;
+	snprintf(cfg.transport, sizeof(cfg.transport), "tcp");
+	cfg.heartbeat_ms = cfg.detect_timeout_ms = cfg.connect_timeout_ms = 100;
+	cfg.pipeline_depth = 4;
+	expect_init_fails(&cfg, -FT_EINVAL, "struct_size 0");
+	cfg = one_rank();
+	cfg.struct_size = sizeof(int);
+	expect_init_fails(&cfg, -FT_EINVAL, "struct_size below the first versioned layout");
+	cfg.struct_size = SIZE_0_2 - 1;
+	expect_init_fails(&cfg, -FT_EINVAL, "struct_size one byte short of 0.2");
+	/* a struct of before 0.2: rank 0 and world size 1 where struct_size is */
+	cfg.struct_size = (size_t)1 << 32;
+	expect_init_fails(&cfg, -FT_EINVAL, "rank and world size read as a size");
+	cfg.struct_size = SIZE_MAX;
+	expect_init_fails(&cfg, -FT_EINVAL, "struct_size SIZE_MAX");
+
+	/* the 0.2 layout without its tail padding is whole */
+	cfg = one_rank();
+	cfg.struct_size = SIZE_0_2;
+	cr_assert_eq(ft_init(&cfg, &c), 0);
+	cr_expect_eq(ft_size(c), 1);
+	cr_expect_eq(ft_finalize(c), 0);
+}
+
+/* A program built against a newer header, whose struct has fields this
+ * library does not know. */
+struct newer_config {
+	struct ft_config known;
+	int future_knob;
+	char future_name[60];
+};
+
+Test(init, newer_struct, .timeout = 20)
+{
+	struct newer_config n;
+	struct ft_comm *c = NULL;
+
+	clean_env();
+	memset(&n, 0, sizeof(n));
+	n.known = one_rank();
+	n.known.struct_size = sizeof(n);
+	cr_assert_eq(ft_init(&n.known, &c), 0, "unknown fields at their default (zero)");
+	cr_expect_eq(ft_finalize(c), 0);
+
+	n.future_knob = 1;
+	expect_init_fails(&n.known, -FT_EINVAL, "an unknown field set");
+	n.future_knob = 0;
+	n.future_name[59] = 'x';
+	expect_init_fails(&n.known, -FT_EINVAL, "the last unknown byte set");
+}
+
+Test(config, from_env_sized, .timeout = 20)
+{
+	struct newer_config n;
+	struct ft_config small;
+
+	base_env();
+	/* a newer caller: what this library does not know is zeroed */
+	memset(&n, 0x77, sizeof(n));
+	cr_assert_eq(ft_config_from_env_size(&n.known, sizeof(n), NULL, 0), 0);
+	cr_expect_eq(n.known.struct_size, sizeof(n));
+	cr_expect_eq(n.known.rank, 1);
+	cr_expect_eq(n.future_knob, 0);
+	for (size_t i = 0; i < sizeof(n.future_name); i++)
+		cr_expect_eq(n.future_name[i], 0);
+	/* a size no version has: refused, nothing written */
+	memset(&small, 0x55, sizeof(small));
+	cr_expect_eq(ft_config_from_env_size(&small, SIZE_0_2 - 1, NULL, 0), -FT_EINVAL);
+	cr_expect_eq(small.rank, 0x55555555);
+	cr_expect_eq(ft_config_from_env_size(&small, 0, NULL, 0), -FT_EINVAL);
+}
+
+/* Transport knobs: read once, by config.c, into struct ft_tp_env */
+
+Test(config, transport_knobs, .timeout = 20)
+{
+	struct ft_config cfg = FT_CONFIG_INIT;
+	struct ft_tp_env e;
+
+	clean_env();
+	unsetenv("MPI_LOCALNRANKS");
+	cfg.world_size = 8;
+	cr_assert_eq(ft__config_tp_env(&cfg, &e), 0);
+	cr_expect_eq(e.world_size, 8);
+	cr_expect_eq(e.local_ranks, 0, "no launcher: not known");
+	cr_expect_eq(e.tcp_buffer, 0u);
+	cr_expect_eq(e.spin_us, -1);
+
+	set("FTCC_TCP_BUFFER", "65536");
+	set("FTCC_SPIN_US", "250");
+	set("MPI_LOCALNRANKS", "2");
+	cr_assert_eq(ft__config_tp_env(&cfg, &e), 0);
+	cr_expect_eq(e.tcp_buffer, 65536u);
+	cr_expect_eq(e.spin_us, 250);
+	cr_expect_eq(e.local_ranks, 2, "MPICH's local size");
+	set("OMPI_COMM_WORLD_LOCAL_SIZE", "3");
+	cr_assert_eq(ft__config_tp_env(&cfg, &e), 0);
+	cr_expect_eq(e.local_ranks, 3, "Open MPI's local size first");
+	unsetenv("MPI_LOCALNRANKS");
+}

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "crc32c.h"
 #include "ftcc.h"
 #include "transport.h"
@@ -329,6 +330,10 @@ static const struct ft_transport_ops *tcp_ops(void)
 
 static struct ft_transport *tp_open(int rank)
 {
+	/* the knobs a test sets (FTCC_TCP_BUFFER) reach the transport as in the
+	 * library: read by config.c into the env passed at open */
+	static struct ft_tp_env env;
+	struct ft_config cfg = FT_CONFIG_INIT;
 	struct ft_tp_params params = {
 		.rank = rank,
 		.bind_host = "127.0.0.1",
@@ -336,9 +341,14 @@ static struct ft_transport *tp_open(int rank)
 		.token = TOKEN,
 		.max_payload = 4u << 20,
 		.log_level = 0,
+		.env = &env,
 	};
 	struct ft_transport *tp = NULL;
-	int rc = tcp_ops()->open(&params, &tp);
+	int rc;
+
+	cfg.world_size = 2;
+	cr_assert_eq(ft__config_tp_env(&cfg, &env), 0);
+	rc = tcp_ops()->open(&params, &tp);
 
 	cr_assert_eq(rc, 0, "open: %s", ft_err_name(rc));
 	cr_assert_not_null(tp);

@@ -1,9 +1,5 @@
 /* tcp.c: the TCP transport: nonblocking sockets on one epoll set, framed links with checked headers. */
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +12,9 @@
 #include <stdbool.h>
 
 #include "crc32c.h"
-#include "transport.h"
 #include "internal.h"
+#include "sock.h"
+#include "transport.h"
 
 /*
  * A link is one TCP connection used in one direction for frames (the
@@ -84,73 +81,13 @@ struct ft_transport {
 	int nearly;
 	struct pending_conn *pend;      /* connections still short of a handshake */
 	int npend;
+	struct ft__sock_opts sock_opts; /* keepalive, FTCC_TCP_BUFFER */
 };
-
-static void tune_socket(int fd)
-{
-	int one = 1, idle = 5, intvl = 1, cnt = 5;
-	unsigned int user_timeout = 10000;
-
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
-	const char *s = getenv("FTCC_TCP_BUFFER");
-	if (s != NULL) {
-		int bytes = atoi(s);
-		if (bytes > 0) {
-			setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
-			setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
-		}
-	}
-}
-
-static int errno_to_ft(int e)
-{
-	switch (e) {
-	case ECONNREFUSED:
-		return -FT_ECONNREFUSED;
-	case ETIMEDOUT:
-		return -FT_ETIMEDOUT;
-	case ENOMEM:
-		return -FT_ENOMEM;
-	default:
-		return -FT_EPEERFAILED;
-	}
-}
-
-/* Splits "host:port" (host may be [v6]). */
-static int split_addr(const char *addr, char *host, size_t hlen, char *port, size_t plen)
-{
-	const char *colon = strrchr(addr, ':');
-	size_t n;
-
-	if (colon == NULL || colon == addr || colon[1] == '\0' || strlen(colon + 1) >= plen)
-		return -FT_EINVAL;
-	n = (size_t)(colon - addr);
-	if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') {
-		addr++;
-		n -= 2;
-	}
-	if (n >= hlen)
-		return -FT_EINVAL;
-	memcpy(host, addr, n);
-	host[n] = '\0';
-	strcpy(port, colon + 1);
-	return 0;
-}
 
 static int tcp_open(const struct ft_tp_params *p, struct ft_transport **out)
 {
 	struct ft_transport *tp = calloc(1, sizeof(*tp));
-	struct addrinfo hints = {0}, *ai = NULL;
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	char hostbuf[NI_MAXHOST], portbuf[NI_MAXSERV];
-	const char *host = p->bind_host && *p->bind_host ? p->bind_host : "127.0.0.1";
-	int one = 1, rc;
+	int rc;
 
 	*out = NULL;
 	if (tp == NULL)
@@ -160,44 +97,18 @@ static int tcp_open(const struct ft_tp_params *p, struct ft_transport **out)
 	tp->log_level = p->log_level;
 	tp->interrupted = p->interrupted;
 	tp->interrupt_arg = p->interrupt_arg;
+	tp->sock_opts = (struct ft__sock_opts){.keepalive = true, .buffer = p->env->tcp_buffer};
 	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (tp->epfd < 0) {
 		rc = -FT_EIO;
 		goto fail;
 	}
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-	if (getaddrinfo(host, "0", &hints, &ai) != 0) {
-		ft__error("tcp: cannot resolve bind address '%s'", host);
-		rc = -FT_EINVAL;
+	rc = ft__sock_listen("tcp", p->bind_host, 128, &tp->listen_fd, tp->addr, sizeof(tp->addr));
+	if (rc != 0)
 		goto fail;
-	}
-	tp->listen_fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (tp->listen_fd < 0) {
-		rc = -FT_EIO;
-		goto fail;
-	}
-	setsockopt(tp->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(tp->listen_fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
-	    listen(tp->listen_fd, 128) != 0 ||
-	    getsockname(tp->listen_fd, (struct sockaddr *)&ss, &sl) != 0 ||
-	    getnameinfo((struct sockaddr *)&ss, sl, hostbuf, sizeof(hostbuf), portbuf,
-			sizeof(portbuf), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-		ft__error("tcp: cannot listen on %s: %s", host, strerror(errno));
-		rc = -FT_EIO;
-		goto fail;
-	}
-	snprintf(tp->addr, sizeof(tp->addr), ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s",
-		 hostbuf, portbuf);
-	freeaddrinfo(ai);
 	*out = tp;
 	return 0;
 fail:
-	if (ai != NULL)
-		freeaddrinfo(ai);
-	if (tp->listen_fd >= 0)
-		close(tp->listen_fd);
 	if (tp->epfd >= 0)
 		close(tp->epfd);
 	free(tp);
@@ -242,85 +153,36 @@ static struct ft_link *link_new(struct ft_transport *tp, int fd, int peer, bool 
 	return l;
 }
 
-/* Writes all of buf to a nonblocking fd before the deadline. */
-static int write_full(int fd, const void *buf, size_t len, int64_t deadline)
-{
-	const char *p = buf;
-
-	while (len > 0) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno != EAGAIN && errno != EINTR)
-			return errno_to_ft(errno);
-		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-		if (ft__ms_left(deadline) == 0)
-			return -FT_ETIMEDOUT;
-		poll(&pfd, 1, ft__ms_left(deadline));
-	}
-	return 0;
-}
-
 static int tcp_connect(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
 		       int timeout_ms, struct ft_link **out)
 {
 	int64_t deadline = ft__now_ms() + timeout_ms;
-	char host[NI_MAXHOST], port[NI_MAXSERV];
-	struct addrinfo hints = {0}, *ai = NULL;
+	struct ft__sock_addr to;
 	int fd = -1, rc, delay_ms = 1;
 
 	*out = NULL;
-	if (split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0) {
-		ft__error("tcp: malformed peer address '%s'", addr);
-		return -FT_EINVAL;
-	}
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_NUMERICSERV;
-	if (getaddrinfo(host, port, &hints, &ai) != 0) {
-		ft__error("tcp: cannot resolve peer address '%s'", addr);
+	if (ft__sock_resolve(addr, &to) != 0) {
+		ft__error("tcp: malformed or unresolvable peer address '%s'", addr);
 		return -FT_EINVAL;
 	}
 	/* A peer may not listen yet or have a full backlog: retry until the deadline. */
 	for (;;) {
-		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (fd < 0) {
-			rc = -FT_EIO;
-			goto fail;
-		}
-		tune_socket(fd);
-		rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-		if (rc != 0 && errno == EINPROGRESS) {
-			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-			int err = 0;
-			socklen_t el = sizeof(err);
-			if (poll(&pfd, 1, ft__ms_left(deadline)) == 1 &&
-			    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0)
-				rc = 0;
-			else
-				errno = err ? err : ETIMEDOUT;
-		}
-		if (rc == 0)
+		rc = ft__sock_connect(&to, &tp->sock_opts, deadline, &fd);
+		if (rc == 0 || rc == -FT_EIO)
 			break;
-		rc = errno_to_ft(errno);
-		close(fd);
-		fd = -1;
 		if (ft__ms_left(deadline) == 0) {
 			ft__error("tcp: cannot connect to %s: %s", addr, ft_strerror(rc));
-			goto fail;
+			return rc;
 		}
-		if (tp->interrupted != NULL && tp->interrupted(tp->interrupt_arg)) {
-			rc = -FT_EABORTED;
-			goto fail;
-		}
+		if (tp->interrupted != NULL && tp->interrupted(tp->interrupt_arg))
+			return -FT_EABORTED;
 		struct timespec ts = {0, (long)delay_ms * 1000000L};
 		nanosleep(&ts, NULL);
 		delay_ms = delay_ms < 50 ? delay_ms * 2 : 50;
 	}
-	rc = write_full(fd, hello, sizeof(*hello), deadline);
+	if (rc != 0)
+		return rc;
+	rc = ft__sock_write_full(fd, hello, sizeof(*hello), deadline);
 	if (rc != 0)
 		goto fail;
 	*out = link_new(tp, fd, hello->to_rank, true);
@@ -328,12 +190,9 @@ static int tcp_connect(struct ft_transport *tp, const char *addr, const struct f
 		rc = -FT_ENOMEM;
 		goto fail;
 	}
-	freeaddrinfo(ai);
 	return 0;
 fail:
-	if (fd >= 0)
-		close(fd);
-	freeaddrinfo(ai);
+	close(fd);
 	return rc;
 }
 
@@ -390,10 +249,10 @@ static int accept_finish(struct ft_transport *tp, int fd, const struct ft_hello 
 			 int64_t deadline, struct ft_link **out, struct ft_hello *got)
 {
 	struct ft_hello_ack ack = {.magic = FT_HELLO_MAGIC, .status = 0};
-	int rc = write_full(fd, &ack, sizeof(ack), deadline);
+	int rc = ft__sock_write_full(fd, &ack, sizeof(ack), deadline);
 
 	if (rc == 0) {
-		tune_socket(fd);
+		ft__sock_tune(fd, &tp->sock_opts);
 		*out = link_new(tp, fd, hello->from_rank, false);
 		rc = *out != NULL ? 0 : -FT_ENOMEM;
 	}
@@ -632,7 +491,7 @@ static int do_send(struct ft_link *l, struct ft_tp_event *ev, int max)
 			if (errno == EAGAIN)
 				l->can_write = false;
 			else if (errno != EINTR)
-				link_fail(l, errno_to_ft(errno));
+				link_fail(l, ft__sock_error(errno));
 			continue;
 		}
 		/* Account every byte written; completions are reported above. */
@@ -673,7 +532,7 @@ static int fill_inbuf(struct ft_link *l)
 	else if (errno == EAGAIN)
 		l->can_read = false;
 	else if (errno != EINTR)
-		link_fail(l, errno_to_ft(errno));
+		link_fail(l, ft__sock_error(errno));
 	return 0;
 }
 
@@ -773,7 +632,7 @@ static int do_recv(struct ft_link *l, struct ft_tp_event *ev, int max)
 						l->can_read = false;
 						set_lowat(l, plen - op->done);
 					} else if (errno != EINTR)
-						link_fail(l, errno_to_ft(errno));
+						link_fail(l, ft__sock_error(errno));
 					continue;
 				}
 			}

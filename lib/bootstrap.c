@@ -1,0 +1,83 @@
+/* bootstrap.c: the launchers ftcc knows (ftcc-run, Open MPI, MPICH's Hydra) and what each tells a rank. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+
+void ft__boot_identity(ft__env_fn *env, void *arg, struct ft__boot *b)
+{
+	const char *ftcc = env("FTCC_RANK", arg);
+
+	*b = (struct ft__boot){.launcher = ftcc != NULL ? FT__LAUNCHER_FTCC : FT__LAUNCHER_NONE,
+			       .rank_var = "FTCC_RANK", .size_var = "FTCC_WORLD_SIZE"};
+	if (ftcc == NULL && env("OMPI_COMM_WORLD_RANK", arg) != NULL)
+		*b = (struct ft__boot){.launcher = FT__LAUNCHER_OMPI,
+				       .rank_var = "OMPI_COMM_WORLD_RANK",
+				       .size_var = "OMPI_COMM_WORLD_SIZE"};
+	else if (ftcc == NULL && env("PMI_RANK", arg) != NULL)
+		*b = (struct ft__boot){.launcher = FT__LAUNCHER_MPICH, .rank_var = "PMI_RANK",
+				       .size_var = "PMI_SIZE"};
+	b->rank = env(b->rank_var, arg);
+	b->size = env(b->size_var, arg);
+}
+
+/* Job identity under MPICH's Hydra, which exports none: the pid of the
+ * hydra_pmi_proxy above us, shared by every local rank even through wrappers. */
+static void hydra_job_id(char *dst, size_t cap)
+{
+	pid_t pid = getppid();
+
+	for (int depth = 0; depth < 8 && pid > 1; depth++) {
+		char path[64], buf[512];
+		FILE *f;
+		char *rp;
+		int ppid;
+
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		f = fopen(path, "r");
+		if (f == NULL)
+			break;
+		if (fgets(buf, sizeof(buf), f) == NULL) {
+			fclose(f);
+			break;
+		}
+		fclose(f);
+		rp = strrchr(buf, ')');
+		if (rp == NULL || sscanf(rp + 2, "%*c %d", &ppid) != 1)
+			break;
+		if (strstr(buf, "(hydra_pmi_prox") != NULL) {
+			snprintf(dst, cap, "hydra-%d", (int)pid);
+			return;
+		}
+		pid = ppid;
+	}
+	snprintf(dst, cap, "pmi-%d", (int)getppid());
+}
+
+void ft__boot_job_id(const struct ft__boot *b, ft__env_fn *env, void *arg, char *dst, size_t cap)
+{
+	const char *id = env("PMIX_NAMESPACE", arg);
+
+	if (id == NULL)
+		id = env("OMPI_MCA_ess_base_jobid", arg);
+	if (id != NULL)
+		snprintf(dst, cap, "ompi-%s", id);
+	else if (b->launcher == FT__LAUNCHER_MPICH)
+		hydra_job_id(dst, cap);
+	else if (cap > 0)
+		dst[0] = '\0';
+}
+
+int ft__boot_local_ranks(ft__env_fn *env, void *arg)
+{
+	static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *s = env(vars[i], arg);
+		if (s != NULL && atoi(s) > 0)
+			return atoi(s);
+	}
+	return 0;
+}

@@ -1,0 +1,49 @@
+/* bootstrap.h: what a launcher tells a rank (rank, world size, job identity, ranks on its host), for every launcher ftcc knows. */
+#ifndef FTCC_BOOTSTRAP_H
+#define FTCC_BOOTSTRAP_H
+
+#include <stddef.h>
+
+/*
+ * The launchers and their variables, in order of precedence:
+ *   ftcc-run, or a user:  FTCC_RANK, FTCC_WORLD_SIZE
+ *   Open MPI (mpirun):    OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+ *                         OMPI_COMM_WORLD_LOCAL_SIZE; job: PMIX_NAMESPACE,
+ *                         else OMPI_MCA_ess_base_jobid
+ *   MPICH (Hydra):        PMI_RANK, PMI_SIZE, MPI_LOCALNRANKS; job: none
+ *                         exported, so the pid of the hydra_pmi_proxy above
+ *                         this process
+ *
+ * Bootstrap knows the names; it does not read the environment itself.
+ * config.c, the one file that reads the process environment (once, at
+ * ft_init or ft_config_from_env), hands it a lookup function. So every
+ * getenv of the library sits in one file, and bootstrap is a plain
+ * function of its input (tests give it a table).
+ */
+
+/* Returns the value of variable name, or NULL when it is not set. */
+typedef const char *ft__env_fn(const char *name, void *arg);
+
+enum ft__launcher {
+	FT__LAUNCHER_NONE,      /* nothing set: FTCC_* are asked for */
+	FT__LAUNCHER_FTCC,      /* FTCC_RANK set: ftcc-run, a user, or a script */
+	FT__LAUNCHER_OMPI,
+	FT__LAUNCHER_MPICH
+};
+
+struct ft__boot {
+	enum ft__launcher launcher;
+	const char *rank_var, *size_var;        /* the variables that give them */
+	const char *rank, *size;                /* their values; NULL: unset */
+};
+
+/* Which launcher started this rank, and where its rank and size are. */
+void ft__boot_identity(ft__env_fn *env, void *arg, struct ft__boot *b);
+/* The job id the launcher implies ("ompi-<id>", "hydra-<pid>"), or ""; an
+ * MPICH job id is found by walking up /proc to the proxy. */
+void ft__boot_job_id(const struct ft__boot *b, ft__env_fn *env, void *arg, char *dst,
+		     size_t cap);
+/* Ranks on this host per the launcher; 0: not known. */
+int ft__boot_local_ranks(ft__env_fn *env, void *arg);
+
+#endif

@@ -1,0 +1,18 @@
+/* config.h: the configuration's internal side: checks, the versioned import, the transports' knobs. */
+#ifndef FTCC_CONFIG_H
+#define FTCC_CONFIG_H
+
+#include <stddef.h>
+
+#include "ftcc.h"
+#include "transport.h"
+
+int ft__config_check(const struct ft_config *cfg);
+/* Copies the caller's versioned struct into out (see struct_size in ftcc.h):
+ * 0, or -FT_EINVAL when its size is no version this library can read. */
+int ft__config_import(const struct ft_config *user, struct ft_config *out);
+int ft__parse_size(const char *s, size_t *out);
+/* Fills e from the environment: the transports' knobs and the launcher's local size. */
+int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e);
+
+#endif

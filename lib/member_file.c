@@ -1,0 +1,696 @@
+/* member_file.c: the file rendezvous membership backend: member files, an exclusively created view file, stale entries. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "membership.h"
+
+/*
+ * Layout: <root>/<job>/lock-<r> (flock held by the live incarnation of rank
+ * r), <root>/<job>/left-<r> ("pid next_op nonce": rank r finalized),
+ * <root>/<job>/gen-<g>/member-<r> ("addr pid host ctrl next_op"), and
+ * <root>/<job>/gen-<g>/view ("ftcc-view 2 gen G size N writer PID HOST nonce
+ * X first K members r0 r1 ..."), created exclusively by the coordinator:
+ * whoever creates it first settles generation g. Files are written under a
+ * temporary name and renamed, so a reader sees a whole file or none. Entries
+ * written by a process of this host that no longer exists are stale (a
+ * crashed earlier job with the same id) and are ignored, so a reused job id
+ * cannot mislead.
+ *
+ * Every file is read as untrusted text (anyone who can write the directory
+ * can write it): single spaces between fields, one newline at the end,
+ * nothing else; numbers in range, ranks in [0, world_size), view members
+ * strictly ascending, strings no longer than their fields. A malformed view
+ * is -FT_ECORRUPT. A malformed member file is -FT_ECORRUPT to lookup, and
+ * absent to a settle: the coordinator settles without that rank when it
+ * forces (and warns), which is what it does for a rank that never
+ * published. A malformed left- marker is ignored likewise: the settle waits
+ * for that rank until it forces.
+ */
+
+#define HOST_MAX 256
+#define MEMBER_FILE_MAX (FT__ADDR_MAX + FT__CTRL_MAX + HOST_MAX + 64)
+#define LEFT_FILE_MAX 96
+
+struct mbf {
+	char dir[600];          /* <root>/<job> */
+	int rank;               /* original rank */
+	int world_size;
+	int lock_fd;            /* flock held while this rank lives */
+	uint64_t nonce;         /* this job's, from the view of generation 0 */
+};
+
+static struct mbf *be(struct ft__mb *mb)
+{
+	return mb->be;
+}
+
+static int mkdir_p(const char *path)
+{
+	char tmp[700];
+	size_t len = strlen(path);
+
+	if (len >= sizeof(tmp))
+		return -FT_EINVAL;
+	memcpy(tmp, path, len + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static void host_name(char *buf, size_t len)
+{
+	if (gethostname(buf, len) != 0)
+		snprintf(buf, len, "unknown");
+	buf[len - 1] = '\0';
+}
+
+/* A writer is stale when it ran on this host and is gone. */
+static int writer_is_stale(int pid, const char *host)
+{
+	char me[HOST_MAX];
+
+	host_name(me, sizeof(me));
+	if (strcmp(me, host) != 0 || pid <= 0)
+		return 0;
+	return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Writes all of text to fd: write() may be cut short or interrupted. */
+static int write_all(int fd, const char *text, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, text, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -FT_EIO;
+		text += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Writes dir/name whole or not at all: a temporary file, then rename (or,
+ * exclusive, link: fails with -EEXIST if the name exists). */
+static int write_atomic(const char *dir, const char *name, const char *text, int exclusive)
+{
+	char tmp[800], path[800];
+	int fd, rc;
+
+	if (snprintf(tmp, sizeof(tmp), "%s/.%s.%d.tmp", dir, name, (int)getpid()) >= (int)sizeof(tmp) ||
+	    snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+		return -FT_EINVAL;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	rc = write_all(fd, text, strlen(text));
+	/* close reports deferred write errors (NFS) */
+	if (close(fd) != 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0) {
+		/* link() fails if the name exists: exclusive creation of a whole file. */
+		if (exclusive ? link(tmp, path) != 0 : rename(tmp, path) != 0)
+			rc = -errno;
+	}
+	unlink(tmp);
+	return rc;
+}
+
+/* Reads a file into buf (NUL-terminated): its length, -ENOENT, -FT_EIO. A
+ * file longer than cap - 1 bytes is cut there and *cut set. */
+static int read_file(const char *path, char *buf, size_t cap, bool *cut)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t have = 0;
+	char extra;
+
+	*cut = false;
+	if (fd < 0)
+		return errno == ENOENT ? -ENOENT : -FT_EIO;
+	for (;;) {
+		ssize_t n = have < cap - 1 ? read(fd, buf + have, cap - 1 - have) : read(fd, &extra, 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			close(fd);
+			return -FT_EIO;
+		}
+		if (n == 0)
+			break;
+		if (have == cap - 1) {
+			*cut = true;
+			break;
+		}
+		have += (size_t)n;
+	}
+	close(fd);
+	buf[have] = '\0';
+	return (int)have;
+}
+
+/* ---- strict parsing of the files' text ---- */
+
+struct scan {
+	const char *p, *end;
+	bool first;
+};
+
+/* The next field: printable ASCII without spaces, after exactly one space
+ * (none before the first). */
+static bool field(struct scan *s, const char **f, size_t *len)
+{
+	const char *q;
+
+	if (!s->first) {
+		if (s->p == s->end || *s->p != ' ')
+			return false;
+		s->p++;
+	}
+	s->first = false;
+	for (q = s->p; q < s->end && *q > ' ' && *q <= '~'; q++)
+		;
+	if (q == s->p)
+		return false;
+	*f = s->p;
+	*len = (size_t)(q - s->p);
+	s->p = q;
+	return true;
+}
+
+/* The file ends here: one newline, nothing after it. */
+static bool at_end(const struct scan *s)
+{
+	return s->end - s->p == 1 && *s->p == '\n';
+}
+
+static bool keyword(struct scan *s, const char *word)
+{
+	const char *f;
+	size_t len;
+
+	return field(s, &f, &len) && len == strlen(word) && memcmp(f, word, len) == 0;
+}
+
+static bool str_field(struct scan *s, char *dst, size_t cap)
+{
+	const char *f;
+	size_t len;
+
+	if (!field(s, &f, &len) || len >= cap)
+		return false;
+	memcpy(dst, f, len);
+	dst[len] = '\0';
+	return true;
+}
+
+/* A decimal (base 10) or hex (base 16) number in [lo, hi], digits only. */
+static bool num_field(struct scan *s, int base, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	const char *f;
+	size_t len;
+	uint64_t v = 0;
+
+	if (!field(s, &f, &len))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = f[i];
+		unsigned d;
+		if (c >= '0' && c <= '9')
+			d = (unsigned)(c - '0');
+		else if (base == 16 && c >= 'a' && c <= 'f')
+			d = (unsigned)(c - 'a' + 10);
+		else
+			return false;
+		if (v > (UINT64_MAX - d) / (unsigned)base)
+			return false;
+		v = v * (unsigned)base + d;
+	}
+	if (v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool int_field(struct scan *s, int lo, int hi, int *out)
+{
+	uint64_t v;
+
+	if (!num_field(s, 10, (uint64_t)lo, (uint64_t)hi, &v))
+		return false;
+	*out = (int)v;
+	return true;
+}
+
+/* A string that a record may carry as one field. */
+static bool is_field_text(const char *s, size_t cap)
+{
+	size_t n = strnlen(s, cap);
+
+	if (n == 0 || n == cap)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] <= ' ' || s[i] > '~')
+			return false;
+	return true;
+}
+
+static void gen_dir(const struct mbf *r, uint32_t gen, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/gen-%u", r->dir, gen);
+}
+
+/* ---- open, publish, lookup ---- */
+
+static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
+{
+	struct mbf *r = calloc(1, sizeof(*r));
+	char path[800];
+	int rc;
+
+	if (r == NULL)
+		return -FT_ENOMEM;
+	mb->be = r;
+	r->lock_fd = -1;
+	r->rank = p->rank;
+	r->world_size = p->world_size;
+	if (p->root == NULL || p->job_id == NULL ||
+	    snprintf(r->dir, sizeof(r->dir), "%s/%s", p->root, p->job_id) >= (int)sizeof(r->dir))
+		return -FT_EINVAL;
+	snprintf(mb->where, sizeof(mb->where), "in %s", r->dir);
+	rc = mkdir_p(r->dir);
+	if (rc != 0) {
+		ft__error("rendezvous: cannot create %s: %s", r->dir, strerror(-rc));
+		return rc == -ENOMEM ? -FT_ENOMEM : -FT_EIO;
+	}
+	snprintf(path, sizeof(path), "%s/lock-%d", r->dir, r->rank);
+	r->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (r->lock_fd < 0) {
+		ft__error("rendezvous: cannot open %s: %s", path, strerror(errno));
+		return -FT_EIO;
+	}
+	if (flock(r->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+		ft__error("rendezvous: rank %d of job in %s is already held by a live process",
+			  r->rank, r->dir);
+		close(r->lock_fd);
+		r->lock_fd = -1;
+		return -FT_EBUSY;
+	}
+	return 0;
+}
+
+static int mbf_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member *m)
+{
+	struct mbf *r = be(mb);
+	char dir[700], name[64], text[MEMBER_FILE_MAX], host[HOST_MAX];
+	int rc;
+
+	if (!is_field_text(m->addr, sizeof(m->addr)) ||
+	    (m->ctrl[0] != '\0' && !is_field_text(m->ctrl, sizeof(m->ctrl)))) {
+		ft__error("rendezvous: rank %d's address cannot be published", r->rank);
+		return -FT_EINVAL;
+	}
+	gen_dir(r, gen, dir, sizeof(dir));
+	if ((rc = mkdir_p(dir)) != 0) {
+		ft__error("rendezvous: cannot create %s: %s", dir, strerror(-rc));
+		return -FT_EIO;
+	}
+	host_name(host, sizeof(host));
+	snprintf(name, sizeof(name), "member-%d", r->rank);
+	snprintf(text, sizeof(text), "%s %d %s %s %llu\n", m->addr, (int)getpid(), host,
+		 m->ctrl[0] != '\0' ? m->ctrl : "-", (unsigned long long)m->next_op);
+	rc = write_atomic(dir, name, text, 0);
+	if (rc != 0)
+		ft__error("rendezvous: cannot write %s/%s: %s", dir, name, strerror(-rc));
+	return rc == 0 ? 0 : -FT_EIO;
+}
+
+/* What a settle makes of a candidate: the last two count as absent. */
+enum { MEMBER_ABSENT, MEMBER_LIVE, MEMBER_DEAD, MEMBER_CORRUPT, MEMBER_BAD_MARKER };
+
+/* Reads a member file: MEMBER_LIVE (and *m), MEMBER_ABSENT, MEMBER_DEAD (its
+ * writer ran on this host and is gone), -FT_ECORRUPT, -FT_EIO. */
+static int read_member(const struct mbf *r, uint32_t gen, int orig, struct ft__member *m)
+{
+	char dir[700], path[800], buf[MEMBER_FILE_MAX], host[HOST_MAX];
+	struct ft__member tmp;
+	struct scan s;
+	uint64_t next;
+	bool cut;
+	int n;
+
+	if (m == NULL)
+		m = &tmp;
+	memset(m, 0, sizeof(*m));
+	gen_dir(r, gen, dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/member-%d", dir, orig);
+	n = read_file(path, buf, sizeof(buf), &cut);
+	if (n == -ENOENT)
+		return MEMBER_ABSENT;
+	if (n < 0)
+		return n;
+	s = (struct scan){.p = buf, .end = buf + n, .first = true};
+	if (cut || !str_field(&s, m->addr, sizeof(m->addr)) ||
+	    !int_field(&s, 1, INT_MAX, &m->pid) || !str_field(&s, host, sizeof(host)) ||
+	    !str_field(&s, m->ctrl, sizeof(m->ctrl)) || !num_field(&s, 10, 0, UINT64_MAX, &next) ||
+	    !at_end(&s)) {
+		memset(m, 0, sizeof(*m));
+		return -FT_ECORRUPT;
+	}
+	m->next_op = next;
+	if (strcmp(m->ctrl, "-") == 0)
+		m->ctrl[0] = '\0';
+	return writer_is_stale(m->pid, host) ? MEMBER_DEAD : MEMBER_LIVE;
+}
+
+static int mbf_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__member *m)
+{
+	int rc = read_member(be(mb), gen, orig, m);
+
+	if (rc == -FT_ECORRUPT)
+		ft__error("rendezvous: malformed member file of rank %d (generation %u) in %s", orig,
+			  gen, be(mb)->dir);
+	return rc == MEMBER_LIVE ? 0 : (rc < 0 ? rc : -FT_EPEERFAILED);
+}
+
+/* ---- views ---- */
+
+/*
+ * Parses a view file: 1 valid and live, 0 absent or stale, <0 corrupt. The
+ * view of generation 0 is stale when its writer (of this host) is gone; later
+ * ones when they carry another job's nonce: once settled, a view stays valid
+ * after its writer dies. Staleness is decided on the header alone, so that a
+ * stale view of an earlier job with a larger world is replaced, not refused;
+ * nothing of a stale view is used.
+ */
+static int read_view(const struct mbf *r, uint32_t gen, struct ft__view *v)
+{
+	char dir[700], path[800], host[HOST_MAX];
+	size_t cap = 512 + 12 * (size_t)r->world_size;
+	struct ft__view got = {0};
+	struct scan s;
+	uint64_t g, size, nonce, first;
+	bool cut;
+	int n, pid;
+	char *buf;
+
+	gen_dir(r, gen, dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/view", dir);
+	buf = malloc(cap);
+	if (buf == NULL)
+		return -FT_ENOMEM;
+	n = read_file(path, buf, cap, &cut);
+	if (n < 0) {
+		free(buf);
+		if (n == -ENOENT)
+			return 0;
+		ft__error("rendezvous: cannot read %s", path);
+		return n;
+	}
+	s = (struct scan){.p = buf, .end = buf + n, .first = true};
+	if (!keyword(&s, "ftcc-view") || !keyword(&s, "2") || !keyword(&s, "gen") ||
+	    !num_field(&s, 10, gen, gen, &g) || !keyword(&s, "size") ||
+	    !num_field(&s, 10, 1, INT_MAX, &size) || !keyword(&s, "writer") ||
+	    !int_field(&s, 1, INT_MAX, &pid) || !str_field(&s, host, sizeof(host)) ||
+	    !keyword(&s, "nonce") || !num_field(&s, 16, 0, UINT64_MAX, &nonce) ||
+	    !keyword(&s, "first") || !num_field(&s, 10, 0, UINT64_MAX, &first) ||
+	    !keyword(&s, "members"))
+		goto corrupt;
+	if (gen == 0 ? writer_is_stale(pid, host) : nonce != r->nonce) {
+		free(buf);
+		return 0;
+	}
+	if (cut || size > (uint64_t)r->world_size)
+		goto corrupt;
+	got.members = malloc((size_t)size * sizeof(int));
+	if (got.members == NULL) {
+		free(buf);
+		return -FT_ENOMEM;
+	}
+	got.size = (int)size;
+	for (int i = 0; i < got.size; i++) {
+		int lo = i > 0 ? got.members[i - 1] + 1 : 0;
+		if (lo >= r->world_size || !int_field(&s, lo, r->world_size - 1, &got.members[i]))
+			goto corrupt;
+	}
+	if (!at_end(&s))
+		goto corrupt;
+	free(buf);
+	got.generation = gen;
+	got.nonce = nonce;
+	got.first_op = first;
+	*v = got;
+	return 1;
+corrupt:
+	ft__error("rendezvous: malformed view file %s", path);
+	free(buf);
+	ft__view_free(&got);
+	return -FT_ECORRUPT;
+}
+
+static uint64_t fresh_nonce(void)
+{
+	uint64_t x = ft__now_ns() ^ ((uint64_t)getpid() << 32);
+
+	/* splitmix64 finaliser: different jobs get unrelated nonces */
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static int write_view(struct mbf *r, uint32_t gen, const int *members, int n, uint64_t first)
+{
+	char dir[700], host[HOST_MAX], *text;
+	size_t cap = 512 + (size_t)n * 12, len;
+	int rc;
+
+	text = malloc(cap);
+	if (text == NULL)
+		return -FT_ENOMEM;
+	host_name(host, sizeof(host));
+	gen_dir(r, gen, dir, sizeof(dir));
+	len = (size_t)snprintf(text, cap, "ftcc-view 2 gen %u size %d writer %d %s nonce %llx first %llu members",
+			       gen, n, (int)getpid(), host,
+			       (unsigned long long)(gen == 0 ? fresh_nonce() : r->nonce),
+			       (unsigned long long)first);
+	for (int i = 0; i < n; i++)
+		len += (size_t)snprintf(text + len, cap - len, " %d", members[i]);
+	snprintf(text + len, cap - len, "\n");
+	rc = write_atomic(dir, "view", text, 1);
+	if (rc == -EEXIST) {
+		/* A view exists: only a stale one may be replaced. */
+		struct ft__view old = {0};
+		if (read_view(r, gen, &old) == 0) {
+			char path[800];
+			snprintf(path, sizeof(path), "%s/view", dir);
+			unlink(path);
+			rc = write_atomic(dir, "view", text, 1);
+		} else {
+			ft__view_free(&old);
+			rc = 0;
+		}
+	}
+	free(text);
+	if (rc == 0 || rc == -EEXIST)
+		return 0;
+	ft__error("rendezvous: cannot write %s/view: %s", dir, strerror(-rc));
+	return -FT_EIO;
+}
+
+static int mbf_depart(struct ft__mb *mb, uint64_t next_op)
+{
+	struct mbf *r = be(mb);
+	char name[64], text[LEFT_FILE_MAX];
+	int rc;
+
+	snprintf(name, sizeof(name), "left-%d", r->rank);
+	snprintf(text, sizeof(text), "%d %llu %llx\n", (int)getpid(), (unsigned long long)next_op,
+		 (unsigned long long)r->nonce);
+	rc = write_atomic(r->dir, name, text, 0);
+	if (rc != 0)
+		ft__error("rendezvous: cannot write %s/%s: %s", r->dir, name, strerror(-rc));
+	return rc == 0 ? 0 : -FT_EIO;
+}
+
+/* Whether rank orig of this job (not of an earlier one with the same id)
+ * finalized: 1 yes, 0 no, -1 its marker is malformed (taken as no). */
+static int departed(const struct mbf *r, int orig)
+{
+	char path[800], buf[LEFT_FILE_MAX];
+	struct scan s;
+	uint64_t next, nonce;
+	bool cut;
+	int pid, n;
+
+	snprintf(path, sizeof(path), "%s/left-%d", r->dir, orig);
+	n = read_file(path, buf, sizeof(buf), &cut);
+	if (n == -ENOENT)
+		return 0;
+	s = (struct scan){.p = buf, .end = buf + (n > 0 ? n : 0), .first = true};
+	if (n < 0 || cut || !int_field(&s, 1, INT_MAX, &pid) ||
+	    !num_field(&s, 10, 0, UINT64_MAX, &next) || !num_field(&s, 16, 0, UINT64_MAX, &nonce) ||
+	    !at_end(&s))
+		return -1;
+	return nonce == r->nonce;
+}
+
+static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, bool force,
+			  struct ft__view *view)
+{
+	struct mbf *r = be(mb);
+	uint64_t first = UINT64_MAX;
+	int *members, *state, n = 0, missing = 0, coordinator = -1, rc;
+
+	rc = read_view(r, gen, view);
+	if (rc != 0) {
+		if (rc == 1 && gen == 0)
+			r->nonce = view->nonce;
+		return rc;
+	}
+	if (ncand < 1)
+		return 0;
+	members = malloc((size_t)ncand * sizeof(int));
+	state = malloc((size_t)ncand * sizeof(int));
+	if (members == NULL || state == NULL) {
+		free(members);
+		free(state);
+		return -FT_ENOMEM;
+	}
+	/* A candidate is live (published), absent (not yet; or its file is
+	 * malformed, which only a forced settle gets past), or out: its process
+	 * is gone from this host, or it finalized (left-<r>). What is malformed
+	 * is ignored, and said so when it shapes the view. */
+	for (int i = 0; i < ncand; i++) {
+		struct ft__member m;
+		rc = read_member(r, gen, cand[i], &m);
+		if (rc == -FT_ECORRUPT)
+			rc = MEMBER_CORRUPT;
+		if ((rc == MEMBER_ABSENT || rc == MEMBER_CORRUPT) && gen > 0) {
+			int left = departed(r, cand[i]);
+			if (left == 1 || read_member(r, gen - 1, cand[i], NULL) == MEMBER_DEAD)
+				rc = MEMBER_DEAD;
+			else if (left < 0)
+				rc = MEMBER_BAD_MARKER;
+		}
+		if (rc < 0)
+			goto out;
+		state[i] = rc;
+		if (rc == MEMBER_LIVE && m.next_op < first)
+			first = m.next_op;
+		if (rc != MEMBER_DEAD && coordinator < 0)
+			coordinator = cand[i];
+	}
+	rc = 0;
+	if (r->rank != coordinator)
+		goto out;
+	for (int i = 0; i < ncand; i++) {
+		if (state[i] == MEMBER_LIVE)
+			members[n++] = cand[i];
+		missing += state[i] != MEMBER_LIVE && state[i] != MEMBER_DEAD;
+	}
+	if (n > 0 && (missing == 0 || force)) {
+		for (int i = 0; i < ncand; i++)
+			if (state[i] == MEMBER_CORRUPT)
+				ft__warn("rendezvous: generation %u settles without rank %d: its member "
+					 "file in %s/gen-%u is malformed", gen, cand[i], r->dir, gen);
+			else if (state[i] == MEMBER_BAD_MARKER)
+				ft__warn("rendezvous: generation %u settles without rank %d, whose "
+					 "departure marker in %s is malformed", gen, cand[i], r->dir);
+		rc = write_view(r, gen, members, n, first);
+	}
+	if (rc == 0) {
+		rc = read_view(r, gen, view);
+		if (rc == 1 && gen == 0)
+			r->nonce = view->nonce;
+	}
+out:
+	free(members);
+	free(state);
+	return rc;
+}
+
+/* Removes what a dead rank left in dir: member files of gone writers and
+ * lock files nobody holds. */
+static void sweep_dead(const struct mbf *r, const char *dir, uint32_t gen)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char path[1100];
+	int orig;
+
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (sscanf(e->d_name, "member-%d", &orig) == 1) {
+			if (orig >= 0 && orig < r->world_size &&
+			    read_member(r, gen, orig, NULL) == MEMBER_DEAD)
+				unlink(path);
+		} else if (sscanf(e->d_name, "lock-%d", &orig) == 1 && orig != r->rank) {
+			int fd = open(path, O_RDWR | O_CLOEXEC);
+			if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+				unlink(path);
+			if (fd >= 0)
+				close(fd);
+		}
+	}
+	closedir(d);
+}
+
+static void mbf_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
+{
+	struct mbf *r = be(mb);
+	char dir[700], path[800];
+
+	if (r == NULL)
+		return;
+	if (r->lock_fd >= 0) {
+		for (uint32_t g = 0; g <= gen; g++) {
+			gen_dir(r, g, dir, sizeof(dir));
+			snprintf(path, sizeof(path), "%s/member-%d", dir, r->rank);
+			unlink(path);
+			if (remove_view) {
+				sweep_dead(r, dir, g);
+				snprintf(path, sizeof(path), "%s/view", dir);
+				unlink(path);
+			}
+			rmdir(dir);
+		}
+		if (remove_view)
+			sweep_dead(r, r->dir, gen);
+		snprintf(path, sizeof(path), "%s/lock-%d", r->dir, r->rank);
+		unlink(path);
+		close(r->lock_fd);
+		r->lock_fd = -1;
+		rmdir(r->dir);
+	}
+	free(r);
+	mb->be = NULL;
+}
+
+const struct ft__mb_ops ft__mb_file_ops = {
+	.size = sizeof(struct ft__mb_ops),
+	.name = "file",
+	.open = mbf_open,
+	.publish = mbf_publish,
+	.try_settle = mbf_try_settle,
+	.lookup = mbf_lookup,
+	.depart = mbf_depart,
+	.close = mbf_close,
+};

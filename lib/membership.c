@@ -1,0 +1,137 @@
+/* membership.c: picks a membership backend, checks what it returns, and waits for a view to settle. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "membership.h"
+
+static const struct ft__mb_ops *const backends[] = {&ft__mb_file_ops};
+
+int ft__mb_open(struct ft__mb *mb, const struct ft__mb_params *p)
+{
+	const char *name = p->backend != NULL ? p->backend : "file";
+	const struct ft__mb_ops *ops = NULL;
+	int rc;
+
+	memset(mb, 0, sizeof(*mb));
+	if (p->world_size < 1 || p->rank < 0 || p->rank >= p->world_size)
+		return -FT_EINVAL;
+	for (size_t i = 0; i < FT__ARRAY_SIZE(backends); i++)
+		if (strcmp(backends[i]->name, name) == 0)
+			ops = backends[i];
+	if (ops == NULL) {
+		ft__error("membership: no backend named '%s'", name);
+		return -FT_ENOSYS;
+	}
+	mb->rank = p->rank;
+	mb->world_size = p->world_size;
+	rc = ops->open(mb, p);
+	if (rc != 0) {
+		ops->close(mb, 0, false);
+		memset(mb, 0, sizeof(*mb));
+		return rc;
+	}
+	mb->ops = ops;
+	return 0;
+}
+
+int ft__mb_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member *m)
+{
+	return mb->ops->publish(mb, gen, m);
+}
+
+int ft__view_check(const struct ft__view *v, int world_size)
+{
+	if (v->members == NULL || v->size < 1 || v->size > world_size)
+		return -FT_ECORRUPT;
+	for (int i = 0; i < v->size; i++)
+		if (v->members[i] < 0 || v->members[i] >= world_size ||
+		    (i > 0 && v->members[i] <= v->members[i - 1]))
+			return -FT_ECORRUPT;
+	return 0;
+}
+
+int ft__mb_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, bool force,
+		      struct ft__view *view)
+{
+	int rc = mb->ops->try_settle(mb, gen, cand, ncand, force, view);
+
+	/* The backend validates what it reads; this makes the contract hold
+	 * whatever the backend, since callers index arrays with the members. */
+	if (rc == 1 && (view->generation != gen || ft__view_check(view, mb->world_size) != 0)) {
+		ft__error("membership: the view of generation %u breaks the view contract", gen);
+		ft__view_free(view);
+		return -FT_ECORRUPT;
+	}
+	return rc;
+}
+
+static void backoff_sleep(int *us)
+{
+	struct timespec ts = {0, (long)*us * 1000};
+
+	nanosleep(&ts, NULL);
+	if (*us < 20000)
+		*us *= 2;
+}
+
+int ft__mb_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, int timeout_ms,
+		  struct ft__view *view)
+{
+	int64_t deadline = ft__now_ms() + timeout_ms;
+	int sleep_us = 500, rc;
+
+	for (;;) {
+		rc = ft__mb_try_settle(mb, gen, cand, ncand, false, view);
+		if (rc == 1)
+			return 0;
+		if (rc < 0) {
+			ft__error("membership: cannot settle generation %u %s: %s", gen, mb->where,
+				  ft_strerror(rc));
+			return rc;
+		}
+		if (ft__now_ms() >= deadline)
+			break;
+		backoff_sleep(&sleep_us);
+	}
+	if (ncand > 0 && mb->rank == cand[0]) {
+		for (int i = 0; i < ncand; i++) {
+			struct ft__member m;
+			if (ft__mb_lookup(mb, gen, cand[i], &m) != 0)
+				ft__error("membership: rank %d never registered %s (generation %u)",
+					  cand[i], mb->where, gen);
+		}
+	} else if (ncand > 0) {
+		ft__error("membership: no view for generation %u %s (coordinator rank %d)", gen,
+			  mb->where, cand[0]);
+	}
+	return -FT_ETIMEDOUT;
+}
+
+int ft__mb_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__member *m)
+{
+	if (orig < 0 || orig >= mb->world_size)
+		return -FT_EINVAL;
+	return mb->ops->lookup(mb, gen, orig, m);
+}
+
+int ft__mb_depart(struct ft__mb *mb, uint64_t next_op)
+{
+	return mb->ops->depart(mb, next_op);
+}
+
+void ft__mb_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
+{
+	if (mb->ops == NULL)
+		return;
+	mb->ops->close(mb, gen, remove_view);
+	memset(mb, 0, sizeof(*mb));
+}
+
+void ft__view_free(struct ft__view *v)
+{
+	free(v->members);
+	v->members = NULL;
+	v->size = 0;
+}

@@ -1,0 +1,124 @@
+/* membership.h: membership views, what a rank publishes, and the interface every membership backend implements. */
+#ifndef FTCC_MEMBERSHIP_H
+#define FTCC_MEMBERSHIP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * A view is (generation, ascending original ranks). Generation 0 is the
+ * world at ft_init; each failure settles the next one. A backend stores
+ * what each rank publishes for a generation (its addresses and the first
+ * collective whose result it lacks) and settles each generation's view
+ * exactly once: every rank that settles generation g gets the same view.
+ *
+ * Backends: "file" (member_file.c), a rendezvous directory every rank can
+ * reach (one host, or NFS). An in-band backend, settling over the control
+ * links for hosts without a shared file system, is to come; it will take
+ * the control links and the launcher's address book through
+ * ft__mb_params, and plugs in through the same table.
+ *
+ * Contract of every backend (checked by membership.c where it can be):
+ * - A view it returns has 1 <= size <= world_size and members strictly
+ *   ascending in [0, world_size): callers index arrays of world_size with
+ *   them. Whatever the backend reads from outside (files, messages) it
+ *   validates before use; a malformed record is -FT_ECORRUPT, or ignored
+ *   with a warning where ignoring is safe (the backend says which).
+ * - publish, lookup and try_settle may run on the detector thread while the
+ *   main thread calls lookup: a backend keeps no state those calls share
+ *   except what open and the settle of generation 0 set (before the
+ *   detector starts).
+ * - close is safe on a half-opened handle and after a failed open.
+ */
+
+#define FT__ADDR_MAX 256        /* data transport address, NUL included */
+#define FT__CTRL_MAX 64         /* control link address, NUL included */
+
+struct ft__view {
+	uint32_t generation;
+	int size;
+	int *members;           /* original ranks, ascending; malloc'd */
+	uint64_t first_op;      /* first collective that runs in this view */
+	uint64_t nonce;         /* this job's (the view of generation 0 picks it) */
+};
+
+/* What a rank publishes for a generation. */
+struct ft__member {
+	char addr[FT__ADDR_MAX];        /* data transport address */
+	char ctrl[FT__CTRL_MAX];        /* control (detector) address, "" if none */
+	uint64_t next_op;               /* first collective whose result it does not hold */
+	int pid;                        /* filled by lookup */
+};
+
+struct ft__mb_params {
+	const char *backend;    /* "file"; NULL: the default, "file" */
+	const char *root;       /* file: the rendezvous directory */
+	const char *job_id;
+	int rank;               /* this process's original rank */
+	int world_size;
+};
+
+struct ft__mb;
+
+/*
+ * The backend table. Every op returns 0 or a negative FT_E* code unless
+ * it says otherwise. None blocks longer than a file or message round trip:
+ * waiting is ft__mb_settle's, which retries try_settle.
+ */
+struct ft__mb_ops {
+	size_t size;            /* sizeof(struct ft__mb_ops) */
+	const char *name;
+	/* Sets mb->be; -FT_EBUSY when this rank is held by a live process. */
+	int (*open)(struct ft__mb *mb, const struct ft__mb_params *p);
+	/* Publishes this rank's record for generation gen (replacing an earlier one). */
+	int (*publish)(struct ft__mb *mb, uint32_t gen, const struct ft__member *m);
+	/*
+	 * One look at generation gen: 1 and *view once it is settled, 0 not
+	 * yet. The coordinator, the lowest candidate (ascending) not known gone,
+	 * settles it once every candidate has published or is gone, or, when
+	 * force, with the candidates that have published; first_op is the
+	 * lowest next_op they published.
+	 */
+	int (*try_settle)(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, bool force,
+			  struct ft__view *view);
+	/* What original rank orig published for gen; -FT_EPEERFAILED when it has
+	 * not or is gone, -FT_ECORRUPT when its record is malformed. */
+	int (*lookup)(struct ft__mb *mb, uint32_t gen, int orig, struct ft__member *m);
+	/* Marks this rank as finalized (next_op: its next op) so that a settle in
+	 * progress neither waits for it nor counts it. */
+	int (*depart)(struct ft__mb *mb, uint64_t next_op);
+	/* Removes this rank's records up to generation gen (and the views when
+	 * remove_view), frees mb->be. */
+	void (*close)(struct ft__mb *mb, uint32_t gen, bool remove_view);
+};
+
+/* A membership handle: a backend and its state. Zeroed: not open. */
+struct ft__mb {
+	const struct ft__mb_ops *ops;
+	void *be;
+	int rank;
+	int world_size;
+	char where[640];        /* where the records are, for messages */
+};
+
+extern const struct ft__mb_ops ft__mb_file_ops;
+
+int ft__mb_open(struct ft__mb *mb, const struct ft__mb_params *p);
+int ft__mb_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member *m);
+int ft__mb_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, bool force,
+		      struct ft__view *view);
+/* Retries try_settle (backing off) for up to timeout_ms: 0 and *view,
+ * -FT_ETIMEDOUT (naming who never published), or the backend's error. */
+int ft__mb_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, int timeout_ms,
+		  struct ft__view *view);
+int ft__mb_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__member *m);
+int ft__mb_depart(struct ft__mb *mb, uint64_t next_op);
+/* Safe on a zeroed or closed handle. */
+void ft__mb_close(struct ft__mb *mb, uint32_t gen, bool remove_view);
+
+/* 0 when v keeps the view contract for world_size, else -FT_ECORRUPT. */
+int ft__view_check(const struct ft__view *v, int world_size);
+void ft__view_free(struct ft__view *v);
+
+#endif

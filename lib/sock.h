@@ -1,0 +1,55 @@
+/* sock.h: socket helpers shared by the TCP transport and the control links. */
+#ifndef FTCC_SOCK_H
+#define FTCC_SOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/*
+ * Addresses are text, as published through membership: "host:port", with an
+ * IPv6 host in brackets ("[::1]:4000"). Every socket made here is
+ * nonblocking and close-on-exec. Functions return 0 or a negative FT_E*
+ * code and log nothing unless they say so.
+ */
+
+/* A resolved peer address. */
+struct ft__sock_addr {
+	struct sockaddr_storage ss;
+	socklen_t len;
+};
+
+/* Options set on a connected socket (TCP_NODELAY always). */
+struct ft__sock_opts {
+	bool keepalive;         /* keepalive probes and TCP_USER_TIMEOUT: dead hosts are noticed */
+	size_t buffer;          /* SO_SNDBUF and SO_RCVBUF; 0: the kernel's autotuning */
+};
+
+/*
+ * Listens on bind_host (NULL or "": 127.0.0.1) at a port the kernel picks
+ * and writes the address to publish into addr. who names the caller in the
+ * error it logs. -FT_EINVAL: bind_host does not resolve; -FT_EIO otherwise.
+ */
+int ft__sock_listen(const char *who, const char *bind_host, int backlog, int *fd, char *addr,
+		    size_t addrlen);
+/* Splits "host:port" or "[v6]:port" (brackets removed); -FT_EINVAL if malformed or too long. */
+int ft__sock_split(const char *addr, char *host, size_t hlen, char *port, size_t plen);
+/* Resolves a numeric-port address; -FT_EINVAL when it is malformed or does not resolve. */
+int ft__sock_resolve(const char *addr, struct ft__sock_addr *out);
+/*
+ * One connection attempt to `to`, tuned with opts before connecting (buffer
+ * sizes must precede the handshake to take effect), waiting for the kernel
+ * up to deadline_ms (a ft__now_ms() value). 0 and *fd; -FT_ECONNREFUSED,
+ * -FT_ETIMEDOUT, -FT_EPEERFAILED when the peer cannot be reached; -FT_EIO
+ * when no socket could be made (retrying will not help).
+ */
+int ft__sock_connect(const struct ft__sock_addr *to, const struct ft__sock_opts *opts,
+		     int64_t deadline_ms, int *fd);
+void ft__sock_tune(int fd, const struct ft__sock_opts *opts);
+/* Writes all of buf to a nonblocking socket before deadline_ms (SIGPIPE never raised). */
+int ft__sock_write_full(int fd, const void *buf, size_t len, int64_t deadline_ms);
+/* The FT_E* code (negative) for a socket errno. */
+int ft__sock_error(int err);
+
+#endif

@@ -1,0 +1,110 @@
+/* test_bootstrap.c: which launcher started a rank and what it says, from a table of variables (no process environment). */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "bootstrap.h"
+
+/* An environment as a NULL-terminated list of "NAME=value". */
+static const char *table(const char *name, void *arg)
+{
+	size_t n = strlen(name);
+
+	for (const char *const *e = arg; *e != NULL; e++)
+		if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+			return *e + n + 1;
+	return NULL;
+}
+
+static struct ft__boot identity(const char *const *env)
+{
+	struct ft__boot b;
+
+	ft__boot_identity(table, (void *)env, &b);
+	return b;
+}
+
+Test(bootstrap, nothing_set_asks_for_ftcc_variables, .timeout = 10)
+{
+	const char *env[] = {"PATH=/bin", NULL};
+	struct ft__boot b = identity(env);
+
+	cr_expect_eq(b.launcher, FT__LAUNCHER_NONE);
+	cr_expect_str_eq(b.rank_var, "FTCC_RANK");
+	cr_expect_str_eq(b.size_var, "FTCC_WORLD_SIZE");
+	cr_expect_null(b.rank);
+	cr_expect_null(b.size);
+}
+
+Test(bootstrap, ftcc_variables_win, .timeout = 10)
+{
+	const char *env[] = {"OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=8", "PMI_RANK=6",
+			     "PMI_SIZE=9", "FTCC_RANK=1", "FTCC_WORLD_SIZE=2", NULL};
+	struct ft__boot b = identity(env);
+
+	cr_expect_eq(b.launcher, FT__LAUNCHER_FTCC);
+	cr_expect_str_eq(b.rank, "1");
+	cr_expect_str_eq(b.size, "2");
+}
+
+Test(bootstrap, open_mpi_before_mpich, .timeout = 10)
+{
+	const char *env[] = {"PMI_RANK=0", "PMI_SIZE=5", "OMPI_COMM_WORLD_RANK=1",
+			     "OMPI_COMM_WORLD_SIZE=2", NULL};
+	struct ft__boot b = identity(env);
+
+	cr_expect_eq(b.launcher, FT__LAUNCHER_OMPI);
+	cr_expect_str_eq(b.rank_var, "OMPI_COMM_WORLD_RANK");
+	cr_expect_str_eq(b.size_var, "OMPI_COMM_WORLD_SIZE");
+	cr_expect_str_eq(b.rank, "1");
+	cr_expect_str_eq(b.size, "2");
+}
+
+Test(bootstrap, mpich, .timeout = 10)
+{
+	const char *env[] = {"PMI_RANK=2", NULL};
+	struct ft__boot b = identity(env);
+
+	cr_expect_eq(b.launcher, FT__LAUNCHER_MPICH);
+	cr_expect_str_eq(b.size_var, "PMI_SIZE");
+	cr_expect_str_eq(b.rank, "2");
+	cr_expect_null(b.size, "a missing size is reported by the caller, naming PMI_SIZE");
+}
+
+Test(bootstrap, job_ids, .timeout = 10)
+{
+	const char *ompi[] = {"OMPI_COMM_WORLD_RANK=0", "OMPI_MCA_ess_base_jobid=77", NULL};
+	const char *pmix[] = {"OMPI_COMM_WORLD_RANK=0", "OMPI_MCA_ess_base_jobid=77",
+			      "PMIX_NAMESPACE=prterun-h-1@1", NULL};
+	const char *mpich[] = {"PMI_RANK=0", NULL};
+	const char *ftcc[] = {"FTCC_RANK=0", NULL};
+	char id[128];
+	struct ft__boot b;
+
+	b = identity(ompi);
+	ft__boot_job_id(&b, table, (void *)ompi, id, sizeof(id));
+	cr_expect_str_eq(id, "ompi-77");
+	b = identity(pmix);
+	ft__boot_job_id(&b, table, (void *)pmix, id, sizeof(id));
+	cr_expect_str_eq(id, "ompi-prterun-h-1@1", "the PMIx namespace first");
+	b = identity(mpich);
+	ft__boot_job_id(&b, table, (void *)mpich, id, sizeof(id));
+	cr_expect(strncmp(id, "hydra-", 6) == 0 || strncmp(id, "pmi-", 4) == 0, "got '%s'", id);
+	b = identity(ftcc);
+	ft__boot_job_id(&b, table, (void *)ftcc, id, sizeof(id));
+	cr_expect_str_eq(id, "", "ftcc-run gives FTCC_JOB_ID itself");
+}
+
+Test(bootstrap, local_ranks, .timeout = 10)
+{
+	const char *none[] = {NULL};
+	const char *mpich[] = {"MPI_LOCALNRANKS=3", NULL};
+	const char *both[] = {"MPI_LOCALNRANKS=3", "OMPI_COMM_WORLD_LOCAL_SIZE=4", NULL};
+	const char *junk[] = {"OMPI_COMM_WORLD_LOCAL_SIZE=x", "MPI_LOCALNRANKS=0", NULL};
+
+	cr_expect_eq(ft__boot_local_ranks(table, (void *)none), 0);
+	cr_expect_eq(ft__boot_local_ranks(table, (void *)mpich), 3);
+	cr_expect_eq(ft__boot_local_ranks(table, (void *)both), 4, "Open MPI's first");
+	cr_expect_eq(ft__boot_local_ranks(table, (void *)junk), 0, "no usable value: not known");
+}

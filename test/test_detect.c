@@ -1,0 +1,582 @@
+/* test_detect.c: the failure detector over real sockets: the failed set, notices both ways, exclusion, hostile peers and views. */
+#include <criterion/criterion.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "detect.h"
+#include "internal.h"
+#include "membership.h"
+
+/*
+ * A world of 5 in one process: rank 2 is a real detector (its own thread,
+ * its own sockets); ranks 1 (its left neighbour) and 3 (its right) are played
+ * by the test through control links of their own (ctl.c, real sockets);
+ * ranks 0 and 4 only exist in the rendezvous. The test sends what a
+ * neighbour would send and reads what the detector sends back.
+ */
+
+#define W 5
+#define ME 2
+#define LEFT 1
+#define RIGHT 3
+#define JOB "job"
+#define TOKEN "tok"
+#define WAIT_MS 10000
+
+struct world {
+	char root[256];
+	struct ft__mb mb[W];
+	struct ft__ctl ctl[W];          /* LEFT and RIGHT only */
+	struct ft__det *d;
+	int link[W];                    /* LEFT, RIGHT: their link with the detector */
+	uint64_t nonce;
+	int heartbeat_ms, timeout_ms;
+	int rcvbuf;                     /* nonzero: RIGHT's socket receive buffer */
+};
+
+static struct world w;
+
+static void quiet(void)
+{
+	ft__log_level = -1;
+}
+
+TestSuite(detect, .init = quiet);
+TestSuite(detect_create, .init = quiet);
+
+/* ---- pthread initialisation that fails on demand ---- */
+
+static int fail_mutex_init, fail_cond_init;
+
+int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
+{
+	static int (*real)(pthread_mutex_t *, const pthread_mutexattr_t *);
+
+	if (real == NULL)
+		*(void **)&real = dlsym(RTLD_NEXT, "pthread_mutex_init");
+	return fail_mutex_init ? ENOMEM : real(m, a);
+}
+
+int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
+{
+	static int (*real)(pthread_cond_t *, const pthread_condattr_t *);
+
+	if (real == NULL)
+		*(void **)&real = dlsym(RTLD_NEXT, "pthread_cond_init");
+	return fail_cond_init ? EAGAIN : real(c, a);
+}
+
+/* ---- the world ---- */
+
+static void open_world(int heartbeat_ms, int timeout_ms)
+{
+	struct ft__view v = {0};
+	int all[W];
+
+	memset(&w, 0, sizeof(w));
+	w.heartbeat_ms = heartbeat_ms;
+	w.timeout_ms = timeout_ms;
+	snprintf(w.root, sizeof(w.root), "%s/ftcc-det-XXXXXX",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	cr_assert_not_null(mkdtemp(w.root));
+	for (int r = 0; r < W; r++) {
+		struct ft__mb_params mp = {.root = w.root, .job_id = JOB, .rank = r, .world_size = W};
+		all[r] = r;
+		w.link[r] = -1;
+		cr_assert_eq(ft__mb_open(&w.mb[r], &mp), 0);
+	}
+	for (int r = LEFT; r <= RIGHT; r += RIGHT - LEFT) {
+		struct ft__ctl_params cp = {.rank = r, .world_size = W, .job_id = JOB,
+					    .token = TOKEN, .bind_host = "127.0.0.1"};
+		cr_assert_eq(ft__ctl_open(&w.ctl[r], &cp), 0);
+	}
+	struct ft__det_params dp = {
+		.mb = &w.mb[ME], .world_size = W, .rank = ME, .job_id = JOB, .token = TOKEN,
+		.bind_host = "127.0.0.1", .heartbeat_ms = heartbeat_ms,
+		.detect_timeout_ms = timeout_ms, .settle_delay_ms = 0,
+	};
+	cr_assert_eq(ft__det_create(&dp, &w.d), 0);
+	for (int r = 0; r < W; r++) {
+		struct ft__member m;
+		memset(&m, 0, sizeof(m));
+		snprintf(m.addr, sizeof(m.addr), "127.0.0.1:%d", 1000 + r);
+		if (r == ME)
+			snprintf(m.ctrl, sizeof(m.ctrl), "%s", ft__det_addr(w.d));
+		else if (r == LEFT || r == RIGHT)
+			snprintf(m.ctrl, sizeof(m.ctrl), "%s", w.ctl[r].addr);
+		cr_assert_eq(ft__mb_publish(&w.mb[r], 0, &m), 0);
+	}
+	for (int r = 0; r < W; r++) {
+		cr_assert_eq(ft__mb_settle(&w.mb[r], 0, all, W, 5000, &v), 0);
+		w.nonce = v.nonce;
+		ft__view_free(&v);
+	}
+	if (w.rcvbuf > 0)
+		cr_assert_eq(setsockopt(w.ctl[RIGHT].listen_fd, SOL_SOCKET, SO_RCVBUF, &w.rcvbuf,
+					sizeof(w.rcvbuf)), 0);
+}
+
+/* Index of RIGHT's link from the detector once its hello passed. */
+static int accept_right(void)
+{
+	struct ft__ctl *c = &w.ctl[RIGHT];
+	int64_t end = ft__now_ms() + WAIT_MS;
+
+	while (ft__now_ms() < end) {
+		struct pollfd p = {.fd = c->listen_fd, .events = POLLIN};
+		struct ft__ctl_msg m;
+		(void)poll(&p, 1, 10);
+		ft__ctl_accept(c);
+		for (int i = 0; i < FT__CTL_LINKS; i++) {
+			if (c->links[i].fd < 0)
+				continue;
+			if (c->links[i].peer < 0 && ft__ctl_next(c, i, &m) == 1) {
+				cr_assert_eq(m.type, FT__CTL_HELLO);
+				cr_assert_eq(m.from, ME);
+			}
+			if (c->links[i].peer == ME)
+				return i;
+		}
+	}
+	cr_assert_fail("the detector never connected to its right neighbour");
+	return -1;
+}
+
+/* Starts the detector on generation 0 of the whole world, both neighbours linked. */
+static void start_world(int heartbeat_ms, int timeout_ms)
+{
+	const int all[W] = {0, 1, 2, 3, 4};
+
+	open_world(heartbeat_ms, timeout_ms);
+	cr_assert_eq(ft__det_start(w.d, 0, all, W), 0);
+	w.link[RIGHT] = accept_right();
+	w.link[LEFT] = ft__ctl_connect(&w.ctl[LEFT], ft__det_addr(w.d), ME, 0, WAIT_MS);
+	cr_assert_geq(w.link[LEFT], 0, "cannot link to the detector: %s", ft_err_name(w.link[LEFT]));
+}
+
+static void close_world(void)
+{
+	char cmd[300];
+
+	ft__det_destroy(w.d);
+	for (int r = 0; r < W; r++) {
+		if (r == LEFT || r == RIGHT)
+			ft__ctl_close(&w.ctl[r]);
+		ft__mb_close(&w.mb[r], 1, false);
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", w.root);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", w.root);
+}
+
+static void send_notice(int from, const int32_t *ranks, int n)
+{
+	int rc = ft__ctl_send(&w.ctl[from], w.link[from], FT__CTL_NOTICE, 0, ranks,
+			      (size_t)n * sizeof(int32_t));
+	cr_assert_eq(rc, 0, "notice from %d: %s", from, ft_err_name(rc));
+}
+
+/*
+ * The next message other than a heartbeat on r's link, within ms: 1 (and
+ * *m; a notice's ranks in ranks[0..*n)), 0 at the deadline, or the error
+ * that ended the link. The other test links are drained meanwhile.
+ */
+static int next_msg(int r, long ms, struct ft__ctl_msg *m, int32_t *ranks, int *n)
+{
+	int64_t end = ft__now_ms() + ms;
+
+	for (;;) {
+		int rc = ft__ctl_next(&w.ctl[r], w.link[r], m);
+		if (rc < 0)
+			return rc;
+		if (rc == 1 && m->type == FT__CTL_HB)
+			continue;
+		if (rc == 1) {
+			if (m->type == FT__CTL_NOTICE && ranks != NULL) {
+				*n = (int)(m->len / sizeof(int32_t));
+				memcpy(ranks, m->payload, m->len);
+			}
+			return 1;
+		}
+		if (ft__now_ms() >= end)
+			return 0;
+		struct pollfd p = {.fd = w.ctl[r].links[w.link[r]].fd, .events = POLLIN};
+		(void)poll(&p, 1, 10);
+	}
+}
+
+/* Expects a notice on r's link listing exactly want[0..nw), ascending. */
+static void expect_notice(int r, const int32_t *want, int nw, const char *what)
+{
+	struct ft__ctl_msg m;
+	int32_t got[W * 4];
+	int n = -1, rc = next_msg(r, WAIT_MS, &m, got, &n);
+
+	cr_assert_eq(rc, 1, "%s: no message at rank %d (%s)", what, r, ft_err_name(rc));
+	cr_assert_eq(m.type, FT__CTL_NOTICE, "%s: rank %d got message type %d", what, r, m.type);
+	cr_assert_eq(m.from, ME);
+	cr_assert_eq(n, nw, "%s: rank %d got a notice of %d ranks, want %d", what, r, n, nw);
+	for (int i = 0; i < nw; i++)
+		cr_expect_eq(got[i], want[i], "%s: rank %d: notice[%d] = %d, want %d", what, r, i,
+			     got[i], want[i]);
+}
+
+/* Expects r's link to end (the detector closed it). */
+static void expect_closed(int r, const char *what)
+{
+	struct ft__ctl_msg m;
+	int rc;
+
+	do
+		rc = next_msg(r, WAIT_MS, &m, NULL, NULL);
+	while (rc == 1 && m.type == FT__CTL_NOTICE);
+	cr_expect_eq(rc, -FT_EPEERFAILED, "%s: rank %d's link: %s, type %d", what, r,
+		     ft_err_name(rc), rc == 1 ? m.type : 0);
+}
+
+/* The notices go out first, then the detector tells the main thread (a
+ * failed member: it must recover). */
+static void wait_pending(void)
+{
+	for (int64_t end = ft__now_ms() + WAIT_MS; !ft__det_pending(w.d) && ft__now_ms() < end;) {
+		struct timespec ts = {0, 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	cr_assert(ft__det_pending(w.d), "the main thread was never told of the failure");
+}
+
+/* ---- the failed set and its notices ---- */
+
+Test(detect, notice_reaches_both_neighbours, .timeout = 60)
+{
+	const int32_t four[] = {4}, zero[] = {0}, zero_four[] = {0, 4};
+
+	start_world(50, 30000);
+	cr_expect(!ft__det_pending(w.d));
+	send_notice(LEFT, four, 1);
+	expect_notice(RIGHT, four, 1, "from the left, forwarded right");
+	expect_notice(LEFT, four, 1, "and back left");
+	cr_expect(ft__det_failed(w.d, 4));
+	wait_pending();
+
+	/* the other way round: from the right, forwarded left */
+	send_notice(RIGHT, zero, 1);
+	expect_notice(LEFT, zero_four, 2, "from the right, forwarded left");
+	expect_notice(RIGHT, zero_four, 2, "and back right");
+	close_world();
+}
+
+Test(detect, failed_set_only_grows, .timeout = 60)
+{
+	const int32_t four[] = {4}, zero[] = {0}, zero_four[] = {0, 4};
+
+	start_world(50, 30000);
+	send_notice(LEFT, four, 1);
+	expect_notice(RIGHT, four, 1, "first notice");
+	/* nothing new: not forwarded; a notice without 4 does not take it out */
+	send_notice(LEFT, four, 1);
+	send_notice(LEFT, zero, 1);
+	expect_notice(RIGHT, zero_four, 2, "after a repeat and a new rank");
+	cr_expect(ft__det_failed(w.d, 4));
+	cr_expect(ft__det_failed(w.d, 0));
+	cr_expect(!ft__det_failed(w.d, 1));
+	cr_expect(!ft__det_failed(w.d, 3));
+	close_world();
+}
+
+Test(detect, ranks_outside_the_world_ignored, .timeout = 60)
+{
+	const int32_t wild[] = {-1, W, 1000000, INT32_MIN, INT32_MAX}, zero[] = {0};
+
+	start_world(50, 30000);
+	send_notice(LEFT, wild, 5);
+	send_notice(LEFT, zero, 1);
+	/* had any wild rank counted, this notice would carry it (or come earlier) */
+	expect_notice(RIGHT, zero, 1, "after ranks outside the world");
+	cr_expect(!ft__det_failed(w.d, -1));
+	cr_expect(!ft__det_failed(w.d, W));
+	close_world();
+}
+
+Test(detect, notice_naming_self_excludes, .timeout = 60)
+{
+	const int32_t me[] = {ME};
+	struct ft__view v = {0};
+
+	start_world(50, 30000);
+	send_notice(LEFT, me, 1);
+	cr_expect_eq(ft__det_await(w.d, 0, WAIT_MS, &v), -FT_EEXCLUDED);
+	cr_expect(ft__det_pending(w.d));
+	expect_closed(LEFT, "excluded");
+	expect_closed(RIGHT, "excluded");
+	close_world();
+}
+
+Test(detect, link_closed_without_goodbye_declares, .timeout = 60)
+{
+	const int32_t right[] = {RIGHT};
+
+	start_world(50, 30000);
+	ft__ctl_drop(&w.ctl[RIGHT], w.link[RIGHT]);
+	expect_notice(LEFT, right, 1, "right neighbour's link closed");
+	cr_expect(ft__det_failed(w.d, RIGHT));
+	close_world();
+}
+
+Test(detect, goodbye_is_no_failure, .timeout = 60)
+{
+	const int32_t zero[] = {0};
+
+	start_world(50, 30000);
+	cr_assert_eq(ft__ctl_send(&w.ctl[LEFT], w.link[LEFT], FT__CTL_BYE, 0, NULL, 0), 0);
+	ft__ctl_drop(&w.ctl[LEFT], w.link[LEFT]);
+	send_notice(RIGHT, zero, 1);
+	expect_notice(RIGHT, zero, 1, "after the left said goodbye");
+	cr_expect(!ft__det_failed(w.d, LEFT));
+	close_world();
+}
+
+Test(detect, silence_declares, .timeout = 60)
+{
+	int64_t end;
+
+	start_world(50, 2000);
+	/* the right neighbour keeps beating, the left says nothing */
+	end = ft__now_ms() + WAIT_MS;
+	while (!ft__det_failed(w.d, LEFT) && ft__now_ms() < end) {
+		struct ft__ctl_msg m;
+		cr_assert_eq(ft__ctl_send(&w.ctl[RIGHT], w.link[RIGHT], FT__CTL_HB, 0, NULL, 0), 0);
+		while (ft__ctl_next(&w.ctl[RIGHT], w.link[RIGHT], &m) == 1)
+			cr_assert(m.type == FT__CTL_HB || m.type == FT__CTL_NOTICE);
+		struct timespec ts = {0, 10 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	cr_assert(ft__det_failed(w.d, LEFT), "a silent left neighbour was never declared");
+	cr_expect(!ft__det_failed(w.d, RIGHT), "the right one kept beating");
+	close_world();
+}
+
+/* ---- hostile peers ---- */
+
+Test(detect, malformed_message_declares_its_sender, .timeout = 60)
+{
+	const int32_t left[] = {LEFT};
+	const char odd[3] = {1, 2, 3};
+
+	start_world(50, 30000);
+	/* a notice whose length is no whole number of ranks */
+	cr_assert_eq(ft__ctl_send(&w.ctl[LEFT], w.link[LEFT], FT__CTL_NOTICE, 0, odd, 3), 0);
+	expect_notice(RIGHT, left, 1, "left sent a malformed notice");
+	close_world();
+}
+
+Test(detect, garbage_declares_its_sender, .timeout = 60)
+{
+	const int32_t right[] = {RIGHT};
+	char junk[64];
+
+	memset(junk, 0x5a, sizeof(junk));
+	start_world(50, 30000);
+	cr_assert_eq(send(w.ctl[RIGHT].links[w.link[RIGHT]].fd, junk, sizeof(junk), MSG_NOSIGNAL),
+		     (ssize_t)sizeof(junk));
+	expect_notice(LEFT, right, 1, "right sent garbage");
+	close_world();
+}
+
+/* Connects to the detector as `from` (a world of `world`, with token) and
+ * expects the link to be refused; the detector goes on unharmed. */
+static void expect_refused(int from, int world, const char *token, int to, const char *what)
+{
+	struct ft__ctl c;
+	struct ft__ctl_params cp = {.rank = from, .world_size = world, .job_id = JOB,
+				    .token = token, .bind_host = "127.0.0.1"};
+	struct ft__ctl_msg m;
+	int64_t end = ft__now_ms() + WAIT_MS;
+	int i, rc;
+
+	cr_assert_eq(ft__ctl_open(&c, &cp), 0);
+	i = ft__ctl_connect(&c, ft__det_addr(w.d), to, 0, WAIT_MS);
+	cr_assert_geq(i, 0);
+	/* a heartbeat after the hello: an accepted link would carry it */
+	cr_assert_eq(ft__ctl_send(&c, i, FT__CTL_HB, 0, NULL, 0), 0);
+	do {
+		struct pollfd p = {.fd = c.links[i].fd, .events = POLLIN};
+		(void)poll(&p, 1, 10);
+		rc = ft__ctl_next(&c, i, &m);
+	} while ((rc == 0 || (rc == 1 && m.type == FT__CTL_HB)) && ft__now_ms() < end);
+	cr_expect_eq(rc, -FT_EPEERFAILED, "%s: the detector kept the link (%s)", what,
+		     ft_err_name(rc));
+	ft__ctl_close(&c);
+}
+
+Test(detect, bad_hellos_refused, .timeout = 60)
+{
+	const int32_t zero[] = {0};
+
+	start_world(50, 30000);
+	expect_refused(0, W, "wrong-token", ME, "wrong token");
+	expect_refused(0, W, TOKEN, RIGHT, "addressed to another rank");
+	expect_refused(ME, W, TOKEN, ME, "claiming the detector's own rank");
+	expect_refused(7, 8, TOKEN, ME, "from a rank outside the world");
+	cr_expect(!ft__det_failed(w.d, 0));
+	cr_expect(!ft__det_failed(w.d, 7));
+	send_notice(LEFT, zero, 1);
+	expect_notice(RIGHT, zero, 1, "after the refused hellos");
+	close_world();
+}
+
+/* The detector's end of a connection whose other end is fd (same process). */
+static int peer_fd(int fd)
+{
+	struct sockaddr_storage a, b, c, d;
+	socklen_t la = sizeof(a), lb = sizeof(b);
+
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &la), 0);
+	cr_assert_eq(getpeername(fd, (struct sockaddr *)&b, &lb), 0);
+	for (int cand = 3; cand < 4096; cand++) {
+		socklen_t lc = sizeof(c), ld = sizeof(d);
+		if (cand == fd || getsockname(cand, (struct sockaddr *)&c, &lc) != 0 ||
+		    getpeername(cand, (struct sockaddr *)&d, &ld) != 0)
+			continue;
+		if (lc == lb && ld == la && memcmp(&c, &b, lc) == 0 && memcmp(&d, &a, ld) == 0)
+			return cand;
+	}
+	cr_assert_fail("no socket of this process is the other end of fd %d", fd);
+	return -1;
+}
+
+/*
+ * A neighbour that stops reading its control link is declared once the link
+ * cannot take the detector's messages. Silence is not what declares it here
+ * (the timeout is a minute); heartbeats go out every millisecond, and the
+ * socket buffers on both sides are made small so that they fill in a
+ * fraction of a second instead of minutes.
+ */
+Test(detect, undeliverable_messages_declare, .timeout = 120)
+{
+	const int32_t right[] = {RIGHT};
+	int small = 4096;
+
+	w.rcvbuf = 1;
+	start_world(1, 60000);
+	cr_assert_eq(setsockopt(peer_fd(w.ctl[RIGHT].links[w.link[RIGHT]].fd), SOL_SOCKET, SO_SNDBUF,
+				&small, sizeof(small)), 0);
+	expect_notice(LEFT, right, 1, "right stopped reading");
+	close_world();
+}
+
+/* ---- the view after a failure ---- */
+
+Test(detect, hostile_view_is_refused, .timeout = 60)
+{
+	const int32_t four[] = {4};
+	struct ft__view v = {0};
+	char path[600], text[512];
+	FILE *f;
+
+	start_world(50, 30000);
+	send_notice(LEFT, four, 1);
+	expect_notice(RIGHT, four, 1, "failure");
+	/* generation 1's view, this job's nonce, naming a rank far outside the
+	 * world (the detector indexes its failed set with every member) */
+	snprintf(path, sizeof(path), "%s/%s/gen-1", w.root, JOB);
+	(void)mkdir(path, 0700);
+	snprintf(path, sizeof(path), "%s/%s/gen-1/.view.tmp", w.root, JOB);
+	snprintf(text, sizeof(text),
+		 "ftcc-view 2 gen 1 size 3 writer 1 elsewhere nonce %llx first 0 members 1 2 1000000000\n",
+		 (unsigned long long)w.nonce);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	cr_assert_eq(fputs(text, f) >= 0, 1);
+	cr_assert_eq(fclose(f), 0);
+	char final[600];
+	snprintf(final, sizeof(final), "%s/%s/gen-1/view", w.root, JOB);
+	cr_assert_eq(rename(path, final), 0);
+	cr_expect_eq(ft__det_await(w.d, 0, WAIT_MS, &v), -FT_ECORRUPT);
+	close_world();
+}
+
+/* A view settled after a failure is handed to the main thread. */
+Test(detect, settled_view_is_handed_over, .timeout = 60)
+{
+	const int32_t four[] = {4};
+	const int cand[] = {0, 1, 2, 3};
+	struct ft__view v = {0};
+	int rc;
+
+	start_world(50, 30000);
+	send_notice(LEFT, four, 1);
+	expect_notice(RIGHT, four, 1, "failure");
+	wait_pending();
+	cr_expect_eq(ft__det_have_result(w.d, 0), -FT_EPEERFAILED, "frozen while settling");
+	for (int r = 0; r < W - 1; r++) {
+		struct ft__member m;
+		if (r == ME)
+			continue;
+		memset(&m, 0, sizeof(m));
+		snprintf(m.addr, sizeof(m.addr), "127.0.0.1:%d", 1000 + r);
+		if (r == LEFT || r == RIGHT)
+			snprintf(m.ctrl, sizeof(m.ctrl), "%s", w.ctl[r].addr);
+		cr_assert_eq(ft__mb_publish(&w.mb[r], 1, &m), 0);
+	}
+	/* rank 0 coordinates: it waits for the detector's own record */
+	rc = ft__mb_settle(&w.mb[0], 1, cand, 4, WAIT_MS, &v);
+	cr_assert_eq(rc, 0, "settle: %s", ft_err_name(rc));
+	ft__view_free(&v);
+	cr_assert_eq(ft__det_await(w.d, 0, WAIT_MS, &v), 0);
+	cr_expect_eq(v.generation, 1u);
+	cr_expect_eq(v.size, 4);
+	ft__view_free(&v);
+	close_world();
+}
+
+/* ---- creation ---- */
+
+/* The detector touches its membership handle only once started. */
+static void expect_create_fails(const char *what)
+{
+	struct ft__mb mb;
+	struct ft__det_params dp = {.mb = &mb, .world_size = 2, .rank = 0, .job_id = JOB,
+				    .token = TOKEN, .bind_host = "127.0.0.1", .heartbeat_ms = 10,
+				    .detect_timeout_ms = 100};
+	struct ft__det *d = (struct ft__det *)&mb;
+	int rc;
+
+	rc = ft__det_create(&dp, &d);
+	fail_mutex_init = fail_cond_init = 0;
+	cr_expect_eq(rc, -FT_ENOMEM, "%s: got %s", what, ft_err_name(rc));
+	cr_expect_null(d, "%s", what);
+	ft__det_destroy(d);
+}
+
+Test(detect_create, lock_init_failure_is_an_error, .timeout = 20)
+{
+	fail_mutex_init = 1;
+	expect_create_fails("mutex");
+	fail_cond_init = 1;
+	expect_create_fails("condition variable");
+}
+
+Test(detect_create, bad_bind_host, .timeout = 20)
+{
+	struct ft__mb mb;
+	struct ft__det_params dp = {.mb = &mb, .world_size = 2, .rank = 0, .job_id = JOB,
+				    .token = TOKEN, .bind_host = "no-such-host.invalid",
+				    .heartbeat_ms = 10, .detect_timeout_ms = 100};
+	struct ft__det *d = NULL;
+
+	cr_expect_eq(ft__det_create(&dp, &d), -FT_ECONFIG);
+	cr_expect_null(d);
+}
