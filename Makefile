@@ -12,23 +12,58 @@ B ?= build
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
 	-Wvla -Wcast-align
-override CFLAGS += -std=c11 -D_GNU_SOURCE -pthread -fPIC $(WARN) -Iinclude -Ilib -MMD -MP
+PKG_CONFIG ?= pkg-config
 
-FABRIC_SRC := $(wildcard transports/fabric/*.c)
-HAVE_FABRIC := $(if $(FABRIC_SRC),$(shell pkg-config --exists libfabric 2>/dev/null && echo 1))
-HAVE_URING := $(shell pkg-config --exists liburing 2>/dev/null && echo 1)
+# ---- optional parts ------------------------------------------------------------
+# Each is detected through pkg-config unless set on the command line
+# (HAVE_FABRIC=1 forces it, HAVE_FABRIC= leaves it out). Detection runs every
+# time make reads this file: `make test`, `make demo` and `make tsan` run deps
+# first and then a fresh $(MAKE), which detects again what deps installed.
+# NO_<PART> says why a part is left out; every build prints it.
+FABRIC_SRC := $(sort $(wildcard transports/fabric/*.c))
+comma := ,
+pc_exists = $(shell $(PKG_CONFIG) --exists $(1) 2>/dev/null && echo 1)
+pc_found = $(shell command -v $(PKG_CONFIG) 2>/dev/null)
+pc_missing = $(if $(pc_found),pkg-config cannot find $(1),$(PKG_CONFIG) is not installed) (install $(if $(pc_found),,pkg-config and )$(2)$(comma) or run make deps)
+ifeq ($(origin HAVE_FABRIC),undefined)
+HAVE_FABRIC := $(if $(FABRIC_SRC),$(call pc_exists,libfabric))
+NO_FABRIC := $(if $(FABRIC_SRC),$(call pc_missing,libfabric,libfabric-dev),no transports/fabric sources in this tree)
+else
+NO_FABRIC := HAVE_FABRIC=$(HAVE_FABRIC) was set by hand
+endif
+ifeq ($(origin HAVE_URING),undefined)
+HAVE_URING := $(call pc_exists,liburing)
+NO_URING := $(call pc_missing,liburing,liburing-dev)
+else
+NO_URING := HAVE_URING=$(HAVE_URING) was set by hand
+endif
 
 LIB_SRC := $(wildcard lib/*.c) transports/tcp.c
 LIB_LDLIBS := -lpthread -lm
+FEATURES :=
 ifeq ($(HAVE_FABRIC),1)
 LIB_SRC += $(FABRIC_SRC)
-override CFLAGS += -DFTCC_HAVE_FABRIC=1
-LIB_LDLIBS += $(shell pkg-config --libs libfabric)
+FEATURES += -DFTCC_HAVE_FABRIC=1
+LIB_LDLIBS += $(shell $(PKG_CONFIG) --libs libfabric)
 endif
 ifeq ($(HAVE_URING),1)
-override CFLAGS += -DFTCC_HAVE_URING=1
-LIB_LDLIBS += $(shell pkg-config --libs liburing)
+FEATURES += -DFTCC_HAVE_URING=1
+LIB_LDLIBS += $(shell $(PKG_CONFIG) --libs liburing)
 endif
+# ar keeps one member per file name: two sources with one name would lose one.
+ifneq ($(words $(notdir $(LIB_SRC))),$(words $(sort $(notdir $(LIB_SRC)))))
+$(error two library sources share a file name (libftcc.a would keep only one): $(LIB_SRC))
+endif
+
+# The user's CFLAGS come last, so they can override ours (-std, -W...).
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -fPIC $(WARN) -Iinclude -Ilib -MMD -MP \
+	$(FEATURES) $(CFLAGS)
+
+# $(B)/.flags holds everything that decides what an object or a program is
+# made of; it is rewritten only when that changes, and everything built
+# depends on it, so a change of flags, compiler or detected parts rebuilds.
+FLAGS_TEXT := $(CC) | $(ALL_CFLAGS) | $(LDFLAGS) | $(LIB_LDLIBS) | $(LIB_SRC)
+FLAGS := $(B)/.flags
 
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
 STATIC := $(B)/libftcc.a
@@ -38,16 +73,27 @@ EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
 
-.PHONY: all lib tools examples test demo bench bench-compare bench-recovery campaign install uninstall asan tsan clean deps help
+.PHONY: all lib tools examples test demo bench bench-compare bench-recovery campaign install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOLS)
 examples: $(EXAMPLES)
 
-$(B)/%.o: %.c
+# Says what this build leaves out (every time), and rewrites $(FLAGS) only
+# when its text changes.
+$(FLAGS): FORCE
+	@mkdir -p $(B)
+	@$(if $(filter 1,$(HAVE_FABRIC)),,echo 'ftcc: building without the libfabric transport: $(NO_FABRIC)')
+	@$(if $(filter 1,$(HAVE_URING)),,echo 'ftcc: building without io_uring (logs will use pwrite): $(NO_URING)')
+	@printf '%s\n' '$(subst ','\'',$(FLAGS_TEXT))' > $(FLAGS).new; \
+	if cmp -s $(FLAGS).new $(FLAGS); then rm -f $(FLAGS).new; else \
+		[ ! -f $(FLAGS) ] || echo "ftcc: build flags or detected parts changed: rebuilding $(B)"; \
+		mv -f $(FLAGS).new $(FLAGS); fi
+
+$(B)/%.o: %.c $(FLAGS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fvisibility=hidden -DFTCC_BUILD -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -fvisibility=hidden -DFTCC_BUILD -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@
@@ -57,29 +103,34 @@ $(SHARED): $(LIB_OBJ)
 	$(CC) -shared -Wl,-z,defs -Wl,-soname,libftcc.so.0 -o $@ $^ $(LIB_LDLIBS) $(LDFLAGS)
 	ln -sf libftcc.so $(B)/libftcc.so.0
 
-$(B)/ftcc-run: tools/ftcc-run.c
+$(B)/ftcc-run: tools/ftcc-run.c $(FLAGS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LDFLAGS)
 
-$(B)/examples/%: examples/%.c $(STATIC)
+$(B)/examples/%: examples/%.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
-$(B)/ftbench: bench/ftbench.c bench/bench_common.h $(STATIC)
-	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+$(B)/ftbench: bench/ftbench.c bench/bench_common.h $(STATIC) $(FLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
-$(B)/recovery_bench: bench/recovery_bench.c $(STATIC)
-	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+$(B)/recovery_bench: bench/recovery_bench.c $(STATIC) $(FLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
 # Peer drivers for the comparison (built only by bench-compare).
 $(B)/gloo_bench: bench/gloo_bench.cc bench/bench_common.h
 	$(CXX) $(CXXFLAGS) -std=c++17 -Wall -Wextra -o $@ $< -lgloo -lpthread
 $(B)/mpi_bench: bench/mpi_bench.c bench/bench_common.h
-	mpicc.openmpi $(CFLAGS) -o $@ $<
+	mpicc.openmpi $(ALL_CFLAGS) -o $@ $<
 
-$(B)/test/%: test/%.c $(STATIC) test/testutil.h
+$(B)/test/%: test/%.c $(STATIC) test/testutil.h $(FLAGS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LIB_LDLIBS) -lcriterion $(LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LIB_LDLIBS) -lcriterion $(LDFLAGS)
+
+# A rank program for make tsan: no Criterion (its runner cannot start under TSan).
+$(B)/test/tsan_rank: test/tsan_rank.c $(STATIC) $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
 deps:
 	@scripts/deps.sh
@@ -114,8 +165,15 @@ asan:
 	$(MAKE) B=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 		LDFLAGS="-fsanitize=address,undefined" test
 
-tsan:
-	$(MAKE) B=build-tsan CFLAGS="-O1 -g -fsanitize=thread" LDFLAGS="-fsanitize=thread" test
+# Criterion's runner aborts under ThreadSanitizer, so the threads (detector,
+# fabric shm guard, main) are checked in real jobs instead: the library and a
+# rank program built with -fsanitize=thread, launched by the plain ftcc-run.
+# Fails on any TSan report.
+tsan: deps
+	$(MAKE) tools
+	$(MAKE) B=build-tsan CFLAGS="-O1 -g -fsanitize=thread" LDFLAGS="-fsanitize=thread" \
+		build-tsan/test/tsan_rank
+	@scripts/tsan.sh build-tsan $(B)
 
 install: lib tools
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
@@ -135,6 +193,11 @@ clean:
 	rm -rf build build-asan build-tsan
 
 help:
-	@echo "make [all] | test | demo | bench | bench-compare | install PREFIX=... | asan | tsan | clean"
+	@echo "make [all] | test | demo | bench | bench-compare | bench-recovery | campaign"
+	@echo "     | install PREFIX=... | asan | tsan | deps | clean"
+	@echo "optional parts are detected with pkg-config; force with HAVE_FABRIC=1 / HAVE_URING=1,"
+	@echo "leave out with HAVE_FABRIC= / HAVE_URING=; a change of flags or parts rebuilds."
 
--include $(LIB_OBJ:.o=.d)
+-include $(wildcard $(LIB_OBJ:.o=.d) $(B)/*.d $(B)/test/*.d $(B)/examples/*.d)
+
+FORCE:
