@@ -28,6 +28,7 @@ for t in "$@"; do
 	case "$t" in
 	*/test_allreduce | */test_collectives) provs="shm tcp;ofi_rxm tcp" ;;
 	*/test_shrink) provs=${FTCC_KILL_PROVIDERS:-"shm tcp;ofi_rxm tcp"} ;;
+	*/test_policy_shrink) provs="shm" ;;
 	*) continue ;;
 	esac
 	for prov in $provs; do
