@@ -202,6 +202,7 @@ kill_job "shrink, tcp, one rank killed" 5 20001 "$(($(rand_ms 4)))" 0
 kill_job "shrink, tcp, rank 0 (the coordinator) killed" 4 7 0 0
 kill_job "shrink, tcp, a second kill during recovery" 6 20001 "2 4" "$(rand_ms 20)"
 fault_job "shrink, tcp, FTCC_FAULT kill in allgather" 4 "rank=2,op=12,phase=allgather,step=1,seg=0"
+fault_job "shrink, tcp, FTCC_FAULT kill before ft_init's barrier" 5 "rank=3,op=0"
 stop_job "shrink, tcp, a stopped rank found by heartbeat silence" 4 2
 
 if command -v fi_info >/dev/null 2>&1 && grep -q FTCC_HAVE_FABRIC=1 "$T/.flags" 2>/dev/null; then
