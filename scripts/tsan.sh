@@ -23,10 +23,13 @@ for f in "$RANK" "$RUN"; do
 done
 work=$(mktemp -d "${TMPDIR:-/tmp}/ftcc-tsan-XXXXXX")
 trap 'rm -rf "$work"' EXIT
-export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$work/report suppressions=$(cd "$(dirname "$0")" && pwd)/tsan.supp ${TSAN_OPTIONS:-}"
+supp="$(cd "$(dirname "$0")" && pwd)/tsan.supp"
+TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$work/report suppressions=$supp ${TSAN_OPTIONS:-}"
 # TSan makes ranks several times slower: no live rank may look dead.
-export FTCC_DETECT_TIMEOUT_MS=${FTCC_DETECT_TIMEOUT_MS:-4000} FTCC_HEARTBEAT_MS=${FTCC_HEARTBEAT_MS:-100}
-export FTCC_LOG_LEVEL=${FTCC_LOG_LEVEL:-1}
+FTCC_DETECT_TIMEOUT_MS="${FTCC_DETECT_TIMEOUT_MS:-4000}"
+FTCC_HEARTBEAT_MS="${FTCC_HEARTBEAT_MS:-100}"
+FTCC_LOG_LEVEL="${FTCC_LOG_LEVEL:-1}"
+export TSAN_OPTIONS FTCC_DETECT_TIMEOUT_MS FTCC_HEARTBEAT_MS FTCC_LOG_LEVEL
 pass=0
 fail=0
 failed=""
@@ -63,11 +66,10 @@ rank_pid() {
 
 # verdict NAME OK: counts the job, prints its output and any new TSan report on failure.
 verdict() {
-	reports=$(ls "$work"/report.* 2>/dev/null)
-	if [ -n "$reports" ]; then
+	if ls "$work"/report.* >/dev/null 2>&1; then
 		echo "== FAIL $1: ThreadSanitizer reports:"
-		cat $reports
-		mkdir -p "$work/seen" && mv $reports "$work/seen/"
+		cat "$work"/report.*
+		mkdir -p "$work/seen" && mv "$work"/report.* "$work/seen/"
 		set -- "$1" 1
 	fi
 	if [ "$2" -eq 0 ]; then

@@ -48,7 +48,7 @@ static int check_allreduce(struct ft_comm *comm, int round, size_t count, enum f
 {
 	int rank = ft_rank(comm), size = ft_size(comm), rc;
 	size_t es = ft_dtype_size(dt);
-	unsigned char *in = malloc(count * es + 1), *out = malloc(count * es + 1);
+	void *in = malloc(count * es + 1), *out = malloc(count * es + 1);
 
 	if (in == NULL || out == NULL)
 		return fail(rank, "malloc", -FT_ENOMEM);
