@@ -217,6 +217,8 @@ if command -v fi_info >/dev/null 2>&1 && grep -q FTCC_HAVE_FABRIC=1 "$T/.flags" 
 			FTCC_TRANSPORT=fabric FI_PROVIDER="$prov"
 		kill_job "shrink, fabric/$prov, one rank killed" 5 100001 "$(($(rand_ms 4)))" 0 \
 			FTCC_TRANSPORT=fabric FI_PROVIDER="$prov"
+		kill_job "shrink, fabric/$prov, two ranks killed at once" 5 100001 "1 3" 0 \
+			FTCC_TRANSPORT=fabric FI_PROVIDER="$prov"
 	done
 else
 	echo "== SKIPPED: the fabric jobs (this build has no libfabric transport)"
