@@ -23,10 +23,13 @@ for f in "$RANK" "$RUN"; do
 done
 work=$(mktemp -d "${TMPDIR:-/tmp}/ftcc-tsan-XXXXXX")
 trap 'rm -rf "$work"' EXIT
-export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$work/report suppressions=$(cd "$(dirname "$0")" && pwd)/tsan.supp ${TSAN_OPTIONS:-}"
+supp="$(cd "$(dirname "$0")" && pwd)/tsan.supp"
+TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$work/report suppressions=$supp ${TSAN_OPTIONS:-}"
 # TSan makes ranks several times slower: no live rank may look dead.
-export FTCC_DETECT_TIMEOUT_MS=${FTCC_DETECT_TIMEOUT_MS:-4000} FTCC_HEARTBEAT_MS=${FTCC_HEARTBEAT_MS:-100}
-export FTCC_LOG_LEVEL=${FTCC_LOG_LEVEL:-1}
+FTCC_DETECT_TIMEOUT_MS="${FTCC_DETECT_TIMEOUT_MS:-4000}"
+FTCC_HEARTBEAT_MS="${FTCC_HEARTBEAT_MS:-100}"
+FTCC_LOG_LEVEL="${FTCC_LOG_LEVEL:-1}"
+export TSAN_OPTIONS FTCC_DETECT_TIMEOUT_MS FTCC_HEARTBEAT_MS FTCC_LOG_LEVEL
 pass=0
 fail=0
 failed=""
@@ -63,11 +66,10 @@ rank_pid() {
 
 # verdict NAME OK: counts the job, prints its output and any new TSan report on failure.
 verdict() {
-	reports=$(ls "$work"/report.* 2>/dev/null)
-	if [ -n "$reports" ]; then
+	if ls "$work"/report.* >/dev/null 2>&1; then
 		echo "== FAIL $1: ThreadSanitizer reports:"
-		cat $reports
-		mkdir -p "$work/seen" && mv $reports "$work/seen/"
+		cat "$work"/report.*
+		mkdir -p "$work/seen" && mv "$work"/report.* "$work/seen/"
 		set -- "$1" 1
 	fi
 	if [ "$2" -eq 0 ]; then
@@ -202,6 +204,7 @@ kill_job "shrink, tcp, one rank killed" 5 20001 "$(($(rand_ms 4)))" 0
 kill_job "shrink, tcp, rank 0 (the coordinator) killed" 4 7 0 0
 kill_job "shrink, tcp, a second kill during recovery" 6 20001 "2 4" "$(rand_ms 20)"
 fault_job "shrink, tcp, FTCC_FAULT kill in allgather" 4 "rank=2,op=12,phase=allgather,step=1,seg=0"
+fault_job "shrink, tcp, FTCC_FAULT kill before ft_init's barrier" 5 "rank=3,op=0"
 stop_job "shrink, tcp, a stopped rank found by heartbeat silence" 4 2
 
 if command -v fi_info >/dev/null 2>&1 && grep -q FTCC_HAVE_FABRIC=1 "$T/.flags" 2>/dev/null; then
@@ -213,6 +216,8 @@ if command -v fi_info >/dev/null 2>&1 && grep -q FTCC_HAVE_FABRIC=1 "$T/.flags" 
 		collectives "collectives, fabric/$prov, shrink" 4 1 FTCC_POLICY=shrink \
 			FTCC_TRANSPORT=fabric FI_PROVIDER="$prov"
 		kill_job "shrink, fabric/$prov, one rank killed" 5 100001 "$(($(rand_ms 4)))" 0 \
+			FTCC_TRANSPORT=fabric FI_PROVIDER="$prov"
+		kill_job "shrink, fabric/$prov, two ranks killed at once" 5 100001 "1 3" 0 \
 			FTCC_TRANSPORT=fabric FI_PROVIDER="$prov"
 	done
 else

@@ -174,7 +174,8 @@ static int worker(struct ft_comm *comm, int orig, int n, void *arg)
 	size_t bytes = sc.count * 8 + 8;
 	void *in = malloc(bytes), *out = malloc(bytes);
 	uint32_t gen = ft_generation(comm);
-	int changed_at = -1, root_orig = 1, root_failed = 0, i, rc = 0;
+	/* a rank lost in ft_init changed the membership before op 0 */
+	int changed_at = gen > 0 ? 0 : -1, root_orig = 1, root_failed = 0, i, rc = 0;
 	char path[400];
 	FILE *f;
 
