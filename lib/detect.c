@@ -480,6 +480,13 @@ static int check_time(struct ft__det *d, int64_t now)
 		if (i != d->left_ci && i != d->right_ci)
 			continue;
 		if (now - l->last_rx_ms >= to) {
+			/* A thread starved longer than the timeout may not have
+			 * read heartbeats that wait in the socket: read first. */
+			read_link(d, i);
+			if (l->fd < 0 || d->out)
+				continue;
+		}
+		if (now - l->last_rx_ms >= to) {
 			char why[64];
 			snprintf(why, sizeof(why), "no heartbeat for %lld ms",
 				 (long long)(now - l->last_rx_ms));

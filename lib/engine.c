@@ -345,9 +345,10 @@ static int coll_run(struct ft__coll *co)
 			}
 			continue;
 		}
-		if (idle_deadline)
-			idle_deadline = ft__now_ms() + c->cfg.op_timeout_ms;
 		for (int i = 0; i < nev; i++) {
+			/* only progress restarts the op timeout, not a link's end */
+			if (idle_deadline && ev[i].type != FT_TP_LINK_ERROR)
+				idle_deadline = ft__now_ms() + c->cfg.op_timeout_ms;
 			switch (ev[i].type) {
 			case FT_TP_SEND_DONE:
 				co->send_done++;
