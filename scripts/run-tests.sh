@@ -12,6 +12,13 @@ export FI_SHM_DISABLE_CMA="${FI_SHM_DISABLE_CMA:-1}"
 pass=0
 fail=0
 failed=""
+echo "== scripts/check-lib.sh $B"
+if "$(dirname "$0")/check-lib.sh" "$B"; then
+	pass=$((pass + 1))
+else
+	fail=$((fail + 1))
+	failed="$failed check-lib"
+fi
 for t in "$@"; do
 	echo "== $t"
 	if timeout -k 10 900 "$t" --jobs "${FTCC_TEST_JOBS:-2}" --short-filename; then
