@@ -247,9 +247,13 @@ static int on_recv(struct ft__coll *co)
 		size_t n = len / co->s.es;
 		uint64_t t0 = ft__now_ns();
 		if (co->in_place) {
-			if (co->hooks->input_overwrite != NULL)
-				co->hooks->input_overwrite(co, off, len);
-			co->accum(co->dst + off, slot, n);
+			void *save = co->hooks->input_save_at != NULL
+					     ? co->hooks->input_save_at(co, off, len)
+					     : NULL;
+			if (save != NULL)
+				co->accum_save(co->dst + off, slot, save, n);
+			else
+				co->accum(co->dst + off, slot, n);
 		} else {
 			co->combine(co->dst + off, co->src + off, slot, n);
 		}
@@ -410,7 +414,8 @@ static int coll_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__c
 		co->free_slots[i] = i;
 	if (co->s.seg_elems == 0)
 		return -FT_EINVAL;
-	if (!bcast && ft__reduce_lookup(k->dtype, k->op, &co->combine, &co->accum) != 0)
+	if (!bcast && (ft__reduce_lookup(k->dtype, k->op, &co->combine, &co->accum) != 0 ||
+		       (co->accum_save = ft__reduce_accum_save(k->dtype, k->op)) == NULL))
 		return -FT_EINVAL;
 	return 0;
 }
@@ -435,15 +440,16 @@ int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const stru
 	for (uint32_t g = 0; g <= co->s.data_last; g++)
 		co->data_total += ft__chunk_nseg(&co->s, ft__recv_chunk(&co->s, g));
 	co->recv_total = co->data_total + (co->last_step - co->s.data_last);
-	if (co->in_place && co->hooks->input_overwrite != NULL) {
+	if (co->in_place && co->hooks->input_save_at != NULL) {
 		/* chunk r is first overwritten by an allgather receive, posted
 		 * ahead of time: its input is saved before anything is posted */
 		int mine = ft__send_chunk(&co->s, 0);
 		size_t lo = ft__chunk_lo(&co->s, mine) * k->es;
 		size_t len = ft__chunk_len(&co->s, mine) * k->es;
-		if (len > 0)
-			co->hooks->input_overwrite(co, lo, len);
-		co->mine_saved = true;
+		void *save = len > 0 ? co->hooks->input_save_at(co, lo, len) : NULL;
+		if (save != NULL)
+			ft__copy_stream(save, co->dst + lo, len);
+		co->mine_saved = save != NULL || len == 0;
 	}
 	rc = inject(co, FT__PHASE_BETWEEN, 0, 0);
 	for (uint32_t s = 0; rc == 0 && s < ft__chunk_nseg(&co->s, ft__send_chunk(&co->s, 0)); s++)

@@ -32,8 +32,10 @@ struct ft__call {
  */
 struct ft__hooks {
 	/* [off, off + len) of an in-place input is about to be overwritten
-	 * for the first time in this attempt (the bytes are still the input). */
-	void (*input_overwrite)(struct ft__coll *co, size_t off, size_t len);
+	 * for the first time in this attempt: where the engine must save
+	 * those bytes first (it fuses the copy into the reduction that
+	 * overwrites them), or NULL. */
+	void *(*input_save_at)(struct ft__coll *co, size_t off, size_t len);
 	/* A data frame was queued to the right neighbour (payload borrowed
 	 * until its completion). */
 	int (*frame_sent)(struct ft__coll *co, const struct ft_frame *h, const void *payload);
@@ -69,11 +71,12 @@ struct ft__coll {
 	enum ft_op op;
 	ft__combine_fn combine;
 	ft__accum_fn accum;
+	ft__accum_save_fn accum_save;
 	int root_pos;
 	uint32_t last_step;     /* commit steps after s.data_last, if any */
 	size_t data_total, data_done;   /* data frames this rank receives */
 	size_t staged_done;     /* reduce-scatter frames reduced (in place: input saved first) */
-	bool mine_saved;        /* in place: chunk r's input went to input_overwrite */
+	bool mine_saved;        /* in place: chunk r's input was saved (input_save_at) */
 	bool claimed;           /* result_held accepted */
 	int fail_link;          /* which link failed: 1 receive, 2 send */
 

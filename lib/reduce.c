@@ -6,7 +6,8 @@
 #include "reduce.h"
 
 #if defined(__x86_64__) && defined(__SSE2__)
-#include <emmintrin.h>
+#include <immintrin.h>
+#define FT__X86 1
 #endif
 
 /*
@@ -223,6 +224,115 @@ int ft__reduce_lookup(enum ft_dtype dtype, enum ft_op op, ft__combine_fn *combin
 	return 0;
 }
 
+/*
+ * accum_save, any kernel: blocks small enough to stay in L1 between the
+ * streaming copy of the input and the reduction that reads it again.
+ */
+#define FT__SAVE_BLOCK 4096
+#define FT__ACCUM_SAVE(name, T)                                                        \
+	static void accum_save_##name(void *restrict dst_, const void *restrict src_,  \
+				      void *restrict save_, size_t n)                  \
+	{                                                                              \
+		T *dst = dst_;                                                         \
+		const T *src = src_;                                                   \
+		T *save = save_;                                                       \
+		for (size_t i = 0; i < n; i += FT__SAVE_BLOCK / sizeof(T)) {           \
+			size_t m = n - i < FT__SAVE_BLOCK / sizeof(T) ? n - i             \
+								   : FT__SAVE_BLOCK / sizeof(T); \
+			ft__copy_stream(save + i, dst + i, m * sizeof(T));             \
+			accum_##name(dst + i, src + i, m);                             \
+		}                                                                      \
+	}
+#define FT__GEN_SAVE(dtype, tag, AT, ACT, MT, MCT, LOAD, STORE, MIN, MAX) \
+	FT__ACCUM_SAVE(tag##_sum, AT)                                        \
+	FT__ACCUM_SAVE(tag##_prod, AT)                                       \
+	FT__ACCUM_SAVE(tag##_min, MT)                                        \
+	FT__ACCUM_SAVE(tag##_max, MT)
+FT__DTYPES(FT__GEN_SAVE)
+#undef FT__GEN_SAVE
+
+#define FT__GEN_SAVE_ROW(dtype, tag, ...)                                                    \
+	[dtype] = { [FT_SUM] = accum_save_##tag##_sum, [FT_PROD] = accum_save_##tag##_prod,  \
+		    [FT_MIN] = accum_save_##tag##_min, [FT_MAX] = accum_save_##tag##_max,    \
+		    [FT_AVG] = accum_save_##tag##_sum },
+static const ft__accum_save_fn save_kernels[FT_DTYPE_COUNT][FT_OP_COUNT] = {
+	FT__DTYPES(FT__GEN_SAVE_ROW)};
+#undef FT__GEN_SAVE_ROW
+
+#ifdef FT__X86
+/*
+ * The sums data-parallel training reduces (float32, float64), in one pass
+ * with AVX2: each vector of dst is loaded once, streamed to save and summed.
+ * Streaming stores need an aligned save: a scalar head reaches it. The
+ * vector body adds the same operand pairs in the same order as the scalar
+ * kernel, so the results are the same bits.
+ */
+__attribute__((target("avx2"))) static void accum_save_f32_sum_avx2(void *restrict dst_,
+								    const void *restrict src_,
+								    void *restrict save_, size_t n)
+{
+	float *dst = dst_;
+	const float *src = src_;
+	float *save = save_;
+	size_t i = 0;
+
+	for (; i < n && ((uintptr_t)(save + i) & 31) != 0; i++) {
+		save[i] = dst[i];
+		dst[i] = dst[i] + src[i];
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m256 x = _mm256_loadu_ps(dst + i);
+		_mm256_stream_ps(save + i, x);
+		_mm256_storeu_ps(dst + i, _mm256_add_ps(x, _mm256_loadu_ps(src + i)));
+	}
+	for (; i < n; i++) {
+		save[i] = dst[i];
+		dst[i] = dst[i] + src[i];
+	}
+	_mm_sfence();
+}
+
+__attribute__((target("avx2"))) static void accum_save_f64_sum_avx2(void *restrict dst_,
+								    const void *restrict src_,
+								    void *restrict save_, size_t n)
+{
+	double *dst = dst_;
+	const double *src = src_;
+	double *save = save_;
+	size_t i = 0;
+
+	for (; i < n && ((uintptr_t)(save + i) & 31) != 0; i++) {
+		save[i] = dst[i];
+		dst[i] = dst[i] + src[i];
+	}
+	for (; i + 4 <= n; i += 4) {
+		__m256d x = _mm256_loadu_pd(dst + i);
+		_mm256_stream_pd(save + i, x);
+		_mm256_storeu_pd(dst + i, _mm256_add_pd(x, _mm256_loadu_pd(src + i)));
+	}
+	for (; i < n; i++) {
+		save[i] = dst[i];
+		dst[i] = dst[i] + src[i];
+	}
+	_mm_sfence();
+}
+#endif
+
+ft__accum_save_fn ft__reduce_accum_save(enum ft_dtype dtype, enum ft_op op)
+{
+	if ((unsigned)dtype >= FT_DTYPE_COUNT || (unsigned)op >= FT_OP_COUNT)
+		return NULL;
+#ifdef FT__X86
+	if ((op == FT_SUM || op == FT_AVG) && __builtin_cpu_supports("avx2")) {
+		if (dtype == FT_FLOAT32)
+			return accum_save_f32_sum_avx2;
+		if (dtype == FT_FLOAT64)
+			return accum_save_f64_sum_avx2;
+	}
+#endif
+	return save_kernels[dtype][op];
+}
+
 /* Float division (not a multiply by the reciprocal) so that the result is correctly rounded. */
 #define FT__SCALE_FLOAT(name, T, CT, LOAD, STORE)                      \
 	static void name(void *buf, size_t n, CT d)                    \
@@ -291,7 +401,7 @@ void ft__reduce_scale(void *buf, size_t n, enum ft_dtype dtype, size_t divisor)
 
 void ft__copy_stream(void *restrict dst, const void *restrict src, size_t n)
 {
-#if defined(__x86_64__) && defined(__SSE2__)
+#ifdef FT__X86
 	char *d = dst;
 	const char *s = src;
 	size_t head = (16 - ((uintptr_t)d & 15)) & 15;

@@ -22,6 +22,17 @@ typedef void (*ft__combine_fn)(void *restrict dst, const void *restrict a,
 typedef void (*ft__accum_fn)(void *restrict dst, const void *restrict src, size_t n);
 
 /*
+ * dst[i] = dst[i] op src[i], having first written the old dst[i] to
+ * save[i] with streaming stores (an in-place input kept for a restart):
+ * one pass that reads dst once. dst, src and save do not overlap.
+ */
+typedef void (*ft__accum_save_fn)(void *restrict dst, const void *restrict src,
+				  void *restrict save, size_t n);
+
+/* The accum_save kernel for (dtype, op), NULL for an unknown one. */
+ft__accum_save_fn ft__reduce_accum_save(enum ft_dtype dtype, enum ft_op op);
+
+/*
  * The kernels for (dtype, op); either output pointer may be NULL. FT_AVG
  * gets the FT_SUM kernels: the division happens once, at the end, in
  * ft__reduce_scale. Returns 0, or -FT_EINVAL for an unknown dtype or op.

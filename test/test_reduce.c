@@ -904,3 +904,54 @@ Test(convert, known_values)
 	cr_expect_eq(bits_of(ft__half_to_float(0x7c00)), 0x7f800000u);
 	cr_expect_eq(bits_of(ft__half_to_float(0x7e01)), 0x7fc02000u);
 }
+
+/*
+ * accum_save (the shrink policy's in-place kernel): for every dtype and op,
+ * at lengths and misalignments that exercise the scalar head, the vector
+ * body and the tail, the result has the same bits as accum's and save holds
+ * the old dst exactly.
+ */
+Test(reduce, accum_save_is_accum_plus_a_copy)
+{
+	static const size_t lens[] = {0, 1, 7, 8, 9, 63, 64, 1000, 1029, 5000};
+	unsigned char *src = malloc(40064), *a = malloc(40064), *b = malloc(40064);
+	unsigned char *save = malloc(40128), *want_save = malloc(40064);
+
+	cr_assert(src && a && b && save && want_save);
+	for (int dt = 0; dt < FT_DTYPE_COUNT; dt++)
+		for (int op = 0; op < FT_OP_COUNT; op++) {
+			size_t es = ft_dtype_size((enum ft_dtype)dt);
+			ft__accum_fn accum;
+			ft__accum_save_fn fused = ft__reduce_accum_save((enum ft_dtype)dt, (enum ft_op)op);
+			cr_assert_not_null(fused);
+			cr_assert_eq(ft__reduce_lookup((enum ft_dtype)dt, (enum ft_op)op, NULL, &accum), 0);
+			for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+				for (size_t mis = 0; mis < 64; mis += es * 3) {
+					size_t n = lens[li], bytes = n * es;
+					for (size_t j = 0; j < bytes; j++) {
+						src[j] = (unsigned char)(j * 37 + 11);
+						a[j] = b[j] = (unsigned char)(j * 101 + dt * 7 + op);
+					}
+					/* keep float inputs finite and NaN-free: clear exponent MSBs */
+					if (dt == FT_FLOAT32 || dt == FT_FLOAT64 || dt == FT_FLOAT16 ||
+					    dt == FT_BFLOAT16)
+						for (size_t j = es - 1; j < bytes; j += es) {
+							src[j] &= 0x3f;
+							a[j] = b[j] = a[j] & 0x3f;
+						}
+					memcpy(want_save, a, bytes);
+					accum(a, src, n);
+					fused(b, src, save + mis, n);
+					cr_assert(memcmp(a, b, bytes) == 0,
+						  "dtype %d op %d n %zu: result differs from accum", dt, op, n);
+					cr_assert(memcmp(save + mis, want_save, bytes) == 0,
+						  "dtype %d op %d n %zu misaligned %zu: save is not the input",
+						  dt, op, n, mis);
+				}
+		}
+	free(src);
+	free(a);
+	free(b);
+	free(save);
+	free(want_save);
+}
