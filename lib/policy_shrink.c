@@ -138,7 +138,7 @@ static int find_holder(struct ft_comm *c, uint64_t op, int *holder)
  * their kept copy along. No commit: the set of holders only grows.
  */
 static int handover(struct ft_comm *c, const struct ft__call *k, uint64_t op, int root,
-		    bool inside)
+		    bool inside, int *suspect)
 {
 	struct ft__call h = {.kind = FT_COLL_BROADCAST, .es = 1, .dtype = FT_UINT8, .root = root};
 	struct ft__attempt a = {.op_seq = op, .commit = false, .hooks = &shrink_hooks};
@@ -153,6 +153,9 @@ static int handover(struct ft_comm *c, const struct ft__call *k, uint64_t op, in
 	rc = ft__comm_connect_ring(c);
 	if (rc == 0)
 		rc = ft__engine_broadcast(c, &h, &a, &co);
+	/* a link that failed with no failure known: its peer is suspected */
+	if (rc == -FT_EPEERFAILED && co.fail_link != 0 && c->size > 1)
+		*suspect = c->members[ft__mod(c->rank + (co.fail_link == 1 ? -1 : 1), c->size)];
 	return rc;
 }
 
@@ -230,7 +233,7 @@ static int recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t se
 			rc = FT__RETRY;
 			break;
 		}
-		rc = handover(c, k, first, holder, seq == first);
+		rc = handover(c, k, first, holder, seq == first, &suspect);
 		if (rc == 0) {
 			rc = seq == first ? defer_view(c, &old) : 0;
 			if (rc == 0)
