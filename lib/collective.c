@@ -63,7 +63,7 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		return c->broken;
 	run.start_size = ft__comm_shown_size(c);
 	ft__comm_show_current(c);
-	rc = pol->begin(c, k, &run);
+	rc = pol->begin != NULL ? pol->begin(c, k, &run) : 0;
 	while (rc == 0) {
 		if (k->kind == FT_COLL_BROADCAST && !is_member(c, k->root)) {
 			rc = -FT_EROOTFAILED;
@@ -88,7 +88,8 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		}
 		/* FT__RETRY (0) runs the op again on the view just adopted */
 	}
-	pol->end(c, k, rc, &run);
+	if (pol->end != NULL)
+		pol->end(c, k, rc, &run);
 	return call_finish(c, rc, info, &run);
 }
 

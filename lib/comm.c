@@ -362,7 +362,8 @@ FT__EXPORT int ft_finalize(struct ft_comm *c)
 
 	if (rc != 0)
 		return rc;
-	c->policy->finalize(c);
+	if (c->policy->finalize != NULL)
+		c->policy->finalize(c);
 	rc = comm_release(c);
 	c->finalized = true;
 	pthread_mutex_lock(&finalized_lock);

@@ -28,7 +28,8 @@ struct ft__run {
  * A policy. The driver (collective.c) calls begin once, then runs attempts
  * with the policy's hooks; after each failed attempt it asks recover what
  * to do; end always runs last, with the call's outcome. An op that fails
- * with a verdict of neither kind fails the call.
+ * with a verdict of neither kind fails the call. begin, end and finalize
+ * may be NULL (nothing to do).
  */
 struct ft__policy {
 	const char *name;

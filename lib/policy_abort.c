@@ -2,14 +2,6 @@
 #include "comm.h"
 #include "policy.h"
 
-static int abort_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *run)
-{
-	(void)c;
-	(void)k;
-	(void)run;
-	return 0;
-}
-
 static void abort_attempt(const struct ft_comm *c, const struct ft__call *k, struct ft__attempt *a)
 {
 	(void)c;
@@ -28,26 +20,10 @@ static int abort_recover(struct ft_comm *c, struct ft__call *k, const struct ft_
 	return rc;
 }
 
-static void abort_end(struct ft_comm *c, const struct ft__call *k, int rc, const struct ft__run *run)
-{
-	(void)run;
-	(void)c;
-	(void)k;
-	(void)rc;
-}
-
-static void abort_finalize(struct ft_comm *c)
-{
-	(void)c;
-}
-
 const struct ft__policy ft__policy_abort = {
 	.name = "abort",
-	.begin = abort_begin,
 	.attempt = abort_attempt,
 	.recover = abort_recover,
-	.end = abort_end,
-	.finalize = abort_finalize,
 };
 
 const struct ft__policy *ft__policy_for(enum ft_policy p)

@@ -267,55 +267,35 @@ static const ft__accum_save_fn save_kernels[FT_DTYPE_COUNT][FT_OP_COUNT] = {
  * vector body adds the same operand pairs in the same order as the scalar
  * kernel, so the results are the same bits.
  */
-__attribute__((target("avx2"))) static void accum_save_f32_sum_avx2(void *restrict dst_,
-								    const void *restrict src_,
-								    void *restrict save_, size_t n)
-{
-	float *dst = dst_;
-	const float *src = src_;
-	float *save = save_;
-	size_t i = 0;
-
-	for (; i < n && ((uintptr_t)(save + i) & 31) != 0; i++) {
-		save[i] = dst[i];
-		dst[i] = dst[i] + src[i];
+#define FT__SUM_SAVE_AVX2(name, T, V, W, LOADU, STREAM, STOREU, ADD)                   \
+	__attribute__((target("avx2"))) static void name(void *restrict dst_,           \
+							 const void *restrict src_,      \
+							 void *restrict save_, size_t n) \
+	{                                                                                \
+		T *dst = dst_;                                                           \
+		const T *src = src_;                                                     \
+		T *save = save_;                                                         \
+		size_t i = 0;                                                            \
+		for (; i < n && ((uintptr_t)(save + i) & 31) != 0; i++) {                \
+			save[i] = dst[i];                                                \
+			dst[i] = dst[i] + src[i];                                        \
+		}                                                                        \
+		for (; i + (W) <= n; i += (W)) {                                         \
+			V x = LOADU(dst + i);                                            \
+			STREAM(save + i, x);                                             \
+			STOREU(dst + i, ADD(x, LOADU(src + i)));                         \
+		}                                                                        \
+		for (; i < n; i++) {                                                     \
+			save[i] = dst[i];                                                \
+			dst[i] = dst[i] + src[i];                                        \
+		}                                                                        \
+		_mm_sfence();                                                            \
 	}
-	for (; i + 8 <= n; i += 8) {
-		__m256 x = _mm256_loadu_ps(dst + i);
-		_mm256_stream_ps(save + i, x);
-		_mm256_storeu_ps(dst + i, _mm256_add_ps(x, _mm256_loadu_ps(src + i)));
-	}
-	for (; i < n; i++) {
-		save[i] = dst[i];
-		dst[i] = dst[i] + src[i];
-	}
-	_mm_sfence();
-}
-
-__attribute__((target("avx2"))) static void accum_save_f64_sum_avx2(void *restrict dst_,
-								    const void *restrict src_,
-								    void *restrict save_, size_t n)
-{
-	double *dst = dst_;
-	const double *src = src_;
-	double *save = save_;
-	size_t i = 0;
-
-	for (; i < n && ((uintptr_t)(save + i) & 31) != 0; i++) {
-		save[i] = dst[i];
-		dst[i] = dst[i] + src[i];
-	}
-	for (; i + 4 <= n; i += 4) {
-		__m256d x = _mm256_loadu_pd(dst + i);
-		_mm256_stream_pd(save + i, x);
-		_mm256_storeu_pd(dst + i, _mm256_add_pd(x, _mm256_loadu_pd(src + i)));
-	}
-	for (; i < n; i++) {
-		save[i] = dst[i];
-		dst[i] = dst[i] + src[i];
-	}
-	_mm_sfence();
-}
+FT__SUM_SAVE_AVX2(accum_save_f32_sum_avx2, float, __m256, 8, _mm256_loadu_ps, _mm256_stream_ps,
+		  _mm256_storeu_ps, _mm256_add_ps)
+FT__SUM_SAVE_AVX2(accum_save_f64_sum_avx2, double, __m256d, 4, _mm256_loadu_pd, _mm256_stream_pd,
+		  _mm256_storeu_pd, _mm256_add_pd)
+#undef FT__SUM_SAVE_AVX2
 #endif
 
 ft__accum_save_fn ft__reduce_accum_save(enum ft_dtype dtype, enum ft_op op)
