@@ -173,6 +173,30 @@ int ft_broadcast(struct ft_comm *comm, void *buf, size_t bytes, int root,
 		 struct ft_op_info *info);
 int ft_barrier(struct ft_comm *comm);
 
+/*
+ * Application state (replicated: the same on every rank, e.g. model
+ * parameters and optimizer state). A process that rejoined a running job
+ * (rejoin policy) receives every registered region from a survivor, at its
+ * first collective or at ft_state_sync; the survivors send it at the start
+ * of that same op, a consistent point (no rank is inside an update). Ranks
+ * must register the same regions, in the same order, with the same sizes.
+ * At most 64 regions; ptr must stay valid until ft_finalize.
+ */
+#define FT_STATE_REPLICATED 1u
+int ft_state_register(struct ft_comm *comm, void *ptr, size_t bytes, unsigned flags);
+/*
+ * On a process that rejoined: receives the registered state now (before it
+ * computes its next input). Elsewhere, and once done: returns 0 at once.
+ */
+int ft_state_sync(struct ft_comm *comm);
+/*
+ * 1 when this process is a new incarnation that rejoined a running job
+ * (rejoin policy), 0 otherwise; *next_op (may be NULL): the op_seq of the
+ * next collective this process must call (ft_op_info.op_seq numbering:
+ * ft_init's own barrier is op 0, the application's first collective op 1).
+ */
+int ft_rejoined(const struct ft_comm *comm, uint64_t *next_op);
+
 /* Counters since ft_init. */
 struct ft_stats {
 	uint64_t ops;

@@ -93,6 +93,13 @@ static int comm_release(struct ft_comm *c)
 			  "%d ms for it", 2 * c->cfg.detect_timeout_ms);
 	ft__det_destroy(c->det);
 	c->det = NULL;
+	ft__rejoin_log_close(c, c->finalizing);
+	free(c->regs);
+	c->regs = NULL;
+	c->nreg = c->reg_cap = 0;
+	free(c->state);
+	c->state = NULL;
+	c->nstate = 0;
 	if (c->tp != NULL) {
 		c->tp_ops->close(c->tp);
 		c->tp = NULL;
@@ -116,8 +123,33 @@ static int comm_release(struct ft_comm *c)
 	return rc;
 }
 
+/*
+ * A member that a view took back as a new incarnation (it published as
+ * rejoining): the state is owed to it at the start of the first op its
+ * application runs (state.c), sent by the lowest member that is not new.
+ */
+static void note_rejoiner(struct ft_comm *c, const struct ft__view *v, int i,
+			  const struct ft__member *m)
+{
+	bool dup = false;
+
+	if (i == 0)
+		c->state_root = -1;
+	if (!m->rejoining) {
+		if (c->state_root < 0)
+			c->state_root = v->members[i];
+		return;
+	}
+	for (int j = 0; j < c->nowed; j++)
+		dup |= c->owed_op[j] == m->next_op;
+	if (!dup && c->nowed < (int)FT__ARRAY_SIZE(c->owed_op))
+		c->owed_op[c->nowed++] = m->next_op;
+	ft__info("generation %u takes rank %d back (a new incarnation, from op %llu)",
+		 v->generation, v->members[i], (unsigned long long)m->next_op);
+}
+
 /* Takes view v as the membership: dense ranks, and the addresses the members published. */
-static int load_view(struct ft_comm *c, struct ft__view *v)
+int ft__comm_load_view(struct ft_comm *c, struct ft__view *v)
 {
 	char (*addrs)[FT__ADDR_MAX];
 	int rank = -1, rc;
@@ -148,6 +180,7 @@ static int load_view(struct ft_comm *c, struct ft__view *v)
 			return rc;
 		}
 		memcpy(addrs[v->members[i]], m.addr, sizeof(m.addr));
+		note_rejoiner(c, v, i, &m);
 	}
 	free(c->addrs);
 	free(c->members);
@@ -165,7 +198,7 @@ int ft__comm_adopt(struct ft_comm *c, struct ft__view *v)
 	int rc;
 
 	ft__comm_abort_ring(c, -FT_EABORTED, c->op_seq);
-	rc = load_view(c, v);
+	rc = ft__comm_load_view(c, v);
 	ft__view_free(v);
 	if (rc == 0)
 		ft__det_adopted(c->det, c->generation, c->op_seq);
@@ -252,6 +285,13 @@ static int comm_join(struct ft_comm *c)
 			return rc;
 		snprintf(me.ctrl, sizeof(me.ctrl), "%s", ft__det_addr(c->det));
 	}
+	if (c->cfg.policy == FT_POLICY_REJOIN) {
+		rc = ft__mb_resume(&c->mb, &view);
+		if (rc < 0)
+			return rc;
+		if (rc == 1)
+			return ft__rejoin_join(c, &me, &view); /* a new incarnation */
+	}
 	if ((rc = ft__mb_publish(&c->mb, c->generation, &me)) != 0)
 		return rc;
 	cand = malloc((size_t)c->cfg.world_size * sizeof(int));
@@ -264,12 +304,15 @@ static int comm_join(struct ft_comm *c)
 	free(cand);
 	if (rc != 0)
 		return rc;
-	rc = load_view(c, &view);
+	rc = ft__comm_load_view(c, &view);
 	ft__view_free(&view);
 	if (rc != 0)
 		return rc;
+	c->job_nonce = view.nonce;
 	if (c->det != NULL && (rc = ft__det_start(c->det, c->generation, c->members, c->size)) != 0)
 		return rc;
+	if (c->cfg.policy == FT_POLICY_REJOIN)
+		ft__rejoin_log_open(c);
 	return ft__comm_connect_ring(c);
 }
 
@@ -336,7 +379,7 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 		return 0;
 	}
 	rc = comm_join(c);
-	if (rc == 0)
+	if (rc == 0 && !c->rejoined)
 		rc = ft_barrier(c);
 	if (rc != 0) {
 		(void)comm_release(c); /* init failed: that is the error to report */
@@ -364,6 +407,7 @@ FT__EXPORT int ft_finalize(struct ft_comm *c)
 		return rc;
 	if (c->policy->finalize != NULL)
 		c->policy->finalize(c);
+	c->finalizing = true; /* a clean end: the logs go */
 	rc = comm_release(c);
 	c->finalized = true;
 	pthread_mutex_lock(&finalized_lock);

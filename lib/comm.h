@@ -11,6 +11,7 @@
 #include "detect.h"
 #include "fault.h"
 #include "membership.h"
+#include "log.h"
 
 struct ft__policy;
 
@@ -61,7 +62,44 @@ struct ft_comm {
 	size_t kept_cap, kept_bytes;
 	uint64_t kept_seq;              /* its op */
 	bool kept_valid;
+
+	/* rejoin policy (policy_rejoin.c): this rank's pairwise log */
+	struct ft__log *plog;           /* NULL: no log (durability none, or it failed) */
+	void *payload;                  /* the current op's input, as logged */
+	size_t payload_bytes;
+	struct ft__logreg *regs;        /* regions of it saved so far, with their CRCs */
+	size_t nreg, reg_cap, saved_bytes;
+	bool input_logged, input_whole;
+	bool log_dead;                  /* the log failed in this op: closed at the next */
+
+	uint64_t job_nonce;             /* this job's (generation 0's view) */
+	bool finalizing;
+
+	/* new incarnations (comm.c, state.c) */
+	bool rejoined;                  /* this process rejoined a running job */
+	uint64_t resume_op;             /* ... and its application's first op */
+	int state_root;                 /* original rank that sends the state */
+	int nowed;                      /* ops at whose start the state goes to newcomers */
+	uint64_t owed_op[2];
+	struct ft__state_region *state; /* ft_state_register */
+	int nstate;
 };
+
+/* ft_state_register's regions. */
+struct ft__state_region {
+	void *ptr;
+	size_t bytes;
+	unsigned flags;
+};
+#define FT__STATE_MAX 64
+
+/* policy_rejoin.c: this rank's log, and joining a running job as a new incarnation. */
+void ft__rejoin_log_open(struct ft_comm *c);
+void ft__rejoin_log_close(struct ft_comm *c, bool remove);
+int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *latest);
+
+/* The state transfer owed at the start of op seq, if any (state.c): 0 or an error. */
+int ft__state_due(struct ft_comm *c, uint64_t seq);
 
 #define FT__COMM_MAGIC 0x6674636du
 
@@ -71,6 +109,8 @@ int ft__comm_check(const struct ft_comm *c);
 int ft__comm_connect_ring(struct ft_comm *c);
 /* Tears down the ring links after a failed collective, telling the neighbours why. */
 void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq);
+/* Takes view v as the membership (dense ranks, addresses, rejoiners); takes v's members. */
+int ft__comm_load_view(struct ft_comm *c, struct ft__view *v);
 /* Makes view v (settled by the detector) the current membership; takes v's members. */
 int ft__comm_adopt(struct ft_comm *c, struct ft__view *v);
 

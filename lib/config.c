@@ -367,6 +367,18 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e)
 		e->fabric_max_msg = (size_t)strtoull(s, NULL, 0);
 	s = getenv("FTCC_SHM_GUARD");
 	e->shm_guard = !(s != NULL && strcmp(s, "0") == 0);
+	s = getenv("FTCC_LOG_ENGINE");
+	e->log_pwrite = s != NULL && strcmp(s, "pwrite") == 0;
+	/* process durability: shared memory (survives the process, and a
+	 * mapped page cache file on disk would be written back: 64 MiB per op);
+	 * host durability: the disk, under $TMPDIR */
+	s = getenv("TMPDIR");
+	if (cfg->log_durability == FT_DURABILITY_PROCESS && access("/dev/shm", W_OK) == 0)
+		snprintf(e->default_log_root, sizeof(e->default_log_root), "/dev/shm/ftcc-log-%u",
+			 (unsigned)getuid());
+	else
+		snprintf(e->default_log_root, sizeof(e->default_log_root), "%s/ftcc-log-%u",
+			 s != NULL && *s != '\0' ? s : "/tmp", (unsigned)getuid());
 	cma = env_bool("FI_SHM_DISABLE_CMA");
 	e->shm_cma = cma < 0 ? -1 : !cma;
 	return 0;

@@ -64,6 +64,8 @@ struct ft__det {
 	int fatal;
 	uint64_t next_op;
 	bool *failed;           /* by original rank */
+	uint32_t *since;        /* by original rank: notices older than this generation
+				 * cannot name it (a new incarnation took it back) */
 	struct ft__view ready;  /* latest view this detector settled on */
 	int suspect;
 	uint64_t known_ns, settled_ns;
@@ -112,6 +114,8 @@ static void send_bye(struct ft__det *d, int i)
 }
 
 static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *why);
+static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t gen,
+		       const char *why);
 
 /* Link i is gone: its peer is failed if it was a neighbour this rank watches. */
 static void link_lost(struct ft__det *d, int i, const char *why)
@@ -260,8 +264,15 @@ static void adopt_view(struct ft__det *d, struct ft__view *v)
 	d->gen = v->generation;
 	v->members = NULL;
 	lock(d);
-	for (int i = 0; i < d->size; i++)
-		stale_member |= d->failed[d->members[i]];
+	for (int i = 0; i < d->size; i++) {
+		int r = d->members[i];
+		if (d->p.rejoin && d->failed[r] && r != d->p.rank) {
+			/* settled as a new incarnation: older news of its death is old */
+			d->failed[r] = false;
+			d->since[r] = d->gen;
+		}
+		stale_member |= d->failed[r];
+	}
 	ft__view_free(&d->ready);
 	d->ready = (struct ft__view){.generation = d->gen, .size = d->size,
 				     .first_op = v->first_op, .nonce = v->nonce};
@@ -300,21 +311,29 @@ static void recovery_step(struct ft__det *d)
 			return; /* tried again on the next turn of the loop */
 		d->published = true;
 	}
-	cand = malloc((size_t)d->size * sizeof(int));
+	cand = malloc(2 * (size_t)d->size * sizeof(int));
 	if (cand == NULL)
 		return;
+	/* rejoin: the failed members of this view are awaited back (back[])
+	 * until rejoin_timeout_ms; then the view settles as under shrink */
+	bool await = d->p.rejoin && since < d->p.rejoin_timeout_ms;
+	int64_t force_ms = 2 * (int64_t)d->p.detect_timeout_ms + d->p.settle_delay_ms +
+			   (d->p.rejoin ? d->p.rejoin_timeout_ms : 0);
+	int *back = cand + d->size, nback = 0;
 	lock(d);
-	for (int i = 0; i < d->size; i++)
+	for (int i = 0; i < d->size; i++) {
 		if (!d->failed[d->members[i]])
 			cand[n++] = d->members[i];
+		else if (await && nback < FT__BACK_MAX)
+			back[nback++] = d->members[i];
+	}
 	unlock(d);
 	if (n > 0 && cand[0] == d->p.rank && since < d->p.settle_delay_ms) {
 		free(cand);
 		return;
 	}
-	rc = ft__mb_try_settle(d->p.mb, d->target, cand, n,
-			       since >= 2 * (int64_t)d->p.detect_timeout_ms + d->p.settle_delay_ms,
-			       &v);
+	rc = ft__mb_try_settle_back(d->p.mb, d->target, cand, n, back, nback, since >= force_ms,
+				    &v);
 	free(cand);
 	if (rc == 1) {
 		adopt_view(d, &v);
@@ -331,6 +350,13 @@ static void recovery_step(struct ft__det *d)
 /* Marks ranks failed; what is new is noticed to both neighbours. */
 static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *why)
 {
+	declare_at(d, ranks, n, d->gen, why);
+}
+
+/* The same, for news from generation gen: a rank that came back after gen is not named by it. */
+static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t gen,
+		       const char *why)
+{
 	int added = 0;
 	bool self = false, member = false;
 
@@ -338,7 +364,8 @@ static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *
 		return;
 	lock(d);
 	for (int i = 0; i < n; i++) {
-		if (ranks[i] < 0 || ranks[i] >= d->p.world_size || d->failed[ranks[i]])
+		if (ranks[i] < 0 || ranks[i] >= d->p.world_size || d->failed[ranks[i]] ||
+		    gen < d->since[ranks[i]])
 			continue;
 		d->failed[ranks[i]] = true;
 		added++;
@@ -384,7 +411,8 @@ static void on_hello(struct ft__det *d, int i, const struct ft__ctl_msg *m)
 	lock(d);
 	dead = d->failed[m->from];
 	unlock(d);
-	if (dead) {
+	/* a peer ahead of this rank may be a new incarnation its next view takes back */
+	if (dead && m->gen <= d->gen) {
 		link_close(d, i);
 		return;
 	}
@@ -420,7 +448,7 @@ static void on_msg(struct ft__det *d, int i, const struct ft__ctl_msg *m, bool f
 		for (size_t k = 0; k < n && d->ctl.links[i].fd >= 0; k += FT__ARRAY_SIZE(r)) {
 			size_t c = n - k < FT__ARRAY_SIZE(r) ? n - k : FT__ARRAY_SIZE(r);
 			memcpy(r, m->payload + k * sizeof(int32_t), c * sizeof(int32_t));
-			declare(d, r, (int)c, why);
+			declare_at(d, r, (int)c, m->gen, why);
 		}
 		break;
 	}
@@ -640,7 +668,8 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 		goto fail_pthread;
 	d->cond_made = true;
 	d->failed = calloc((size_t)p->world_size, sizeof(bool));
-	if (d->failed == NULL || pipe2(d->cmd, O_NONBLOCK | O_CLOEXEC) != 0) {
+	d->since = calloc((size_t)p->world_size, sizeof(uint32_t));
+	if (d->failed == NULL || d->since == NULL || pipe2(d->cmd, O_NONBLOCK | O_CLOEXEC) != 0) {
 		ft__det_destroy(d);
 		return -FT_ENOMEM;
 	}
@@ -676,6 +705,8 @@ int ft__det_start(struct ft__det *d, uint32_t gen, const int *members, int n)
 	memcpy(d->members, members, (size_t)n * sizeof(int));
 	d->size = n;
 	d->gen = gen;
+	for (int i = 0; i < n; i++)
+		d->since[members[i]] = gen; /* a new incarnation starts at gen */
 	rewire(d);
 	rc = pthread_create(&d->thread, NULL, det_main, d);
 	if (rc != 0)
@@ -710,6 +741,7 @@ void ft__det_destroy(struct ft__det *d)
 	ft__view_free(&d->ready);
 	free(d->members);
 	free(d->failed);
+	free(d->since);
 	free(d);
 }
 

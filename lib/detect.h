@@ -19,7 +19,9 @@ struct ft__det_params {
 	const char *data_addr;          /* republished in every generation */
 	int heartbeat_ms;
 	int detect_timeout_ms;
-	int settle_delay_ms;            /* rejoin policy: wait this long for the failed rank first */
+	int settle_delay_ms;            /* the coordinator waits this long before settling */
+	bool rejoin;                    /* rejoin policy: wait for failed ranks to come back */
+	int rejoin_timeout_ms;          /* ... this long, then settle without them */
 };
 
 /* Opens the control listener (so that its address can be published). */

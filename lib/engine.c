@@ -255,6 +255,12 @@ static int on_recv(struct ft__coll *co)
 			else
 				co->accum(co->dst + off, slot, n);
 		} else {
+			/* out of place the input stays; a policy that logs it copies it */
+			void *save = co->hooks->input_save_at != NULL
+					     ? co->hooks->input_save_at(co, off, len)
+					     : NULL;
+			if (save != NULL)
+				ft__copy_stream(save, co->src + off, len);
 			co->combine(co->dst + off, co->src + off, slot, n);
 		}
 		co->staged_done++;
@@ -440,7 +446,7 @@ int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const stru
 	for (uint32_t g = 0; g <= co->s.data_last; g++)
 		co->data_total += ft__chunk_nseg(&co->s, ft__recv_chunk(&co->s, g));
 	co->recv_total = co->data_total + (co->last_step - co->s.data_last);
-	if (co->in_place && co->hooks->input_save_at != NULL) {
+	if (co->hooks->input_save_at != NULL) {
 		/* chunk r is first overwritten by an allgather receive, posted
 		 * ahead of time: its input is saved before anything is posted */
 		int mine = ft__send_chunk(&co->s, 0);
@@ -448,7 +454,7 @@ int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const stru
 		size_t len = ft__chunk_len(&co->s, mine) * k->es;
 		void *save = len > 0 ? co->hooks->input_save_at(co, lo, len) : NULL;
 		if (save != NULL)
-			ft__copy_stream(save, co->dst + lo, len);
+			ft__copy_stream(save, co->src + lo, len);
 		co->mine_saved = save != NULL || len == 0;
 	}
 	rc = inject(co, FT__PHASE_BETWEEN, 0, 0);

@@ -16,7 +16,7 @@
 /*
  * Layout: <root>/<job>/lock-<r> (flock held by the live incarnation of rank
  * r), <root>/<job>/left-<r> ("pid next_op nonce": rank r finalized),
- * <root>/<job>/gen-<g>/member-<r> ("addr pid host ctrl next_op"), and
+ * <root>/<job>/gen-<g>/member-<r> ("addr pid host ctrl next_op rejoining"), and
  * <root>/<job>/gen-<g>/view ("ftcc-view 2 gen G size N writer PID HOST nonce
  * X first K members r0 r1 ..."), created exclusively by the coordinator:
  * whoever creates it first settles generation g. Files are written under a
@@ -333,8 +333,9 @@ static int mbf_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member 
 	}
 	host_name(host, sizeof(host));
 	snprintf(name, sizeof(name), "member-%d", r->rank);
-	snprintf(text, sizeof(text), "%s %d %s %s %llu\n", m->addr, (int)getpid(), host,
-		 m->ctrl[0] != '\0' ? m->ctrl : "-", (unsigned long long)m->next_op);
+	snprintf(text, sizeof(text), "%s %d %s %s %llu %d\n", m->addr, (int)getpid(), host,
+		 m->ctrl[0] != '\0' ? m->ctrl : "-", (unsigned long long)m->next_op,
+		 m->rejoining ? 1 : 0);
 	rc = write_atomic(dir, name, text, 0);
 	if (rc != 0)
 		ft__error("rendezvous: cannot write %s/%s: %s", dir, name, strerror(-rc));
@@ -353,7 +354,7 @@ static int read_member(const struct mbf *r, uint32_t gen, int orig, struct ft__m
 	struct scan s;
 	uint64_t next;
 	bool cut;
-	int n;
+	int n, back;
 
 	if (m == NULL)
 		m = &tmp;
@@ -369,11 +370,12 @@ static int read_member(const struct mbf *r, uint32_t gen, int orig, struct ft__m
 	if (cut || !str_field(&s, m->addr, sizeof(m->addr)) ||
 	    !int_field(&s, 1, INT_MAX, &m->pid) || !str_field(&s, host, sizeof(host)) ||
 	    !str_field(&s, m->ctrl, sizeof(m->ctrl)) || !num_field(&s, 10, 0, UINT64_MAX, &next) ||
-	    !at_end(&s)) {
+	    !int_field(&s, 0, 1, &back) || !at_end(&s)) {
 		memset(m, 0, sizeof(*m));
 		return -FT_ECORRUPT;
 	}
 	m->next_op = next;
+	m->rejoining = back == 1;
 	if (strcmp(m->ctrl, "-") == 0)
 		m->ctrl[0] = '\0';
 	return writer_is_stale(m->pid, host) ? MEMBER_DEAD : MEMBER_LIVE;
@@ -399,7 +401,7 @@ static int mbf_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__memb
  * stale view of an earlier job with a larger world is replaced, not refused;
  * nothing of a stale view is used.
  */
-static int read_view(const struct mbf *r, uint32_t gen, struct ft__view *v)
+static int read_view_opt(const struct mbf *r, uint32_t gen, struct ft__view *v, bool any)
 {
 	char dir[700], path[800], host[HOST_MAX];
 	size_t cap = 512 + 12 * (size_t)r->world_size;
@@ -432,7 +434,7 @@ static int read_view(const struct mbf *r, uint32_t gen, struct ft__view *v)
 	    !keyword(&s, "first") || !num_field(&s, 10, 0, UINT64_MAX, &first) ||
 	    !keyword(&s, "members"))
 		goto corrupt;
-	if (gen == 0 ? writer_is_stale(pid, host) : nonce != r->nonce) {
+	if (!any && (gen == 0 ? writer_is_stale(pid, host) : nonce != r->nonce)) {
 		free(buf);
 		return 0;
 	}
@@ -462,6 +464,17 @@ corrupt:
 	free(buf);
 	ft__view_free(&got);
 	return -FT_ECORRUPT;
+}
+
+static int read_view(const struct mbf *r, uint32_t gen, struct ft__view *v)
+{
+	return read_view_opt(r, gen, v, false);
+}
+
+/* A view even when its writer is gone (generation 0) or its nonce is not known yet. */
+static int read_view_any(const struct mbf *r, uint32_t gen, struct ft__view *v)
+{
+	return read_view_opt(r, gen, v, true);
 }
 
 static uint64_t fresh_nonce(void)
@@ -550,13 +563,16 @@ static int departed(const struct mbf *r, int orig)
 	return nonce == r->nonce;
 }
 
-static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, bool force,
-			  struct ft__view *view)
+static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,
+			  const int *back, int nback, bool force, struct ft__view *view)
 {
 	struct mbf *r = be(mb);
 	uint64_t first = UINT64_MAX;
-	int *members, *state, n = 0, missing = 0, coordinator = -1, rc;
+	int *members, *state, n = 0, missing = 0, coordinator = -1, all = ncand + nback, rc;
+	uint64_t can[FT__BACK_MAX];
 
+	if (nback < 0 || nback > FT__BACK_MAX)
+		return -FT_EINVAL;
 	rc = read_view(r, gen, view);
 	if (rc != 0) {
 		if (rc == 1 && gen == 0)
@@ -565,8 +581,8 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 	}
 	if (ncand < 1)
 		return 0;
-	members = malloc((size_t)ncand * sizeof(int));
-	state = malloc((size_t)ncand * sizeof(int));
+	members = malloc((size_t)all * sizeof(int));
+	state = malloc((size_t)all * sizeof(int));
 	if (members == NULL || state == NULL) {
 		free(members);
 		free(state);
@@ -575,15 +591,27 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 	/* A candidate is live (published), absent (not yet; or its file is
 	 * malformed, which only a forced settle gets past), or out: its process
 	 * is gone from this host, or it finalized (left-<r>). What is malformed
-	 * is ignored, and said so when it shapes the view. */
-	for (int i = 0; i < ncand; i++) {
+	 * is ignored, and said so when it shapes the view. An awaited rank
+	 * (back) is live once its new incarnation published as rejoining, and
+	 * absent until then. */
+	for (int i = 0; i < all; i++) {
+		bool awaited = i >= ncand;
+		int who = awaited ? back[i - ncand] : cand[i];
 		struct ft__member m;
-		rc = read_member(r, gen, cand[i], &m);
+		rc = read_member(r, gen, who, &m);
 		if (rc == -FT_ECORRUPT)
 			rc = MEMBER_CORRUPT;
+		if (awaited) {
+			/* a record of the dead incarnation, or none yet: wait */
+			if (rc != MEMBER_LIVE || !m.rejoining)
+				rc = MEMBER_ABSENT;
+			state[i] = rc;
+			can[i - ncand] = m.next_op;
+			continue;
+		}
 		if ((rc == MEMBER_ABSENT || rc == MEMBER_CORRUPT) && gen > 0) {
-			int left = departed(r, cand[i]);
-			if (left == 1 || read_member(r, gen - 1, cand[i], NULL) == MEMBER_DEAD)
+			int left = departed(r, who);
+			if (left == 1 || read_member(r, gen - 1, who, NULL) == MEMBER_DEAD)
 				rc = MEMBER_DEAD;
 			else if (left < 0)
 				rc = MEMBER_BAD_MARKER;
@@ -594,17 +622,33 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 		if (rc == MEMBER_LIVE && m.next_op < first)
 			first = m.next_op;
 		if (rc != MEMBER_DEAD && coordinator < 0)
-			coordinator = cand[i];
+			coordinator = who;
 	}
 	rc = 0;
 	if (r->rank != coordinator)
 		goto out;
-	for (int i = 0; i < ncand; i++) {
-		if (state[i] == MEMBER_LIVE)
-			members[n++] = cand[i];
+	/* an awaited rank whose log cannot serve first_op is settled without */
+	for (int i = ncand; i < all; i++) {
+		if (state[i] != MEMBER_LIVE)
+			continue;
+		uint64_t op = can[i - ncand];
+		if (first == UINT64_MAX || (op != first && op != first + 1)) {
+			ft__warn("rendezvous: generation %u settles without rank %d: its new "
+				 "incarnation can take part from op %llu, the others are at op %llu",
+				 gen, back[i - ncand], (unsigned long long)op, (unsigned long long)first);
+			state[i] = MEMBER_DEAD;
+		}
+	}
+	for (int i = 0; i < all; i++) {
+		if (i >= ncand && state[i] == MEMBER_ABSENT && force)
+			state[i] = MEMBER_DEAD;
 		missing += state[i] != MEMBER_LIVE && state[i] != MEMBER_DEAD;
 	}
-	if (n > 0 && (missing == 0 || force)) {
+	n = 0;
+	for (int i = 0; i < all; i++)
+		if (state[i] == MEMBER_LIVE)
+			members[n++] = i < ncand ? cand[i] : back[i - ncand];
+	if (n > 0 && first != UINT64_MAX && (missing == 0 || force)) {
 		for (int i = 0; i < ncand; i++)
 			if (state[i] == MEMBER_CORRUPT)
 				ft__warn("rendezvous: generation %u settles without rank %d: its member "
@@ -612,6 +656,13 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 			else if (state[i] == MEMBER_BAD_MARKER)
 				ft__warn("rendezvous: generation %u settles without rank %d, whose "
 					 "departure marker in %s is malformed", gen, cand[i], r->dir);
+		/* ascending, as every view */
+		for (int i = 1; i < n; i++)
+			for (int j = i; j > 0 && members[j - 1] > members[j]; j--) {
+				int t = members[j];
+				members[j] = members[j - 1];
+				members[j - 1] = t;
+			}
 		rc = write_view(r, gen, members, n, first);
 	}
 	if (rc == 0) {
@@ -623,6 +674,56 @@ out:
 	free(members);
 	free(state);
 	return rc;
+}
+
+/* Whether another rank of this job holds its lock (is alive). */
+static bool other_alive(const struct mbf *r)
+{
+	char path[800];
+
+	for (int i = 0; i < r->world_size; i++) {
+		int fd;
+		bool held;
+		if (i == r->rank)
+			continue;
+		snprintf(path, sizeof(path), "%s/lock-%d", r->dir, i);
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+		close(fd);
+		if (held)
+			return true;
+	}
+	return false;
+}
+
+static int mbf_resume(struct ft__mb *mb, struct ft__view *latest)
+{
+	struct mbf *r = be(mb);
+	struct ft__view v = {0};
+	uint32_t g;
+	int rc;
+
+	if (!other_alive(r))
+		return 0;
+	/* generation 0's view, whoever wrote it (its writer may be the rank
+	 * that died): the job's nonce */
+	rc = read_view_any(r, 0, &v);
+	if (rc <= 0)
+		return rc;
+	r->nonce = v.nonce;
+	ft__view_free(&v);
+	for (g = 1;; g++) {
+		struct ft__view next = {0};
+		rc = read_view(r, g, &next);
+		if (rc < 0)
+			return rc;
+		if (rc == 0)
+			break;
+		ft__view_free(&next);
+	}
+	return read_view_any(r, g - 1, latest);
 }
 
 /* Removes what a dead rank left in dir: member files of gone writers and
@@ -690,6 +791,7 @@ const struct ft__mb_ops ft__mb_file_ops = {
 	.open = mbf_open,
 	.publish = mbf_publish,
 	.try_settle = mbf_try_settle,
+	.resume = mbf_resume,
 	.lookup = mbf_lookup,
 	.depart = mbf_depart,
 	.close = mbf_close,

@@ -55,7 +55,24 @@ int ft__view_check(const struct ft__view *v, int world_size)
 int ft__mb_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, bool force,
 		      struct ft__view *view)
 {
-	int rc = mb->ops->try_settle(mb, gen, cand, ncand, force, view);
+	return ft__mb_try_settle_back(mb, gen, cand, ncand, NULL, 0, force, view);
+}
+
+int ft__mb_resume(struct ft__mb *mb, struct ft__view *latest)
+{
+	int rc = mb->ops->resume(mb, latest);
+
+	if (rc == 1 && ft__view_check(latest, mb->world_size) != 0) {
+		ft__view_free(latest);
+		return -FT_ECORRUPT;
+	}
+	return rc;
+}
+
+int ft__mb_try_settle_back(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,
+			   const int *back, int nback, bool force, struct ft__view *view)
+{
+	int rc = mb->ops->try_settle(mb, gen, cand, ncand, back, nback, force, view);
 
 	/* The backend validates what it reads; this makes the contract hold
 	 * whatever the backend, since callers index arrays with the members. */

@@ -34,6 +34,7 @@
 
 #define FT__ADDR_MAX 256        /* data transport address, NUL included */
 #define FT__CTRL_MAX 64         /* control link address, NUL included */
+#define FT__BACK_MAX 64         /* ranks awaited back at once */
 
 struct ft__view {
 	uint32_t generation;
@@ -47,7 +48,10 @@ struct ft__view {
 struct ft__member {
 	char addr[FT__ADDR_MAX];        /* data transport address */
 	char ctrl[FT__CTRL_MAX];        /* control (detector) address, "" if none */
-	uint64_t next_op;               /* first collective whose result it does not hold */
+	uint64_t next_op;               /* first collective whose result it does not hold;
+					 * a rejoining incarnation: the first op it can take
+					 * part in (its last logged input + 1, 0 without logs) */
+	bool rejoining;                 /* a new incarnation asking back in (rejoin policy) */
 	int pid;                        /* filled by lookup */
 };
 
@@ -79,9 +83,24 @@ struct ft__mb_ops {
 	 * settles it once every candidate has published or is gone, or, when
 	 * force, with the candidates that have published; first_op is the
 	 * lowest next_op they published.
+	 *
+	 * back (nback, may be 0) are failed ranks whose new incarnation is
+	 * awaited (rejoin policy): the view waits for each until it publishes
+	 * as rejoining from a live process (never taken as gone), and takes it
+	 * when the op it can take part in is first_op or first_op + 1 (its log
+	 * holds first_op's input, or it never started first_op); else it
+	 * settles without it. Ranks in back never coordinate, and their
+	 * next_op does not count in first_op.
 	 */
-	int (*try_settle)(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, bool force,
-			  struct ft__view *view);
+	int (*try_settle)(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,
+			  const int *back, int nback, bool force, struct ft__view *view);
+	/*
+	 * Whether the job this rank belongs to is already running (this process
+	 * is a new incarnation of a rank that died): 1 and *latest, the latest
+	 * settled view, when another rank of the job is alive and a view of
+	 * generation 0 exists; 0 for a job that starts now.
+	 */
+	int (*resume)(struct ft__mb *mb, struct ft__view *latest);
 	/* What original rank orig published for gen; -FT_EPEERFAILED when it has
 	 * not or is gone, -FT_ECORRUPT when its record is malformed. */
 	int (*lookup)(struct ft__mb *mb, uint32_t gen, int orig, struct ft__member *m);
@@ -108,6 +127,11 @@ int ft__mb_open(struct ft__mb *mb, const struct ft__mb_params *p);
 int ft__mb_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member *m);
 int ft__mb_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, bool force,
 		      struct ft__view *view);
+/* The same, awaiting the new incarnations of back (see try_settle above). */
+int ft__mb_try_settle_back(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,
+			   const int *back, int nback, bool force, struct ft__view *view);
+/* See resume above. */
+int ft__mb_resume(struct ft__mb *mb, struct ft__view *latest);
 /* Retries try_settle (backing off) for up to timeout_ms: 0 and *view,
  * -FT_ETIMEDOUT (naming who never published), or the backend's error. */
 int ft__mb_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, int timeout_ms,

@@ -49,8 +49,26 @@ struct ft__policy {
 
 extern const struct ft__policy ft__policy_abort;
 extern const struct ft__policy ft__policy_shrink;
+extern const struct ft__policy ft__policy_rejoin;
 
-/* The policy for cfg->policy (rejoin runs as shrink until exact rejoin exists). */
+/*
+ * Shrink's parts that rejoin runs too (policy_shrink.c). handover_ok: a
+ * rank that returned the op may hand its kept result to the others (shrink's
+ * small ops); rejoin runs every op with commit steps instead.
+ */
+/* A failure seen between calls: op run->seq runs on the next view. */
+int ft__shrink_between(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok);
+/* Room in c->backup for an in-place input of k (when a restart may need it). */
+int ft__shrink_backup_alloc(struct ft_comm *c, const struct ft__call *k);
+/* After a failed in-place attempt: completes backup (what the attempt saved
+ * there, and the rest of k->dst not yet overwritten) and makes k out of place from it. */
+void ft__shrink_backup_complete(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co,
+				void *backup);
+/* Waits for the next view and says what op seq does on it (FT__STANDS, FT__RETRY, an error). */
+int ft__shrink_recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t seq, int suspect,
+			    bool handover_ok);
+
+/* The policy for cfg->policy. */
 const struct ft__policy *ft__policy_for(enum ft_policy p);
 
 /* Runs a collective to its end under c's policy (collective.c). */

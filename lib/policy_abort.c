@@ -28,5 +28,7 @@ const struct ft__policy ft__policy_abort = {
 
 const struct ft__policy *ft__policy_for(enum ft_policy p)
 {
-	return p == FT_POLICY_ABORT ? &ft__policy_abort : &ft__policy_shrink;
+	return p == FT_POLICY_ABORT    ? &ft__policy_abort
+	       : p == FT_POLICY_REJOIN ? &ft__policy_rejoin
+				       : &ft__policy_shrink;
 }

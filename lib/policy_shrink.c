@@ -57,7 +57,9 @@ static void *save_input(struct ft__coll *co, size_t off, size_t len)
 {
 	struct ft_comm *c = co->c;
 
-	return c->backup != NULL && off + len <= c->backup_bytes ? (char *)c->backup + off : NULL;
+	return co->in_place && c->backup != NULL && off + len <= c->backup_bytes
+		       ? (char *)c->backup + off
+		       : NULL;
 }
 
 static int claim(struct ft__coll *co)
@@ -82,19 +84,21 @@ static bool recoverable(struct ft_comm *c, int rc)
  * frames, in (step, segment) order); the rest of the buffer is still the
  * input. Completes the backup and makes the call out of place from it.
  */
-static void backup_complete(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co)
+void ft__shrink_backup_complete(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co,
+				void *backup)
 {
 	size_t bytes = k->count * k->es;
 
-	if (!k->in_place || c->backup == NULL || bytes == 0)
+	(void)c;
+	if (!k->in_place || backup == NULL || bytes == 0)
 		return;
 	if (co->c == NULL || co->s.n < 2) {
-		memcpy(c->backup, k->dst, bytes); /* the attempt never started */
+		memcpy(backup, k->dst, bytes); /* the attempt never started */
 	} else {
 		size_t idx = 0, off, len;
 		if (!co->mine_saved) {
 			int mine = ft__send_chunk(&co->s, 0);
-			memcpy((char *)c->backup + ft__chunk_lo(&co->s, mine) * k->es,
+			memcpy((char *)backup + ft__chunk_lo(&co->s, mine) * k->es,
 			       (char *)k->dst + ft__chunk_lo(&co->s, mine) * k->es,
 			       ft__chunk_len(&co->s, mine) * k->es);
 		}
@@ -104,11 +108,11 @@ static void backup_complete(struct ft_comm *c, struct ft__call *k, const struct 
 				if (idx < co->staged_done)
 					continue;
 				ft__seg_range(&co->s, ch, s, &off, &len);
-				memcpy((char *)c->backup + off, (char *)k->dst + off, len);
+				memcpy((char *)backup + off, (char *)k->dst + off, len);
 			}
 		}
 	}
-	k->src = c->backup;
+	k->src = backup;
 	k->in_place = false;
 }
 
@@ -179,7 +183,8 @@ static int defer_view(struct ft_comm *c, const struct ft__shown *old)
  * was left out). A link that failed with no failure known is declared
  * after a while (suspect: its peer).
  */
-static int recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t seq, int suspect)
+int ft__shrink_recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t seq, int suspect,
+			    bool handover_ok)
 {
 	int wait_ms = 2 * c->cfg.detect_timeout_ms + c->cfg.connect_timeout_ms;
 	uint32_t after = c->generation;
@@ -212,7 +217,8 @@ static int recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t se
 			rc = FT__STANDS;
 			break;
 		}
-		if (seq > first + 1 || (seq == first + 1 && !(c->kept_valid && c->kept_seq == first))) {
+		if (seq > first + 1 ||
+		    (seq == first + 1 && !(handover_ok && c->kept_valid && c->kept_seq == first))) {
 			ft__error("generation %u starts at op %llu, but this rank is at op %llu",
 				  v.generation, (unsigned long long)first, (unsigned long long)seq);
 			ft__view_free(&v);
@@ -225,7 +231,8 @@ static int recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t se
 			break;
 		if (rc != 0)
 			continue; /* a member of the view is gone already: wait for the next */
-		if ((rc = find_holder(c, first, &holder)) != 0)
+		holder = -1;
+		if (handover_ok && (rc = find_holder(c, first, &holder)) != 0)
 			break;
 		if (seq == first && (holder < 0 || !small_op(k))) {
 			/* nobody returned it (a holder of an op with commit steps
@@ -248,15 +255,14 @@ static int recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t se
 	return rc;
 }
 
-static int shrink_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *run)
+int ft__shrink_between(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok)
 {
-	size_t bytes = k->count * k->es;
 	int rc;
 
 	if (c->det != NULL && ft__det_pending(c->det)) {
 		/* a failure seen between calls: this op runs on the next view */
 		uint64_t t0 = ft__now_ns();
-		rc = recover_view(c, k, run->seq, -1);
+		rc = ft__shrink_recover_view(c, k, run->seq, -1, handover_ok);
 		if (rc == FT__STANDS)
 			rc = -FT_EPROTO;
 		if (rc != 0)
@@ -264,6 +270,13 @@ static int shrink_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 		c->stats.recoveries++;
 		run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
 	}
+	return 0;
+}
+
+int ft__shrink_backup_alloc(struct ft_comm *c, const struct ft__call *k)
+{
+	size_t bytes = k->count * k->es;
+
 	if (c->det == NULL || !k->in_place || bytes == 0 || c->size == 1)
 		return 0;
 	if (c->backup_bytes < bytes) {
@@ -277,6 +290,13 @@ static int shrink_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 		c->backup_bytes = bytes;
 	}
 	return 0;
+}
+
+static int shrink_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *run)
+{
+	int rc = ft__shrink_between(c, k, run, true);
+
+	return rc != 0 ? rc : ft__shrink_backup_alloc(c, k);
 }
 
 static void shrink_attempt(const struct ft_comm *c, const struct ft__call *k, struct ft__attempt *a)
@@ -300,11 +320,11 @@ static int shrink_recover(struct ft_comm *c, struct ft__call *k, const struct ft
 		return FT__STANDS;
 	}
 	t0 = ft__now_ns();
-	backup_complete(c, k, co);
+	ft__shrink_backup_complete(c, k, co, c->backup);
 	if (rc == -FT_EPEERFAILED && co->fail_link != 0 && c->size > 1)
 		suspect = c->members[ft__mod(c->rank + (co->fail_link == 1 ? -1 : 1), c->size)];
 	ft__comm_abort_ring(c, -FT_EABORTED, run->seq);
-	v = recover_view(c, k, run->seq, suspect);
+	v = ft__shrink_recover_view(c, k, run->seq, suspect, true);
 	run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
 	if (v >= 0)
 		c->stats.recoveries++;

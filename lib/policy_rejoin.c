@@ -1,0 +1,471 @@
+/* policy_rejoin.c: the rejoin policy (exact replay): survivors wait for the failed rank's new incarnation, which finishes the interrupted op from its log. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "crc32c.h"
+#include "policy.h"
+
+/*
+ * The protocol, and what each side writes before what.
+ *
+ * Every rank logs each op (log.h): BEGIN, a SEND or RECV record per data
+ * frame, then its input, whole, in the slot's payload file, and an INPUT
+ * record with each saved region's CRC32C. The input goes to the payload by
+ * the reduction kernel itself, as it reads each element (the same fused
+ * save as shrink's in-place backup), so logging costs no extra pass over
+ * the buffer; the CRC of a region is taken just before it is saved, while
+ * the region is in cache. The INPUT record is written (and, durability
+ * host, synced) as soon as the last region is saved, before this rank
+ * sends a frame that depends on all of its input, and before it claims the
+ * result: so a rank that any other rank could have returned a result from
+ * has its input logged.
+ *
+ * After a failure the survivors complete their own input (from the parts of
+ * the buffer not yet overwritten), settle the next generation with the
+ * failed rank awaited back (detect.c, membership.h) for up to
+ * rejoin_timeout_ms, and run the op again from the start on the new ring.
+ * The new incarnation publishes the first op its log lets it take part in:
+ * L + 1, L its last op whose input is whole and checked. The view takes it
+ * when that is the survivors' first op F (it never started F: its
+ * application runs F again, with the state a survivor sends it, see
+ * state.c) or F + 1 (its log holds F's input: ft_init runs F from it). The
+ * ring, the inputs and so every summation order are those of the failed
+ * attempt: the result is bit-identical to a failure-free run, with
+ * contributors == n. Restarting the op whole rather than resuming it
+ * mid-ring needs no received payload in the log (resuming would: twice the
+ * buffer written per op) and no agreement on a cut, at the price of one
+ * op's time after a failure.
+ *
+ * Ops run with commit steps (three ranks or more), so after a failure
+ * either every survivor returned the op or none did. Whatever fails in the
+ * log (a full disk, no io_uring and no pwrite) leaves this rank without a
+ * log, with a warning: it still survives others' failures, but its own new
+ * incarnation could not rejoin, and the others then go on without it
+ * (shrink).
+ */
+
+/* The log failed: no more records; the payload (this op's saved input) stays
+ * mapped until the next op begins, when the log is closed. */
+static void log_off(struct ft_comm *c, int rc, const char *what)
+{
+	if (!c->log_dead)
+		ft__warn("log: %s failed (%s): logging is off; a new incarnation of this rank "
+			 "could not rejoin", what, ft_strerror(rc));
+	c->log_dead = true;
+}
+
+/* The INPUT record, once the payload holds the whole input. */
+static void input_logged(struct ft_comm *c)
+{
+	int rc;
+
+	if (c->plog == NULL || c->log_dead || c->input_logged || !c->input_whole)
+		return;
+	c->input_logged = true;
+	rc = ft__log_input(c->plog, c->regs, c->nreg);
+	if (rc != 0)
+		log_off(c, rc, "writing an input record");
+}
+
+static int add_region(struct ft_comm *c, size_t off, size_t len, uint32_t crc)
+{
+	if (c->nreg == c->reg_cap) {
+		size_t cap = c->reg_cap ? 2 * c->reg_cap : 256;
+		struct ft__logreg *r = realloc(c->regs, cap * sizeof(*r));
+		if (r == NULL)
+			return -FT_ENOMEM;
+		c->regs = r;
+		c->reg_cap = cap;
+	}
+	c->regs[c->nreg++] = (struct ft__logreg){.off = off, .len = len, .crc = crc};
+	return 0;
+}
+
+/* The payload is whole: one region for all of it. */
+static void whole_region(struct ft_comm *c)
+{
+	c->nreg = 0;
+	if (add_region(c, 0, c->payload_bytes, ft__crc32c(0, c->payload, c->payload_bytes)) == 0)
+		c->input_whole = true;
+}
+
+static void *save_input(struct ft__coll *co, size_t off, size_t len)
+{
+	struct ft_comm *c = co->c;
+
+	if (c->input_whole)
+		return NULL; /* a restart runs from the saved input itself */
+	if (c->payload != NULL && off + len <= c->payload_bytes) {
+		if (add_region(c, off, len, ft__crc32c(0, co->src + off, len)) != 0) {
+			log_off(c, -FT_ENOMEM, "keeping the input's regions");
+			return co->in_place && c->backup != NULL ? (char *)c->backup + off : NULL;
+		}
+		c->saved_bytes += len;
+		if (c->saved_bytes == c->payload_bytes)
+			c->input_whole = true; /* once this region is saved, just after */
+		return (char *)c->payload + off;
+	}
+	return co->in_place && c->backup != NULL && off + len <= c->backup_bytes
+		       ? (char *)c->backup + off
+		       : NULL;
+}
+
+static int frame_logged(struct ft__coll *co, int type, const struct ft_frame *h)
+{
+	struct ft_comm *c = co->c;
+	int peer = c->members[ft__mod(c->rank + (type == FT__LOG_SEND ? 1 : -1), c->size)];
+	int rc;
+
+	input_logged(c); /* the last region was saved since the previous hook */
+	if (c->plog == NULL || c->log_dead)
+		return 0;
+	rc = ft__log_frame(c->plog, type, h->generation, h->step, h->seg, peer, h->offset,
+			   h->length, h->crc);
+	if (rc != 0)
+		log_off(c, rc, "writing a frame record");
+	return 0;
+}
+
+static int frame_sent(struct ft__coll *co, const struct ft_frame *h, const void *payload)
+{
+	(void)payload;
+	return frame_logged(co, FT__LOG_SEND, h);
+}
+
+static int frame_received(struct ft__coll *co, const struct ft_frame *h, const void *payload)
+{
+	(void)payload;
+	return frame_logged(co, FT__LOG_RECV, h);
+}
+
+static int claim(struct ft__coll *co)
+{
+	struct ft_comm *c = co->c;
+	int rc;
+
+	input_logged(c);
+	if ((rc = ft__det_have_result(c->det, co->tmpl.op_seq)) != 0)
+		return rc;
+	if (c->plog != NULL && !c->log_dead && (rc = ft__log_end(c->plog)) != 0)
+		log_off(c, rc, "writing an end record");
+	return 0;
+}
+
+static const struct ft__hooks rejoin_hooks = {
+	.input_save_at = save_input,
+	.frame_sent = frame_sent,
+	.frame_received = frame_received,
+	.result_held = claim,
+};
+
+static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *run)
+{
+	size_t bytes = k->kind == FT_COLL_BARRIER ? 0 : k->count * k->es;
+	struct ft__logop op = {.kind = (uint8_t)k->kind, .dtype = (uint8_t)k->dtype,
+			       .op = (uint8_t)k->op, .in_place = k->in_place, .root = k->root,
+			       .count = k->count};
+	void *payload = NULL;
+	int rc = ft__shrink_between(c, k, run, false);
+
+	if (rc != 0)
+		return rc;
+	if (c->log_dead) {
+		ft__log_close(c->plog);
+		c->plog = NULL;
+		c->log_dead = false;
+	}
+	c->nreg = c->saved_bytes = 0;
+	c->input_logged = c->input_whole = false;
+	c->payload = NULL;
+	c->payload_bytes = 0;
+	if (c->plog != NULL) {
+		/* a broadcast's input is the root's buffer; other ranks need none */
+		size_t logged = k->kind == FT_COLL_BROADCAST && k->root != c->cfg.rank ? 0 : bytes;
+		rc = ft__log_begin(c->plog, run->seq, c->generation, &op, logged ? &payload : NULL);
+		if (rc != 0) {
+			log_off(c, rc, "starting an op's log");
+			ft__log_close(c->plog);
+			c->plog = NULL;
+			c->log_dead = false;
+		} else {
+			c->payload = payload;
+			c->payload_bytes = logged;
+			if (k->kind == FT_COLL_BROADCAST && logged > 0) {
+				memcpy(payload, k->dst, logged);
+				rc = add_region(c, 0, logged, ft__crc32c(0, payload, logged));
+				if (rc != 0)
+					return rc;
+			}
+			c->input_whole = k->kind != FT_COLL_ALLREDUCE || logged == 0;
+			input_logged(c);
+		}
+	}
+	/* without a log an in-place restart needs shrink's backup */
+	return c->plog == NULL ? ft__shrink_backup_alloc(c, k) : 0;
+}
+
+static void rejoin_attempt(const struct ft_comm *c, const struct ft__call *k, struct ft__attempt *a)
+{
+	(void)k;
+	a->commit = c->det != NULL && c->size >= 3;
+	a->hooks = c->det != NULL ? &rejoin_hooks : NULL;
+}
+
+static int rejoin_recover(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co, int rc,
+			  struct ft__run *run)
+{
+	int suspect = -1, v;
+	uint64_t t0;
+
+	if (c->det == NULL ||
+	    !(rc == -FT_EPEERFAILED || rc == -FT_EABORTED || ft__det_pending(c->det)))
+		return rc;
+	t0 = ft__now_ns();
+	if (k->in_place) {
+		bool was_whole = c->input_whole;
+		void *into = c->payload != NULL ? c->payload : c->backup;
+		if (into == NULL)
+			return rc; /* nothing to restart from */
+		ft__shrink_backup_complete(c, k, co, into);
+		if (c->payload != NULL && !was_whole)
+			whole_region(c);
+	} else if (c->payload != NULL && !c->input_whole) {
+		memcpy(c->payload, k->src, c->payload_bytes);
+		whole_region(c);
+	}
+	input_logged(c);
+	if (rc == -FT_EPEERFAILED && co->fail_link != 0 && c->size > 1)
+		suspect = c->members[ft__mod(c->rank + (co->fail_link == 1 ? -1 : 1), c->size)];
+	ft__comm_abort_ring(c, -FT_EABORTED, run->seq);
+	v = ft__shrink_recover_view(c, k, run->seq, suspect, false);
+	run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
+	if (v >= 0)
+		c->stats.recoveries++;
+	if (v == FT__RETRY)
+		ft__info("op %llu restarts on generation %u with %d ranks",
+			 (unsigned long long)run->seq, c->generation, c->size);
+	return v;
+}
+
+const struct ft__policy ft__policy_rejoin = {
+	.name = "rejoin",
+	.begin = rejoin_begin,
+	.attempt = rejoin_attempt,
+	.recover = rejoin_recover,
+};
+
+/* ---- this rank's log ---- */
+
+static void log_dir(const struct ft_comm *c, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/%s",
+		 c->cfg.log_dir[0] != '\0' ? c->cfg.log_dir : c->tp_env.default_log_root,
+		 c->cfg.job_id);
+}
+
+/* What ties a log to this run of the job (not another with the same id). */
+static void log_job(const struct ft_comm *c, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s:%016llx", c->cfg.job_id, (unsigned long long)c->job_nonce);
+}
+
+void ft__rejoin_log_open(struct ft_comm *c)
+{
+	char dir[FT_PATH_MAX + FT_NAME_MAX + 2], job[FT_NAME_MAX + 20];
+	struct ft__log_params p = {.dir = dir, .job_id = job, .rank = c->cfg.rank,
+				   .world_size = c->cfg.world_size,
+				   .sync = c->cfg.log_durability == FT_DURABILITY_HOST,
+				   .engine = c->tp_env.log_pwrite ? FT__LOG_PWRITE : FT__LOG_URING};
+	int rc;
+
+	if (c->cfg.log_durability == FT_DURABILITY_NONE || c->plog != NULL)
+		return;
+	log_dir(c, dir, sizeof(dir));
+	log_job(c, job, sizeof(job));
+	rc = ft__log_open(&p, &c->plog);
+	if (rc != 0) {
+		ft__warn("log: cannot open this rank's log in %s (%s): a new incarnation of this "
+			 "rank could not rejoin", dir, ft_strerror(rc));
+		c->plog = NULL;
+		return;
+	}
+	ft__info("log: %s, %s (durability %s)", dir, ft__log_engine_name(c->plog),
+		 p.sync ? "host" : "process");
+}
+
+void ft__rejoin_log_close(struct ft_comm *c, bool remove)
+{
+	char dir[FT_PATH_MAX + FT_NAME_MAX + 2], path[FT_PATH_MAX + FT_NAME_MAX + 40];
+	bool had = c->plog != NULL;
+
+	ft__log_close(c->plog);
+	c->plog = NULL;
+	c->payload = NULL;
+	c->log_dead = false;
+	if (!remove || !had)
+		return;
+	/* a clean end: nothing will replay these */
+	log_dir(c, dir, sizeof(dir));
+	for (int s = 0; s < 2; s++) {
+		snprintf(path, sizeof(path), "%s/r%d-s%d.log", dir, c->cfg.rank, s);
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/r%d-s%d.in", dir, c->cfg.rank, s);
+		unlink(path);
+	}
+	rmdir(dir); /* the last rank's succeeds */
+}
+
+/* ---- a new incarnation joining the running job ---- */
+
+static bool in_view(const struct ft__view *v, int orig)
+{
+	for (int i = 0; i < v->size; i++)
+		if (v->members[i] == orig)
+			return true;
+	return false;
+}
+
+/* Runs op F again from this rank's log (its input as logged): the survivors are running it too. */
+static int replay(struct ft_comm *c, const char *dir, const char *job, uint64_t f)
+{
+	struct ft__logop op;
+	struct ft_op_info info;
+	uint64_t seq;
+	uint32_t gen;
+	size_t es, bytes;
+	void *in = NULL, *out = NULL;
+	int rc;
+
+	rc = ft__log_last_input(dir, c->cfg.rank, ft__log_job_hash(job), &seq, &gen, &op, NULL, 0);
+	if (rc != 0 || seq != f)
+		return rc != 0 ? rc : -FT_ECORRUPT;
+	es = op.kind == FT_COLL_BROADCAST ? 1 : ft_dtype_size((enum ft_dtype)op.dtype);
+	if (es == 0 || op.count > SIZE_MAX / 8)
+		return -FT_ECORRUPT;
+	bytes = op.kind == FT_COLL_BARRIER ? 0 : (size_t)op.count * es;
+	in = malloc(bytes ? bytes : 1);
+	out = malloc(bytes ? bytes : 1);
+	if (in == NULL || out == NULL) {
+		rc = -FT_ENOMEM;
+		goto out;
+	}
+	if (op.kind == FT_COLL_ALLREDUCE || (op.kind == FT_COLL_BROADCAST && op.root == c->cfg.rank))
+		rc = ft__log_last_input(dir, c->cfg.rank, ft__log_job_hash(job), &seq, &gen, &op, in,
+					bytes);
+	if (rc != 0 || seq != f)
+		goto out;
+	struct ft__call k = {.kind = (enum ft_coll_kind)op.kind, .src = in, .dst = out,
+			     .count = op.count, .es = es, .dtype = (enum ft_dtype)op.dtype,
+			     .op = (enum ft_op)op.op, .root = op.root};
+	if (k.kind == FT_COLL_BROADCAST) {
+		k.dst = in;
+		k.dtype = FT_UINT8;
+	}
+	if (k.kind == FT_COLL_BARRIER) {
+		k.count = 0;
+		k.es = 1;
+		k.dtype = FT_UINT8;
+		k.op = FT_SUM;
+	}
+	ft__info("rejoin: replaying op %llu (%s, %zu bytes) from the log",
+		 (unsigned long long)f, k.kind == FT_COLL_ALLREDUCE ? "allreduce"
+					: k.kind == FT_COLL_BROADCAST ? "broadcast" : "barrier",
+		 bytes);
+	c->op_seq = f;
+	rc = ft__collective_run(c, &k, &info);
+	if (rc == 0)
+		ft__info("rejoin: op %llu done on generation %u with %d contributors",
+			 (unsigned long long)f, info.generation, info.contributors);
+out:
+	free(in);
+	free(out);
+	return rc;
+}
+
+int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *latest)
+{
+	char dir[FT_PATH_MAX + FT_NAME_MAX + 2], job[FT_NAME_MAX + 20];
+	uint32_t target = latest->generation + 1, lgen;
+	int64_t deadline;
+	struct ft__logop op;
+	struct ft__view v = {0};
+	uint64_t last = 0, first;
+	bool have = false;
+	int rc;
+
+	c->job_nonce = latest->nonce;
+	if (!in_view(latest, c->cfg.rank)) {
+		ft__error("rejoin: the job went on without rank %d (generation %u): it cannot come "
+			  "back", c->cfg.rank, latest->generation);
+		ft__view_free(latest);
+		return -FT_EEXCLUDED;
+	}
+	ft__view_free(latest);
+	log_dir(c, dir, sizeof(dir));
+	log_job(c, job, sizeof(job));
+	if (c->cfg.log_durability != FT_DURABILITY_NONE) {
+		rc = ft__log_last_input(dir, c->cfg.rank, ft__log_job_hash(job), &last, &lgen, &op,
+					NULL, 0);
+		have = rc == 0;
+		if (rc != 0)
+			ft__warn("rejoin: no usable log in %s (%s): the others finish the op without "
+				 "this rank", dir, ft_strerror(rc));
+	}
+	/* the first op it can take part in: its application's next, or the
+	 * logged one it can replay (one less); 0 says none */
+	me->next_op = have ? last + 1 : 0;
+	me->rejoining = true;
+	ft__info("rejoin: a new incarnation of rank %d asks back into generation %u (log: %s)",
+		 c->cfg.rank, target, have ? "whole" : "none");
+	if ((rc = ft__mb_publish(&c->mb, target, me)) != 0)
+		return rc;
+	deadline = ft__now_ms() + c->cfg.rejoin_timeout_ms + 2 * c->cfg.detect_timeout_ms +
+		   c->cfg.connect_timeout_ms;
+	for (;;) {
+		struct timespec ts = {0, 2000000};
+		rc = ft__mb_try_settle(&c->mb, target, NULL, 0, false, &v);
+		if (rc != 0)
+			break;
+		if (ft__now_ms() >= deadline) {
+			rc = -FT_ETIMEDOUT;
+			break;
+		}
+		nanosleep(&ts, NULL);
+	}
+	if (rc < 0) {
+		ft__error("rejoin: generation %u never settled: %s", target, ft_strerror(rc));
+		return rc;
+	}
+	if (!in_view(&v, c->cfg.rank)) {
+		ft__error("rejoin: generation %u settled without rank %d: the job goes on without it",
+			  target, c->cfg.rank);
+		ft__view_free(&v);
+		return -FT_EEXCLUDED;
+	}
+	first = v.first_op;
+	if ((rc = ft__comm_load_view(c, &v)) != 0) {
+		ft__view_free(&v);
+		return rc;
+	}
+	ft__view_free(&v);
+	if (c->det != NULL && (rc = ft__det_start(c->det, c->generation, c->members, c->size)) != 0)
+		return rc;
+	ft__rejoin_log_open(c);
+	c->rejoined = true;
+	c->op_seq = first;
+	if (have && first == last) {
+		rc = replay(c, dir, job, first);
+		if (rc != 0)
+			return rc;
+	} else if (first != me->next_op) {
+		return -FT_EPROTO; /* the settle takes it back only at first or first - 1 */
+	}
+	c->resume_op = c->op_seq;
+	ft__info("rejoin: rank %d is back in generation %u; its next op is %llu", c->cfg.rank,
+		 c->generation, (unsigned long long)c->op_seq);
+	return 0;
+}

@@ -1,0 +1,153 @@
+/* state.c: application state registered with ft_state_register, and its live transfer to a rank that rejoined. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "policy.h"
+
+/*
+ * When a view takes a new incarnation back (its member record says
+ * rejoining), every member notes the op at whose start the state is owed:
+ * the first op the newcomer's application runs (its published next op).
+ * At the start of that op, on every member, before its first attempt, the
+ * lowest member that is not new (state_root) broadcasts a header (the
+ * number and sizes of its regions) and then each region; the newcomer
+ * receives them into its own registered regions, everyone else passes
+ * them on. The survivors are then at the start of a collective, not in
+ * the middle of an update: a consistent point. The newcomer usually takes
+ * them in ft_state_sync, before computing its input, and otherwise at the
+ * start of that op. The transfer carries the op's sequence number, so it
+ * cannot be mistaken for another op's frames.
+ */
+
+struct state_head {
+	uint64_t n;
+	uint64_t bytes[FT__STATE_MAX];
+};
+
+static int bcast(struct ft_comm *c, uint64_t seq, void *buf, size_t bytes)
+{
+	struct ft__call k = {.kind = FT_COLL_BROADCAST, .dst = buf, .count = bytes, .es = 1,
+			     .dtype = FT_UINT8, .root = c->state_root};
+	struct ft__attempt a = {.op_seq = seq};
+	struct ft__coll co;
+	int rc;
+
+	memset(&co, 0, sizeof(co));
+	rc = ft__comm_connect_ring(c);
+	return rc != 0 ? rc : ft__engine_broadcast(c, &k, &a, &co);
+}
+
+static int transfer(struct ft_comm *c, uint64_t seq)
+{
+	bool root = c->cfg.rank == c->state_root;
+	struct state_head h;
+	int rc, mismatch = 0;
+
+	memset(&h, 0, sizeof(h));
+	if (root) {
+		h.n = (uint64_t)c->nstate;
+		for (int i = 0; i < c->nstate; i++)
+			h.bytes[i] = c->state[i].bytes;
+	}
+	if ((rc = bcast(c, seq, &h, sizeof(h))) != 0)
+		return rc;
+	if (h.n > FT__STATE_MAX)
+		return -FT_EPROTO;
+	if (!root && (h.n != (uint64_t)c->nstate))
+		mismatch = 1;
+	for (uint64_t i = 0; i < h.n; i++) {
+		void *into = NULL, *scratch = NULL;
+		if (h.bytes[i] > SIZE_MAX / 2)
+			return -FT_EPROTO;
+		if (root || (i < (uint64_t)c->nstate && c->state[i].bytes == h.bytes[i])) {
+			into = c->state[i].ptr;
+		} else {
+			mismatch = 1;
+			into = scratch = malloc(h.bytes[i] ? h.bytes[i] : 1);
+			if (into == NULL)
+				return -FT_ENOMEM;
+		}
+		rc = bcast(c, seq, into, h.bytes[i]);
+		free(scratch);
+		if (rc != 0)
+			return rc;
+	}
+	if (root)
+		ft__info("state: %llu regions sent at op %llu", (unsigned long long)h.n,
+			 (unsigned long long)seq);
+	if (mismatch && c->rejoined) {
+		ft__error("state: rank %d registered %d regions, the survivors %llu (or of other "
+			  "sizes): not restored", c->state_root, c->nstate, (unsigned long long)h.n);
+		return -FT_EMISMATCH;
+	}
+	return 0;
+}
+
+int ft__state_due(struct ft_comm *c, uint64_t seq)
+{
+	for (int i = 0; i < c->nowed; i++) {
+		int rc;
+		if (c->owed_op[i] != seq)
+			continue;
+		rc = transfer(c, seq);
+		if (rc != 0 && rc != -FT_EMISMATCH)
+			return rc; /* a failure: the op's recovery handles it, and this runs again */
+		c->owed_op[i] = c->owed_op[--c->nowed];
+		return rc;
+	}
+	return 0;
+}
+
+FT__EXPORT int ft_state_register(struct ft_comm *c, void *ptr, size_t bytes, unsigned flags)
+{
+	int rc = ft__comm_check(c);
+
+	if (rc != 0)
+		return rc;
+	if ((bytes > 0 && ptr == NULL) || flags != FT_STATE_REPLICATED || bytes > SIZE_MAX / 2)
+		return -FT_EINVAL;
+	if (c->nstate == FT__STATE_MAX)
+		return -FT_ENOMEM;
+	if (c->state == NULL) {
+		c->state = calloc(FT__STATE_MAX, sizeof(*c->state));
+		if (c->state == NULL)
+			return -FT_ENOMEM;
+	}
+	c->state[c->nstate++] = (struct ft__state_region){.ptr = ptr, .bytes = bytes, .flags = flags};
+	return 0;
+}
+
+FT__EXPORT int ft_state_sync(struct ft_comm *c)
+{
+	int rc = ft__comm_check(c);
+
+	if (rc != 0)
+		return rc;
+	if (c->broken)
+		return c->broken;
+	for (;;) {
+		rc = ft__state_due(c, c->op_seq);
+		if (rc == 0 || rc == -FT_EMISMATCH || c->det == NULL)
+			return rc;
+		/* a failure during the transfer: settle the next view, then again */
+		struct ft__call k = {.kind = FT_COLL_BARRIER, .es = 1, .dtype = FT_UINT8};
+		struct ft__run run = {.seq = c->op_seq, .t0_ns = ft__now_ns()};
+		struct ft__coll co;
+		memset(&co, 0, sizeof(co));
+		rc = c->policy->recover(c, &k, &co, rc, &run);
+		if (rc != FT__RETRY)
+			return rc < 0 ? rc : -FT_EPROTO;
+	}
+}
+
+FT__EXPORT int ft_rejoined(const struct ft_comm *c, uint64_t *next_op)
+{
+	int rc = ft__comm_check(c);
+
+	if (rc != 0)
+		return rc;
+	if (next_op != NULL)
+		*next_op = c->rejoined ? c->resume_op : c->op_seq;
+	return c->rejoined ? 1 : 0;
+}
