@@ -198,7 +198,7 @@ int ft__log_parse(const void *buf, size_t len, struct ft__log_scan *s,
 /*
  * Reads slot `slot` of rank `rank` in dir: parses its journal and, when it
  * has an INPUT for job_hash, checks the payload file against its regions.
- * *s filled; 0, -ENOENT (no journal), -FT_ECORRUPT (bad tail, another job,
+ * *s filled; 0, -ENOENT (no journal, or an empty one), -FT_ECORRUPT (bad tail, another job,
  * a payload that does not match its INPUT record: have_input is false).
  */
 int ft__log_read_slot(const char *dir, int rank, int slot, uint64_t job_hash,

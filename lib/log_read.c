@@ -433,6 +433,11 @@ static int slot_read(const char *dir, int rank, int slot, uint64_t job_hash,
 	}
 	if (rc < 0)
 		return rc;
+	if (len == 0) {
+		/* opened, or truncated for an op that logged nothing yet */
+		free(buf);
+		return -ENOENT;
+	}
 	prc = ft__log_parse(buf, len, s, grab_input, &in);
 	if (prc < 0 && prc != -FT_ECORRUPT) {
 		free(buf);
