@@ -125,6 +125,14 @@ void ft__log_close(struct ft__log *l);
  */
 int ft__log_begin(struct ft__log *l, uint64_t op_seq, uint32_t gen, const struct ft__logop *op,
 		  void **payload);
+/*
+ * ft__log_begin with the input size given: ft__log_begin takes it as
+ * op->count x ft_dtype_size(op->dtype) (-FT_EINVAL for an unknown dtype);
+ * kinds whose input is not that (a gather's) say it here. BEGIN's bytes
+ * field holds it, and INPUT's must equal it.
+ */
+int ft__log_begin_bytes(struct ft__log *l, uint64_t op_seq, uint32_t gen,
+			const struct ft__logop *op, uint64_t bytes, void **payload);
 /* Queues a SEND or RECV record (type) of the current op. Never blocks on I/O
  * unless the batch buffer is full. */
 int ft__log_frame(struct ft__log *l, int type, uint32_t gen, uint32_t step, uint32_t seg,
@@ -139,6 +147,25 @@ int ft__log_input(struct ft__log *l, const struct ft__logreg *regs, size_t nreg)
 int ft__log_end(struct ft__log *l);
 
 /* ---- reader ---- */
+
+/* "<dir>/r<rank>-s<slot>.<ext>" into out; -FT_EINVAL when it does not fit. */
+int ft__log_path(char *out, size_t cap, const char *dir, int rank, int slot, const char *ext);
+
+/*
+ * 0 when the nreg regions lie in [0, bytes), do not overlap and cover it
+ * exactly (empty regions allowed anywhere in range), else -FT_ECORRUPT;
+ * -FT_ENOMEM when a large list cannot be sorted. regs need no alignment.
+ */
+int ft__log_check_regs(const void *regs, size_t nreg, uint64_t bytes);
+
+/*
+ * Checks the payload file at path against nreg regions (an INPUT body, no
+ * alignment needed) of an input of bytes: 0, -FT_ECORRUPT (short file, a
+ * CRC that differs), or -errno (-ENOENT: no payload file). When copy is not
+ * NULL, the input (bytes of it) is read into copy and checked there.
+ */
+int ft__log_check_payload(const char *path, const void *regs, size_t nreg, uint64_t bytes,
+			  void *copy);
 
 struct ft__log_scan {
 	/* from the journal */
@@ -171,7 +198,7 @@ int ft__log_parse(const void *buf, size_t len, struct ft__log_scan *s,
 /*
  * Reads slot `slot` of rank `rank` in dir: parses its journal and, when it
  * has an INPUT for job_hash, checks the payload file against its regions.
- * *s filled; 0, -ENOENT (no journal), -FT_ECORRUPT (bad tail, another job,
+ * *s filled; 0, -ENOENT (no journal, or an empty one), -FT_ECORRUPT (bad tail, another job,
  * a payload that does not match its INPUT record: have_input is false).
  */
 int ft__log_read_slot(const char *dir, int rank, int slot, uint64_t job_hash,
