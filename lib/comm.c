@@ -279,7 +279,8 @@ static int comm_join(struct ft_comm *c)
 			.bind_host = c->cfg.bind_host,
 			.heartbeat_ms = c->cfg.heartbeat_ms,
 			.detect_timeout_ms = c->cfg.detect_timeout_ms,
-			.settle_delay_ms = c->cfg.policy == FT_POLICY_REJOIN ? c->cfg.rejoin_timeout_ms : 0,
+			.rejoin = c->cfg.policy == FT_POLICY_REJOIN,
+			.rejoin_timeout_ms = c->cfg.rejoin_timeout_ms,
 		};
 		if ((rc = ft__det_create(&dp, &c->det)) != 0)
 			return rc;

@@ -185,7 +185,7 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 	if (c->plog != NULL) {
 		/* a broadcast's input is the root's buffer; other ranks need none */
 		size_t logged = k->kind == FT_COLL_BROADCAST && k->root != c->cfg.rank ? 0 : bytes;
-		rc = ft__log_begin(c->plog, run->seq, c->generation, &op, logged ? &payload : NULL);
+		rc = ft__log_begin_bytes(c->plog, run->seq, c->generation, &op, logged, &payload);
 		if (rc != 0) {
 			log_off(c, rc, "starting an op's log");
 			ft__log_close(c->plog);
