@@ -367,6 +367,8 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e)
 		e->fabric_max_msg = (size_t)strtoull(s, NULL, 0);
 	s = getenv("FTCC_SHM_GUARD");
 	e->shm_guard = !(s != NULL && strcmp(s, "0") == 0);
+	s = getenv("FTCC_INCARNATION");
+	e->incarnation = s != NULL ? atoi(s) : 0;
 	s = getenv("FTCC_LOG_ENGINE");
 	e->log_pwrite = s != NULL && strcmp(s, "pwrite") == 0;
 	/* process durability: shared memory (survives the process, and a

@@ -85,6 +85,8 @@ int ft__fault_parse(const char *spec, struct ft__fault *f, char *err, size_t err
 			f->step = (uint32_t)v;
 		} else if (strcmp(item, "seg") == 0) {
 			f->seg = (uint32_t)v;
+		} else if (strcmp(item, "inc") == 0) {
+			f->inc = (uint32_t)v;
 		} else {
 			goto bad;
 		}
@@ -97,7 +99,7 @@ bad:
 	if (err != NULL)
 		snprintf(err, errlen,
 			 "FTCC_FAULT='%s': expected rank=R[,op=N][,phase=between|reduce_scatter|"
-			 "allgather|broadcast|commit][,step=S][,seg=K][,action=kill|hang|drop]",
+			 "allgather|broadcast|commit][,step=S][,seg=K][,action=kill|hang|drop][,inc=I]",
 			 spec);
 	memset(f, 0, sizeof(*f));
 	return -FT_ECONFIG;

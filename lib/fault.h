@@ -24,9 +24,12 @@ struct ft__fault {
 	enum ft__fault_phase phase;
 	uint32_t step, seg;         /* step within the phase, segment within the step */
 	enum ft__fault_action action;
+	uint32_t inc;               /* incarnation it fires in (FTCC_INCARNATION; default 0) */
 };
 
-/* Parses "rank=2,op=10,phase=reduce_scatter,step=1,seg=3,action=kill"; "" disarms. */
+/* Parses "rank=2,op=10,phase=reduce_scatter,step=1,seg=3,action=kill[,inc=0]"; "" disarms.
+ * A fault fires only in incarnation inc of its rank, so that a restarted rank does not
+ * kill itself again at the same point. */
 int ft__fault_parse(const char *spec, struct ft__fault *f, char *err, size_t errlen);
 /* True when the fault fires at this point of the op (it fires once). */
 bool ft__fault_due(struct ft__fault *f, int rank, uint64_t op, enum ft__fault_phase phase,

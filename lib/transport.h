@@ -132,6 +132,7 @@ struct ft_tp_env {
 	int shm_guard;              /* FTCC_SHM_GUARD: 1 (default) or 0 */
 	int shm_cma;                /* FI_SHM_DISABLE_CMA as libfabric reads it: -1 unset,
 				     * 0 CMA off (SAR), 1 CMA on */
+	int incarnation;            /* FTCC_INCARNATION (ftcc-run --restart counts them); 0 */
 	int log_pwrite;             /* FTCC_LOG_ENGINE=pwrite: the pairwise log without io_uring */
 	char default_log_root[512];    /* where logs go when FTCC_LOG_DIR is unset */
 };
