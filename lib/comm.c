@@ -93,6 +93,8 @@ static int comm_release(struct ft_comm *c)
 			  "%d ms for it", 2 * c->cfg.detect_timeout_ms);
 	ft__det_destroy(c->det);
 	c->det = NULL;
+	ft__trace_close(c->trace); /* after the detector, which writes to it */
+	c->trace = NULL;
 	if (c->tp != NULL) {
 		c->tp_ops->close(c->tp);
 		c->tp = NULL;
@@ -247,6 +249,7 @@ static int comm_join(struct ft_comm *c)
 			.heartbeat_ms = c->cfg.heartbeat_ms,
 			.detect_timeout_ms = c->cfg.detect_timeout_ms,
 			.settle_delay_ms = c->cfg.policy == FT_POLICY_REJOIN ? c->cfg.rejoin_timeout_ms : 0,
+			.trace = c->trace,
 		};
 		if ((rc = ft__det_create(&dp, &c->det)) != 0)
 			return rc;
@@ -323,12 +326,14 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 	c->spin_ns = spin_budget(c);
 	c->policy = ft__policy_for(c->cfg.policy);
 	c->magic = FT__COMM_MAGIC;
+	(void)ft__trace_open(c->cfg.trace, c->cfg.rank, &c->trace); /* it warns; the job runs untraced */
 	if (c->cfg.world_size == 1) {
 		if (c->cfg.segment_bytes == 0)
 			c->cfg.segment_bytes = default_segment(c);
 		c->size = 1;
 		c->members = calloc(1, sizeof(int));
 		if (c->members == NULL) {
+			ft__trace_close(c->trace);
 			free(c);
 			return -FT_ENOMEM;
 		}
@@ -336,6 +341,8 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 		return 0;
 	}
 	rc = comm_join(c);
+	if (rc == 0)
+		ft__trace_view(c->trace, c->generation, c->members, c->size);
 	if (rc == 0)
 		rc = ft_barrier(c);
 	if (rc != 0) {

@@ -8,6 +8,7 @@
 #include "membership.h"
 
 struct ft__det;
+struct ft__trace;
 
 struct ft__det_params {
 	struct ft__mb *mb;              /* shared with the main thread (see membership.h) */
@@ -20,6 +21,7 @@ struct ft__det_params {
 	int heartbeat_ms;
 	int detect_timeout_ms;
 	int settle_delay_ms;            /* rejoin policy: wait this long for the failed rank first */
+	struct ft__trace *trace;        /* the communicator's, or NULL; outlives the detector */
 };
 
 /* Opens the control listener (so that its address can be published). */
