@@ -117,7 +117,7 @@ def main():
         script.append("$%s << EOD\n%s\nEOD" % (name, "\n".join(rows) if rows else "NaN NaN NaN NaN"))
     probe = subprocess.run([gnuplot, "-e", "set terminal"], capture_output=True, text=True)
     term = ("pngcairo size %d,%d font 'sans,10'" if "pngcairo" in probe.stdout + probe.stderr
-            else "png size %d,%d") % (args.width, 160 + 60 * len(ranks))
+            else "png size %d,%d") % (args.width, 160 + 80 * len(ranks))
     script += [
         "set terminal " + term,
         "set output '%s'" % args.output.replace("'", "''"),
