@@ -73,7 +73,7 @@ EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
 
-.PHONY: all lib tools examples test demo bench bench-compare bench-recovery campaign install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools examples test demo trace-demo bench bench-compare bench-recovery campaign install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench
 
 lib: $(STATIC) $(SHARED)
@@ -144,6 +144,15 @@ demo: deps
 	$(MAKE) all
 	@scripts/demo.sh $(B)
 
+# The demo's training job traced (FTCC_TRACE), rank 2 killed at 1.5 s, drawn
+# to $(B)/trace/job.png; the JSON files open in ui.perfetto.dev too.
+trace-demo: deps
+	$(MAKE) all
+	@rm -rf $(B)/trace && mkdir -p $(B)/trace
+	FTCC_POLICY=shrink FTCC_TRACE=$(B)/trace/job.json $(B)/ftcc-run -n 4 --timeout 300 \
+		--kill 2@1.5 --ignore-killed $(B)/examples/train 400 5
+	scripts/trace-plot.py -o $(B)/trace/job.png '$(B)/trace/job.*.json'
+
 bench: all
 	@scripts/bench.sh $(B)
 
@@ -193,7 +202,7 @@ clean:
 	rm -rf build build-asan build-tsan
 
 help:
-	@echo "make [all] | test | demo | bench | bench-compare | bench-recovery | campaign"
+	@echo "make [all] | test | demo | trace-demo | bench | bench-compare | bench-recovery | campaign"
 	@echo "     | install PREFIX=... | asan | tsan | deps | clean"
 	@echo "optional parts are detected with pkg-config; force with HAVE_FABRIC=1 / HAVE_URING=1,"
 	@echo "leave out with HAVE_FABRIC= / HAVE_URING=; a change of flags or parts rebuilds."

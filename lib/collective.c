@@ -64,6 +64,8 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 	run.start_size = ft__comm_shown_size(c);
 	ft__comm_show_current(c);
 	rc = pol->begin != NULL ? pol->begin(c, k, &run) : 0;
+	if (run.recovery_ms > 0) /* begin recovered from a failure seen between calls */
+		ft__trace_recovery(c->trace, run.t0_ns, c->generation, rc);
 	while (rc == 0) {
 		if (k->kind == FT_COLL_BROADCAST && !is_member(c, k->root)) {
 			rc = -FT_EROOTFAILED;
@@ -87,7 +89,9 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		run.contributors = c->size;
 		if (rc == 0)
 			break;
+		uint64_t r0 = ft__now_ns();
 		rc = pol->recover(c, k, &co, rc, &run);
+		ft__trace_recovery(c->trace, r0, c->generation, rc);
 		if (rc == FT__STANDS) {
 			rc = 0;
 			break;
@@ -96,7 +100,10 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 	}
 	if (pol->end != NULL)
 		pol->end(c, k, rc, &run);
-	return call_finish(c, rc, info, &run);
+	rc = call_finish(c, rc, info, &run);
+	ft__trace_op(c->trace, k->kind, run.seq, k->count * k->es, ft__comm_shown_generation(c),
+		     run.contributors, rc, run.t0_ns);
+	return rc;
 }
 
 /*

@@ -93,6 +93,8 @@ static int comm_release(struct ft_comm *c)
 			  "%d ms for it", 2 * c->cfg.detect_timeout_ms);
 	ft__det_destroy(c->det);
 	c->det = NULL;
+	ft__trace_close(c->trace); /* after the detector, which writes to it */
+	c->trace = NULL;
 	ft__rejoin_log_close(c, c->finalizing);
 	free(c->regs);
 	c->regs = NULL;
@@ -281,6 +283,7 @@ static int comm_join(struct ft_comm *c)
 			.detect_timeout_ms = c->cfg.detect_timeout_ms,
 			.rejoin = c->cfg.policy == FT_POLICY_REJOIN,
 			.rejoin_timeout_ms = c->cfg.rejoin_timeout_ms,
+			.trace = c->trace,
 		};
 		if ((rc = ft__det_create(&dp, &c->det)) != 0)
 			return rc;
@@ -369,12 +372,14 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 	c->spin_ns = spin_budget(c);
 	c->policy = ft__policy_for(c->cfg.policy);
 	c->magic = FT__COMM_MAGIC;
+	(void)ft__trace_open(c->cfg.trace, c->cfg.rank, &c->trace); /* it warns; the job runs untraced */
 	if (c->cfg.world_size == 1) {
 		if (c->cfg.segment_bytes == 0)
 			c->cfg.segment_bytes = default_segment(c);
 		c->size = 1;
 		c->members = calloc(1, sizeof(int));
 		if (c->members == NULL) {
+			ft__trace_close(c->trace);
 			free(c);
 			return -FT_ENOMEM;
 		}
@@ -382,6 +387,8 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 		return 0;
 	}
 	rc = comm_join(c);
+	if (rc == 0)
+		ft__trace_view(c->trace, c->generation, c->members, c->size);
 	if (rc == 0 && !c->rejoined)
 		rc = ft_barrier(c);
 	if (rc != 0) {

@@ -12,6 +12,7 @@
 #include "fault.h"
 #include "membership.h"
 #include "log.h"
+#include "trace.h"
 
 struct ft__policy;
 
@@ -46,6 +47,7 @@ struct ft_comm {
 	void *slots;                    /* pipeline_depth staging slots of segment_bytes */
 	size_t slot_bytes;
 	struct ft_stats stats;
+	struct ft__trace *trace;        /* FTCC_TRACE, else NULL */
 	struct ft__fault fault;         /* FTCC_FAULT, armed until it fires */
 	uint64_t spin_ns;               /* poll this long before sleeping (0: never) */
 	struct ft_comm *next_finalized;

@@ -11,6 +11,7 @@
 #include "ctl.h"
 #include "detect.h"
 #include "internal.h"
+#include "trace.h"
 
 /*
  * One thread per communicator (shrink and rejoin policies), apart from the
@@ -287,6 +288,7 @@ static void adopt_view(struct ft__det *d, struct ft__view *v)
 	unlock(d);
 	ft__info("detector: generation %u settled: %d members, first op %llu", d->gen, d->size,
 		 (unsigned long long)v->first_op);
+	ft__trace_view(d->p.trace, d->gen, d->members, d->size);
 	d->target = 0;
 	if (stale_member)
 		start_recovery(d);
@@ -373,6 +375,7 @@ static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t 
 		member |= in_list(d->members, d->size, ranks[i]);
 		if (ranks[i] != d->p.rank)
 			ft__info("detector: rank %d failed (%s)", ranks[i], why);
+		ft__trace_failure(d->p.trace, ranks[i], why);
 	}
 	if (added > 0)
 		d->known_ns = ft__now_ns();
@@ -555,6 +558,7 @@ static void *det_main(void *arg)
 	int idx[FT__CTL_LINKS];
 
 	d->next_hb_ms = ft__now_ms();
+	ft__trace_thread(d->p.trace, 1, "detector");
 	for (;;) {
 		int64_t now = ft__now_ms();
 		int n, timeout;

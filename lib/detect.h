@@ -8,6 +8,7 @@
 #include "membership.h"
 
 struct ft__det;
+struct ft__trace;
 
 struct ft__det_params {
 	struct ft__mb *mb;              /* shared with the main thread (see membership.h) */
@@ -22,6 +23,7 @@ struct ft__det_params {
 	int settle_delay_ms;            /* the coordinator waits this long before settling */
 	bool rejoin;                    /* rejoin policy: wait for failed ranks to come back */
 	int rejoin_timeout_ms;          /* ... this long, then settle without them */
+	struct ft__trace *trace;        /* the communicator's, or NULL; outlives the detector */
 };
 
 /* Opens the control listener (so that its address can be published). */
