@@ -68,12 +68,12 @@ FLAGS := $(B)/.flags
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
 STATIC := $(B)/libftcc.a
 SHARED := $(B)/libftcc.so
-TOOLS := $(B)/ftcc-run
+TOOLS := $(B)/ftcc-run $(B)/ftcc-log
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
 
-.PHONY: all lib tools examples test demo trace-demo bench bench-compare bench-recovery campaign install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools examples test fuzz fuzz-corpus demo trace-demo bench bench-compare bench-recovery campaign install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench
 
 lib: $(STATIC) $(SHARED)
@@ -107,6 +107,10 @@ $(B)/ftcc-run: tools/ftcc-run.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LDFLAGS)
 
+$(B)/ftcc-log: tools/ftcc-log.c $(STATIC) $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+
 $(B)/examples/%: examples/%.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
@@ -135,9 +139,29 @@ $(B)/test/tsan_rank: test/tsan_rank.c $(STATIC) $(FLAGS)
 deps:
 	@scripts/deps.sh
 
+# The log reader's fuzz harness. The replay driver (plain compiler, ASan and
+# UBSan) runs the seed corpus in make test; make fuzz builds the harness
+# with afl++ and fuzzes for FUZZ_SECONDS; make fuzz-corpus rewrites the seeds.
+FUZZ_SRC := test/fuzz/fuzz_log.c lib/log_read.c lib/crc32c.c
+FUZZ_SECONDS ?= 60
+$(B)/fuzz/fuzz_log_replay: $(FUZZ_SRC) lib/log.h $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
+		-fno-omit-frame-pointer -o $@ $(FUZZ_SRC) $(LDFLAGS) -fsanitize=address,undefined
+
+$(B)/fuzz/gen_corpus: test/fuzz/gen_corpus.c $(STATIC) $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+
+fuzz-corpus: $(B)/fuzz/gen_corpus
+	$(B)/fuzz/gen_corpus test/fuzz/corpus
+
+fuzz:
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh $(B)
+
 # Every test binary runs under a deadline; a hang is a failure.
 test: deps
-	$(MAKE) all $(TESTS)
+	$(MAKE) all $(TESTS) $(B)/fuzz/fuzz_log_replay
 	@scripts/run-tests.sh $(B) $(TESTS)
 
 demo: deps
@@ -190,23 +214,24 @@ install: lib tools
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/libftcc.so.0
 	ln -sf libftcc.so.0 $(DESTDIR)$(LIBDIR)/libftcc.so
-	install -m 755 $(B)/ftcc-run $(DESTDIR)$(BINDIR)/
+	install -m 755 $(B)/ftcc-run $(B)/ftcc-log $(DESTDIR)$(BINDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 		-e 's|@LIBS@|$(LIB_LDLIBS)|' ftcc.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/ftcc.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libftcc.* $(DESTDIR)$(LIBDIR)/pkgconfig/ftcc.pc
-	rm -rf $(DESTDIR)$(INCLUDEDIR)/ftcc.h $(DESTDIR)$(BINDIR)/ftcc-run
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/ftcc.h $(DESTDIR)$(BINDIR)/ftcc-run $(DESTDIR)$(BINDIR)/ftcc-log
 
 clean:
 	rm -rf build build-asan build-tsan
 
 help:
-	@echo "make [all] | test | demo | trace-demo | bench | bench-compare | bench-recovery | campaign"
+	@echo "make [all] | test | fuzz [FUZZ_SECONDS=60] | fuzz-corpus | demo | trace-demo | bench"
+	@echo "     | bench-compare | bench-recovery | campaign"
 	@echo "     | install PREFIX=... | asan | tsan | deps | clean"
 	@echo "optional parts are detected with pkg-config; force with HAVE_FABRIC=1 / HAVE_URING=1,"
 	@echo "leave out with HAVE_FABRIC= / HAVE_URING=; a change of flags or parts rebuilds."
 
--include $(wildcard $(LIB_OBJ:.o=.d) $(B)/*.d $(B)/test/*.d $(B)/examples/*.d)
+-include $(wildcard $(LIB_OBJ:.o=.d) $(B)/*.d $(B)/test/*.d $(B)/examples/*.d $(B)/fuzz/*.d)
 
 FORCE:

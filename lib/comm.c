@@ -367,8 +367,7 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 		return -FT_ENOSYS;
 	}
 	ft__config_tp_env(&c->cfg, &c->tp_env);
-	if (c->fault.armed && c->fault.inc != (uint32_t)c->tp_env.incarnation)
-		c->fault.armed = false; /* another incarnation's */
+	ft__fault_incarnation(&c->fault, (uint32_t)c->tp_env.incarnation);
 	c->spin_ns = spin_budget(c);
 	c->policy = ft__policy_for(c->cfg.policy);
 	c->magic = FT__COMM_MAGIC;

@@ -56,10 +56,13 @@ static int inject(struct ft__coll *co, enum ft__fault_phase phase, uint32_t step
 {
 	struct ft_comm *c = co->c;
 
+	const struct ft__fault_pt *hit;
+
 	if (!c->fault.armed ||
-	    !ft__fault_due(&c->fault, c->cfg.rank, co->tmpl.op_seq, phase, step, seg))
+	    (hit = ft__fault_due(&c->fault, c->cfg.rank, c->generation, co->tmpl.op_seq, phase,
+				   step, seg)) == NULL)
 		return 0;
-	ft__fault_act(&c->fault);
+	ft__fault_act(hit);
 	if (c->send_link != NULL)
 		c->tp_ops->link_close(c->send_link);
 	if (c->recv_link != NULL)

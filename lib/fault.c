@@ -41,33 +41,27 @@ static int parse_u64(const char *v, uint64_t *out)
 	return errno != 0 || *end != '\0' ? -1 : 0;
 }
 
-int ft__fault_parse(const char *spec, struct ft__fault *f, char *err, size_t errlen)
+static int parse_one(char *buf, struct ft__fault_pt *f)
 {
-	char buf[256], *rest, *item;
+	char *rest = buf, *item;
 	bool have_rank = false;
 
-	memset(f, 0, sizeof(*f));
-	if (spec == NULL || *spec == '\0')
-		return 0;
-	if (strlen(spec) >= sizeof(buf))
-		goto bad;
-	strcpy(buf, spec);
 	f->phase = FT__PHASE_ANY;
 	f->action = FT__FAULT_KILL;
-	rest = buf;
+	f->gen = -1;
 	while ((item = strsep(&rest, ",")) != NULL) {
 		char *eq = strchr(item, '=');
 		uint64_t v;
 		int k;
 		if (eq == NULL)
-			goto bad;
+			return -1;
 		*eq++ = '\0';
 		if (strcmp(item, "phase") == 0 || strcmp(item, "action") == 0) {
 			bool phase = item[0] == 'p';
 			k = phase ? lookup(eq, phase_names, FT__ARRAY_SIZE(phase_names))
 				  : lookup(eq, action_names, FT__ARRAY_SIZE(action_names));
 			if (k < 0)
-				goto bad;
+				return -1;
 			if (phase)
 				f->phase = (enum ft__fault_phase)k;
 			else
@@ -75,7 +69,7 @@ int ft__fault_parse(const char *spec, struct ft__fault *f, char *err, size_t err
 			continue;
 		}
 		if (parse_u64(eq, &v) != 0 || v > UINT32_MAX)
-			goto bad;
+			return -1;
 		if (strcmp(item, "rank") == 0) {
 			f->rank = (int)v;
 			have_rank = true;
@@ -87,38 +81,81 @@ int ft__fault_parse(const char *spec, struct ft__fault *f, char *err, size_t err
 			f->seg = (uint32_t)v;
 		} else if (strcmp(item, "inc") == 0) {
 			f->inc = (uint32_t)v;
+		} else if (strcmp(item, "gen") == 0) {
+			f->gen = (int64_t)v;
 		} else {
-			goto bad;
+			return -1;
 		}
 	}
 	if (!have_rank)
+		return -1;
+	f->armed = true;
+	return 0;
+}
+
+int ft__fault_parse(const char *spec, struct ft__fault *f, char *err, size_t errlen)
+{
+	char buf[256], *rest, *one;
+
+	memset(f, 0, sizeof(*f));
+	if (spec == NULL || *spec == '\0')
+		return 0;
+	if (strlen(spec) >= sizeof(buf))
 		goto bad;
+	strcpy(buf, spec);
+	rest = buf;
+	while ((one = strsep(&rest, ";")) != NULL) {
+		if (f->n == FT__FAULT_MAX || parse_one(one, &f->pt[f->n]) != 0)
+			goto bad;
+		f->n++;
+	}
 	f->armed = true;
 	return 0;
 bad:
 	if (err != NULL)
 		snprintf(err, errlen,
 			 "FTCC_FAULT='%s': expected rank=R[,op=N][,phase=between|reduce_scatter|"
-			 "allgather|broadcast|commit][,step=S][,seg=K][,action=kill|hang|drop][,inc=I]",
-			 spec);
+			 "allgather|broadcast|commit][,step=S][,seg=K][,action=kill|hang|drop][,inc=I][,gen=G], "
+			 "up to %d separated by ';'",
+			 spec, FT__FAULT_MAX);
 	memset(f, 0, sizeof(*f));
 	return -FT_ECONFIG;
 }
 
-bool ft__fault_due(struct ft__fault *f, int rank, uint64_t op, enum ft__fault_phase phase,
-		   uint32_t step, uint32_t seg)
+static void rearm(struct ft__fault *f)
 {
-	if (!f->armed || f->rank != rank || f->op != op)
-		return false;
-	if (f->phase == FT__PHASE_ANY ? phase == FT__PHASE_BETWEEN : f->phase != phase)
-		return false;
-	if (phase != FT__PHASE_BETWEEN && (f->step != step || f->seg != seg))
-		return false;
 	f->armed = false;
-	return true;
+	for (int i = 0; i < f->n; i++)
+		f->armed |= f->pt[i].armed;
 }
 
-void ft__fault_act(const struct ft__fault *f)
+void ft__fault_incarnation(struct ft__fault *f, uint32_t inc)
+{
+	for (int i = 0; i < f->n; i++)
+		if (f->pt[i].inc != inc)
+			f->pt[i].armed = false;
+	rearm(f);
+}
+
+const struct ft__fault_pt *ft__fault_due(struct ft__fault *f, int rank, uint32_t gen, uint64_t op,
+					 enum ft__fault_phase phase, uint32_t step, uint32_t seg)
+{
+	for (int i = 0; i < f->n; i++) {
+		struct ft__fault_pt *p = &f->pt[i];
+		if (!p->armed || p->rank != rank || p->op != op || (p->gen >= 0 && p->gen != gen))
+			continue;
+		if (p->phase == FT__PHASE_ANY ? phase == FT__PHASE_BETWEEN : p->phase != phase)
+			continue;
+		if (phase != FT__PHASE_BETWEEN && (p->step != step || p->seg != seg))
+			continue;
+		p->armed = false;
+		rearm(f);
+		return p;
+	}
+	return NULL;
+}
+
+void ft__fault_act(const struct ft__fault_pt *f)
 {
 	static const char *const what[] = {"killing", "hanging", "dropping the links of"};
 

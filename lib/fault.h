@@ -17,7 +17,8 @@ enum ft__fault_phase {
 
 enum ft__fault_action { FT__FAULT_KILL, FT__FAULT_HANG, FT__FAULT_DROP };
 
-struct ft__fault {
+/* One point where a fault strikes. */
+struct ft__fault_pt {
 	bool armed;
 	int rank;                   /* original rank that fails */
 	uint64_t op;                /* op sequence number */
@@ -25,16 +26,28 @@ struct ft__fault {
 	uint32_t step, seg;         /* step within the phase, segment within the step */
 	enum ft__fault_action action;
 	uint32_t inc;               /* incarnation it fires in (FTCC_INCARNATION; default 0) */
+	int64_t gen;                /* generation it fires in; -1 any */
 };
 
-/* Parses "rank=2,op=10,phase=reduce_scatter,step=1,seg=3,action=kill[,inc=0]"; "" disarms.
- * A fault fires only in incarnation inc of its rank, so that a restarted rank does not
- * kill itself again at the same point. */
+#define FT__FAULT_MAX 4
+
+struct ft__fault {
+	bool armed;                 /* some point is */
+	int n;
+	struct ft__fault_pt pt[FT__FAULT_MAX];
+};
+
+/* Parses up to four points separated by ';', each
+ * "rank=2,op=10,phase=reduce_scatter,step=1,seg=3,action=kill[,inc=0][,gen=G]"; "" disarms.
+ * A point fires only in incarnation inc of its rank, so that a restarted rank does not
+ * kill itself again at the same point (and a second point can kill it during its replay). */
 int ft__fault_parse(const char *spec, struct ft__fault *f, char *err, size_t errlen);
-/* True when the fault fires at this point of the op (it fires once). */
-bool ft__fault_due(struct ft__fault *f, int rank, uint64_t op, enum ft__fault_phase phase,
-		   uint32_t step, uint32_t seg);
+/* Disarms the points of other incarnations than inc. */
+void ft__fault_incarnation(struct ft__fault *f, uint32_t inc);
+/* The point that fires here (once), or NULL. */
+const struct ft__fault_pt *ft__fault_due(struct ft__fault *f, int rank, uint32_t gen, uint64_t op,
+					 enum ft__fault_phase phase, uint32_t step, uint32_t seg);
 /* Kills or hangs this process; returns only for FT__FAULT_DROP. */
-void ft__fault_act(const struct ft__fault *f);
+void ft__fault_act(const struct ft__fault_pt *f);
 
 #endif

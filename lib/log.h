@@ -27,15 +27,22 @@
  *
  * Types:
  *   FILE   body struct ft__logfile: job hash, rank, world size, slot.
- *   BEGIN  an op started: op_seq, gen, body struct ft__logop.
+ *   BEGIN  an op started: op_seq, gen, bytes (the input size), body struct
+ *          ft__logop.
  *   SEND   a data frame was queued to the right neighbour: op_seq, gen,
  *          step, seg, off, len, crc (the frame's payload CRC when frames
  *          carry one, else 0), peer (original rank).
  *   RECV   a data frame from the left neighbour landed: same fields.
- *   INPUT  the op's whole input is in the .in file: len = bytes; body: nreg
+ *   INPUT  the op's whole input is in the .in file: bytes = its size (equal
+ *          to BEGIN's; the head's len stays the record's length); body: nreg
  *          struct ft__logreg {off, len, crc} covering [0, bytes) exactly
  *          once (any order), crc of each region of the .in file.
  *   END    this rank holds the op's result.
+ *
+ * Every record carries the op's op_seq (FILE too). A journal's shape: FILE
+ * first and once; one BEGIN, with op_seq & 1 == the FILE's slot; SEND,
+ * RECV, INPUT (once), END (once) after it, with its op_seq. A record that
+ * breaks the shape ends the journal like a bad CRC does.
  *
  * Bounds: one journal per slot holds at most a BEGIN, 2 x (frames of one op)
  * SEND/RECV, an INPUT with one region per segment, and an END; the .in file

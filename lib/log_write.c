@@ -83,6 +83,9 @@ struct ft__log {
 #endif
 	struct logslot slots[2];
 	struct logbuf bufs[LOG_NBUF];
+	struct logbuf big;      /* an INPUT record too big for a batch buffer */
+	struct logio fsync_io;
+	bool leak;              /* a wait failed with ios in flight: their memory must stay */
 	int cur;                /* the buffer being filled */
 	bool active;            /* between ft__log_begin and the next one */
 	int slot;               /* the current op's slot */
@@ -488,8 +491,10 @@ void ft__log_close(struct ft__log *l)
 		return;
 	if (l->active && l->bufs[l->cur].data != NULL && buf_flush(l) < 0)
 		ft__warn("log: rank %d: the last records could not be written", l->rank);
-	if (slot_wait(l, -1) < 0)
+	if (slot_wait(l, -1) < 0) {
 		ft__warn("log: rank %d: waiting for the log's writes failed", l->rank);
+		l->leak = true;
+	}
 #ifdef FTCC_HAVE_URING
 	if (l->uring)
 		io_uring_queue_exit(&l->ring);
@@ -503,8 +508,11 @@ void ft__log_close(struct ft__log *l)
 		if (s->infd >= 0)
 			close(s->infd);
 	}
+	if (l->leak)
+		return;         /* the kernel may still read the buffers: better lost than reused */
 	for (int i = 0; i < LOG_NBUF; i++)
 		free(l->bufs[i].data);
+	free(l->big.data);
 	free(l->dir);
 	free(l);
 }
@@ -685,26 +693,24 @@ int ft__log_input(struct ft__log *l, const struct ft__logreg *regs, size_t nreg)
 			rc = buf_flush(l);
 	} else {
 		/* too big for a batch buffer: written alone, after what is queued */
-		struct logio io;
-		char *rec = malloc(sizeof(h) + body);
-
-		if (rec == NULL)
-			return -FT_ENOMEM;
 		rc = buf_flush(l);
-		if (rc == 0) {
-			rec_seal(&h, regs, body);
-			memcpy(rec, &h, sizeof(h));
-			memcpy(rec + sizeof(h), regs, body);
-			io = (struct logio){
-				.kind = IO_WRITE, .slot = l->slot, .fd = s->jfd, .data = rec,
-				.len = sizeof(h) + body, .off = s->jpos,
-			};
-			s->jpos += io.len;
-			rc = io_start(l, &io);
-			if (rc == 0)
-				rc = io_wait(l, &io);
-		}
-		free(rec);
+		if (rc == 0)
+			rc = io_wait(l, &l->big.io);
+		if (rc < 0)
+			return rc;
+		free(l->big.data);
+		l->big.data = malloc(sizeof(h) + body);
+		if (l->big.data == NULL)
+			return -FT_ENOMEM;
+		rec_seal(&h, regs, body);
+		memcpy(l->big.data, &h, sizeof(h));
+		memcpy(l->big.data + sizeof(h), regs, body);
+		l->big.io = (struct logio){
+			.kind = IO_WRITE, .slot = l->slot, .fd = s->jfd, .data = l->big.data,
+			.len = sizeof(h) + body, .off = s->jpos,
+		};
+		s->jpos += l->big.io.len;
+		rc = io_start(l, &l->big.io);
 	}
 	if (rc < 0)
 		return rc;
@@ -714,17 +720,21 @@ int ft__log_input(struct ft__log *l, const struct ft__logreg *regs, size_t nreg)
 	if (s->err < 0)
 		return s->err;
 	if (l->sync) {
-		struct logio io = {.kind = IO_FSYNC, .slot = l->slot, .fd = s->jfd};
+		struct logio *io = &l->fsync_io;
 
 		if (l->in_bytes != 0 && msync(s->map, (size_t)l->in_bytes, MS_SYNC) < 0)
 			return -errno;
-		rc = io_start(l, &io);
-		if (rc == 0)
-			rc = io_wait(l, &io);
+		rc = io_wait(l, io);    /* an earlier one whose wait failed */
 		if (rc < 0)
 			return rc;
-		if (io.res < 0)
-			return io.res;
+		*io = (struct logio){.kind = IO_FSYNC, .slot = l->slot, .fd = s->jfd};
+		rc = io_start(l, io);
+		if (rc == 0)
+			rc = io_wait(l, io);
+		if (rc < 0)
+			return rc;
+		if (io->res < 0)
+			return io->res;
 	}
 	return 0;
 }

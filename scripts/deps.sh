@@ -1,9 +1,11 @@
 #!/bin/sh
-# deps.sh: install the Debian packages ftcc's build, tests, demo and benchmarks need.
+# deps.sh [PKG...]: install the Debian packages ftcc's build, tests, demo and benchmarks need,
+# or, given names, only those (optional parts: `deps.sh afl++` for make fuzz).
 # Runs apt-get as root or through sudo, and says what it installs.
 set -eu
 PKGS="build-essential pkg-config libfabric-dev libfabric-bin liburing-dev libcriterion-dev
 openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev gnuplot-nox"
+[ $# -gt 0 ] && PKGS="$*"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

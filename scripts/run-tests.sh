@@ -19,6 +19,16 @@ else
 	fail=$((fail + 1))
 	failed="$failed check-lib"
 fi
+# The log reader's fuzz seeds (and their prefixes) under ASan and UBSan.
+if [ -x "$B/fuzz/fuzz_log_replay" ]; then
+	echo "== $B/fuzz/fuzz_log_replay test/fuzz/corpus/*"
+	if timeout -k 10 300 "$B/fuzz/fuzz_log_replay" "$(dirname "$0")"/../test/fuzz/corpus/*; then
+		pass=$((pass + 1))
+	else
+		fail=$((fail + 1))
+		failed="$failed fuzz_log_replay"
+	fi
+fi
 for t in "$@"; do
 	echo "== $t"
 	if timeout -k 10 900 "$t" --jobs "${FTCC_TEST_JOBS:-2}" --short-filename; then

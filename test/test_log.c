@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "crc32c.h"
@@ -700,5 +701,46 @@ Test(log, full_disk_is_an_error_not_a_crash, .timeout = 60)
 		}
 	}
 	cr_assert_eq(umount2(dir, MNT_DETACH), 0, "umount: %s", strerror(errno));
+	rm_dir(dir);
+}
+
+/* ftcc-log: 0 on a good log, 1 on a torn one or a payload that does not match, 2 on a missing file. */
+Test(log, ftcc_log_tool_exit_codes, .timeout = 60)
+{
+	const char *b = getenv("FTCC_BUILD_DIR");
+	char tool[PATH_MAX], dir[PATH_MAX], path[PATH_MAX], cmd[3 * PATH_MAX];
+	struct seen seen;
+	size_t jlen;
+	void *j;
+	int st;
+
+	snprintf(tool, sizeof(tool), "%s/ftcc-log", b != NULL && *b ? b : "build");
+	if (access(tool, X_OK) < 0) {
+		fprintf(stderr, "SKIPPED: log/ftcc_log_tool: %s is not built\n", tool);
+		cr_skip_test("%s is not built", tool);
+	}
+	tmp_dir(dir, sizeof(dir));
+	small_journal(dir, &seen, &j, &jlen);
+	slot_path(path, dir, 1, "log");
+	snprintf(cmd, sizeof(cmd), "%s -q %s >/dev/null", tool, path);
+	st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "good log: status %d", st);
+	snprintf(cmd, sizeof(cmd), "%s --dir %s --rank 1 >/dev/null", tool, dir);
+	st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "--dir: status %d", st);
+	write_whole(path, j, jlen - 5);
+	snprintf(cmd, sizeof(cmd), "%s -q %s >/dev/null", tool, path);
+	st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "torn log: status %d", st);
+	write_whole(path, j, jlen);
+	slot_path(path, dir, 1, "in");
+	cr_assert_eq(truncate(path, 100), 0);
+	slot_path(path, dir, 1, "log");
+	st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "short payload: status %d", st);
+	snprintf(cmd, sizeof(cmd), "%s -q %s/nothing.log 2>/dev/null", tool, dir);
+	st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "missing file: status %d", st);
+	free(j);
 	rm_dir(dir);
 }
