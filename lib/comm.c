@@ -126,28 +126,47 @@ static int comm_release(struct ft_comm *c)
 }
 
 /*
- * A member that a view took back as a new incarnation (it published as
- * rejoining): the state is owed to it at the start of the first op its
- * application runs (state.c), sent by the lowest member that is not new.
+ * The ops at whose start the state goes to new incarnations (state.c),
+ * recomputed from the records alone so that every member, a newcomer
+ * included, finds the same: each live record published as rejoining, in
+ * the last 16 generations, whose op (the first its application runs) is
+ * not before v's first op. An op whose transfer already ran is found again
+ * only when it runs again, and then the transfer runs again on every
+ * member alike. The sender is the lowest member that is not such a
+ * newcomer (whose application has not received the state yet).
  */
-static void note_rejoiner(struct ft_comm *c, const struct ft__view *v, int i,
-			  const struct ft__member *m)
+static void owed_ops(struct ft_comm *c, const struct ft__view *v)
 {
-	bool dup = false;
+	uint32_t lo = v->generation > 16 ? v->generation - 16 : 1;
+	bool *fresh = calloc((size_t)c->cfg.world_size, sizeof(bool));
 
-	if (i == 0)
-		c->state_root = -1;
-	if (!m->rejoining) {
-		if (c->state_root < 0)
-			c->state_root = v->members[i];
-		return;
+	c->nowed = 0;
+	c->state_root = -1;
+	for (uint32_t g = lo; g <= v->generation && g > 0; g++) {
+		for (int r = 0; r < c->cfg.world_size; r++) {
+			struct ft__member m;
+			bool dup = false;
+			if (ft__mb_lookup(&c->mb, g, r, &m) != 0 || !m.rejoining ||
+			    m.next_op < v->first_op)
+				continue;
+			if (fresh != NULL)
+				fresh[r] = true; /* its state is not yet the job's */
+			for (int j = 0; j < c->nowed; j++)
+				dup |= c->owed_op[j] == m.next_op;
+			if (!dup && c->nowed < (int)FT__ARRAY_SIZE(c->owed_op))
+				c->owed_op[c->nowed++] = m.next_op;
+			if (g == v->generation)
+				ft__info("generation %u takes rank %d back (a new incarnation, from op "
+					 "%llu)", g, r, (unsigned long long)m.next_op);
+		}
 	}
-	for (int j = 0; j < c->nowed; j++)
-		dup |= c->owed_op[j] == m->next_op;
-	if (!dup && c->nowed < (int)FT__ARRAY_SIZE(c->owed_op))
-		c->owed_op[c->nowed++] = m->next_op;
-	ft__info("generation %u takes rank %d back (a new incarnation, from op %llu)",
-		 v->generation, v->members[i], (unsigned long long)m->next_op);
+	for (int i = 0; i < v->size && c->state_root < 0; i++)
+		if (fresh == NULL || !fresh[v->members[i]])
+			c->state_root = v->members[i];
+	if (c->nowed > 0 && c->state_root < 0)
+		ft__error("generation %u: every member is a new incarnation: nobody holds the state",
+			  v->generation);
+	free(fresh);
 }
 
 /* Takes view v as the membership: dense ranks, and the addresses the members published. */
@@ -182,8 +201,9 @@ int ft__comm_load_view(struct ft_comm *c, struct ft__view *v)
 			return rc;
 		}
 		memcpy(addrs[v->members[i]], m.addr, sizeof(m.addr));
-		note_rejoiner(c, v, i, &m);
 	}
+	if (c->cfg.policy == FT_POLICY_REJOIN)
+		owed_ops(c, v);
 	free(c->addrs);
 	free(c->members);
 	c->addrs = addrs;

@@ -82,7 +82,7 @@ struct ft_comm {
 	uint64_t resume_op;             /* ... and its application's first op */
 	int state_root;                 /* original rank that sends the state */
 	int nowed;                      /* ops at whose start the state goes to newcomers */
-	uint64_t owed_op[2];
+	uint64_t owed_op[8];
 	struct ft__state_region *state; /* ft_state_register */
 	int nstate;
 };

@@ -457,6 +457,8 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 	ft__rejoin_log_open(c);
 	c->rejoined = true;
 	c->op_seq = first;
+	if (c->det != NULL)
+		ft__det_adopted(c->det, c->generation, first); /* what it publishes if another fails */
 	if (have && first == last) {
 		rc = replay(c, dir, job, first);
 		if (rc != 0)

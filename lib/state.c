@@ -44,6 +44,8 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 	struct state_head h;
 	int rc, mismatch = 0;
 
+	if (c->state_root < 0)
+		return -FT_EPEERFAILED; /* nobody holds it: no exact way on */
 	memset(&h, 0, sizeof(h));
 	if (root) {
 		h.n = (uint64_t)c->nstate;

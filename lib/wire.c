@@ -57,8 +57,14 @@ int ft_frame_check(const struct ft_frame *expect, const struct ft_frame *got)
 	if (got->type != FT_FRAME_DATA || got->op_seq != expect->op_seq)
 		return -FT_EPROTO;
 	if (got->kind != expect->kind || got->dtype != expect->dtype || got->op != expect->op ||
-	    got->count != expect->count || got->root != expect->root)
+	    got->count != expect->count || got->root != expect->root) {
+		ft__debug("frame of op %llu: kind %u dtype %u op %u count %llu root %d, expected "
+			  "kind %u dtype %u op %u count %llu root %d",
+			  (unsigned long long)got->op_seq, got->kind, got->dtype, got->op,
+			  (unsigned long long)got->count, got->root, expect->kind, expect->dtype,
+			  expect->op, (unsigned long long)expect->count, expect->root);
 		return -FT_EMISMATCH;
+	}
 	if (got->step != expect->step || got->seg != expect->seg ||
 	    got->offset != expect->offset || got->length != expect->length)
 		return -FT_EPROTO;
