@@ -52,7 +52,8 @@ static void send_broken(struct ft__coll *co, int err)
  * drop closes the data links with no word to the neighbours, as a cut
  * cable would, and fails the op here.
  */
-static int inject(struct ft__coll *co, enum ft__fault_phase phase, uint32_t step, uint32_t seg)
+static int inject_at(struct ft__coll *co, enum ft__fault_phase phase, uint32_t step, uint32_t seg,
+		     enum ft__fault_at at)
 {
 	struct ft_comm *c = co->c;
 
@@ -60,7 +61,7 @@ static int inject(struct ft__coll *co, enum ft__fault_phase phase, uint32_t step
 
 	if (!c->fault.armed ||
 	    (hit = ft__fault_due(&c->fault, c->cfg.rank, c->generation, co->tmpl.op_seq, phase,
-				   step, seg)) == NULL)
+				   step, seg, at)) == NULL)
 		return 0;
 	ft__fault_act(hit);
 	if (c->send_link != NULL)
@@ -69,6 +70,11 @@ static int inject(struct ft__coll *co, enum ft__fault_phase phase, uint32_t step
 		c->tp_ops->link_close(c->recv_link);
 	c->send_link = c->recv_link = NULL;
 	return -FT_EPEERFAILED;
+}
+
+static int inject(struct ft__coll *co, enum ft__fault_phase phase, uint32_t step, uint32_t seg)
+{
+	return inject_at(co, phase, step, seg, FT__AT_SEND);
 }
 
 static enum ft__fault_phase send_phase(const struct ft__coll *co, uint32_t g, uint32_t *step)
@@ -122,6 +128,13 @@ static int post_send(struct ft__coll *co, uint32_t g, uint32_t k, const char *ba
 	}
 	co->send_posted++;
 	c->stats.bytes_sent += len;
+	if (c->fault.armed) {
+		/* sent, its record not yet written */
+		uint32_t step;
+		enum ft__fault_phase phase = send_phase(co, g, &step);
+		if ((rc = inject_at(co, phase, step, k, FT__AT_SENT)) != 0)
+			return rc;
+	}
 	if (co->hooks->frame_sent != NULL)
 		return co->hooks->frame_sent(co, &h, base + off);
 	return 0;
@@ -243,6 +256,13 @@ static int on_recv(struct ft__coll *co)
 		h.offset = off;
 		h.length = len;
 		if ((rc = co->hooks->frame_received(co, &h, at)) != 0)
+			return rc;
+	}
+	if (c->fault.armed) {
+		/* recorded, not yet reduced */
+		uint32_t step;
+		enum ft__fault_phase phase = send_phase(co, e.g, &step);
+		if ((rc = inject_at(co, phase, step, e.k, FT__AT_RECORDED)) != 0)
 			return rc;
 	}
 	if (e.slot >= 0) {

@@ -16,6 +16,11 @@ static const char *const phase_names[] = {
 	[FT__PHASE_BROADCAST] = "broadcast",
 	[FT__PHASE_COMMIT] = "commit",
 };
+static const char *const at_names[] = {
+	[FT__AT_SEND] = "send",
+	[FT__AT_SENT] = "sent",
+	[FT__AT_RECORDED] = "recorded",
+};
 static const char *const action_names[] = {
 	[FT__FAULT_KILL] = "kill",
 	[FT__FAULT_HANG] = "hang",
@@ -56,6 +61,13 @@ static int parse_one(char *buf, struct ft__fault_pt *f)
 		if (eq == NULL)
 			return -1;
 		*eq++ = '\0';
+		if (strcmp(item, "at") == 0) {
+			k = lookup(eq, at_names, FT__ARRAY_SIZE(at_names));
+			if (k < 0)
+				return -1;
+			f->at = (enum ft__fault_at)k;
+			continue;
+		}
 		if (strcmp(item, "phase") == 0 || strcmp(item, "action") == 0) {
 			bool phase = item[0] == 'p';
 			k = phase ? lookup(eq, phase_names, FT__ARRAY_SIZE(phase_names))
@@ -115,7 +127,7 @@ bad:
 	if (err != NULL)
 		snprintf(err, errlen,
 			 "FTCC_FAULT='%s': expected rank=R[,op=N][,phase=between|reduce_scatter|"
-			 "allgather|broadcast|commit][,step=S][,seg=K][,action=kill|hang|drop][,inc=I][,gen=G], "
+			 "allgather|broadcast|commit][,step=S][,seg=K][,action=kill|hang|drop][,inc=I][,gen=G][,at=send|sent|recorded], "
 			 "up to %d separated by ';'",
 			 spec, FT__FAULT_MAX);
 	memset(f, 0, sizeof(*f));
@@ -138,11 +150,13 @@ void ft__fault_incarnation(struct ft__fault *f, uint32_t inc)
 }
 
 const struct ft__fault_pt *ft__fault_due(struct ft__fault *f, int rank, uint32_t gen, uint64_t op,
-					 enum ft__fault_phase phase, uint32_t step, uint32_t seg)
+					 enum ft__fault_phase phase, uint32_t step, uint32_t seg,
+					 enum ft__fault_at at)
 {
 	for (int i = 0; i < f->n; i++) {
 		struct ft__fault_pt *p = &f->pt[i];
-		if (!p->armed || p->rank != rank || p->op != op || (p->gen >= 0 && p->gen != gen))
+		if (!p->armed || p->rank != rank || p->op != op || (p->gen >= 0 && p->gen != gen) ||
+		    p->at != at)
 			continue;
 		if (p->phase == FT__PHASE_ANY ? phase == FT__PHASE_BETWEEN : p->phase != phase)
 			continue;

@@ -17,6 +17,13 @@ enum ft__fault_phase {
 
 enum ft__fault_action { FT__FAULT_KILL, FT__FAULT_HANG, FT__FAULT_DROP };
 
+/* Where in a frame's life a point strikes (at=). */
+enum ft__fault_at {
+	FT__AT_SEND,                /* before the frame is queued (default) */
+	FT__AT_SENT,                /* just after it is queued, before its log record */
+	FT__AT_RECORDED,            /* a received frame: just after its log record, before use */
+};
+
 /* One point where a fault strikes. */
 struct ft__fault_pt {
 	bool armed;
@@ -27,6 +34,7 @@ struct ft__fault_pt {
 	enum ft__fault_action action;
 	uint32_t inc;               /* incarnation it fires in (FTCC_INCARNATION; default 0) */
 	int64_t gen;                /* generation it fires in; -1 any */
+	enum ft__fault_at at;
 };
 
 #define FT__FAULT_MAX 4
@@ -38,7 +46,8 @@ struct ft__fault {
 };
 
 /* Parses up to four points separated by ';', each
- * "rank=2,op=10,phase=reduce_scatter,step=1,seg=3,action=kill[,inc=0][,gen=G]"; "" disarms.
+ * "rank=2,op=10,phase=reduce_scatter,step=1,seg=3,action=kill[,inc=0][,gen=G][,at=send|sent|recorded]";
+ * "" disarms.
  * A point fires only in incarnation inc of its rank, so that a restarted rank does not
  * kill itself again at the same point (and a second point can kill it during its replay). */
 int ft__fault_parse(const char *spec, struct ft__fault *f, char *err, size_t errlen);
@@ -46,7 +55,8 @@ int ft__fault_parse(const char *spec, struct ft__fault *f, char *err, size_t err
 void ft__fault_incarnation(struct ft__fault *f, uint32_t inc);
 /* The point that fires here (once), or NULL. */
 const struct ft__fault_pt *ft__fault_due(struct ft__fault *f, int rank, uint32_t gen, uint64_t op,
-					 enum ft__fault_phase phase, uint32_t step, uint32_t seg);
+					 enum ft__fault_phase phase, uint32_t step, uint32_t seg,
+					 enum ft__fault_at at);
 /* Kills or hangs this process; returns only for FT__FAULT_DROP. */
 void ft__fault_act(const struct ft__fault_pt *f);
 

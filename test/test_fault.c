@@ -241,10 +241,10 @@ Test(fault, parse)
 	cr_assert(f.armed && f.n == 1 && f.pt[0].rank == 2 && f.pt[0].op == 10 &&
 		  f.pt[0].phase == FT__PHASE_REDUCE_SCATTER && f.pt[0].step == 1 && f.pt[0].seg == 3 &&
 		  f.pt[0].action == FT__FAULT_HANG);
-	cr_assert(!ft__fault_due(&f, 1, 0, 10, FT__PHASE_REDUCE_SCATTER, 1, 3));
-	cr_assert(!ft__fault_due(&f, 2, 0, 10, FT__PHASE_REDUCE_SCATTER, 1, 2));
-	cr_assert(ft__fault_due(&f, 2, 0, 10, FT__PHASE_REDUCE_SCATTER, 1, 3));
-	cr_assert(!ft__fault_due(&f, 2, 0, 10, FT__PHASE_REDUCE_SCATTER, 1, 3), "fires once");
+	cr_assert(!ft__fault_due(&f, 1, 0, 10, FT__PHASE_REDUCE_SCATTER, 1, 3, FT__AT_SEND));
+	cr_assert(!ft__fault_due(&f, 2, 0, 10, FT__PHASE_REDUCE_SCATTER, 1, 2, FT__AT_SEND));
+	cr_assert(ft__fault_due(&f, 2, 0, 10, FT__PHASE_REDUCE_SCATTER, 1, 3, FT__AT_SEND));
+	cr_assert(!ft__fault_due(&f, 2, 0, 10, FT__PHASE_REDUCE_SCATTER, 1, 3, FT__AT_SEND), "fires once");
 	cr_assert(!f.armed);
 	/* two points; the one of another incarnation is disarmed */
 	cr_assert_eq(ft__fault_parse("rank=1,op=3;rank=1,op=3,phase=allgather,inc=1", &f, err,
@@ -252,8 +252,8 @@ Test(fault, parse)
 	cr_assert_eq(f.n, 2);
 	ft__fault_incarnation(&f, 1);
 	cr_assert(f.armed && !f.pt[0].armed && f.pt[1].armed);
-	cr_assert(!ft__fault_due(&f, 1, 0, 3, FT__PHASE_BETWEEN, 0, 0));
-	cr_assert(ft__fault_due(&f, 1, 0, 3, FT__PHASE_ALLGATHER, 0, 0) == &f.pt[1]);
+	cr_assert(!ft__fault_due(&f, 1, 0, 3, FT__PHASE_BETWEEN, 0, 0, FT__AT_SEND));
+	cr_assert(ft__fault_due(&f, 1, 0, 3, FT__PHASE_ALLGATHER, 0, 0, FT__AT_SEND) == &f.pt[1]);
 	cr_assert_eq(ft__fault_parse("rank=1;rank=2;rank=3;rank=4;rank=5", &f, err, sizeof(err)),
 		     -FT_ECONFIG, "at most four");
 	static const char *bad[] = {"op=1", "rank=x", "rank=1,phase=sideways", "rank=1,action=explode",

@@ -1,0 +1,94 @@
+#!/bin/sh
+# rejoin_tests.sh BUILD_DIR [campaign]: exact rejoin under real kills, over TCP and libfabric; the fallbacks.
+#
+# Every run is checked against a failure-free run of the same job
+# (test/rejoin_check.sh). With "campaign", every random-kill row runs
+# CAMPAIGN_TRIALS trials (default 20) instead of its few.
+set -u
+B=$1
+C=$(dirname "$0")/rejoin_check.sh
+X=$(dirname "$0")/rejoin_corrupt.sh
+few() { if [ "${2:-}" = campaign ]; then echo "${CAMPAIGN_TRIALS:-20}"; else echo "$1"; fi; }
+mode=${2:-}
+pass=0 fail=0
+step() { # description command...
+	d=$1
+	shift
+	echo "-- $d"
+	s0=$(date +%s)
+	if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $d"; fi
+	echo "-- ($(($(date +%s) - s0)) s)"
+}
+fabric() { command -v fi_info >/dev/null 2>&1 && fi_info -p "$1" >/dev/null 2>&1; }
+
+# 1. outside SIGKILL at random moments, n = 2..6, small and large buffers, TCP
+step "tcp n=2 small" env TRIALS="$(few 3 "$mode")" "$C" "$B" 2 30 1000
+step "tcp n=3 large" env TRIALS="$(few 3 "$mode")" REJOIN_PAUSE_MS=0 "$C" "$B" 3 10 1000000
+step "tcp n=4 large" env TRIALS="$(few 3 "$mode")" REJOIN_PAUSE_MS=0 "$C" "$B" 4 8 4000000
+step "tcp n=5" env TRIALS="$(few 2 "$mode")" "$C" "$B" 5 20 100000
+step "tcp n=6 small" env TRIALS="$(few 2 "$mode")" "$C" "$B" 6 20 1000
+step "tcp n=4 two kills" env TRIALS="$(few 2 "$mode")" KILLS=2 "$C" "$B" 4 20 100000
+step "tcp n=4 pwrite engine" env TRIALS="$(few 2 "$mode")" FTCC_LOG_ENGINE=pwrite REJOIN_PAUSE_MS=0 \
+	"$C" "$B" 4 8 1000000
+step "tcp n=3 durability host" env TRIALS=1 FTCC_LOG_DURABILITY=host "$C" "$B" 3 20 100000
+# 2. libfabric
+for prov in shm "tcp;ofi_rxm"; do
+	if fabric "$prov"; then
+		step "fabric/$prov n=4" env TRIALS="$(few 2 "$mode")" FTCC_TRANSPORT=fabric FI_PROVIDER="$prov" \
+			"$C" "$B" 4 60 200000
+	else
+		echo "-- SKIPPED: libfabric provider '$prov' is not available"
+	fi
+done
+# 3. the library's own injection points: every phase; a kill just after a
+#    frame is sent and before its record, just after a received frame's
+#    record and before its use; the restarted rank dying again during its
+#    replay; a neighbour and the state's sender dying during it; two at once
+F="rank=1,op=3,phase=between"
+F="$F|rank=2,op=3,phase=reduce_scatter,step=0,seg=0|rank=2,op=3,phase=reduce_scatter,step=2,seg=15"
+F="$F|rank=0,op=3,phase=allgather,step=0,seg=0|rank=3,op=3,phase=allgather,step=2,seg=7"
+F="$F|rank=1,op=3,phase=commit,step=1"
+F="$F|rank=1,op=3,phase=reduce_scatter,step=1,seg=3,at=sent|rank=2,op=3,phase=allgather,step=1,seg=9,at=sent"
+F="$F|rank=2,op=3,phase=reduce_scatter,step=0,seg=1,at=recorded|rank=1,op=3,phase=allgather,step=2,seg=5,at=recorded"
+F="$F|rank=1,op=3,phase=allgather,step=1,seg=2;rank=1,op=3,phase=reduce_scatter,step=1,seg=0,inc=1"
+F="$F|rank=1,op=3,phase=allgather,step=1,seg=2;rank=2,op=3,phase=reduce_scatter,step=1,seg=0,gen=1"
+F="$F|rank=1,op=3,phase=allgather,step=1,seg=2;rank=0,op=3,phase=allgather,step=2,seg=0,gen=1"
+F="$F|rank=1,op=3,phase=allgather,step=0,seg=4;rank=3,op=3,phase=allgather,step=0,seg=4"
+step "injection points" env FAULTS="$F" REJOIN_PAUSE_MS=0 "$C" "$B" 4 6 4000000
+# 4. fallbacks: never a wrong result
+K="rank=1,op=3,phase=allgather,step=1,seg=2"
+step "nobody comes back: shrink after the rejoin timeout" env MODE=fallback KILLS=1 FAULTS="$K" \
+	RUN_ARGS=--ignore-killed FTCC_REJOIN_TIMEOUT_MS=1500 REJOIN_PAUSE_MS=0 "$C" "$B" 4 6 1000000
+step "durability none" env MODE=fallback FAULTS="$K" FTCC_LOG_DURABILITY=none REJOIN_PAUSE_MS=0 \
+	"$C" "$B" 4 6 1000000
+for how in trunc flip gone; do
+	step "log damaged ($how)" env MODE=fallback FAULTS="$K" WRAP="$X $how" REJOIN_PAUSE_MS=0 \
+		"$C" "$B" 4 6 1000000
+done
+# another job's log: a job with the same id ran first and left rank 1's log
+alien=$(mktemp -d)
+job=rejoin-alien-$$
+FTCC_JOB_ID=$job FTCC_LOG_DIR=$alien/logs FTCC_POLICY=rejoin FTCC_REJOIN_TIMEOUT_MS=500 FTCC_FAULT="$K" \
+	timeout 120 "$B/ftcc-run" -n 4 --ignore-killed "$B/examples/train_rejoin" 6 1000000 0 >/dev/null 2>&1
+mkdir -p "$alien/saved"
+cp "$alien/logs/$job"/r1-* "$alien/saved/" 2>/dev/null
+if ls "$alien/saved"/r1-s*.log >/dev/null 2>&1; then
+	step "another job's log" env MODE=fallback FAULTS="$K" FTCC_JOB_ID=$job FTCC_LOG_DIR="$alien/logs" \
+		REJOIN_ALIEN_DIR="$alien/saved" WRAP="$X alien" REJOIN_PAUSE_MS=0 "$C" "$B" 4 6 1000000
+else
+	echo "FAILED: the first job left no log of rank 1 to reuse"
+	fail=$((fail + 1))
+fi
+rm -rf "$alien"
+# a full disk: the logs on a 2 MiB tmpfs, inputs of 4 MB
+full=$(mktemp -d)
+if mount -t tmpfs -o size=2m ftcc-full "$full" 2>/dev/null; then
+	step "full disk" env MODE=fallback FAULTS="$K" FTCC_LOG_DIR="$full" REJOIN_PAUSE_MS=0 \
+		"$C" "$B" 4 6 1000000
+	umount "$full"
+else
+	echo "-- SKIPPED: full disk (cannot mount a tmpfs here: not root?)"
+fi
+rmdir "$full"
+echo "rejoin tests: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
