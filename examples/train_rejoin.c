@@ -46,6 +46,7 @@ int main(int argc, char **argv)
 	uint64_t next;
 	int rc, me, back;
 
+	setvbuf(stdout, NULL, _IOLBF, 0); /* lines as they happen, also into a pipe */
 	if (steps < 1 || count < 1) {
 		fprintf(stderr, "usage: train_rejoin [STEPS] [COUNT] [PAUSE_MS]\n");
 		return 2;

@@ -50,6 +50,9 @@ dur=$((($(date +%s%N) - t0) / 1000000))
 init=$(sed -n 's/^\[[0-9]*\.[0-9]* +\([0-9.]*\)s\] op 1 digest.*/\1/p' "$tmp/ref" | sort -g | tail -1 |
 	awk '{printf "%d", $1 * 1000}')
 [ -n "$init" ] || init=300
+last=$(sed -n "s/^\[[0-9]*\.[0-9]* +\([0-9.]*\)s\] op $STEPS digest.*/\1/p" "$tmp/ref" | sort -g | head -1 |
+	awk '{printf "%d", $1 * 1000}')
+[ -n "$last" ] || last=$dur
 ops "$tmp/ref" | sort -u >"$tmp/ref.ops"
 ref_model=$(models "$tmp/ref" | awk '{print $2}' | sort -u)
 if [ "$(cut -d' ' -f1 "$tmp/ref.ops" | sort -u | wc -l)" -ne "$STEPS" ] ||
@@ -109,10 +112,11 @@ while [ "$t" -le "$TRIALS" ]; do
 	args="$RUN_ARGS"
 	k=0
 	while [ "$k" -lt "$KILLS" ]; do
-		r=$(awk -v n="$N" -v s="$t$k$$" 'BEGIN{srand(s); print int(rand()*n)}')
-		# between the first op (after ft_init) and the last quarter
-		at=$(awk -v s="$t$k$$" -v d="$dur" -v i="$init" 'BEGIN{srand(s+7); lo=i/1000; hi=d*0.8/1000;
-			if (hi < lo + 0.2) hi = lo + 0.2; printf "%.2f", lo + rand()*(hi-lo)}')
+		seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+		r=$(awk -v n="$N" -v s="$seed" 'BEGIN{srand(s); print int(rand()*n)}')
+		# inside the job: between the first op and 70% of the way to the last
+		at=$(awk -v s="$seed" -v e="$last" -v i="$init" 'BEGIN{srand(s+7); lo=i/1000;
+			hi=lo+(e-i)*0.7/1000; printf "%.2f", lo + rand()*(hi-lo)}')
 		args="$args --kill $r@$at"
 		k=$((k + 1))
 	done
