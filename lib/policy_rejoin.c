@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include "comm.h"
-#include "crc32c.h"
 #include "policy.h"
 
 /*
@@ -17,8 +16,9 @@
  * record with each saved region's CRC32C. The input goes to the payload by
  * the reduction kernel itself, as it reads each element (the same fused
  * save as shrink's in-place backup), so logging costs no extra pass over
- * the buffer; the CRC of a region is taken just before it is saved, while
- * the region is in cache. The INPUT record is written (and, durability
+ * the buffer; the check value of a region (ft__log_sum: a vectorised sum,
+ * CRC32C cost too much here, see log.h) is taken just before it is saved,
+ * so the kernel then reads the region from cache. The INPUT record is written (and, durability
  * host, synced) as soon as the last region is saved, before this rank
  * sends a frame that depends on all of its input, and before it claims the
  * result: so a rank that any other rank could have returned a result from
@@ -89,7 +89,7 @@ static int add_region(struct ft_comm *c, size_t off, size_t len, uint32_t crc)
 static void whole_region(struct ft_comm *c)
 {
 	c->nreg = 0;
-	if (add_region(c, 0, c->payload_bytes, ft__crc32c(0, c->payload, c->payload_bytes)) == 0)
+	if (add_region(c, 0, c->payload_bytes, ft__log_sum(c->payload, c->payload_bytes)) == 0)
 		c->input_whole = true;
 }
 
@@ -100,7 +100,7 @@ static void *save_input(struct ft__coll *co, size_t off, size_t len)
 	if (c->input_whole)
 		return NULL; /* a restart runs from the saved input itself */
 	if (c->payload != NULL && off + len <= c->payload_bytes) {
-		if (add_region(c, off, len, ft__crc32c(0, co->src + off, len)) != 0) {
+		if (add_region(c, off, len, ft__log_sum(co->src + off, len)) != 0) {
 			log_off(c, -FT_ENOMEM, "keeping the input's regions");
 			return co->in_place && c->backup != NULL ? (char *)c->backup + off : NULL;
 		}
@@ -196,7 +196,7 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 			c->payload_bytes = logged;
 			if (k->kind == FT_COLL_BROADCAST && logged > 0) {
 				memcpy(payload, k->dst, logged);
-				rc = add_region(c, 0, logged, ft__crc32c(0, payload, logged));
+				rc = add_region(c, 0, logged, ft__log_sum(payload, logged));
 				if (rc != 0)
 					return rc;
 			}
