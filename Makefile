@@ -73,8 +73,8 @@ EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
 
-.PHONY: all lib tools examples test fuzz fuzz-corpus demo trace-demo bench bench-compare bench-recovery campaign install uninstall asan tsan clean deps help FORCE
-all: lib tools examples $(B)/ftbench $(B)/recovery_bench
+.PHONY: all lib tools examples test fuzz fuzz-corpus demo trace-demo bench bench-compare bench-recovery campaign rejoin-campaign install uninstall asan tsan clean deps help FORCE
+all: lib tools examples $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOLS)
@@ -119,6 +119,9 @@ $(B)/ftbench: bench/ftbench.c bench/bench_common.h $(STATIC) $(FLAGS)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
 $(B)/recovery_bench: bench/recovery_bench.c $(STATIC) $(FLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+
+$(B)/rejoin_bench: bench/rejoin_bench.c $(STATIC) $(FLAGS)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
 # Peer drivers for the comparison (built only by bench-compare).
@@ -190,6 +193,11 @@ campaign: all $(B)/test/test_shrink
 	FTCC_SHRINK_TRIALS=$${FTCC_SHRINK_TRIALS:-10} FTCC_TEST_TRANSPORT=fabric FI_PROVIDER='tcp;ofi_rxm' \
 		$(B)/test/test_shrink --filter 'shrink/random_outside_kill'
 
+# The longer rejoin campaign: every random-kill row of test/rejoin_tests.sh
+# with CAMPAIGN_TRIALS trials (default 20).
+rejoin-campaign: all
+	test/rejoin_tests.sh $(B) campaign
+
 # Failure detection and recovery times; shrink-policy overhead against abort.
 bench-recovery: all
 	@scripts/bench-recovery.sh $(B)
@@ -227,7 +235,7 @@ clean:
 
 help:
 	@echo "make [all] | test | fuzz [FUZZ_SECONDS=60] | fuzz-corpus | demo | trace-demo | bench"
-	@echo "     | bench-compare | bench-recovery | campaign"
+	@echo "     | bench-compare | bench-recovery | campaign | rejoin-campaign"
 	@echo "     | install PREFIX=... | asan | tsan | deps | clean"
 	@echo "optional parts are detected with pkg-config; force with HAVE_FABRIC=1 / HAVE_URING=1,"
 	@echo "leave out with HAVE_FABRIC= / HAVE_URING=; a change of flags or parts rebuilds."

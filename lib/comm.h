@@ -79,6 +79,7 @@ struct ft_comm {
 
 	/* new incarnations (comm.c, state.c) */
 	bool rejoined;                  /* this process rejoined a running job */
+	bool replaying;                 /* ft_init runs the interrupted op from the log */
 	uint64_t resume_op;             /* ... and its application's first op */
 	int state_root;                 /* original rank that sends the state */
 	int nowed;                      /* ops at whose start the state goes to newcomers */

@@ -476,7 +476,7 @@ static void grab_input(void *arg, const struct ft__logrec *h, const void *body)
  * and the input fits in cap).
  */
 static int slot_read(const char *dir, int rank, int slot, uint64_t job_hash,
-		     struct ft__log_scan *s, void *copy, size_t cap)
+		     struct ft__log_scan *s, void *copy, size_t cap, bool verify)
 {
 	struct input_body in = {NULL, 0};
 	char path[PATH_MAX];
@@ -515,7 +515,7 @@ static int slot_read(const char *dir, int rank, int slot, uint64_t job_hash,
 		free(buf);
 		return -FT_ECORRUPT;
 	}
-	if (s->have_input) {
+	if (s->have_input && verify) {
 		rc = ft__log_path(path, sizeof(path), dir, rank, slot, "in");
 		if (rc == 0)
 			rc = ft__log_check_payload(path, in.regs, in.nreg, s->input_bytes,
@@ -537,33 +537,41 @@ static int slot_read(const char *dir, int rank, int slot, uint64_t job_hash,
 int ft__log_read_slot(const char *dir, int rank, int slot, uint64_t job_hash,
 		      struct ft__log_scan *s)
 {
-	return slot_read(dir, rank, slot, job_hash, s, NULL, 0);
+	return slot_read(dir, rank, slot, job_hash, s, NULL, 0, true);
 }
 
 int ft__log_last_input(const char *dir, int rank, uint64_t job_hash, uint64_t *op_seq,
 		       uint32_t *gen, struct ft__logop *op, void *buf, size_t cap)
 {
 	struct ft__log_scan s[2];
-	int best = -1, rc;
+	int order[2] = {-1, -1}, best = -1, rc;
 
+	/* the journals first; then the payload of the later op only (it is
+	 * MiBs), and of the earlier one only if the later does not check */
 	for (int i = 0; i < 2; i++) {
-		rc = slot_read(dir, rank, i, job_hash, &s[i], NULL, 0);
+		rc = slot_read(dir, rank, i, job_hash, &s[i], NULL, 0, false);
 		if (rc == -FT_ENOMEM)
 			return rc;
+	}
+	if (s[0].have_input && s[1].have_input) {
+		order[0] = s[0].op_seq > s[1].op_seq ? 0 : 1;
+		order[1] = 1 - order[0];
+	} else if (s[0].have_input || s[1].have_input) {
+		order[0] = s[0].have_input ? 0 : 1;
+	}
+	for (int j = 0; j < 2 && order[j] >= 0 && best < 0; j++) {
+		int i = order[j];
+		bool copy_here = buf != NULL && s[i].input_bytes <= cap;
 		/* a torn tail after INPUT still leaves the input whole */
-		if (s[i].have_input && (best < 0 || s[i].op_seq > s[best].op_seq))
+		rc = slot_read(dir, rank, i, job_hash, &s[i], copy_here ? buf : NULL,
+			       copy_here ? cap : 0, true);
+		if (rc == -FT_ENOMEM)
+			return rc;
+		if (s[i].have_input)
 			best = i;
 	}
 	if (best < 0)
 		return -ENOENT;
-	if (buf != NULL && s[best].input_bytes <= cap) {
-		/* copied and checked again: the slot may have changed since */
-		rc = slot_read(dir, rank, best, job_hash, &s[best], buf, cap);
-		if (rc == -FT_ENOMEM)
-			return rc;
-		if (!s[best].have_input)
-			return -FT_ECORRUPT;
-	}
 	if (op_seq != NULL)
 		*op_seq = s[best].op_seq;
 	if (gen != NULL)

@@ -19,6 +19,17 @@ else
 	fail=$((fail + 1))
 	failed="$failed check-lib"
 fi
+# Exact rejoin: real processes killed from outside and at injection points,
+# every result against a failure-free run; the fallbacks (test/rejoin_tests.sh).
+if [ -x "$B/examples/train_rejoin" ] && [ -z "${FTCC_SKIP_REJOIN:-}" ]; then
+	echo "== test/rejoin_tests.sh $B"
+	if timeout -k 10 900 "$(dirname "$0")"/../test/rejoin_tests.sh "$B"; then
+		pass=$((pass + 1))
+	else
+		fail=$((fail + 1))
+		failed="$failed rejoin_tests"
+	fi
+fi
 # The log reader's fuzz seeds (and their prefixes) under ASan and UBSan.
 if [ -x "$B/fuzz/fuzz_log_replay" ]; then
 	echo "== $B/fuzz/fuzz_log_replay test/fuzz/corpus/*"
