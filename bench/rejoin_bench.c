@@ -49,6 +49,8 @@ int main(int argc, char **argv)
 	back = ft_rejoined(comm, &next);
 	if (back == 1)
 		printf("init %llu\nback %llu\n", (unsigned long long)t_init, (unsigned long long)next);
+	else if (getenv("FTCC_RUN_T0_NS") != NULL)
+		printf("t0 %s\n", getenv("FTCC_RUN_T0_NS")); /* ftcc-run's start, for --kill times */
 	first = back == 1 ? (int)next : 1;
 	for (int op = first; op <= ops; op++) {
 		struct ft_op_info info;

@@ -4,12 +4,17 @@
 # usage: scripts/bench-recovery.sh BUILD_DIR
 # env:   FTCC_RECOVERY_TRIALS   trials per row (default 10)
 #        FTCC_OVERHEAD_ROUNDS   interleaved abort/shrink rounds (default 15; 4 KiB times are bimodal here)
-# 1. Overhead: ftbench under FTCC_POLICY=abort (the vanilla ring) and =shrink
-#    (detector, commit steps or kept results, the in-place input saved)
+# 1. Overhead: ftbench under FTCC_POLICY=abort (the vanilla ring), =shrink
+#    (detector, commit steps or kept results, the in-place input saved) and
+#    =rejoin (pairwise logs, durability process; a last row durability host)
 #    back to back, ROUNDS times, in place (as data-parallel trainers call it)
-#    at 4 ranks 64 MiB, 4 ranks 4 KiB and 2 ranks 4 KiB, and out of place at
-#    4 ranks 64 MiB; median of the per-round medians.
-# 2. Failures: recovery_bench kills (SIGKILL) or stops (SIGSTOP) a random
+#    at 4 ranks 64 MiB, 4 and 2 ranks 4 KiB, 8 ranks 64 MiB, and out of
+#    place at 4 ranks 64 MiB; median of the per-round medians.
+# 1b. Exact rejoin: rejoin_bench, a rank killed (FTCC_FAULT at a point where
+#    its log holds the op's input; where it does not; from outside at random)
+#    and restarted by ftcc-run --restart: time to the interrupted op
+#    returning on every rank.
+# 2. Failures (shrink): recovery_bench kills (SIGKILL) or stops (SIGSTOP) a random
 #    rank; prints the time to every survivor knowing and to the interrupted
 #    op returning on every survivor.
 set -eu
@@ -28,21 +33,93 @@ one() { # policy ranks size placement
 		awk '$1 == "[0]" && $2 !~ /^#/ && NF >= 5 {print $5; exit}'
 }
 
-echo "== cost when nothing fails: shrink / abort, $R interleaved rounds (median of medians, µs)"
-echo "| ranks | size | placement | abort µs | shrink µs | shrink/abort |"
-echo "|---|---|---|---|---|---|"
-for cfg in "4 64M in" "4 4K in" "2 4K in" "4 64M out"; do
+echo "== cost when nothing fails: shrink and rejoin against abort (the vanilla ring),"
+echo "== $R interleaved rounds, median of the per-round medians (µs); float32 sum, TCP"
+echo "== rejoin: pairwise logs on, durability process (shared memory); 'host': synced to disk"
+echo "| ranks | size | placement | abort µs | shrink µs | rejoin µs | shrink/abort | rejoin/abort |"
+echo "|---|---|---|---|---|---|---|---|"
+for cfg in "4 64M in" "4 4K in" "2 4K in" "8 64M in" "4 64M out" "4 64M in host"; do
 	set -- $cfg
-	a=$(mktemp); s=$(mktemp)
+	a=$(mktemp); s=$(mktemp); j=$(mktemp)
 	i=0
 	while [ $i -lt "$R" ]; do
 		one abort "$1" "$2" "$3" >>"$a"
-		one shrink "$1" "$2" "$3" >>"$s"
+		if [ "${4:-}" = host ]; then
+			echo nan >>"$s"
+			FTCC_LOG_DURABILITY=host FTCC_LOG_DIR="${TMPDIR:-/tmp}" one rejoin "$1" "$2" "$3" >>"$j"
+		else
+			one shrink "$1" "$2" "$3" >>"$s"
+			one rejoin "$1" "$2" "$3" >>"$j"
+		fi
 		i=$((i + 1))
 	done
-	ma=$(median <"$a"); ms=$(median <"$s")
-	echo "| $1 | $2 | $3 place | $ma | $ms | $(awk -v x="$ms" -v y="$ma" 'BEGIN {printf "%.3f", x / y}') |"
-	rm -f "$a" "$s"
+	ma=$(median <"$a"); ms=$(grep -v nan "$s" | median); mj=$(median <"$j")
+	echo "| $1 | $2 | $3 place${4:+ ($4)} | $ma | $ms | $mj |" \
+		"$(awk -v x="$ms" -v y="$ma" 'BEGIN {if (x == "nan") print "-"; else printf "%.3f", x / y}') |" \
+		"$(awk -v x="$mj" -v y="$ma" 'BEGIN {printf "%.3f", x / y}') |"
+	rm -f "$a" "$s" "$j"
+done
+
+echo
+echo "== exact rejoin, 4 ranks, 64 MiB float32 in place, TCP, $T trials per row (ms, median and max):"
+echo "== from the new incarnation's ft_init start, and from the kill, to the interrupted op"
+echo "== returning on every rank; one op's own time for scale"
+# rejoin_trial SPEC|@SECONDS: one run of rejoin_bench; prints "init_ms kill_ms op_ms"
+rejoin_trial() {
+	out=$(mktemp)
+	case $1 in
+	@*) FTCC_POLICY=rejoin timeout 300 "$B/ftcc-run" -n 4 --restart --kill "1$1" \
+		"$B/rejoin_bench" 16 67108864 >"$out" 2>&1 ;;
+	*) FTCC_POLICY=rejoin FTCC_FAULT="$1" timeout 300 "$B/ftcc-run" -n 4 --restart \
+		"$B/rejoin_bench" 10 67108864 >"$out" 2>&1 ;;
+	esac
+	awk -v kill_at="${1#@}" '
+	/\] t0 / {t0 = $NF}
+	/\] init / {init = $NF}
+	/\] back / {back = $NF}
+	/\] op [0-9]+ end / {
+		op = $(NF-6) + 0; end = $(NF-4) + 0
+		if (!(op in last) || end > last[op]) last[op] = end
+		if ($1 ~ /^\[0\]/) e0[op] = end
+	}
+	/ FTCC_FAULT: killing / {fault = 1}
+	END {
+		if (init == "" || back == "") { print "nan nan nan"; exit }
+		# the interrupted op: the first the survivors return after the new
+		# incarnation began (the replayed one, or the one its application runs)
+		f = -1
+		for (o in last) if (last[o] > init && (f < 0 || o + 0 < f)) f = o + 0
+		kill_ns = kill_at ~ /^[0-9.]+$/ && !fault ? t0 + kill_at * 1e9 : 0
+		# one op: on rank 0, the time between the two ops before the interrupted one
+		op_ms = (e0[f - 1] && e0[f - 2]) ? (e0[f - 1] - e0[f - 2]) / 1e6 : 0
+		printf "%.1f %s %.1f\n", (last[f] - init) / 1e6,
+			kill_ns ? sprintf("%.1f", (last[f] - kill_ns) / 1e6) : "nan", op_ms
+	}' "$out"
+	rm -f "$out"
+}
+echo "| how the rank dies | path | ft_init -> op returned on all | kill -> op returned on all | one op |"
+echo "|---|---|---|---|---|"
+for row in "rank=1,op=5,phase=allgather,step=1,seg=2|replay from its log" \
+	   "rank=1,op=5,phase=reduce_scatter,step=1,seg=2|its application runs the op" \
+	   "@random|outside SIGKILL at a random moment"; do
+	spec=${row%%|*} path=${row#*|}
+	res=$(mktemp)
+	i=0
+	while [ $i -lt "$T" ]; do
+		if [ "$spec" = @random ]; then
+			at=$(awk -v s="$(od -An -N4 -tu4 /dev/urandom)" 'BEGIN{srand(s); printf "%.2f", 1.0 + rand() * 0.8}')
+			rejoin_trial "@$at" >>"$res"
+		else
+			rejoin_trial "$spec" >>"$res"
+		fi
+		i=$((i + 1))
+	done
+	mi=$(awk '$1 != "nan" {print $1}' "$res" | median); xi=$(awk '$1 != "nan" {print $1}' "$res" | sort -g | tail -1)
+	mk=$(awk '$2 != "nan" {print $2}' "$res" | median); xk=$(awk '$2 != "nan" {print $2}' "$res" | sort -g | tail -1)
+	mo=$(awk '$3 > 0 {print $3}' "$res" | median)
+	label=$([ "$spec" = @random ] && echo "ftcc-run --kill" || echo "FTCC_FAULT $spec")
+	echo "| $label | $path | $mi (max $xi) | ${mk} (max ${xk:-nan}) | $mo |"
+	rm -f "$res"
 done
 
 echo
