@@ -73,6 +73,8 @@ struct ft_comm {
 	size_t nreg, reg_cap, saved_bytes;
 	bool input_logged, input_whole;
 	bool log_dead;                  /* the log failed in this op: closed at the next */
+	struct ft__sum sum;             /* check value of the region being saved */
+	bool sum_pending;
 
 	uint64_t job_nonce;             /* this job's (generation 0's view) */
 	bool finalizing;

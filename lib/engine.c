@@ -269,21 +269,27 @@ static int on_recv(struct ft__coll *co)
 		const char *slot = (const char *)c->slots + (size_t)e.slot * c->slot_bytes;
 		size_t n = len / co->s.es;
 		uint64_t t0 = ft__now_ns();
+		struct ft__sum *sum = NULL;
+		void *save = co->hooks->input_save_at != NULL
+				     ? co->hooks->input_save_at(co, off, len, &sum)
+				     : NULL;
 		if (co->in_place) {
-			void *save = co->hooks->input_save_at != NULL
-					     ? co->hooks->input_save_at(co, off, len)
-					     : NULL;
-			if (save != NULL)
+			if (save != NULL && sum != NULL && co->accum_save_sum != NULL) {
+				co->accum_save_sum(co->dst + off, slot, save, n, sum);
+			} else if (save != NULL) {
+				if (sum != NULL)
+					ft__sum_update(sum, co->dst + off, len);
 				co->accum_save(co->dst + off, slot, save, n);
-			else
+			} else {
 				co->accum(co->dst + off, slot, n);
+			}
 		} else {
 			/* out of place the input stays; a policy that logs it copies it */
-			void *save = co->hooks->input_save_at != NULL
-					     ? co->hooks->input_save_at(co, off, len)
-					     : NULL;
-			if (save != NULL)
+			if (save != NULL) {
+				if (sum != NULL)
+					ft__sum_update(sum, co->src + off, len);
 				ft__copy_stream(save, co->src + off, len);
+			}
 			co->combine(co->dst + off, co->src + off, slot, n);
 		}
 		co->staged_done++;
@@ -446,6 +452,8 @@ static int coll_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__c
 	if (!bcast && (ft__reduce_lookup(k->dtype, k->op, &co->combine, &co->accum) != 0 ||
 		       (co->accum_save = ft__reduce_accum_save(k->dtype, k->op)) == NULL))
 		return -FT_EINVAL;
+	if (!bcast)
+		co->accum_save_sum = ft__reduce_accum_save_sum(k->dtype, k->op);
 	return 0;
 }
 
@@ -475,9 +483,13 @@ int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const stru
 		int mine = ft__send_chunk(&co->s, 0);
 		size_t lo = ft__chunk_lo(&co->s, mine) * k->es;
 		size_t len = ft__chunk_len(&co->s, mine) * k->es;
-		void *save = len > 0 ? co->hooks->input_save_at(co, lo, len) : NULL;
-		if (save != NULL)
+		struct ft__sum *sum = NULL;
+		void *save = len > 0 ? co->hooks->input_save_at(co, lo, len, &sum) : NULL;
+		if (save != NULL) {
+			if (sum != NULL)
+				ft__sum_update(sum, co->src + lo, len);
 			ft__copy_stream(save, co->src + lo, len);
+		}
 		co->mine_saved = save != NULL || len == 0;
 	}
 	rc = inject(co, FT__PHASE_BETWEEN, 0, 0);

@@ -31,11 +31,13 @@ struct ft__call {
  * they must not block.
  */
 struct ft__hooks {
-	/* [off, off + len) of an in-place input is about to be overwritten
-	 * for the first time in this attempt: where the engine must save
-	 * those bytes first (it fuses the copy into the reduction that
-	 * overwrites them), or NULL. */
-	void *(*input_save_at)(struct ft__coll *co, size_t off, size_t len);
+	/* [off, off + len) of the input is about to be overwritten (in place)
+	 * or reduced (out of place) for the first time in this attempt: where
+	 * the engine must save those bytes first (it fuses the copy into the
+	 * reduction that overwrites them), or NULL. When *sum is set, the
+	 * engine also adds the bytes to that check value (ft__sum, fused too
+	 * where a kernel exists). */
+	void *(*input_save_at)(struct ft__coll *co, size_t off, size_t len, struct ft__sum **sum);
 	/* A data frame was queued to the right neighbour (payload borrowed
 	 * until its completion). */
 	int (*frame_sent)(struct ft__coll *co, const struct ft_frame *h, const void *payload);
@@ -72,6 +74,7 @@ struct ft__coll {
 	ft__combine_fn combine;
 	ft__accum_fn accum;
 	ft__accum_save_fn accum_save;
+	ft__accum_save_sum_fn accum_save_sum;   /* NULL: sum apart */
 	int root_pos;
 	uint32_t last_step;     /* commit steps after s.data_last, if any */
 	size_t data_total, data_done;   /* data frames this rank receives */

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "reduce.h"
+
 /*
  * Each rank keeps, in its log directory, two slots (op_seq & 1), so that the
  * slot of op S-1 stays whole while op S is being logged. A slot is two
@@ -98,23 +100,8 @@ struct ft__logreg {
 	uint32_t crc, pad;      /* crc: ft__log_sum of the region (see above) */
 };
 
-/*
- * The check value of a payload region (ft__logreg.crc): a position-
- * dependent sum (Fletcher-like: four lanes of 64-bit words, each lane's
- * running sum and sum of sums, folded to 32 bits). Any flipped bit, any
- * torn (zeroed or stale) stretch and any swap of 32-byte blocks changes
- * it. Not a CRC, on purpose: the payload is the whole input, MiBs per op,
- * and CRC32C over it cost about 9% of an allreduce at 4 ranks, 64 MiB
- * (measured; the bar is 10% for the whole log), this about 2%. Records
- * themselves carry CRC32C. Chunks given to update must be multiples of 32
- * bytes, except the last.
- */
-struct ft__sum {
-	uint64_t a[4], b[4], n;
-};
-void ft__sum_init(struct ft__sum *s);
-void ft__sum_update(struct ft__sum *s, const void *p, size_t len);
-uint32_t ft__sum_final(const struct ft__sum *s);
+/* The check value of a payload region (ft__logreg.crc): ft__sum (reduce.h)
+ * over the region. Records themselves carry CRC32C. */
 /* init, update, final over one buffer */
 uint32_t ft__log_sum(const void *p, size_t len);
 

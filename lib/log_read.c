@@ -395,58 +395,6 @@ out_close:
 	return rc;
 }
 
-void ft__sum_init(struct ft__sum *s)
-{
-	memset(s, 0, sizeof(*s));
-}
-
-void ft__sum_update(struct ft__sum *s, const void *p, size_t len)
-{
-	const unsigned char *q = p;
-	uint64_t a[4], b[4];
-
-	memcpy(a, s->a, sizeof(a));
-	memcpy(b, s->b, sizeof(b));
-	s->n += len;
-	/* four independent lanes: the compiler keeps them in vector registers */
-	for (; len >= 32; q += 32, len -= 32) {
-		uint64_t w[4];
-		memcpy(w, q, sizeof(w));
-		for (int i = 0; i < 4; i++) {
-			a[i] += w[i];
-			b[i] += a[i];
-		}
-	}
-	if (len > 0) {
-		uint64_t w[4] = {0, 0, 0, 0};
-		memcpy(w, q, len);
-		for (int i = 0; i < 4; i++) {
-			a[i] += w[i];
-			b[i] += a[i];
-		}
-	}
-	memcpy(s->a, a, sizeof(a));
-	memcpy(s->b, b, sizeof(b));
-}
-
-static uint64_t mix64(uint64_t x)
-{
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-uint32_t ft__sum_final(const struct ft__sum *s)
-{
-	uint64_t h = mix64(s->n);
-
-	for (int i = 0; i < 4; i++) {
-		h = mix64(h ^ s->a[i]);
-		h = mix64(h ^ s->b[i]);
-	}
-	return (uint32_t)(h ^ (h >> 32));
-}
-
 uint32_t ft__log_sum(const void *p, size_t len)
 {
 	struct ft__sum s;

@@ -19,9 +19,8 @@
  * record with each saved region's CRC32C. The input goes to the payload by
  * the reduction kernel itself, as it reads each element (the same fused
  * save as shrink's in-place backup), so logging costs no extra pass over
- * the buffer; the check value of a region (ft__log_sum: a vectorised sum,
- * CRC32C cost too much here, see log.h) is taken just before it is saved,
- * so the kernel then reads the region from cache. The INPUT record is written (and, durability
+ * the buffer; the check value of a region (ft__sum, reduce.h: CRC32C cost
+ * too much here) is taken by the same kernel, from the same loads. The INPUT record is written (and, durability
  * host, synced) as soon as the last region is saved, before this rank
  * sends a frame that depends on all of its input, and before it claims the
  * result: so a rank that any other rank could have returned a result from
@@ -61,6 +60,14 @@ static void log_off(struct ft_comm *c, int rc, const char *what)
 	c->log_dead = true;
 }
 
+/* The region saved last has its check value now (the engine summed it as it saved it). */
+static void region_done(struct ft_comm *c)
+{
+	if (c->sum_pending && c->nreg > 0)
+		c->regs[c->nreg - 1].crc = ft__sum_final(&c->sum);
+	c->sum_pending = false;
+}
+
 /* The INPUT record, once the payload holds the whole input. */
 static void input_logged(struct ft_comm *c)
 {
@@ -68,6 +75,7 @@ static void input_logged(struct ft_comm *c)
 
 	if (c->plog == NULL || c->log_dead || c->input_logged || !c->input_whole)
 		return;
+	region_done(c);
 	c->input_logged = true;
 	rc = ft__log_input(c->plog, c->regs, c->nreg);
 	if (rc != 0)
@@ -96,17 +104,22 @@ static void whole_region(struct ft_comm *c)
 		c->input_whole = true;
 }
 
-static void *save_input(struct ft__coll *co, size_t off, size_t len)
+static void *save_input(struct ft__coll *co, size_t off, size_t len, struct ft__sum **sum)
 {
 	struct ft_comm *c = co->c;
 
+	region_done(c);
 	if (c->input_whole)
 		return NULL; /* a restart runs from the saved input itself */
 	if (c->payload != NULL && off + len <= c->payload_bytes) {
-		if (add_region(c, off, len, ft__log_sum(co->src + off, len)) != 0) {
+		if (add_region(c, off, len, 0) != 0) {
 			log_off(c, -FT_ENOMEM, "keeping the input's regions");
 			return co->in_place && c->backup != NULL ? (char *)c->backup + off : NULL;
 		}
+		/* summed by the engine as it saves the region, final at the next hook */
+		ft__sum_init(&c->sum);
+		c->sum_pending = true;
+		*sum = &c->sum;
 		c->saved_bytes += len;
 		if (c->saved_bytes == c->payload_bytes)
 			c->input_whole = true; /* once this region is saved, just after */
@@ -182,7 +195,7 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 		c->log_dead = false;
 	}
 	c->nreg = c->saved_bytes = 0;
-	c->input_logged = c->input_whole = false;
+	c->input_logged = c->input_whole = c->sum_pending = false;
 	c->payload = NULL;
 	c->payload_bytes = 0;
 	if (c->replaying) {
@@ -233,6 +246,7 @@ static int rejoin_recover(struct ft_comm *c, struct ft__call *k, const struct ft
 	    !(rc == -FT_EPEERFAILED || rc == -FT_EABORTED || ft__det_pending(c->det)))
 		return rc;
 	t0 = ft__now_ns();
+	region_done(c);
 	if (k->in_place) {
 		bool was_whole = c->input_whole;
 		void *into = c->payload != NULL ? c->payload : c->backup;

@@ -53,10 +53,11 @@ static bool kept_op(const struct ft_comm *c, const struct ft__call *k)
 	return c->size >= 3 && small_op(k);
 }
 
-static void *save_input(struct ft__coll *co, size_t off, size_t len)
+static void *save_input(struct ft__coll *co, size_t off, size_t len, struct ft__sum **sum)
 {
 	struct ft_comm *c = co->c;
 
+	(void)sum;
 	return co->in_place && c->backup != NULL && off + len <= c->backup_bytes
 		       ? (char *)c->backup + off
 		       : NULL;

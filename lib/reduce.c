@@ -298,6 +298,149 @@ FT__SUM_SAVE_AVX2(accum_save_f64_sum_avx2, double, __m256d, 4, _mm256_loadu_pd, 
 #undef FT__SUM_SAVE_AVX2
 #endif
 
+/* ---- the log's check value ---- */
+
+void ft__sum_init(struct ft__sum *s)
+{
+	memset(s, 0, sizeof(*s));
+}
+
+static inline void sum_word(struct ft__sum *s, size_t idx, uint32_t w)
+{
+	s->a[idx & 7] += w;
+	s->b[idx & 7] += s->a[idx & 7];
+}
+
+void ft__sum_update(struct ft__sum *s, const void *p, size_t len)
+{
+	const unsigned char *q = p;
+	size_t idx = (size_t)(s->n / 4);
+	uint32_t a[8], b[8], w;
+
+	s->n += len;
+	for (; len >= 4 && (idx & 7) != 0; q += 4, len -= 4, idx++) {
+		memcpy(&w, q, 4);
+		sum_word(s, idx, w);
+	}
+	memcpy(a, s->a, sizeof(a));
+	memcpy(b, s->b, sizeof(b));
+	for (; len >= 32; q += 32, len -= 32, idx += 8) {
+		uint32_t v[8];
+		memcpy(v, q, sizeof(v));
+		for (int k = 0; k < 8; k++) {
+			a[k] += v[k];
+			b[k] += a[k];
+		}
+	}
+	memcpy(s->a, a, sizeof(a));
+	memcpy(s->b, b, sizeof(b));
+	for (; len >= 4; q += 4, len -= 4, idx++) {
+		memcpy(&w, q, 4);
+		sum_word(s, idx, w);
+	}
+	if (len > 0) {
+		w = 0;
+		memcpy(&w, q, len);
+		sum_word(s, idx, w);
+	}
+}
+
+static uint64_t mix64(uint64_t x)
+{
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+uint32_t ft__sum_final(const struct ft__sum *s)
+{
+	uint64_t h = mix64(s->n);
+
+	for (int i = 0; i < 8; i++)
+		h = mix64(h ^ ((uint64_t)s->a[i] << 32 | s->b[i]));
+	return (uint32_t)(h ^ (h >> 32));
+}
+
+#ifdef FT__X86
+/*
+ * The float32 and float64 sums with save and check value in one pass: the
+ * vector of input words already loaded for the save is added into the
+ * sum's lanes. The vector body starts wherever the scalar head reached
+ * (save aligned), so its lane k is the region's lane (start + k) mod 8: the
+ * accumulators are rotated in and out. W: words per element (1 or 2).
+ */
+#define FT__SUM_SAVE_SUM_AVX2(name, T, V, E, WPE, LOADU, STREAM, STOREU, ADD, CAST)              \
+	__attribute__((target("avx2"))) static void name(void *restrict dst_,                    \
+							 const void *restrict src_,               \
+							 void *restrict save_, size_t n,          \
+							 struct ft__sum *sum)                     \
+	{                                                                                         \
+		T *dst = dst_;                                                                    \
+		const T *src = src_;                                                              \
+		T *save = save_;                                                                  \
+		size_t i = 0, idx = (size_t)(sum->n / 4);                                         \
+		uint32_t w[WPE], ta[8], tb[8];                                                    \
+		for (; i < n && ((uintptr_t)(save + i) & 31) != 0; i++) {                         \
+			memcpy(w, dst + i, sizeof(T));                                            \
+			for (int k = 0; k < (WPE); k++)                                           \
+				sum_word(sum, idx++, w[k]);                                       \
+			save[i] = dst[i];                                                         \
+			dst[i] = dst[i] + src[i];                                                 \
+		}                                                                                 \
+		if (i + (E) <= n) {                                                               \
+			size_t r = idx & 7;                                                       \
+			for (int k = 0; k < 8; k++) {                                             \
+				ta[k] = sum->a[(r + (size_t)k) & 7];                              \
+				tb[k] = sum->b[(r + (size_t)k) & 7];                              \
+			}                                                                         \
+			__m256i va = _mm256_loadu_si256((const __m256i *)ta);                     \
+			__m256i vb = _mm256_loadu_si256((const __m256i *)tb);                     \
+			for (; i + (E) <= n; i += (E), idx += 8) {                                \
+				V x = LOADU(dst + i);                                             \
+				STREAM(save + i, x);                                              \
+				va = _mm256_add_epi32(va, CAST(x));                               \
+				vb = _mm256_add_epi32(vb, va);                                    \
+				STOREU(dst + i, ADD(x, LOADU(src + i)));                          \
+			}                                                                         \
+			_mm256_storeu_si256((__m256i *)ta, va);                                   \
+			_mm256_storeu_si256((__m256i *)tb, vb);                                   \
+			for (int k = 0; k < 8; k++) {                                             \
+				sum->a[(r + (size_t)k) & 7] = ta[k];                              \
+				sum->b[(r + (size_t)k) & 7] = tb[k];                              \
+			}                                                                         \
+		}                                                                                 \
+		for (; i < n; i++) {                                                              \
+			memcpy(w, dst + i, sizeof(T));                                            \
+			for (int k = 0; k < (WPE); k++)                                           \
+				sum_word(sum, idx++, w[k]);                                       \
+			save[i] = dst[i];                                                         \
+			dst[i] = dst[i] + src[i];                                                 \
+		}                                                                                 \
+		sum->n += n * sizeof(T);                                                          \
+		_mm_sfence();                                                                     \
+	}
+FT__SUM_SAVE_SUM_AVX2(accum_save_sum_f32_avx2, float, __m256, 8, 1, _mm256_loadu_ps,
+		      _mm256_stream_ps, _mm256_storeu_ps, _mm256_add_ps, _mm256_castps_si256)
+FT__SUM_SAVE_SUM_AVX2(accum_save_sum_f64_avx2, double, __m256d, 4, 2, _mm256_loadu_pd,
+		      _mm256_stream_pd, _mm256_storeu_pd, _mm256_add_pd, _mm256_castpd_si256)
+#undef FT__SUM_SAVE_SUM_AVX2
+#endif
+
+ft__accum_save_sum_fn ft__reduce_accum_save_sum(enum ft_dtype dtype, enum ft_op op)
+{
+#ifdef FT__X86
+	if ((op == FT_SUM || op == FT_AVG) && __builtin_cpu_supports("avx2")) {
+		if (dtype == FT_FLOAT32)
+			return accum_save_sum_f32_avx2;
+		if (dtype == FT_FLOAT64)
+			return accum_save_sum_f64_avx2;
+	}
+#endif
+	(void)dtype;
+	(void)op;
+	return NULL;
+}
+
 ft__accum_save_fn ft__reduce_accum_save(enum ft_dtype dtype, enum ft_op op)
 {
 	if ((unsigned)dtype >= FT_DTYPE_COUNT || (unsigned)op >= FT_OP_COUNT)
