@@ -154,10 +154,18 @@ int ft__log_frame(struct ft__log *l, int type, uint32_t gen, uint32_t step, uint
 		  int32_t peer, uint64_t off, uint64_t len, uint32_t data_crc);
 /*
  * The current op's input is whole in the payload mapping: writes the INPUT
- * record (regions and their CRCs, computed by the caller as it saved them)
- * and waits until it is written (sync: and the payload and journal synced).
+ * record (regions and their check values, computed by the caller as it
+ * saved them). sync (durability host): waits until it is written and the
+ * payload and journal are synced. Otherwise submits it and returns (an
+ * error shows at a later call): a record lost with the process only means
+ * the new incarnation cannot replay that op, and its application runs it
+ * instead.
  */
 int ft__log_input(struct ft__log *l, const struct ft__logreg *regs, size_t nreg);
+/* The same, queued with the op's other records (submitted with END or when
+ * the batch fills), not submitted now: for small ops, where a submission
+ * per record is what logging costs. Durability host: as ft__log_input. */
+int ft__log_input_queued(struct ft__log *l, const struct ft__logreg *regs, size_t nreg);
 /* Queues END and submits what is queued (does not wait). */
 int ft__log_end(struct ft__log *l);
 

@@ -468,7 +468,9 @@ int ft__log_open(const struct ft__log_params *p, struct ft__log **out)
 	}
 	if (p->engine == FT__LOG_URING) {
 #ifdef FTCC_HAVE_URING
-		rc = io_uring_queue_init(LOG_QD, &l->ring, 0);
+		rc = io_uring_queue_init(LOG_QD, &l->ring, IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
+		if (rc == -EINVAL)
+			rc = io_uring_queue_init(LOG_QD, &l->ring, 0);
 		if (rc == 0)
 			l->uring = true;
 		else
@@ -667,6 +669,24 @@ int ft__log_frame(struct ft__log *l, int type, uint32_t gen, uint32_t step, uint
 	return rec_queue(l, &h, NULL, 0);
 }
 
+int ft__log_input_queued(struct ft__log *l, const struct ft__logreg *regs, size_t nreg)
+{
+	struct ft__logrec h;
+	size_t body = nreg * sizeof(*regs);
+	int rc;
+
+	if (l == NULL || l->sync || sizeof(h) + body > LOG_BUF_SIZE)
+		return ft__log_input(l, regs, nreg);
+	rc = op_check(l);
+	if (rc < 0)
+		return rc;
+	if ((nreg != 0 && regs == NULL) || ft__log_check_regs(regs, nreg, l->in_bytes) < 0)
+		return -FT_EINVAL;
+	h = rec_head(l, FT__LOG_INPUT, body);
+	h.bytes = l->in_bytes;
+	return rec_queue(l, &h, regs, body);
+}
+
 int ft__log_input(struct ft__log *l, const struct ft__logreg *regs, size_t nreg)
 {
 	struct ft__logrec h;
@@ -714,6 +734,8 @@ int ft__log_input(struct ft__log *l, const struct ft__logreg *regs, size_t nreg)
 	}
 	if (rc < 0)
 		return rc;
+	if (!l->sync)
+		return s->err; /* submitted; a failed write shows at the next call */
 	rc = slot_wait(l, l->slot);
 	if (rc < 0)
 		return rc;

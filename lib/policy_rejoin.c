@@ -68,6 +68,8 @@ static void region_done(struct ft_comm *c)
 	c->sum_pending = false;
 }
 
+#define FT__INPUT_NOW ((size_t)1 << 20)
+
 /* The INPUT record, once the payload holds the whole input. */
 static void input_logged(struct ft_comm *c)
 {
@@ -77,7 +79,10 @@ static void input_logged(struct ft_comm *c)
 		return;
 	region_done(c);
 	c->input_logged = true;
-	rc = ft__log_input(c->plog, c->regs, c->nreg);
+	/* a large op's INPUT goes out at once (a death in its allgather can
+	 * then be replayed); a small op's with END, one submission per op */
+	rc = c->payload_bytes >= FT__INPUT_NOW ? ft__log_input(c->plog, c->regs, c->nreg)
+					       : ft__log_input_queued(c->plog, c->regs, c->nreg);
 	if (rc != 0)
 		log_off(c, rc, "writing an input record");
 }
@@ -330,13 +335,21 @@ void ft__rejoin_log_close(struct ft_comm *c, bool remove)
 	c->log_dead = false;
 	if (!remove || !had)
 		return;
-	/* a clean end: nothing will replay these */
+	/* a clean end: nothing will replay this rank's log, nor the log of a
+	 * rank outside the membership (it could only come back into a view) */
 	log_dir(c, dir, sizeof(dir));
-	for (int s = 0; s < 2; s++) {
-		snprintf(path, sizeof(path), "%s/r%d-s%d.log", dir, c->cfg.rank, s);
-		unlink(path);
-		snprintf(path, sizeof(path), "%s/r%d-s%d.in", dir, c->cfg.rank, s);
-		unlink(path);
+	for (int r = 0; r < c->cfg.world_size; r++) {
+		bool other_member = false;
+		for (int i = 0; i < c->size && c->members != NULL; i++)
+			other_member |= c->members[i] == r && r != c->cfg.rank;
+		if (other_member)
+			continue; /* its own ft_finalize removes it */
+		for (int s = 0; s < 2; s++) {
+			snprintf(path, sizeof(path), "%s/r%d-s%d.log", dir, r, s);
+			unlink(path);
+			snprintf(path, sizeof(path), "%s/r%d-s%d.in", dir, r, s);
+			unlink(path);
+		}
 	}
 	rmdir(dir); /* the last rank's succeeds */
 }
@@ -447,11 +460,16 @@ static int replay(struct ft_comm *c, const char *dir, const char *job, uint64_t 
 		 bytes);
 	c->op_seq = f;
 	c->replaying = true;
+	uint64_t t0 = ft__now_ns();
 	rc = ft__collective_run(c, &k, &info);
 	c->replaying = false;
 	if (rc == 0)
 		ft__info("rejoin: op %llu done on generation %u with %d contributors",
 			 (unsigned long long)f, info.generation, info.contributors);
+	char args[160];
+	snprintf(args, sizeof(args), "{\"op_seq\":%llu,\"bytes\":%zu,\"rc\":%d}",
+		 (unsigned long long)f, bytes, rc);
+	ft__trace_complete(c->trace, "replay", "rejoin", t0, ft__now_ns(), args);
 out:
 	if (in != NULL)
 		munmap(in, bytes ? bytes : 1);
@@ -547,5 +565,9 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 	c->resume_op = c->op_seq;
 	ft__info("rejoin: rank %d is back in generation %u; its next op is %llu", c->cfg.rank,
 		 c->generation, (unsigned long long)c->op_seq);
+	char args[160];
+	snprintf(args, sizeof(args), "{\"generation\":%u,\"next_op\":%llu,\"replayed\":%s}",
+		 c->generation, (unsigned long long)c->op_seq, have && first == last ? "true" : "false");
+	ft__trace_instant(c->trace, "rejoined", args);
 	return 0;
 }

@@ -71,8 +71,10 @@ done
 # another job's log: a job with the same id ran first and left rank 1's log
 alien=$(mktemp -d)
 job=rejoin-alien-$$
-FTCC_JOB_ID=$job FTCC_LOG_DIR=$alien/logs FTCC_POLICY=rejoin FTCC_REJOIN_TIMEOUT_MS=500 FTCC_FAULT="$K" \
-	timeout 120 "$B/ftcc-run" -n 4 --ignore-killed "$B/examples/train_rejoin" 6 1000000 0 >/dev/null 2>&1
+# (every rank dies at op 4: nobody finalizes, so the logs stay)
+FTCC_JOB_ID=$job FTCC_LOG_DIR=$alien/logs FTCC_POLICY=rejoin \
+	FTCC_FAULT="rank=0,op=4;rank=1,op=4;rank=2,op=4;rank=3,op=4" \
+	timeout 120 "$B/ftcc-run" -n 4 "$B/examples/train_rejoin" 6 1000000 0 >/dev/null 2>&1
 mkdir -p "$alien/saved"
 cp "$alien/logs/$job"/r1-* "$alien/saved/" 2>/dev/null
 if ls "$alien/saved"/r1-s*.log >/dev/null 2>&1; then
