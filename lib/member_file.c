@@ -16,7 +16,8 @@
 /*
  * Layout: <root>/<job>/lock-<r> (flock held by the live incarnation of rank
  * r), <root>/<job>/left-<r> ("pid next_op nonce": rank r finalized),
- * <root>/<job>/gen-<g>/member-<r> ("addr pid host ctrl next_op rejoining"), and
+ * <root>/<job>/gen-<g>/member-<r> ("addr pid host ctrl next_op [rejoining]", the
+ * last field 1 for a new incarnation asking back, absent or 0 otherwise), and
  * <root>/<job>/gen-<g>/view ("ftcc-view 2 gen G size N writer PID HOST nonce
  * X first K members r0 r1 ..."), created exclusively by the coordinator:
  * whoever creates it first settles generation g. Files are written under a
@@ -354,7 +355,7 @@ static int read_member(const struct mbf *r, uint32_t gen, int orig, struct ft__m
 	struct scan s;
 	uint64_t next;
 	bool cut;
-	int n, back;
+	int n, back = 0;
 
 	if (m == NULL)
 		m = &tmp;
@@ -370,7 +371,7 @@ static int read_member(const struct mbf *r, uint32_t gen, int orig, struct ft__m
 	if (cut || !str_field(&s, m->addr, sizeof(m->addr)) ||
 	    !int_field(&s, 1, INT_MAX, &m->pid) || !str_field(&s, host, sizeof(host)) ||
 	    !str_field(&s, m->ctrl, sizeof(m->ctrl)) || !num_field(&s, 10, 0, UINT64_MAX, &next) ||
-	    !int_field(&s, 0, 1, &back) || !at_end(&s)) {
+	    !(at_end(&s) || (int_field(&s, 0, 1, &back) && at_end(&s)))) {
 		memset(m, 0, sizeof(*m));
 		return -FT_ECORRUPT;
 	}

@@ -22,7 +22,7 @@ bin="$B/fuzz/fuzz_log_afl"
 out="$B/fuzz/afl-out"
 echo "fuzz: building $bin with $cc"
 AFL_QUIET=1 "$cc" -std=c11 -D_GNU_SOURCE -O2 -g -Iinclude -Ilib -o "$bin" \
-	test/fuzz/fuzz_log.c lib/log_read.c lib/crc32c.c
+	test/fuzz/fuzz_log.c lib/log_read.c lib/crc32c.c lib/reduce.c
 rm -rf "$out"
 echo "fuzz: afl-fuzz for ${SECONDS_}s on test/fuzz/corpus"
 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 AFL_NO_AFFINITY=1 \

@@ -625,7 +625,8 @@ Test(hostile, member_files, .timeout = 30)
 	BAD("next op overflows", "a:1 %d %s - 18446744073709551616\n", me, h);
 	BAD("next op with a suffix", "a:1 %d %s - 12x\n", me, h);
 	BAD("a field missing", "a:1 %d %s -\n", me, h);
-	BAD("a field too many", "a:1 %d %s - 0 0\n", me, h);
+	BAD("a field too many", "a:1 %d %s - 0 0 0\n", me, h);
+	BAD("rejoining neither 0 nor 1", "a:1 %d %s - 0 2\n", me, h);
 	BAD("no newline", "a:1 %d %s - 0", me, h);
 	BAD("empty", "%s", "");
 	BAD("a tab", "a:1\t%d %s - 0\n", me, h);
