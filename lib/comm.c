@@ -146,8 +146,13 @@ static void owed_ops(struct ft_comm *c, const struct ft__view *v)
 		for (int r = 0; r < c->cfg.world_size; r++) {
 			struct ft__member m;
 			bool dup = false;
-			if (ft__mb_lookup(&c->mb, g, r, &m) != 0 || !m.rejoining ||
-			    m.next_op < v->first_op)
+			if (ft__mb_lookup(&c->mb, g, r, &m) != 0 || !m.rejoining)
+				continue;
+			/* op 0 is ft_init's barrier: a newcomer that runs it takes
+			 * the state (nobody has changed it yet) at op 1 */
+			if (m.next_op == 0)
+				m.next_op = 1;
+			if (m.next_op < v->first_op)
 				continue;
 			if (fresh != NULL)
 				fresh[r] = true; /* its state is not yet the job's */

@@ -559,6 +559,11 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 		rc = replay(c, dir, job, first);
 		if (rc != 0)
 			return rc;
+	} else if (first == 0) {
+		/* the job is still in ft_init's own barrier: run it, as ft_init does */
+		rc = ft_barrier(c);
+		if (rc != 0)
+			return rc;
 	} else if (first != me->next_op) {
 		return -FT_EPROTO; /* the settle takes it back only at first or first - 1 */
 	}

@@ -40,11 +40,12 @@ for prov in shm "tcp;ofi_rxm"; do
 		echo "-- SKIPPED: libfabric provider '$prov' is not available"
 	fi
 done
-# 3. the library's own injection points: every phase; a kill just after a
+# 3. the library's own injection points: every phase (and inside ft_init's
+#    own barrier, op 0); a kill just after a
 #    frame is sent and before its record, just after a received frame's
 #    record and before its use; the restarted rank dying again during its
 #    replay; a neighbour and the state's sender dying during it; two at once
-F="rank=1,op=3,phase=between"
+F="rank=1,op=3,phase=between|rank=2,op=0,phase=allgather,step=1"
 F="$F|rank=2,op=3,phase=reduce_scatter,step=0,seg=0|rank=2,op=3,phase=reduce_scatter,step=2,seg=15"
 F="$F|rank=0,op=3,phase=allgather,step=0,seg=0|rank=3,op=3,phase=allgather,step=2,seg=7"
 F="$F|rank=1,op=3,phase=commit,step=1"

@@ -720,3 +720,76 @@ Test(depart, unrecorded_departure_reported_by_finalize, .timeout = 60)
 	cr_expect_eq(tu_wait(&job, 30000, NULL), 0);
 	tu_job_cleanup(&job);
 }
+
+/*
+ * Rejoin: generation 1 after rank 2 of three died. With rank 2 awaited back,
+ * the coordinator (rank 0) does not settle while rank 2's record is absent
+ * or is the dead incarnation's (not rejoining), even forced; it takes the
+ * new incarnation when the op it can take part in is first_op or first_op +
+ * 1, and settles without it when that is anything else.
+ */
+static void rejoin_case(uint64_t can, bool taken)
+{
+	struct ft__mb mb[3];
+	struct ft__view v = {0};
+	const int cand[] = {0, 1, 2}, alive[] = {0, 1}, back[] = {2};
+	char text[512];
+
+	for (int r = 0; r < 3; r++) {
+		mb_open(&mb[r], r, 3);
+		publish(&mb[r], 0, 0);
+	}
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(ft__mb_settle(&mb[r], 0, cand, 3, 5000, &v), 0);
+		ft__view_free(&v);
+	}
+	publish(&mb[0], 1, 7);
+	publish(&mb[1], 1, 7);
+	cr_expect_eq(ft__mb_try_settle_back(&mb[0], 1, alive, 2, back, 1, false, &v), 0,
+		     "rank 2 not back yet");
+	/* the dead incarnation's record, not rejoining: still waited for */
+	snprintf(text, sizeof(text), "127.0.0.1:5002 %d %s - 7\n", dead_pid(), host());
+	plant_str("gen-1/member-2", text);
+	cr_expect_eq(ft__mb_try_settle_back(&mb[0], 1, alive, 2, back, 1, false, &v), 0,
+		     "a dead incarnation's record is not a rejoin");
+	/* the new incarnation (this process stands in for it: a live pid) */
+	snprintf(text, sizeof(text), "127.0.0.1:5002 %d %s - %llu 1\n", (int)getpid(), host(),
+		 (unsigned long long)can);
+	plant_str("gen-1/member-2", text);
+	cr_expect_eq(ft__mb_try_settle_back(&mb[1], 1, alive, 2, back, 1, false, &v), 0,
+		     "only the coordinator settles");
+	cr_assert_eq(ft__mb_try_settle_back(&mb[0], 1, alive, 2, back, 1, false, &v), 1);
+	if (taken) {
+		const int want[] = {0, 1, 2};
+		expect_members(&v, want, 3);
+	} else {
+		expect_members(&v, alive, 2);
+	}
+	cr_expect_eq(v.first_op, 7u, "first op: the survivors', not the newcomer's");
+	ft__view_free(&v);
+	struct ft__member m;
+	cr_assert_eq(ft__mb_lookup(&mb[1], 1, 2, &m), 0);
+	cr_expect(m.rejoining && m.next_op == can);
+	for (int r = 0; r < 3; r++)
+		ft__mb_close(&mb[r], 1, r == 0);
+}
+
+Test(membership, rejoin_takes_back_a_replayer, .timeout = 20)
+{
+	rejoin_case(8, true); /* its log holds op 7: it replays it */
+}
+
+Test(membership, rejoin_takes_back_a_rerunner, .timeout = 20)
+{
+	rejoin_case(7, true); /* it never started op 7: its application runs it */
+}
+
+Test(membership, rejoin_refuses_a_log_that_cannot_serve, .timeout = 20)
+{
+	rejoin_case(0, false); /* no log */
+}
+
+Test(membership, rejoin_refuses_a_log_ahead, .timeout = 20)
+{
+	rejoin_case(9, false);
+}
