@@ -64,6 +64,10 @@ int ft__shrink_backup_alloc(struct ft_comm *c, const struct ft__call *k);
  * there, and the rest of k->dst not yet overwritten) and makes k out of place from it. */
 void ft__shrink_backup_complete(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co,
 				void *backup);
+/* After a failed attempt whose input is safe: tears the ring down, waits for
+ * the next view (ft__shrink_recover_view) and accounts the recovery from t0. */
+int ft__shrink_restart(struct ft_comm *c, const struct ft__call *k, const struct ft__coll *co,
+		       int rc, struct ft__run *run, uint64_t t0, bool handover_ok);
 /* Waits for the next view and says what op seq does on it (FT__STANDS, FT__RETRY, an error). */
 int ft__shrink_recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t seq, int suspect,
 			    bool handover_ok);

@@ -244,7 +244,6 @@ static void rejoin_attempt(const struct ft_comm *c, const struct ft__call *k, st
 static int rejoin_recover(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co, int rc,
 			  struct ft__run *run)
 {
-	int suspect = -1, v;
 	uint64_t t0;
 
 	if (c->det == NULL ||
@@ -265,17 +264,7 @@ static int rejoin_recover(struct ft_comm *c, struct ft__call *k, const struct ft
 		whole_region(c);
 	}
 	input_logged(c);
-	if (rc == -FT_EPEERFAILED && co->fail_link != 0 && c->size > 1)
-		suspect = c->members[ft__mod(c->rank + (co->fail_link == 1 ? -1 : 1), c->size)];
-	ft__comm_abort_ring(c, -FT_EABORTED, run->seq);
-	v = ft__shrink_recover_view(c, k, run->seq, suspect, false);
-	run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
-	if (v >= 0)
-		c->stats.recoveries++;
-	if (v == FT__RETRY)
-		ft__info("op %llu restarts on generation %u with %d ranks",
-			 (unsigned long long)run->seq, c->generation, c->size);
-	return v;
+	return ft__shrink_restart(c, k, co, rc, run, t0, false);
 }
 
 const struct ft__policy ft__policy_rejoin = {

@@ -306,10 +306,27 @@ static void shrink_attempt(const struct ft_comm *c, const struct ft__call *k, st
 	a->hooks = c->det != NULL ? &shrink_hooks : NULL;
 }
 
+int ft__shrink_restart(struct ft_comm *c, const struct ft__call *k, const struct ft__coll *co,
+		       int rc, struct ft__run *run, uint64_t t0, bool handover_ok)
+{
+	int suspect = -1, v;
+
+	if (rc == -FT_EPEERFAILED && co->fail_link != 0 && c->size > 1)
+		suspect = c->members[ft__mod(c->rank + (co->fail_link == 1 ? -1 : 1), c->size)];
+	ft__comm_abort_ring(c, -FT_EABORTED, run->seq);
+	v = ft__shrink_recover_view(c, k, run->seq, suspect, handover_ok);
+	run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
+	if (v >= 0)
+		c->stats.recoveries++;
+	if (v == FT__RETRY)
+		ft__info("op %llu restarts on generation %u with %d ranks",
+			 (unsigned long long)run->seq, c->generation, c->size);
+	return v;
+}
+
 static int shrink_recover(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co, int rc,
 			  struct ft__run *run)
 {
-	int suspect = -1, v;
 	uint64_t t0;
 
 	if (!recoverable(c, rc))
@@ -322,17 +339,7 @@ static int shrink_recover(struct ft_comm *c, struct ft__call *k, const struct ft
 	}
 	t0 = ft__now_ns();
 	ft__shrink_backup_complete(c, k, co, c->backup);
-	if (rc == -FT_EPEERFAILED && co->fail_link != 0 && c->size > 1)
-		suspect = c->members[ft__mod(c->rank + (co->fail_link == 1 ? -1 : 1), c->size)];
-	ft__comm_abort_ring(c, -FT_EABORTED, run->seq);
-	v = ft__shrink_recover_view(c, k, run->seq, suspect, true);
-	run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
-	if (v >= 0)
-		c->stats.recoveries++;
-	if (v == FT__RETRY)
-		ft__info("op %llu restarts on generation %u with %d ranks",
-			 (unsigned long long)run->seq, c->generation, c->size);
-	return v;
+	return ft__shrink_restart(c, k, co, rc, run, t0, true);
 }
 
 static void shrink_end(struct ft_comm *c, const struct ft__call *k, int rc, const struct ft__run *run)

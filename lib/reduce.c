@@ -426,15 +426,23 @@ FT__SUM_SAVE_SUM_AVX2(accum_save_sum_f64_avx2, double, __m256d, 4, 2, _mm256_loa
 #undef FT__SUM_SAVE_SUM_AVX2
 #endif
 
+#ifdef FT__X86
+/* The AVX2 sum kernels apply: 32 (float32), 64 (float64), else 0. */
+static int avx2_sum(enum ft_dtype dtype, enum ft_op op)
+{
+	if ((op == FT_SUM || op == FT_AVG) && (dtype == FT_FLOAT32 || dtype == FT_FLOAT64) &&
+	    __builtin_cpu_supports("avx2"))
+		return dtype == FT_FLOAT32 ? 32 : 64;
+	return 0;
+}
+#endif
+
 ft__accum_save_sum_fn ft__reduce_accum_save_sum(enum ft_dtype dtype, enum ft_op op)
 {
 #ifdef FT__X86
-	if ((op == FT_SUM || op == FT_AVG) && __builtin_cpu_supports("avx2")) {
-		if (dtype == FT_FLOAT32)
-			return accum_save_sum_f32_avx2;
-		if (dtype == FT_FLOAT64)
-			return accum_save_sum_f64_avx2;
-	}
+	int w = avx2_sum(dtype, op);
+	if (w != 0)
+		return w == 32 ? accum_save_sum_f32_avx2 : accum_save_sum_f64_avx2;
 #endif
 	(void)dtype;
 	(void)op;
@@ -446,12 +454,9 @@ ft__accum_save_fn ft__reduce_accum_save(enum ft_dtype dtype, enum ft_op op)
 	if ((unsigned)dtype >= FT_DTYPE_COUNT || (unsigned)op >= FT_OP_COUNT)
 		return NULL;
 #ifdef FT__X86
-	if ((op == FT_SUM || op == FT_AVG) && __builtin_cpu_supports("avx2")) {
-		if (dtype == FT_FLOAT32)
-			return accum_save_f32_sum_avx2;
-		if (dtype == FT_FLOAT64)
-			return accum_save_f64_sum_avx2;
-	}
+	int w = avx2_sum(dtype, op);
+	if (w != 0)
+		return w == 32 ? accum_save_f32_sum_avx2 : accum_save_f64_sum_avx2;
 #endif
 	return save_kernels[dtype][op];
 }

@@ -73,7 +73,7 @@ done
 alien=$(mktemp -d)
 job=rejoin-alien-$$
 # (every rank dies at op 4: nobody finalizes, so the logs stay)
-FTCC_JOB_ID=$job FTCC_LOG_DIR=$alien/logs FTCC_POLICY=rejoin \
+FTCC_JOB_ID=$job FTCC_LOG_DIR=$alien/logs FTCC_POLICY=rejoin FTCC_REJOIN_TIMEOUT_MS=500 \
 	FTCC_FAULT="rank=0,op=4;rank=1,op=4;rank=2,op=4;rank=3,op=4" \
 	timeout 120 "$B/ftcc-run" -n 4 "$B/examples/train_rejoin" 6 1000000 0 >/dev/null 2>&1
 mkdir -p "$alien/saved"
