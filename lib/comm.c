@@ -143,13 +143,24 @@ static void owed_ops(struct ft_comm *c, const struct ft__view *v)
 	c->nowed = 0;
 	c->state_root = -1;
 	for (uint32_t g = lo; g <= v->generation && g > 0; g++) {
+		struct ft__view gv = {0};
+		uint64_t gfirst = v->first_op;
+		/* the first op of the view that took it back */
+		if (g != v->generation && ft__mb_try_settle(&c->mb, g, NULL, 0, false, &gv) == 1) {
+			gfirst = gv.first_op;
+			ft__view_free(&gv);
+		}
 		for (int r = 0; r < c->cfg.world_size; r++) {
 			struct ft__member m;
 			bool dup = false;
 			if (ft__mb_lookup(&c->mb, g, r, &m) != 0 || !m.rejoining)
 				continue;
-			/* op 0 is ft_init's barrier: a newcomer that runs it takes
-			 * the state (nobody has changed it yet) at op 1 */
+			/* its application's first op: the one after the op it
+			 * replays (next_op = first + 1), else that view's first op;
+			 * op 0 is ft_init's barrier, which a newcomer runs itself:
+			 * the state (nobody changed it yet) goes at op 1 */
+			if (m.next_op < gfirst)
+				m.next_op = gfirst;
 			if (m.next_op == 0)
 				m.next_op = 1;
 			if (m.next_op < v->first_op)

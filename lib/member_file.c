@@ -628,12 +628,12 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 	rc = 0;
 	if (r->rank != coordinator)
 		goto out;
-	/* an awaited rank whose log cannot serve first_op is settled without */
+	/* an awaited rank whose log is ahead of the others is not of this run */
 	for (int i = ncand; i < all; i++) {
 		if (state[i] != MEMBER_LIVE)
 			continue;
 		uint64_t op = can[i - ncand];
-		if (first == UINT64_MAX || (op != first && op != first + 1)) {
+		if (first == UINT64_MAX || op > first + 1) {
 			ft__warn("rendezvous: generation %u settles without rank %d: its new "
 				 "incarnation can take part from op %llu, the others are at op %llu",
 				 gen, back[i - ncand], (unsigned long long)op, (unsigned long long)first);

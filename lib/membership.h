@@ -87,9 +87,10 @@ struct ft__mb_ops {
 	 * back (nback, may be 0) are failed ranks whose new incarnation is
 	 * awaited (rejoin policy): the view waits for each until it publishes
 	 * as rejoining from a live process (never taken as gone), and takes it
-	 * when the op it can take part in is first_op or first_op + 1 (its log
-	 * holds first_op's input, or it never started first_op); else it
-	 * settles without it. Ranks in back never coordinate, and their
+	 * unless the op it published is past first_op + 1 (first_op + 1: its
+	 * log holds first_op's input and it replays it; anything lower: its
+	 * application runs first_op); a log ahead of the others is settled
+	 * without. Ranks in back never coordinate, and their
 	 * next_op does not count in first_op.
 	 */
 	int (*try_settle)(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,

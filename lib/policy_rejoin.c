@@ -31,10 +31,11 @@
  * failed rank awaited back (detect.c, membership.h) for up to
  * rejoin_timeout_ms, and run the op again from the start on the new ring.
  * The new incarnation publishes the first op its log lets it take part in:
- * L + 1, L its last op whose input is whole and checked. The view takes it
- * when that is the survivors' first op F (it never started F: its
- * application runs F again, with the state a survivor sends it, see
- * state.c) or F + 1 (its log holds F's input: ft_init runs F from it). The
+ * L + 1, L its last op whose input is whole and checked (0: none). The view
+ * takes it unless that is past the survivors' first op F + 1 (a log ahead
+ * of the job is not of this run): at F + 1 its log holds F's input and
+ * ft_init runs F from it; lower (it never logged F, or has no log), its
+ * application runs F, with the state a survivor sends it (state.c). The
  * ring, the inputs and so every summation order are those of the failed
  * attempt: the result is bit-identical to a failure-free run, with
  * contributors == n. Restarting the op whole rather than resuming it
@@ -497,8 +498,8 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 					NULL, 0);
 		have = rc == 0;
 		if (rc != 0)
-			ft__warn("rejoin: no usable log in %s (%s): the others finish the op without "
-				 "this rank", dir, ft_strerror(rc));
+			ft__warn("rejoin: no usable log in %s (%s): nothing to replay; the "
+				 "application runs the interrupted op", dir, ft_strerror(rc));
 	}
 	/* the first op it can take part in: its application's next, or the
 	 * logged one it can replay (one less); 0 says none */
@@ -553,8 +554,8 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 		rc = ft_barrier(c);
 		if (rc != 0)
 			return rc;
-	} else if (first != me->next_op) {
-		return -FT_EPROTO; /* the settle takes it back only at first or first - 1 */
+	} else if (me->next_op > first + 1) {
+		return -FT_EPROTO; /* the settle takes it back only up to first + 1 */
 	}
 	c->resume_op = c->op_seq;
 	ft__info("rejoin: rank %d is back in generation %u; its next op is %llu", c->cfg.rank,
