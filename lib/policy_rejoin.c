@@ -382,30 +382,27 @@ static int other_payload(const struct ft_comm *c, const char *dir, uint64_t seq,
 }
 
 /*
- * Runs op F again from this rank's log (its input as logged): the survivors
- * are running it too. The input is mapped from the payload file, already
- * checked against its INPUT record, rather than read: no copy. The result
+ * Runs op F again from this rank's log (its input as logged, op as its
+ * BEGIN said): the survivors are running it too. The input is mapped from
+ * the payload file, checked against its INPUT record when the join read the
+ * log, rather than read again: no copy. The result
  * lands in the other slot's payload file (op F - 1's input, which nothing
  * needs any more), whose pages exist: fresh memory costs a page fault per
  * page, 64 MiB of it 250 ms here, a third of a rejoin. The replay itself
  * is not logged again, so the slot keeps F's whole input should this
  * incarnation die during it.
  */
-static int replay(struct ft_comm *c, const char *dir, const char *job, uint64_t f)
+static int replay(struct ft_comm *c, const char *dir, uint64_t f, const struct ft__logop *logged)
 {
 	char path[FT_PATH_MAX + FT_NAME_MAX + 40];
-	struct ft__logop op;
+	struct ft__logop op = *logged;
 	struct ft_op_info info;
-	uint64_t seq;
-	uint32_t gen;
+	uint64_t seq = f;
 	size_t es, bytes;
 	void *in = NULL, *out = NULL;
 	bool logged_in;
-	int rc, fd = -1, ofd = -1;
+	int rc = 0, fd = -1, ofd = -1;
 
-	rc = ft__log_last_input(dir, c->cfg.rank, ft__log_job_hash(job), &seq, &gen, &op, NULL, 0);
-	if (rc != 0 || seq != f)
-		return rc != 0 ? rc : -FT_ECORRUPT;
 	es = op.kind == FT_COLL_BROADCAST ? 1 : ft_dtype_size((enum ft_dtype)op.dtype);
 	if (es == 0 || op.count > SIZE_MAX / 8)
 		return -FT_ECORRUPT;
@@ -546,7 +543,7 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 	if (c->det != NULL)
 		ft__det_adopted(c->det, c->generation, first); /* what it publishes if another fails */
 	if (have && first == last) {
-		rc = replay(c, dir, job, first);
+		rc = replay(c, dir, first, &op); /* checked when the join read the log */
 		if (rc != 0)
 			return rc;
 	} else if (first == 0) {

@@ -369,6 +369,15 @@ uint32_t ft__sum_final(const struct ft__sum *s)
  * (save aligned), so its lane k is the region's lane (start + k) mod 8: the
  * accumulators are rotated in and out. W: words per element (1 or 2).
  */
+/* One element of the scalar head or tail: its words into the sum, saved, summed. */
+#define FT__SAVE_SUM_ONE(T, WPE)                                   \
+	do {                                                       \
+		memcpy(w, dst + i, sizeof(T));                     \
+		for (int k = 0; k < (WPE); k++)                    \
+			sum_word(sum, idx++, w[k]);                \
+		save[i] = dst[i];                                  \
+		dst[i] = dst[i] + src[i];                          \
+	} while (0)
 #define FT__SUM_SAVE_SUM_AVX2(name, T, V, E, WPE, LOADU, STREAM, STOREU, ADD, CAST)              \
 	__attribute__((target("avx2"))) static void name(void *restrict dst_,                    \
 							 const void *restrict src_,               \
@@ -380,13 +389,8 @@ uint32_t ft__sum_final(const struct ft__sum *s)
 		T *save = save_;                                                                  \
 		size_t i = 0, idx = (size_t)(sum->n / 4);                                         \
 		uint32_t w[WPE], ta[8], tb[8];                                                    \
-		for (; i < n && ((uintptr_t)(save + i) & 31) != 0; i++) {                         \
-			memcpy(w, dst + i, sizeof(T));                                            \
-			for (int k = 0; k < (WPE); k++)                                           \
-				sum_word(sum, idx++, w[k]);                                       \
-			save[i] = dst[i];                                                         \
-			dst[i] = dst[i] + src[i];                                                 \
-		}                                                                                 \
+		for (; i < n && ((uintptr_t)(save + i) & 31) != 0; i++)                           \
+			FT__SAVE_SUM_ONE(T, WPE);                                                 \
 		if (i + (E) <= n) {                                                               \
 			size_t r = idx & 7;                                                       \
 			for (int k = 0; k < 8; k++) {                                             \
@@ -409,13 +413,8 @@ uint32_t ft__sum_final(const struct ft__sum *s)
 				sum->b[(r + (size_t)k) & 7] = tb[k];                              \
 			}                                                                         \
 		}                                                                                 \
-		for (; i < n; i++) {                                                              \
-			memcpy(w, dst + i, sizeof(T));                                            \
-			for (int k = 0; k < (WPE); k++)                                           \
-				sum_word(sum, idx++, w[k]);                                       \
-			save[i] = dst[i];                                                         \
-			dst[i] = dst[i] + src[i];                                                 \
-		}                                                                                 \
+		for (; i < n; i++)                                                                \
+			FT__SAVE_SUM_ONE(T, WPE);                                                 \
 		sum->n += n * sizeof(T);                                                          \
 		_mm_sfence();                                                                     \
 	}
@@ -424,6 +423,7 @@ FT__SUM_SAVE_SUM_AVX2(accum_save_sum_f32_avx2, float, __m256, 8, 1, _mm256_loadu
 FT__SUM_SAVE_SUM_AVX2(accum_save_sum_f64_avx2, double, __m256d, 4, 2, _mm256_loadu_pd,
 		      _mm256_stream_pd, _mm256_storeu_pd, _mm256_add_pd, _mm256_castpd_si256)
 #undef FT__SUM_SAVE_SUM_AVX2
+#undef FT__SAVE_SUM_ONE
 #endif
 
 #ifdef FT__X86
