@@ -114,10 +114,10 @@ while [ "$t" -le "$TRIALS" ]; do
 	while [ "$k" -lt "$KILLS" ]; do
 		seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 		r=$(awk -v n="$N" -v s="$seed" 'BEGIN{srand(s); print int(rand()*n)}')
-		# inside the job: between 10% and 75% of the way from the first op to the last
+		# inside the job: between 10% and 50% of the way from the first op to the last
 		# (not during ft_init: a rank killed there is a known gap, see README)
 		at=$(awk -v s="$seed" -v e="$last" -v i="$init" 'BEGIN{srand(s+7);
-			lo=(i+(e-i)*0.1)/1000; hi=(i+(e-i)*0.75)/1000; printf "%.2f", lo + rand()*(hi-lo)}')
+			lo=(i+(e-i)*0.1)/1000; hi=(i+(e-i)*0.5)/1000; printf "%.2f", lo + rand()*(hi-lo)}')
 		args="$args --kill $r@$at"
 		k=$((k + 1))
 	done
