@@ -11,7 +11,7 @@ extern "C" {
 #endif
 
 #define FTCC_VERSION_MAJOR 0
-#define FTCC_VERSION_MINOR 2
+#define FTCC_VERSION_MINOR 3
 
 /*
  * Errors. Every call returns 0 or the negative of one of these codes.
@@ -174,15 +174,60 @@ int ft_broadcast(struct ft_comm *comm, void *buf, size_t bytes, int root,
 int ft_barrier(struct ft_comm *comm);
 
 /*
- * Application state (replicated: the same on every rank, e.g. model
- * parameters and optimizer state). A process that rejoined a running job
- * (rejoin policy) receives every registered region from a survivor, at its
- * first collective or at ft_state_sync; the survivors send it at the start
- * of that same op, a consistent point (no rank is inside an update). Ranks
- * must register the same regions, in the same order, with the same sizes.
- * At most 64 regions; ptr must stay valid until ft_finalize.
+ * Sharded training: the ring's two halves. Blocks belong to the members the
+ * caller sees when the call begins (ft_size() = n, ft_rank() = r): block i
+ * of n is member i's.
+ *
+ * ft_reduce_scatter: sendbuf holds n blocks of recvcount elements; recvbuf
+ * (recvcount elements) receives block r reduced over every member's input.
+ * FT_IN_PLACE as sendbuf: recvbuf holds the n blocks; the result is left in
+ * block r, at recvbuf + r * recvcount elements (the other blocks are then
+ * undefined).
+ *
+ * ft_allgather: member i's sendbuf (sendcount elements) lands at recvbuf +
+ * i * sendcount elements on every member. FT_IN_PLACE as sendbuf: the
+ * caller's own block is already at recvbuf + r * sendcount elements.
+ *
+ * Same dtypes, ops, policies, errors and ft_op_info as ft_allreduce. When
+ * a member is lost during the call (shrink), the block layout stays the one
+ * the call began with: the survivors' blocks are exact over the survivors'
+ * inputs (contributors says how many), and a lost member's block is left
+ * undefined (reduce-scatter: nobody receives it; allgather: its contents
+ * in recvbuf are unspecified).
+ */
+int ft_reduce_scatter(struct ft_comm *comm, const void *sendbuf, void *recvbuf,
+		      size_t recvcount, enum ft_dtype dtype, enum ft_op op,
+		      struct ft_op_info *info);
+int ft_allgather(struct ft_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
+		 enum ft_dtype dtype, struct ft_op_info *info);
+
+/*
+ * Application state.
+ *
+ * FT_STATE_REPLICATED: the same on every rank (e.g. model parameters and
+ * optimizer state in data parallel training). A process that rejoined a
+ * running job (rejoin policy) receives every replicated region from a
+ * survivor, at its first collective or at ft_state_sync; the survivors send
+ * it at the start of that same op, a consistent point (no rank is inside an
+ * update).
+ *
+ * FT_STATE_SHARDED: ptr/bytes is this rank's own part (its shard), a
+ * different part on every rank (a parameter server's partition, a fully
+ * sharded data parallel shard). Nobody else holds it, so a death loses it:
+ * it comes back from the running checkpoint (ft_ckpt_*, below): onto the
+ * replacement (rejoin: ft_state_sync restores it, ft_state_restored reports
+ * what that cost) or onto survivors that take it over (ft_ckpt_restore).
+ * OR FT_STATE_DTYPE(dtype) into flags to say what the bytes hold (default
+ * float32): checkpoint priorities measure changes as L2 distances of
+ * elements of that type.
+ *
+ * Ranks must register the same regions, in the same order; replicated
+ * regions with the same sizes. At most 64 regions; ptr must stay valid
+ * until ft_finalize. Returns the region's index (0, 1, ...) or an error.
  */
 #define FT_STATE_REPLICATED 1u
+#define FT_STATE_SHARDED 2u
+#define FT_STATE_DTYPE(dtype) ((((unsigned)(dtype)) + 1u) << 8)
 int ft_state_register(struct ft_comm *comm, void *ptr, size_t bytes, unsigned flags);
 /*
  * On a process that rejoined: receives the registered state now (before it
@@ -196,6 +241,114 @@ int ft_state_sync(struct ft_comm *comm);
  * ft_init's own barrier is op 0, the application's first collective op 1).
  */
 int ft_rejoined(const struct ft_comm *comm, uint64_t *next_op);
+
+/*
+ * Running partial checkpoints (SCAR) of the sharded regions. Each rank
+ * checkpoints its own shards, cut into blocks of block_bytes. Every
+ * `interval` calls of ft_ckpt_step, a round saves a fraction of the blocks,
+ * chosen by the strategy:
+ *   FT_CKPT_FULL          every block;
+ *   FT_CKPT_ROUND_ROBIN   the next ceil(fraction x blocks) blocks in turn;
+ *   FT_CKPT_RANDOM        as many blocks drawn at random (seed);
+ *   FT_CKPT_PRIORITY      the blocks that changed most since their last save
+ *                         (L2 distance from the saved copy, kept in memory);
+ *   FT_CKPT_APP_PRIORITY  the blocks with the highest scores given by
+ *                         ft_ckpt_priority (CPR-MFU: access counts).
+ * A round is written asynchronously (io_uring, pwrite where io_uring is
+ * missing) and counts once every block of it is written and its commit
+ * record follows; each block copy carries a CRC32C, and a block's new copy
+ * never overwrites its last committed one, so a crash at any moment leaves
+ * the previous round restorable. Files: <dir>/<job id>/ck-r<rank>-*.
+ */
+enum ft_ckpt_strategy {
+	FT_CKPT_FULL,
+	FT_CKPT_ROUND_ROBIN,
+	FT_CKPT_RANDOM,
+	FT_CKPT_PRIORITY,
+	FT_CKPT_APP_PRIORITY,
+	FT_CKPT_STRATEGY_COUNT
+};
+
+struct ft_ckpt_config {
+	size_t struct_size;             /* sizeof(struct ft_ckpt_config); set by FT_CKPT_CONFIG_INIT */
+	enum ft_ckpt_strategy strategy;
+	size_t block_bytes;             /* block size (a multiple of the element size); 0 = 4096 */
+	double fraction;                /* r in (0, 1]: share of blocks per round (not FULL) */
+	unsigned interval;              /* k >= 1: a round every k ft_ckpt_step calls */
+	char dir[FT_PATH_MAX];          /* "" = FTCC_CKPT_DIR, else the log directory */
+	uint64_t seed;                  /* FT_CKPT_RANDOM */
+	int sync;                       /* 1: fdatasync before a round counts (host crashes) */
+};
+
+#define FT_CKPT_CONFIG_INIT                                                              \
+	{                                                                                \
+		.struct_size = sizeof(struct ft_ckpt_config), .strategy = FT_CKPT_PRIORITY, \
+		.block_bytes = 0, .fraction = 0.125, .interval = 1, .dir = "", .seed = 1,   \
+		.sync = 0                                                                  \
+	}
+
+/* Starts checkpointing the sharded regions registered so far (collective:
+ * every member calls it with the same strategy, interval and block size).
+ * Checkpoints left by an earlier incarnation of this rank are kept for
+ * restore. */
+int ft_ckpt_enable(struct ft_comm *comm, const struct ft_ckpt_config *cfg);
+/* End of training step `step` (increasing): every interval-th call selects
+ * the round's blocks, copies them and starts writing them; completes the
+ * writes of earlier rounds without waiting for them. */
+int ft_ckpt_step(struct ft_comm *comm, uint64_t step);
+/* FT_CKPT_APP_PRIORITY: one score per block of sharded region `region`
+ * (higher is saved first); read at the next round. */
+int ft_ckpt_priority(struct ft_comm *comm, int region, const double *score, size_t nblocks);
+/* Waits until every round started is written (and synced when sync). */
+int ft_ckpt_flush(struct ft_comm *comm);
+
+/* What a restore cost. */
+struct ft_restore_info {
+	uint64_t ckpt_step;     /* step of the newest round a restored block came from */
+	uint64_t oldest_step;   /* step of the oldest saved copy restored */
+	uint64_t now_step;      /* the latest step this rank passed to ft_ckpt_step */
+	size_t blocks, bytes;   /* restored */
+	double perturbation;    /* ||x - checkpoint|| over the restored blocks */
+	int exact;              /* 1: measured against the values replaced;
+				 * 0: the lost values are gone: the distance the
+				 * blocks had from their saved copies at the owner's
+				 * last round (a lower bound) */
+	double pls;             /* portion of lost samples: the sum over restored
+				 * blocks of (now_step - step saved) x block bytes,
+				 * over now_step x the bytes of every shard */
+};
+
+/* dst holds the current values of the blocks (restoring one's own shard in
+ * place): the perturbation is measured exactly. */
+#define FT_RESTORE_CURRENT 1u
+/*
+ * Reads blocks [first_block, first_block + nblocks) of sharded region
+ * `region` of original rank `owner` from its running checkpoint into dst
+ * (their bytes, contiguous): the newest committed copy of each block whose
+ * CRC checks. The owner's checkpoint must be reachable here (same host, or
+ * a shared dir). -FT_ECORRUPT when a block has no valid copy (dst then
+ * holds what could be read); -FT_EINVAL for a range outside the region.
+ */
+int ft_ckpt_restore(struct ft_comm *comm, int region, int owner, size_t first_block,
+		    size_t nblocks, void *dst, unsigned flags, struct ft_restore_info *info);
+/* Blocks of sharded region `region` of original rank `owner` (from its checkpoint). */
+int ft_ckpt_blocks(struct ft_comm *comm, int region, int owner, size_t *nblocks,
+		   size_t *block_bytes, size_t *region_bytes);
+/* On a process that rejoined: what restoring its sharded regions in
+ * ft_state_sync cost (summed over regions). 0, or -FT_ENOSYS if none was. */
+int ft_state_restored(const struct ft_comm *comm, struct ft_restore_info *info);
+
+/*
+ * CPR's rule for the checkpoint interval: with failures_per_step failures
+ * expected per step, each losing lost_fraction of the state, a round every
+ * k steps loses on average k/2 steps of updates of that fraction at each
+ * failure, so over T steps the portion of lost samples is about
+ * (failures_per_step x T) x (k/2) x lost_fraction / T; the largest k with
+ * failures_per_step x k x lost_fraction / 2 at most target_pls.
+ * Returns k >= 1 (0 for arguments out of range).
+ */
+unsigned ft_ckpt_interval_for_pls(double target_pls, double failures_per_step,
+				  double lost_fraction);
 
 /* Counters since ft_init. */
 struct ft_stats {
