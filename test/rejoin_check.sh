@@ -14,12 +14,14 @@
 #   MODE=fallback an op may instead report fewer contributors (the shrink
 #                 fallback): never a digest that differs at N contributors;
 #   WRAP=cmd      run each rank as `cmd train_rejoin ...` (tests corrupting logs);
-#   RUN_ARGS=...  ftcc-run options instead of --restart.
+#   RUN_ARGS=...  ftcc-run options instead of --restart;
+#   COLL=rs       the job reduce-scatters (train_rejoin's "rs"): each rank's
+#                 digests are its own block's, compared rank by rank.
 # A run past REJOIN_DEADLINE seconds (default 120) is a hang: a failure.
 set -u
 B=$1 N=$2 STEPS=$3 COUNT=$4
 TRIALS=${TRIALS:-0} KILLS=${KILLS:-1} FAULTS=${FAULTS:-} MODE=${MODE:-exact}
-WRAP=${WRAP:-} RUN_ARGS=${RUN_ARGS:---restart}
+WRAP=${WRAP:-} RUN_ARGS=${RUN_ARGS:---restart} COLL=${COLL:-}
 DEADLINE=${REJOIN_DEADLINE:-120}
 PAUSE=${REJOIN_PAUSE_MS:-2}
 export FTCC_POLICY=rejoin
@@ -27,18 +29,27 @@ export FTCC_LOG_LEVEL=${FTCC_LOG_LEVEL:-2}
 export FTCC_REJOIN_TIMEOUT_MS=${FTCC_REJOIN_TIMEOUT_MS:-20000}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-label="n=$N steps=$STEPS count=$COUNT${FTCC_TRANSPORT:+ $FTCC_TRANSPORT}${FI_PROVIDER:+/$FI_PROVIDER}${FTCC_LOG_ENGINE:+ $FTCC_LOG_ENGINE}"
+label="n=$N steps=$STEPS count=$COUNT${COLL:+ $COLL}${FTCC_TRANSPORT:+ $FTCC_TRANSPORT}${FI_PROVIDER:+/$FI_PROVIDER}${FTCC_LOG_ENGINE:+ $FTCC_LOG_ENGINE}"
 
 run() { # out ftcc-run-args...
 	out=$1
 	shift
 	# shellcheck disable=SC2086
 	timeout "$DEADLINE" "$B/ftcc-run" -n "$N" --tag "$@" $WRAP "$B/examples/train_rejoin" \
-		"$STEPS" "$COUNT" "$PAUSE" >"$out" 2>&1
+		"$STEPS" "$COUNT" "$PAUSE" $COLL >"$out" 2>&1
 }
 
 # "op digest contributors" and "rank model" lines, without the rank prefix
-ops() { sed -n 's/^\[\([0-9]*\)[^]]*\] op \([0-9]*\) digest \([0-9a-f]*\) contributors \([0-9]*\)$/\2 \3 \4/p' "$1"; }
+# (COLL=rs: "rank:op digest contributors", every rank's result its own)
+ops() {
+	if [ "$COLL" = rs ]; then
+		sed -n 's/^\[\([0-9]*\)[^]]*\] op \([0-9]*\) digest \([0-9a-f]*\) contributors \([0-9]*\)$/\1:\2 \3 \4/p' "$1"
+	else
+		sed -n 's/^\[\([0-9]*\)[^]]*\] op \([0-9]*\) digest \([0-9a-f]*\) contributors \([0-9]*\)$/\2 \3 \4/p' "$1"
+	fi
+}
+KEYS=$STEPS
+[ "$COLL" = rs ] && KEYS=$((STEPS * N))
 models() { sed -n 's/^\[\([0-9]*\)[^]]*\] model \([0-9a-f]*\)$/\1 \2/p' "$1"; }
 
 t0=$(date +%s%N)
@@ -55,7 +66,7 @@ last=$(sed -n "s/^\[[0-9]*\.[0-9]* +\([0-9.]*\)s\] op $STEPS digest.*/\1/p" "$tm
 [ -n "$last" ] || last=$dur
 ops "$tmp/ref" | sort -u >"$tmp/ref.ops"
 ref_model=$(models "$tmp/ref" | awk '{print $2}' | sort -u)
-if [ "$(cut -d' ' -f1 "$tmp/ref.ops" | sort -u | wc -l)" -ne "$STEPS" ] ||
+if [ "$(cut -d' ' -f1 "$tmp/ref.ops" | sort -u | wc -l)" -ne "$KEYS" ] ||
    [ "$(echo "$ref_model" | wc -l)" -ne 1 ] ||
    [ "$(cut -d' ' -f1 "$tmp/ref.ops" | uniq -d | wc -l)" -ne 0 ] ||
    [ "$(awk -v n="$N" '$3 != n' "$tmp/ref.ops" | wc -l)" -ne 0 ]; then
