@@ -1,4 +1,4 @@
-/* train_rejoin.c: data-parallel training that survives a killed and restarted rank exactly (train_rejoin [STEPS] [COUNT] [PAUSE_MS] [rs]). */
+/* train_rejoin.c: data-parallel training that survives a killed and restarted rank exactly (train_rejoin [STEPS] [COUNT] [PAUSE_MS] [rs|ag]). */
 #include <ftcc.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,7 +18,9 @@
  *
  * With "rs", each step reduces n blocks of COUNT gradients with
  * ft_reduce_scatter in place instead, and prints the digest of this rank's
- * block (different on every rank); the model stays as it is.
+ * block (different on every rank); with "ag", each rank's COUNT gradients
+ * are gathered with ft_allgather in place, and the digest is the whole
+ * buffer's. The model then stays as it is.
  */
 
 static uint64_t fnv(const void *p, size_t n)
@@ -46,7 +48,7 @@ int main(int argc, char **argv)
 	size_t count = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : 65536;
 	int pause_ms = argc > 3 ? atoi(argv[3]) : 5;
 	struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
-	int rs = argc > 4 && strcmp(argv[4], "rs") == 0;
+	int rs = argc > 4 && strcmp(argv[4], "rs") == 0, ag = argc > 4 && strcmp(argv[4], "ag") == 0;
 	struct ft_comm *comm;
 	float *model, *grad;
 	uint64_t next;
@@ -65,7 +67,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ft_init: %s\n", ft_strerror(rc));
 		return 1;
 	}
-	if (rs)
+	if (rs || ag)
 		total = count * (size_t)ft_size(comm);
 	grad = malloc(total * sizeof(float));
 	if (grad == NULL)
@@ -85,11 +87,16 @@ int main(int argc, char **argv)
 		struct ft_op_info info;
 		uint64_t seed = ((uint64_t)me << 32 | (uint64_t)step) * 0x9e3779b97f4a7c15ull + 1;
 		const float *result = grad;
+		size_t digested = count;
 		for (size_t j = 0; j < total; j++)
 			grad[j] = sample(&seed) + 0.001f * model[j % count];
 		if (rs) {
 			result = grad + (size_t)ft_rank(comm) * count; /* the block of the view called in */
 			rc = ft_reduce_scatter(comm, FT_IN_PLACE, grad, count, FT_FLOAT32, FT_SUM, &info);
+		} else if (ag) {
+			/* this rank's block is already in place (samples of its own seed) */
+			digested = total;
+			rc = ft_allgather(comm, FT_IN_PLACE, grad, count, FT_FLOAT32, &info);
 		} else {
 			rc = ft_allreduce(comm, FT_IN_PLACE, grad, count, FT_FLOAT32, FT_SUM, &info);
 		}
@@ -97,10 +104,10 @@ int main(int argc, char **argv)
 			fprintf(stderr, "step %d: %s\n", step, ft_strerror(rc));
 			return 1;
 		}
-		for (size_t j = 0; j < count && !rs; j++)
+		for (size_t j = 0; j < count && !rs && !ag; j++)
 			model[j] -= 0.01f * grad[j];
 		printf("op %llu digest %016llx contributors %d\n", (unsigned long long)info.op_seq,
-		       (unsigned long long)fnv(result, count * sizeof(float)), info.contributors);
+		       (unsigned long long)fnv(result, digested * sizeof(float)), info.contributors);
 		if (pause_ms > 0)
 			nanosleep(&pause, NULL);
 	}

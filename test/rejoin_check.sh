@@ -16,7 +16,8 @@
 #   WRAP=cmd      run each rank as `cmd train_rejoin ...` (tests corrupting logs);
 #   RUN_ARGS=...  ftcc-run options instead of --restart;
 #   COLL=rs       the job reduce-scatters (train_rejoin's "rs"): each rank's
-#                 digests are its own block's, compared rank by rank.
+#                 digests are its own block's, compared rank by rank;
+#   COLL=ag       the job allgathers (train_rejoin's "ag").
 # A run past REJOIN_DEADLINE seconds (default 120) is a hang: a failure.
 set -u
 B=$1 N=$2 STEPS=$3 COUNT=$4
