@@ -693,4 +693,14 @@ Test(shrink, reduce_scatter_and_allgather, .timeout = 300)
 		cr_assert_eq(run_scenario(act_kill, &p, 60000, "reduce-scatter and allgather, outside kill"),
 			     1);
 	}
+	/* killed while the ranks compute between calls (100 ms pauses): the
+	 * next call begins in the view that still shows it, and runs on the
+	 * survivors' blocks from its start */
+	struct kill_plan p = {.nvictims = 1, .victims = {1}, .delay_ms = {150}};
+	scenario_init(4, 1001, 4, 3);
+	sc.kind = 3;
+	sc.expect_lost = 1;
+	sc.pause_us = 100000;
+	cr_assert_eq(run_scenario(act_kill, &p, 60000, "reduce-scatter and allgather, kill between calls"),
+		     1);
 }
