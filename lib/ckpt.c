@@ -762,42 +762,51 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 
 static int restore_own(struct ft_comm *c);
 
-/* Agreement: every member's strategy, interval, block size, fraction and
- * number of sharded regions are equal (MAX of v and of -v); a member with
- * a bad argument says so. Sum of shard bytes. */
+/*
+ * Agreement, in one allreduce (MAX, one op_seq): every member's strategy,
+ * interval, block size, fraction and number of sharded regions are equal
+ * (the MAX of v and of -v); a member with a bad argument says so; each
+ * member's shard bytes sit at its original rank's place, to be summed.
+ */
 static int agree(struct ft_comm *c, const struct ft_ckpt_config *k, int bad, size_t nsharded,
 		 uint64_t bytes, uint64_t *total)
 {
 	enum { N = 5 };
-	int64_t v[2 * N + 1], sum = (int64_t)bytes;
+	size_t n = 2 * N + 1 + (size_t)c->cfg.world_size;
+	int64_t *v = calloc(n, sizeof(*v));
 	int64_t mine[N] = {k->strategy, k->interval, (int64_t)k->block_bytes,
 			   k->strategy == FT_CKPT_FULL ? 0 : (int64_t)llround(k->fraction * 1e9),
 			   (int64_t)nsharded};
 	int rc;
 
+	if (v == NULL)
+		return -FT_ENOMEM;
 	for (int i = 0; i < N; i++) {
 		v[i] = bad ? 0 : mine[i];
 		v[N + i] = bad ? 0 : -mine[i];
 	}
 	v[2 * N] = bad;
-	if ((rc = ft_allreduce(c, FT_IN_PLACE, v, 2 * N + 1, FT_INT64, FT_MAX, NULL)) != 0)
-		return rc;
-	if ((rc = ft_allreduce(c, FT_IN_PLACE, &sum, 1, FT_INT64, FT_SUM, NULL)) != 0)
-		return rc;
-	*total = (uint64_t)sum;
-	if (bad)
-		return -FT_EINVAL;
-	if (v[2 * N] != 0) {
+	v[2 * N + 1 + c->cfg.rank] = (int64_t)bytes;
+	rc = ft_allreduce(c, FT_IN_PLACE, v, n, FT_INT64, FT_MAX, NULL);
+	*total = 0;
+	for (int r = 0; rc == 0 && r < c->cfg.world_size; r++)
+		*total += (uint64_t)v[2 * N + 1 + r];
+	if (rc == 0 && !bad && v[2 * N] != 0) {
 		ft__error("ckpt: another member passed a bad ft_ckpt_config");
-		return -FT_EMISMATCH;
+		rc = -FT_EMISMATCH;
 	}
-	for (int i = 0; i < N; i++)
+	for (int i = 0; rc == 0 && !bad && i < N; i++)
 		if (v[i] != -v[N + i]) {
 			ft__error("ckpt: members disagree on the checkpoint configuration (%s)",
 				  (const char *[]){"strategy", "interval", "block size", "fraction",
 						   "sharded regions"}[i]);
-			return -FT_EMISMATCH;
+			rc = -FT_EMISMATCH;
 		}
+	free(v);
+	if (rc != 0)
+		return rc;
+	if (bad)
+		return -FT_EINVAL;
 	return 0;
 }
 
