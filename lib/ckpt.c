@@ -516,6 +516,19 @@ static size_t choose(struct ft__ckpt *ck, struct ck_round *r)
 	if (k > B)
 		k = B;
 	memset(ck->chosen, 0, B);
+	for (size_t b = 0; b < B; b++) {
+		const struct ft__cj_snap *t = &ck->img.tab[b];
+		if (t->round[0] == 0 && t->round[1] == 0 && ck->pend[b] == 0) {
+			ck->chosen[b] = 1; /* never saved */
+			n++;
+		}
+	}
+	if (n == B) {
+		/* the first round: every block, and the strategy's turn starts after it */
+		memset(r->resid, 0, B * sizeof(float));
+		return B;
+	}
+	n = 0;
 	if (strat != FT_CKPT_FULL)
 		for (size_t i = 0; i < ck->nreg; i++) {
 			const struct ck_reg *g = &ck->reg[i];
@@ -555,9 +568,6 @@ static size_t choose(struct ft__ckpt *ck, struct ck_round *r)
 		break;
 	}
 	for (size_t b = 0; b < B; b++) {
-		const struct ft__cj_snap *t = &ck->img.tab[b];
-		if (t->round[0] == 0 && t->round[1] == 0 && ck->pend[b] == 0)
-			ck->chosen[b] = 1; /* never saved */
 		r->resid[b] = ck->chosen[b] || strat == FT_CKPT_FULL ? 0.0f : (float)sqrt(ck->dist[b]);
 		n += ck->chosen[b];
 	}
@@ -1232,6 +1242,11 @@ int ft__ckpt_state_received(struct ft_comm *c, uint64_t now, uint64_t total)
 	if (total != 0)
 		c->ckpt->total = total;
 	return restore_own(c);
+}
+
+const char *ft__ckpt_engine(const struct ft_comm *c)
+{
+	return c->ckpt != NULL ? ft__aio_engine_name(&c->ckpt->aio) : NULL;
 }
 
 void ft__ckpt_hint(const struct ft_comm *c, uint64_t *now, uint64_t *total)
