@@ -39,7 +39,8 @@
  */
 
 #define CK_QD 64
-#define CK_JOURNAL_SLACK ((uint64_t)4 << 20)
+/* the journal is compacted past this many bytes (plus twice a SNAP); tests lower it */
+uint64_t ft__ckpt_journal_slack = (uint64_t)4 << 20;
 #define CK_DEFAULT_BLOCK 4096
 
 enum { R_IDLE, R_WRITING, R_SYNCING, R_COMMITTING, R_JSYNC };
@@ -388,7 +389,8 @@ static void round_commit(struct ft__ckpt *ck, struct ck_round *r)
 	ck->img.commits++;
 	ck->st.committed++;
 	round_end(ck, r);
-	if (ck->jpos > CK_JOURNAL_SLACK + 2 * (uint64_t)ck->nblocks * 40 && ck->done == ck->round)
+	/* no journal write is in flight now: a later round is at most writing blocks */
+	if (ck->jpos > ft__ckpt_journal_slack + 2 * (uint64_t)ck->nblocks * 40)
 		compact(ck);
 }
 
@@ -399,6 +401,8 @@ static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r)
 	size_t len = sizeof(struct ft__cj_rec) + ent + res;
 	struct ft__cj_rec h;
 
+	if (len > UINT32_MAX)
+		return -FT_ENOMEM; /* a record's length is 32 bits: too many blocks */
 	if (len > r->rec_cap) {
 		char *p = realloc(r->rec, len);
 		if (p == NULL)

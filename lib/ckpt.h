@@ -170,6 +170,8 @@ struct ft_comm;
 void ft__ckpt_close(struct ft_comm *c);
 /* The state transfer reached a rejoined process (state.c): restores its shards when enabled. */
 int ft__ckpt_state_received(struct ft_comm *c, uint64_t now_step, uint64_t total_bytes);
+/* Journal bytes past which it is compacted (default 4 MiB; tests lower it). */
+extern uint64_t ft__ckpt_journal_slack;
 /* "io_uring" or "pwrite" (NULL: checkpoints not enabled). */
 const char *ft__ckpt_engine(const struct ft_comm *c);
 /* Root side of the state header: this rank's latest step and the total shard bytes. */

@@ -105,7 +105,7 @@ static size_t saved_in(size_t round, unsigned char *set, size_t nb)
 
 /* ---- both engines round trip ---- */
 
-static void roundtrip(bool pwrite_engine)
+static void roundtrip(bool pwrite_engine, bool sync)
 {
 	enum { BB = 4096, BYTES = 10 * BB + 1000 };
 	static float st[BYTES / 4], out[BYTES / 4], then[BYTES / 4];
@@ -119,6 +119,7 @@ static void roundtrip(bool pwrite_engine)
 		setenv("FTCC_LOG_ENGINE", "pwrite", 1);
 	c = open1();
 	k = ckcfg(FT_CKPT_FULL, 0, 0.5);
+	k.sync = sync;
 	fill(st, BYTES / 4, 1);
 	cr_assert_eq(ft_state_register(c, st, BYTES, FT_STATE_SHARDED), 0);
 	cr_assert_eq(ft_ckpt_enable(c, &k), 0);
@@ -155,12 +156,17 @@ Test(ckpt, roundtrip_uring, .timeout = 30)
 	if (!uring_available())
 		cr_skip_test("io_uring is not available here (kernel, seccomp or build): "
 			     "the io_uring path is not tested");
-	roundtrip(false);
+	roundtrip(false, false);
 }
 
 Test(ckpt, roundtrip_pwrite, .timeout = 30)
 {
-	roundtrip(true);
+	roundtrip(true, false);
+}
+
+Test(ckpt, roundtrip_sync, .timeout = 30)
+{
+	roundtrip(!uring_available(), true);
 }
 
 /* ---- partial restore touches only the blocks asked for ---- */
@@ -448,9 +454,49 @@ Test(ckpt, hostile_journal, .timeout = 60)
 	rm_base();
 }
 
-/* ---- which blocks a round saves ---- */
-
 enum { SB = 256, SNB = 64, SN = SNB * SB / 4 };
+
+/* The journal stays bounded: compacted into HEAD + SNAP, still restorable. */
+Test(ckpt, journal_compaction, .timeout = 60)
+{
+	static float st[SN], out[SN];
+	struct ft_restore_info ri;
+	struct ft_comm *c = open1();
+	struct ft_ckpt_config k = ckcfg(FT_CKPT_PRIORITY, SB, 0.125);
+	char jpath[512];
+	struct stat s;
+	off_t most = 0;
+
+	ft__ckpt_journal_slack = 8192;
+	cr_assert_eq(ft_state_register(c, st, sizeof(st), FT_STATE_SHARDED), 0);
+	cr_assert_eq(ft_ckpt_enable(c, &k), 0);
+	cr_assert_eq(ft__ck_path(jpath, sizeof(jpath), jdir, 0, -1, 0), 0);
+	for (int step = 1; step <= 300; step++) {
+		st[(size_t)(step * 37 % SNB) * SB / 4] += 1;
+		cr_assert_eq(ft_ckpt_step(c, (uint64_t)step), 0);
+		if (step % 10 == 0) {
+			cr_assert_eq(ft_ckpt_flush(c), 0);
+			cr_assert_eq(stat(jpath, &s), 0);
+			most = s.st_size > most ? s.st_size : most;
+		}
+	}
+	cr_assert_eq(ft_ckpt_flush(c), 0);
+	cr_assert_lt(most, 8192 + 2 * SNB * 40 + 2 * 1024, "the journal grew to %lld", (long long)most);
+	cr_assert_eq(ft__ckpt_verify(jdir, 0, NULL, false), 0);
+	struct ft__ck_image img;
+	cr_assert_eq(ft__ck_image_open(jdir, 0, &img), 0);
+	cr_assert_eq(img.last_round, 300);
+	ft__ck_image_free(&img);
+	/* every block reads back through the compacted journal */
+	cr_assert_eq(ft_ckpt_restore(c, 0, 0, 0, SNB, out, 0, &ri), 0);
+	cr_assert_eq(ri.blocks, SNB);
+	/* each step's changed block was the one that changed most: saved in its round */
+	cr_assert_eq(memcmp(out, st, sizeof(st)), 0);
+	cr_assert_eq(ft_finalize(c), 0);
+	rm_base();
+}
+
+/* ---- which blocks a round saves ---- */
 
 Test(ckpt, priority_picks_top_r, .timeout = 60)
 {
@@ -827,8 +873,29 @@ static int run_mismatch(struct ft_comm *c, int rank, int n, void *arg)
 		fprintf(stderr, "rank %d: enable: %s\n", rank, ft_err_name(rc));
 		bad |= 8;
 	}
-	if (ft_ckpt_step(c, 1) != 0 || ft_ckpt_flush(c) != 0)
+	/* a survivor reads another member's shard from its files (a shared dir) */
+	for (size_t i = 0; i < 1024; i++)
+		st[i] = (float)(rank * 10000 + (int)i);
+	if (ft_ckpt_step(c, 1) != 0 || ft_ckpt_flush(c) != 0 || ft_barrier(c) != 0)
 		bad |= 16;
+	if (rank == 0) {
+		static float other[1024];
+		struct ft_restore_info ri;
+		size_t nb, bb, rb;
+		for (int owner = 1; owner < 3; owner++) {
+			if (ft_ckpt_blocks(c, 0, owner, &nb, &bb, &rb) != 0 || nb != 1 || bb != 4096 ||
+			    rb != sizeof(other))
+				bad |= 32;
+			rc = ft_ckpt_restore(c, 0, owner, 0, 1, other, 0, &ri);
+			for (size_t i = 0; i < 1024; i++)
+				if (other[i] != (float)(owner * 10000 + (int)i))
+					bad |= 64;
+			if (rc != 0 || ri.blocks != 1 || ri.bytes != sizeof(other) || ri.ckpt_step != 1)
+				bad |= 128;
+		}
+	}
+	if (ft_barrier(c) != 0)
+		bad |= 256;
 	return bad;
 }
 
@@ -887,7 +954,8 @@ Test(ckpt, ftcc_ckpt_exit_codes, .timeout = 30)
 
 /* ---- a killed rank's shard back from its checkpoint (rejoin) ---- */
 
-static void run_sharded(const char *run_args, const char *fault, int steps, const char *label)
+static void run_sharded(const char *run_args, const char *fault, int steps, const char *late,
+			const char *label)
 {
 	const char *b = getenv("FTCC_BUILD_DIR");
 	char cmd[2048], out[512], line[512];
@@ -903,8 +971,8 @@ static void run_sharded(const char *run_args, const char *fault, int steps, cons
 	snprintf(cmd, sizeof(cmd),
 		 "FTCC_POLICY=rejoin FTCC_CKPT_DIR='%s/ck' FTCC_FAULT='%s' FTCC_LOG_LEVEL=1 "
 		 "FTCC_REJOIN_TIMEOUT_MS=20000 timeout 100 %s/ftcc-run -n 3 %s "
-		 "%s/examples/train_sharded %d 20000 5 >'%s' 2>&1",
-		 base, fault, b, run_args, b, steps, out);
+		 "%s/examples/train_sharded %d 20000 5 %s >'%s' 2>&1",
+		 base, fault, b, run_args, b, steps, late, out);
 	int st = system(cmd);
 	f = fopen(out, "r");
 	cr_assert_not_null(f);
@@ -923,17 +991,26 @@ static void run_sharded(const char *run_args, const char *fault, int steps, cons
 	cr_assert_eq(bad, 0, "%s", label);
 	cr_assert_eq(restored, 1, "%s: the restarted rank restored its shard", label);
 	cr_assert_eq(shard_ok, 3, "%s: every shard exact at the end", label);
+	/* the checkpoints of all three (one of them written by two incarnations) check */
+	snprintf(cmd, sizeof(cmd), "%s/ftcc-ckpt %s/ck/* >/dev/null 2>&1", b, base);
+	st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: ftcc-ckpt status %d", label, st);
 	rm_base();
 }
 
 Test(ckpt_rejoin, killed_rank_restores_its_shard, .timeout = 120)
 {
-	run_sharded("--restart", "rank=1,op=30,action=kill", 60, "kill at op 30");
+	run_sharded("--restart", "rank=1,op=30,action=kill", 60, "", "kill at op 30");
+}
+
+Test(ckpt_rejoin, enabled_after_sync, .timeout = 120)
+{
+	run_sharded("--restart", "rank=2,op=20,action=kill", 40, "late", "enable after sync");
 }
 
 Test(ckpt_rejoin, outside_kill, .timeout = 120)
 {
 	/* ft_init takes about 0.3 s, the 300 steps at least 1.5 s more: the kill
 	 * lands inside the job, at a moment the library does not choose */
-	run_sharded("--restart --kill 2@0.9", "", 300, "outside kill at 0.9 s");
+	run_sharded("--restart --kill 2@0.9", "", 300, "", "outside kill at 0.9 s");
 }
