@@ -1101,7 +1101,7 @@ FT__EXPORT int ft_ckpt_restore(struct ft_comm *c, int region, int owner, size_t 
 		rc = -FT_EINVAL;
 		goto out;
 	}
-	if ((flags & FT_RESTORE_CURRENT) && (old = malloc(bb)) == NULL) {
+	if ((old = malloc(bb)) == NULL) {
 		rc = -FT_ENOMEM;
 		goto out;
 	}
@@ -1119,13 +1119,10 @@ FT__EXPORT int ft_ckpt_restore(struct ft_comm *c, int region, int owner, size_t 
 		int slot;
 		char why[160];
 
-		if (old != NULL)
-			memcpy(old, d, len);
-		if (ft__ck_read_block(img, p, b, d, &round, &step, &slot, why, sizeof(why)) != 0) {
+		/* read aside: a block without a valid copy leaves dst as it was */
+		if (ft__ck_read_block(img, p, b, old, &round, &step, &slot, why, sizeof(why)) != 0) {
 			ft__warn("ckpt: rank %d region %d block %zu: no valid copy (%s)", owner,
 				 region, b, why);
-			if (old != NULL)
-				memcpy(d, old, len);
 			bad = 1;
 			continue;
 		}
@@ -1137,10 +1134,11 @@ FT__EXPORT int ft_ckpt_restore(struct ft_comm *c, int region, int owner, size_t 
 			ri.oldest_step = step;
 		if (now > step)
 			lost += (double)(now - step) * (double)len;
-		if (old != NULL)
+		if (flags & FT_RESTORE_CURRENT)
 			pert += dist2(old, d, len, r->dtype);
 		else if (img->resid != NULL)
 			pert += (double)img->resid[img->first[p] + b] * img->resid[img->first[p] + b];
+		memcpy(d, old, len);
 		if (c->ckpt != NULL && img == &c->ckpt->img) {
 			struct ck_reg *g = &c->ckpt->reg[p];
 			if (c->ckpt->pend[g->first + b] == 0)

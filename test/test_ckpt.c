@@ -364,8 +364,12 @@ Test(ckpt, bit_flip, .timeout = 30)
 	char *o = slurp(other, &olen);
 	o[3 * TSTRIDE + FT__CK_HDR] ^= 1;
 	put_back(other, o, olen);
+	memset(out, 0x77, sizeof(out));
 	cr_assert_eq(ft_ckpt_restore(c, 0, 0, 0, TNB, out, 0, &ri), -FT_ECORRUPT);
 	cr_assert_eq(ri.blocks, TNB - 1, "the other blocks are restored all the same");
+	for (size_t i = 3 * TB; i < 4 * TB; i++)
+		cr_assert_eq(((unsigned char *)out)[i], 0x77, "the block without a copy was written");
+	cr_assert_eq(memcmp(out, B, 3 * TB), 0);
 	cr_assert_eq(ft__ckpt_verify(jdir, 0, NULL, false), -FT_ECORRUPT);
 	cr_assert_eq(ft_ckpt_restore(c, 0, 0, 4, TNB - 4, out, 0, &ri), 0, "other blocks restore");
 	cr_assert_eq(ri.blocks, TNB - 4);
