@@ -321,7 +321,9 @@ struct ft_ckpt_config {
  * enabled: -FT_EINVAL. A checkpoint this rank's earlier incarnation left
  * (same job, same regions and block size) is kept and continued; anything
  * else in its files is discarded. On a process that rejoined there is no
- * collective (the survivors enabled long ago): the values are its own.
+ * collective (the survivors enabled long ago): its values and regions must
+ * be those of its earlier incarnation's checkpoint, else -FT_EMISMATCH
+ * (and that checkpoint is left as it is).
  */
 int ft_ckpt_enable(struct ft_comm *comm, const struct ft_ckpt_config *cfg);
 /* End of training step `step` (increasing): every interval-th call selects

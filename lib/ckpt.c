@@ -715,10 +715,21 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 
 	*resumed = false;
 	rc = ft__ck_image_open(ck->dir, ck->rank, &old);
-	same = old.regs != NULL && old.head.job_hash == ck->img.head.job_hash &&
-	       old.head.nonce == ck->img.head.nonce && old.head.rank == ck->rank &&
-	       old.head.block_bytes == ck->img.head.block_bytes && old.nregs == ck->nreg &&
+	bool ours = old.regs != NULL && old.head.job_hash == ck->img.head.job_hash &&
+		    old.head.nonce == ck->img.head.nonce && old.head.rank == ck->rank;
+	same = ours && old.head.block_bytes == ck->img.head.block_bytes && old.nregs == ck->nreg &&
 	       memcmp(old.regs, ck->img.regs, ck->nreg * sizeof(*old.regs)) == 0;
+	if (ours && c->rejoined &&
+	    (!same || old.head.strategy != ck->img.head.strategy ||
+	     old.head.interval != ck->img.head.interval ||
+	     old.head.fraction != ck->img.head.fraction)) {
+		/* the survivors agreed on the earlier incarnation's values; and
+		 * its checkpoint is this shard's only copy: not discarded */
+		ft__error("ckpt: rank %d rejoined with other regions or checkpoint settings than "
+			  "its earlier incarnation's (in %s)", ck->rank, ck->dir);
+		ft__ck_image_free(&old);
+		return -FT_EMISMATCH;
+	}
 	if (same) {
 		ck->img.head.total_bytes = old.head.total_bytes;
 		memcpy(ck->img.tab, old.tab, ck->nblocks * sizeof(*old.tab));
@@ -738,7 +749,6 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 			 "geometry: starting afresh", ck->rank, ck->dir);
 	}
 	ft__ck_image_free(&old);
-	(void)c;
 
 	if ((rc = ft__ck_path(path, sizeof(path), ck->dir, ck->rank, -1, 0)) < 0)
 		return rc;

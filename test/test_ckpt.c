@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -421,6 +422,51 @@ Test(ckpt, uncommitted_round, .timeout = 60)
 	}
 	free(j3);
 	cr_assert_eq(ft_finalize(c), 0);
+	rm_base();
+}
+
+/* A full disk: the round fails with the error, the round before stays. */
+Test(ckpt, full_disk, .timeout = 60)
+{
+	enum { BYTES = 100 << 10 };
+	static float st[BYTES / 4], A[BYTES / 4], out[BYTES / 4];
+	struct ft_restore_info ri;
+	struct ft_comm *c;
+	struct ft_ckpt_config k;
+	int rc = 0;
+
+	mk_base();
+	if (mount("ftcc-test", base, "tmpfs", 0, "size=160k") < 0) {
+		int e = errno;
+		fprintf(stderr, "SKIPPED: ckpt/full_disk: mount -t tmpfs: %s; the full-disk case "
+				"was NOT tested\n", strerror(e));
+		rm_base();
+		cr_skip_test("cannot mount a small tmpfs: %s", strerror(e));
+	}
+	c = open1();
+	k = ckcfg(FT_CKPT_FULL, 0, 1);
+	fill(st, BYTES / 4, 1);
+	memcpy(A, st, BYTES);
+	cr_assert_eq(ft_state_register(c, st, BYTES, FT_STATE_SHARDED), 0);
+	cr_assert_eq(ft_ckpt_enable(c, &k), 0);
+	cr_assert_eq(ft_ckpt_step(c, 1), 0);
+	cr_assert_eq(ft_ckpt_flush(c), 0);
+	fill(st, BYTES / 4, 2);
+	rc = ft_ckpt_step(c, 2);
+	if (rc == 0)
+		rc = ft_ckpt_flush(c);
+	cr_assert_eq(rc, -ENOSPC, "a round on a full disk: %s", ft_err_name(rc));
+	cr_assert_eq(ft_ckpt_flush(c), 0, "the error is returned once");
+	struct ft_ckpt_stats s;
+	cr_assert_eq(ft_ckpt_stats_get(c, &s), 0);
+	cr_assert_eq(s.failed, 1);
+	cr_assert_eq(s.committed, 1);
+	cr_assert_eq(ft_ckpt_restore(c, 0, 0, 0, 25, out, 0, &ri), 0);
+	cr_assert_eq(memcmp(out, A, BYTES), 0, "the round before a failed one");
+	cr_assert_eq(ri.ckpt_step, 1);
+	cr_assert_eq(ft__ckpt_verify(jdir, 0, NULL, false), 0);
+	cr_assert_eq(ft_finalize(c), 0);
+	umount(base);
 	rm_base();
 }
 
