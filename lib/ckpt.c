@@ -433,7 +433,7 @@ static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r)
 /* Moves the oldest round on as far as its completions allow; never waits. */
 static int progress(struct ft__ckpt *ck)
 {
-	int rc = ft__aio_reap(&ck->aio, false);
+	int rc = ft__aio_poll(&ck->aio);
 
 	if (rc < 0)
 		return rc;

@@ -170,6 +170,34 @@ Test(ckpt, roundtrip_sync, .timeout = 30)
 	roundtrip(!uring_available(), true);
 }
 
+/* ft_ckpt_step completes earlier rounds' writes without waiting for them. */
+Test(ckpt, steps_reap_without_waiting, .timeout = 30)
+{
+	static float st[64 << 10];
+	struct ft_ckpt_stats s;
+	struct ft_comm *c = open1();
+	struct ft_ckpt_config k = ckcfg(FT_CKPT_FULL, 0, 1);
+	uint64_t step = 1;
+	long end = tu_now_ms() + 10000;
+
+	k.interval = 1000000;
+	cr_assert_eq(ft_state_register(c, st, sizeof(st), FT_STATE_SHARDED), 0);
+	cr_assert_eq(ft_ckpt_enable(c, &k), 0);
+	for (uint64_t i = 0; i < k.interval; i++) /* the interval-th step starts the round */
+		cr_assert_eq(ft_ckpt_step(c, step++), 0);
+	do {
+		tu_sleep_ms(2);
+		cr_assert_eq(ft_ckpt_step(c, step++), 0);
+		cr_assert_eq(ft_ckpt_stats_get(c, &s), 0);
+	} while (s.committed == 0 && tu_now_ms() < end);
+	cr_assert_eq(s.rounds, 1);
+	cr_assert_eq(s.committed, 1, "%s: the round never committed without a flush",
+		     ft__ckpt_engine(c));
+	cr_assert_eq(s.wait_ms, 0.0);
+	cr_assert_eq(ft_finalize(c), 0);
+	rm_base();
+}
+
 /* ---- partial restore touches only the blocks asked for ---- */
 
 Test(ckpt, partial_restore_only_requested, .timeout = 30)
