@@ -90,10 +90,23 @@ done
 # another job's log: a job with the same id ran first and left rank 1's log
 alien=$(mktemp -d)
 job=rejoin-alien-$$
-# (every rank dies at op 4: nobody finalizes, so the logs stay)
-FTCC_JOB_ID=$job FTCC_LOG_DIR=$alien/logs FTCC_POLICY=rejoin FTCC_REJOIN_TIMEOUT_MS=500 \
-	FTCC_FAULT="rank=0,op=4;rank=1,op=4;rank=2,op=4;rank=3,op=4" \
-	timeout 120 "$B/ftcc-run" -n 4 "$B/examples/train_rejoin" 6 1000000 0 >/dev/null 2>&1
+# (every rank hangs at op 4 and is then terminated from outside: nobody
+# finalizes, so the logs stay; had the ranks killed themselves there, one
+# could see the others die first, finish by shrink and remove the logs)
+FTCC_JOB_ID=$job FTCC_LOG_DIR=$alien/logs FTCC_POLICY=rejoin \
+	FTCC_FAULT="rank=0,op=4,action=hang;rank=1,op=4,action=hang;rank=2,op=4,action=hang;rank=3,op=4,action=hang" \
+	timeout 120 "$B/ftcc-run" -n 4 "$B/examples/train_rejoin" 6 1000000 0 >"$alien/first" 2>&1 &
+first=$!
+i=0
+while [ "$i" -lt 600 ] && [ "$(grep -c ' op 3 digest' "$alien/first")" -lt 4 ]; do
+	sleep 0.1
+	i=$((i + 1))
+done
+sleep 0.5
+kill -TERM "$first" 2>/dev/null
+sleep 0.5
+kill -INT "$first" 2>/dev/null # a second signal: ftcc-run SIGKILLs the ranks
+wait "$first"
 mkdir -p "$alien/saved"
 cp "$alien/logs/$job"/r1-* "$alien/saved/" 2>/dev/null
 if ls "$alien/saved"/r1-s*.log >/dev/null 2>&1; then
