@@ -23,17 +23,14 @@ fabric() { command -v fi_info >/dev/null 2>&1 && fi_info -p "$1" >/dev/null 2>&1
 
 # 1. outside SIGKILL at random moments, n = 2..6, small and large buffers, TCP
 #    (small ops pause 10 ms per step, so that a job lasts long enough for a
-#    kill to land well after ft_init: one inside it is a known gap, README)
+#    kill to land inside it)
 step "tcp n=2 small" env REJOIN_PAUSE_MS=10 TRIALS="$(few 3 "$mode")" "$C" "$B" 2 30 1000
 step "tcp n=3 large" env TRIALS="$(few 3 "$mode")" REJOIN_PAUSE_MS=0 "$C" "$B" 3 10 1000000
 step "tcp n=4 large" env TRIALS="$(few 3 "$mode")" REJOIN_PAUSE_MS=0 "$C" "$B" 4 8 4000000
 step "tcp n=5" env REJOIN_PAUSE_MS=10 TRIALS="$(few 2 "$mode")" "$C" "$B" 5 20 100000
-# n=6 small: an open defect (a restarted rank found a view of generation 0
-# without itself, "the job went on without rank 2", about 1 trial in 4 on
-# this 2-core machine): in the campaign only until it is fixed
-if [ "$mode" = campaign ]; then
-	step "tcp n=6 small" env REJOIN_PAUSE_MS=10 TRIALS="$(few 2 "$mode")" "$C" "$B" 6 20 1000
-fi
+# n=6 small: the row that showed a rank killed inside ft_init left out of
+# the job's first view (fixed: such a rank is awaited)
+step "tcp n=6 small" env REJOIN_PAUSE_MS=10 TRIALS="$(few 1 "$mode")" "$C" "$B" 6 20 1000
 step "tcp n=6 large" env TRIALS="$(few 2 "$mode")" REJOIN_PAUSE_MS=0 "$C" "$B" 6 8 1000000
 step "tcp n=4 two kills" env REJOIN_PAUSE_MS=10 TRIALS="$(few 2 "$mode")" KILLS=2 "$C" "$B" 4 20 100000
 step "tcp n=4 pwrite engine" env TRIALS="$(few 2 "$mode")" FTCC_LOG_ENGINE=pwrite REJOIN_PAUSE_MS=0 \
