@@ -249,7 +249,9 @@ int ft_state_sync(struct ft_comm *comm);
  * 1 when this process is a new incarnation that rejoined a running job
  * (rejoin policy), 0 otherwise; *next_op (may be NULL): the op_seq of the
  * next collective this process must call (ft_op_info.op_seq numbering:
- * ft_init's own barrier is op 0, the application's first collective op 1).
+ * ft_init's own barrier is op 0, the application's first collective op 1),
+ * counting the collectives it called since ft_init (ft_ckpt_enable's
+ * agreement among them): ask after ft_ckpt_enable and ft_state_sync.
  */
 int ft_rejoined(const struct ft_comm *comm, uint64_t *next_op);
 
@@ -324,10 +326,14 @@ struct ft_ckpt_config {
  * struct ft_config): -FT_EINVAL at once, without the collective. Already
  * enabled: -FT_EINVAL. A checkpoint this rank's earlier incarnation left
  * (same job, same regions and block size) is kept and continued; anything
- * else in its files is discarded. On a process that rejoined there is no
- * collective (the survivors enabled long ago): its values and regions must
- * be those of its earlier incarnation's checkpoint, else -FT_EMISMATCH
- * (and that checkpoint is left as it is).
+ * else in its files is discarded. On a process that rejoined, it first takes
+ * the survivors' state (as ft_state_sync does), which says whether they had
+ * enabled checkpoints: if so there is no collective (they enabled long
+ * ago), and its values and regions must be those of its earlier
+ * incarnation's checkpoint, else -FT_EMISMATCH (and that checkpoint is left
+ * as it is); if not (it was killed inside ft_init or before their
+ * ft_ckpt_enable), it takes part in their agreement like everyone, and has
+ * nothing to restore.
  */
 int ft_ckpt_enable(struct ft_comm *comm, const struct ft_ckpt_config *cfg);
 /* End of training step `step` (increasing): every interval-th call selects

@@ -850,7 +850,7 @@ FT__EXPORT int ft_ckpt_enable(struct ft_comm *c, const struct ft_ckpt_config *uc
 	struct ft__ckpt *ck;
 	uint64_t bytes = 0, total = 0;
 	size_t nsharded = 0;
-	bool resumed;
+	bool resumed, local;
 	int rc = ft__comm_check(c), bad = 0;
 
 	if (rc != 0)
@@ -879,7 +879,19 @@ FT__EXPORT int ft_ckpt_enable(struct ft_comm *c, const struct ft_ckpt_config *uc
 		if (k.block_bytes % ft_dtype_size((enum ft_dtype)s->dtype) != 0)
 			bad = 1;
 	}
-	if (!c->rejoined) {
+	if (c->rejoined && !c->state_received) {
+		/* the survivors' state first: it says whether they had enabled
+		 * checkpoints at the op this process rejoined at */
+		rc = ft_state_sync(c);
+		if (rc != 0 && rc != -FT_EMISMATCH)
+			return rc;
+	}
+	/* A new incarnation enables on its own (the others did long ago),
+	 * unless it rejoined before their ft_ckpt_enable: it was killed in
+	 * ft_init or before enabling, so it takes part in their agreement, and
+	 * has nothing of its own to restore. */
+	local = c->rejoined && !(c->state_received && !c->ckpt_hint_on);
+	if (!local) {
 		if ((rc = agree(c, &k, bad, nsharded, bytes, &total)) != 0)
 			return rc;
 	} else if (bad) {
@@ -961,7 +973,7 @@ FT__EXPORT int ft_ckpt_enable(struct ft_comm *c, const struct ft_ckpt_config *uc
 				  ft_strerror(rc));
 			goto err_free;
 		}
-		if (c->rejoined) {
+		if (local) {
 			ck->total = c->ckpt_hint_total != 0 ? c->ckpt_hint_total
 				    : resumed		    ? ck->img.head.total_bytes
 							    : bytes * (uint64_t)c->cfg.world_size;
@@ -1216,6 +1228,24 @@ static int restore_own(struct ft_comm *c)
 	int rc = 0;
 
 	memset(&sum, 0, sizeof(sum));
+	if (ck->img.last_round == 0) {
+		/* the earlier incarnation died before its first round counted (in
+		 * ft_init, say): there is nothing to restore; the shards stay as
+		 * this process's application set them, every update since step 0
+		 * lost (pls: the shards' share of the state) */
+		size_t bytes = 0;
+		for (size_t i = 0; i < ck->nreg; i++)
+			bytes += ck->reg[i].bytes;
+		sum.now_step = now_step(c);
+		sum.pls = ck->total > 0 ? (double)bytes / (double)ck->total : 0;
+		ck->rinfo = sum;
+		ck->restored = true;
+		ck->restore_due = false;
+		ck->restore_rc = 0;
+		ft__warn("ckpt: rank %d has no checkpoint round of an earlier incarnation: its shards "
+			 "stay as the application set them", c->cfg.rank);
+		return 0;
+	}
 	sum.oldest_step = UINT64_MAX;
 	sum.exact = 0;
 	for (size_t i = 0; i < ck->nreg; i++) {

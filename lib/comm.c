@@ -369,7 +369,16 @@ static int comm_join(struct ft_comm *c)
 		return rc;
 	if (c->cfg.policy == FT_POLICY_REJOIN)
 		ft__rejoin_log_open(c);
-	return ft__comm_connect_ring(c);
+	rc = ft__comm_connect_ring(c);
+	if (rc != 0 && c->det != NULL &&
+	    (rc == -FT_EABORTED || rc == -FT_EPEERFAILED || ft__det_pending(c->det))) {
+		/* a rank failed while the ring was being connected: ft_init's
+		 * barrier connects it again, and its recovery settles the next view */
+		ft__info("init: a failure while connecting the ring (%s): the first op recovers",
+			 ft_strerror(rc));
+		rc = 0;
+	}
+	return rc;
 }
 
 /*

@@ -94,6 +94,7 @@ struct ft_comm {
 	bool state_received;            /* rejoined: the state transfer reached it */
 	uint64_t ckpt_hint_step;        /* ... with the sender's latest checkpoint step */
 	uint64_t ckpt_hint_total;       /* ... and the job's shard bytes (0: unknown) */
+	bool ckpt_hint_on;              /* ... and whether it had enabled checkpoints */
 	struct ft__ckpt *ckpt;          /* running checkpoints (ckpt.c), NULL until enabled */
 };
 

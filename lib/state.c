@@ -31,6 +31,7 @@ struct state_head {
 	uint64_t n;
 	uint64_t now_step;      /* the root's latest ft_ckpt_step */
 	uint64_t ckpt_total;    /* shard bytes of every member, 0: checkpoints off */
+	uint64_t ckpt_on;       /* 1: the root had enabled checkpoints */
 	uint64_t bytes[FT__STATE_MAX];
 };
 
@@ -71,6 +72,7 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 		for (int i = 0; i < nrep; i++)
 			h.bytes[i] = c->state[idx[i]].bytes;
 		ft__ckpt_hint(c, &h.now_step, &h.ckpt_total);
+		h.ckpt_on = c->ckpt != NULL;
 	}
 	if ((rc = bcast(c, seq, &h, sizeof(h))) != 0)
 		return rc;
@@ -103,6 +105,8 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 			  "of other sizes): not restored", c->cfg.rank, nrep, (unsigned long long)h.n);
 		return -FT_EMISMATCH;
 	}
+	if (c->rejoined && !c->state_received)
+		c->ckpt_hint_on = h.ckpt_on == 1;
 	if (c->rejoined && !c->state_received)
 		(void)ft__ckpt_state_received(c, h.now_step, h.ckpt_total); /* it logs; ft_state_sync returns it */
 	return 0;
@@ -187,6 +191,6 @@ FT__EXPORT int ft_rejoined(const struct ft_comm *c, uint64_t *next_op)
 	if (rc != 0)
 		return rc;
 	if (next_op != NULL)
-		*next_op = c->rejoined ? c->resume_op : c->op_seq;
+		*next_op = c->op_seq;
 	return c->rejoined ? 1 : 0;
 }
