@@ -1,6 +1,8 @@
 /* aio.c: the asynchronous file writer (io_uring, else pwrite) under the pairwise logs and the checkpoints. */
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "aio.h"
@@ -290,6 +292,28 @@ int ft__aio_drain(struct ft__aio *a)
 		int rc = ft__aio_reap(a, true);
 		if (rc < 0)
 			return rc;
+	}
+	return 0;
+}
+
+int ft__mkdir_p(const char *dir)
+{
+	char path[PATH_MAX];
+	size_t n = strlen(dir);
+
+	if (n == 0 || n >= sizeof(path))
+		return -FT_EINVAL;
+	memcpy(path, dir, n + 1);
+	for (char *p = path + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char ch = *p;
+		*p = '\0';
+		if (mkdir(path, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		*p = ch;
+		if (ch == '\0')
+			break;
 	}
 	return 0;
 }

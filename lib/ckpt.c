@@ -167,28 +167,6 @@ static uint64_t splitmix(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-/* mkdir -p, 0700 */
-static int make_dir(const char *dir)
-{
-	char path[PATH_MAX];
-	size_t n = strlen(dir);
-
-	if (n == 0 || n >= sizeof(path))
-		return -FT_EINVAL;
-	memcpy(path, dir, n + 1);
-	for (char *p = path + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char ch = *p;
-		*p = '\0';
-		if (mkdir(path, 0700) < 0 && errno != EEXIST)
-			return -errno;
-		*p = ch;
-		if (ch == '\0')
-			break;
-	}
-	return 0;
-}
 
 /* <base>/<job id>: base = the ckpt config's dir, FTCC_CKPT_DIR, else the log directory. */
 static int ck_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_t cap)
@@ -968,7 +946,7 @@ FT__EXPORT int ft_ckpt_enable(struct ft_comm *c, const struct ft_ckpt_config *uc
 		}
 	}
 	if (ck->nreg > 0) {
-		if ((rc = make_dir(ck->dir)) < 0 || (rc = open_files(c, ck, &resumed)) < 0) {
+		if ((rc = ft__mkdir_p(ck->dir)) < 0 || (rc = open_files(c, ck, &resumed)) < 0) {
 			ft__error("ckpt: cannot open the checkpoint files in %s: %s", ck->dir,
 				  ft_strerror(rc));
 			goto err_free;

@@ -231,28 +231,6 @@ static int rec_queue(struct ft__log *l, struct ft__logrec *h, const void *body, 
 
 /* ---- open, close ---- */
 
-/* mkdir -p with mode 0700 for what it creates. */
-static int make_dir(const char *dir)
-{
-	char path[PATH_MAX];
-	size_t n = strlen(dir);
-
-	if (n == 0 || n >= sizeof(path))
-		return -FT_EINVAL;
-	memcpy(path, dir, n + 1);
-	for (char *p = path + 1; ; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char c = *p;
-		*p = '\0';
-		if (mkdir(path, 0700) < 0 && errno != EEXIST)
-			return -errno;
-		*p = c;
-		if (c == '\0')
-			break;
-	}
-	return 0;
-}
 
 static int slot_open(struct ft__log *l, int slot)
 {
@@ -308,7 +286,7 @@ int ft__log_open(const struct ft__log_params *p, struct ft__log **out)
 			goto err_close;
 		}
 	}
-	rc = make_dir(l->dir);
+	rc = ft__mkdir_p(l->dir);
 	if (rc < 0)
 		goto err_close;
 	for (int i = 0; i < 2; i++) {
