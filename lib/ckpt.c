@@ -38,7 +38,11 @@
  * returns the error once.
  */
 
-#define CK_QD 64
+/* io_uring queue depth: room for a whole round (every block, its syncs and
+ * its commit) at once, so that no write of it waits in the writer's backlog
+ * for a later ft_ckpt_step to be submitted; at most CK_QD_MAX */
+#define CK_QD_MIN 64
+#define CK_QD_MAX 4096
 /* the journal is compacted past this many bytes (plus twice a SNAP); tests lower it */
 uint64_t ft__ckpt_journal_slack = (uint64_t)4 << 20;
 #define CK_DEFAULT_BLOCK 4096
@@ -960,7 +964,10 @@ FT__EXPORT int ft_ckpt_enable(struct ft_comm *c, const struct ft_ckpt_config *uc
 	}
 	ck->img.head.total_bytes = ck->total;
 	ck->rng = k.seed ^ ((uint64_t)(c->cfg.rank + 1) * 0x9e3779b97f4a7c15ull);
-	ft__aio_init(&ck->aio, CK_QD, !c->tp_env.log_pwrite, "ckpt");
+	unsigned qd = CK_QD_MIN;
+	while (qd < CK_QD_MAX && qd < 2 * ck->nblocks + 2 * ck->nreg + 2)
+		qd *= 2;
+	ft__aio_init(&ck->aio, qd, !c->tp_env.log_pwrite, "ckpt");
 	ck->aio_ok = true;
 	c->ckpt = ck;
 	ft__info("ckpt: %zu sharded regions, %zu blocks of %zu bytes in %s (%s)%s", ck->nreg,
