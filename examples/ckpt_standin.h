@@ -1,0 +1,230 @@
+/* ckpt_standin.h: an application-level running checkpoint and the ring's halves through ft_allreduce, standing in for ftcc's until a build has them (weak references decide at run time). */
+#ifndef FTCC_EXAMPLES_CKPT_STANDIN_H
+#define FTCC_EXAMPLES_CKPT_STANDIN_H
+
+#include <ftcc.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#pragma weak ft_allgather
+#pragma weak ft_reduce_scatter
+#pragma weak ft_ckpt_enable
+#pragma weak ft_ckpt_step
+#pragma weak ft_ckpt_restore
+#pragma weak ft_ckpt_blocks
+#pragma weak ft_ckpt_flush
+#pragma weak ft_state_restored
+#pragma weak ft_ckpt_interval_for_pls
+
+/* The same semantics as ftcc's, kept in one file per rank: <dir>/ck-r<rank>.bin
+ * holds one step per block, then the blocks. Rounds are written with pwrite
+ * (synchronously), which survives a killed process (page cache). */
+struct sk {
+	int on, fd, rank, world;
+	struct ft_ckpt_config cfg;
+	const float *live;      /* the registered shard */
+	size_t nblocks, bfl;    /* blocks, floats per block */
+	float *saved;           /* copy of what the file holds */
+	uint64_t *bstep;
+	uint64_t last, rr, rng;
+	size_t *order;
+	double *score;
+};
+
+static struct sk sk_state;
+
+static int sk_lib(void) { return ft_ckpt_enable != NULL; }
+
+static int sk_allgather(struct ft_comm *c, float *x, size_t shard, struct ft_op_info *info)
+{
+	if (ft_allgather != NULL)
+		return ft_allgather(c, FT_IN_PLACE, x, shard, FT_FLOAT32, info);
+	size_t r = (size_t)ft_rank(c), n = (size_t)ft_size(c);
+	for (size_t i = 0; i < n * shard; i++)
+		if (i / shard != r)
+			x[i] = 0;
+	return ft_allreduce(c, FT_IN_PLACE, x, n * shard, FT_FLOAT32, FT_SUM, info);
+}
+
+static int sk_reduce_scatter_avg(struct ft_comm *c, float *g, size_t shard, struct ft_op_info *info)
+{
+	if (ft_reduce_scatter != NULL)
+		return ft_reduce_scatter(c, FT_IN_PLACE, g, shard, FT_FLOAT32, FT_AVG, info);
+	return ft_allreduce(c, FT_IN_PLACE, g, (size_t)ft_size(c) * shard, FT_FLOAT32, FT_AVG, info);
+}
+
+static int sk_write(struct sk *s, size_t b)
+{
+	size_t bb = s->bfl * sizeof(float);
+	off_t data = (off_t)(s->nblocks * sizeof(uint64_t));
+	if (pwrite(s->fd, s->saved + b * s->bfl, bb, data + (off_t)(b * bb)) != (ssize_t)bb ||
+	    pwrite(s->fd, &s->bstep[b], sizeof(uint64_t), (off_t)(b * sizeof(uint64_t))) !=
+		    (ssize_t)sizeof(uint64_t))
+		return -FT_EIO;
+	return 0;
+}
+
+/* fresh: the first incarnation of a fresh job writes step 0 (the initial model). */
+static int sk_enable(struct ft_comm *c, const struct ft_ckpt_config *cfg, const float *shard,
+		     size_t shard_bytes, int fresh)
+{
+	struct sk *s = &sk_state;
+	char path[FT_PATH_MAX + 32];
+	const char *dir = cfg->dir[0] != '\0' ? cfg->dir : getenv("FTCC_CKPT_DIR");
+
+	if (sk_lib())
+		return ft_ckpt_enable(c, cfg);
+	memset(s, 0, sizeof(*s));
+	s->cfg = *cfg;
+	s->live = shard;
+	s->rank = ft_orig_rank(c, ft_rank(c));
+	s->world = ft_size(c);
+	s->bfl = cfg->block_bytes / sizeof(float);
+	s->nblocks = shard_bytes / cfg->block_bytes;
+	s->rng = cfg->seed * 2654435761u + 1;
+	s->saved = malloc(shard_bytes);
+	s->bstep = calloc(s->nblocks, sizeof(uint64_t));
+	s->order = malloc(s->nblocks * sizeof(size_t));
+	s->score = malloc(s->nblocks * sizeof(double));
+	if (s->saved == NULL || s->bstep == NULL || s->order == NULL || s->score == NULL)
+		return -FT_ENOMEM;
+	snprintf(path, sizeof(path), "%s/ck-r%d.bin", dir != NULL ? dir : "/tmp", s->rank);
+	s->fd = open(path, O_RDWR | O_CREAT | (fresh ? O_TRUNC : 0), 0644);
+	if (s->fd < 0)
+		return -FT_EIO;
+	s->on = 1;
+	if (fresh) {
+		memcpy(s->saved, shard, shard_bytes);
+		for (size_t b = 0; b < s->nblocks; b++)
+			if (sk_write(s, b) != 0)
+				return -FT_EIO;
+	} else {
+		off_t data = (off_t)(s->nblocks * sizeof(uint64_t));
+		if (pread(s->fd, s->bstep, s->nblocks * sizeof(uint64_t), 0) !=
+			    (ssize_t)(s->nblocks * sizeof(uint64_t)) ||
+		    pread(s->fd, s->saved, shard_bytes, data) != (ssize_t)shard_bytes)
+			return -FT_ECORRUPT;
+	}
+	return 0;
+}
+
+static int sk_cmp_score(const void *a, const void *b)
+{
+	double x = sk_state.score[*(const size_t *)a], y = sk_state.score[*(const size_t *)b];
+	return x < y ? 1 : x > y ? -1 : (*(const size_t *)a > *(const size_t *)b) - (*(const size_t *)a < *(const size_t *)b);
+}
+
+static int sk_step(struct ft_comm *c, uint64_t step)
+{
+	struct sk *s = &sk_state;
+	size_t m;
+
+	if (sk_lib())
+		return ft_ckpt_step(c, step);
+	s->last = step;
+	if (step % s->cfg.interval != 0)
+		return 0;
+	m = s->cfg.strategy == FT_CKPT_FULL ? s->nblocks
+					    : (size_t)ceil(s->cfg.fraction * (double)s->nblocks);
+	m = m > s->nblocks ? s->nblocks : m;
+	for (size_t b = 0; b < s->nblocks; b++)
+		s->order[b] = b;
+	if (s->cfg.strategy == FT_CKPT_ROUND_ROBIN) {
+		for (size_t k = 0; k < m; k++)
+			s->order[k] = (s->rr + k) % s->nblocks;
+		s->rr = (s->rr + m) % s->nblocks;
+	} else if (s->cfg.strategy == FT_CKPT_RANDOM) {
+		for (size_t k = 0; k < m; k++) {
+			s->rng ^= s->rng << 13, s->rng ^= s->rng >> 7, s->rng ^= s->rng << 17;
+			size_t j = k + (size_t)(s->rng % (s->nblocks - k)), t = s->order[k];
+			s->order[k] = s->order[j];
+			s->order[j] = t;
+		}
+	} else if (s->cfg.strategy == FT_CKPT_PRIORITY) {
+		for (size_t b = 0; b < s->nblocks; b++) {
+			double d = 0;
+			for (size_t i = 0; i < s->bfl; i++) {
+				double e = (double)s->live[b * s->bfl + i] - (double)s->saved[b * s->bfl + i];
+				d += e * e;
+			}
+			s->score[b] = d;
+		}
+		qsort(s->order, s->nblocks, sizeof(size_t), sk_cmp_score);
+	}
+	for (size_t k = 0; k < m; k++) {
+		size_t b = s->order[k];
+		memcpy(s->saved + b * s->bfl, s->live + b * s->bfl, s->bfl * sizeof(float));
+		s->bstep[b] = step;
+		if (sk_write(s, b) != 0)
+			return -FT_EIO;
+	}
+	return 0;
+}
+
+static int sk_blocks(struct ft_comm *c, size_t *nblocks)
+{
+	if (sk_lib())
+		return ft_ckpt_blocks(c, 0, ft_orig_rank(c, ft_rank(c)), nblocks, NULL, NULL);
+	*nblocks = sk_state.nblocks;
+	return 0;
+}
+
+/* Restores this rank's whole shard into dst; now: the job's step. */
+static int sk_restore_own(struct ft_comm *c, float *dst, unsigned flags, uint64_t now,
+			  struct ft_restore_info *ri)
+{
+	struct sk *s = &sk_state;
+	double pert = 0, lost = 0;
+
+	if (sk_lib()) {
+		size_t nb;
+		int rc = sk_blocks(c, &nb);
+		return rc != 0 ? rc : ft_ckpt_restore(c, 0, ft_orig_rank(c, ft_rank(c)), 0, nb, dst, flags, ri);
+	}
+	memset(ri, 0, sizeof(*ri));
+	ri->oldest_step = UINT64_MAX;
+	for (size_t b = 0; b < s->nblocks; b++) {
+		ri->ckpt_step = s->bstep[b] > ri->ckpt_step ? s->bstep[b] : ri->ckpt_step;
+		ri->oldest_step = s->bstep[b] < ri->oldest_step ? s->bstep[b] : ri->oldest_step;
+		lost += (double)(now - s->bstep[b]);
+	}
+	for (size_t i = 0; i < s->nblocks * s->bfl; i++) {
+		if (flags & FT_RESTORE_CURRENT) {
+			double e = (double)dst[i] - (double)s->saved[i];
+			pert += e * e;
+		}
+		dst[i] = s->saved[i];
+	}
+	ri->now_step = now;
+	ri->blocks = s->nblocks;
+	ri->bytes = s->nblocks * s->bfl * sizeof(float);
+	ri->perturbation = sqrt(pert);
+	ri->exact = (flags & FT_RESTORE_CURRENT) != 0;
+	ri->pls = now > 0 ? lost / ((double)now * (double)s->nblocks * s->world) : 0;
+	return 0;
+}
+
+static int sk_flush(struct ft_comm *c)
+{
+	if (sk_lib())
+		return ft_ckpt_flush(c);
+	return sk_state.fd > 0 ? fdatasync(sk_state.fd) * 0 : 0;
+}
+
+static unsigned sk_interval_for_pls(double target, double fps, double frac)
+{
+	if (ft_ckpt_interval_for_pls != NULL)
+		return ft_ckpt_interval_for_pls(target, fps, frac);
+	if (!(target > 0) || !(fps > 0) || !(frac > 0) || frac > 1)
+		return 0;
+	double k = floor(2 * target / (fps * frac));
+	return k < 1 ? 1 : (unsigned)k;
+}
+
+#endif /* FTCC_EXAMPLES_CKPT_STANDIN_H */
