@@ -84,6 +84,7 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 			pol->attempt(c, k, &a);
 			a.op_seq = run.seq;
 			rc = k->kind == FT_COLL_BROADCAST ? ft__engine_broadcast(c, k, &a, &co)
+			     : k->blk != NULL		  ? ft__blocks_attempt(c, k, &a, &co)
 							  : ft__engine_allreduce(c, k, &a, &co);
 		}
 		run.contributors = c->size;
@@ -98,6 +99,8 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		}
 		/* FT__RETRY (0) runs the op again on the view just adopted */
 	}
+	if (rc == 0 && k->blk != NULL)
+		ft__blocks_deliver(k);
 	if (pol->end != NULL)
 		pol->end(c, k, rc, &run);
 	rc = call_finish(c, rc, info, &run);
@@ -160,4 +163,58 @@ FT__EXPORT int ft_broadcast(struct ft_comm *c, void *buf, size_t bytes, int root
 		return local_error(c, -FT_EINVAL);
 	k.root = ft__comm_shown_member(c, root);
 	return ft__collective_run(c, &k, info);
+}
+
+/*
+ * Reduce-scatter and allgather (blocks.c). Arguments are checked as
+ * ft_allreduce's; n blocks of count elements must fit a size_t. An
+ * allgather's own block goes into place first, and the op then runs in
+ * place (it never overwrites that block, so it stays the input of any
+ * restart; memmove: sendbuf may overlap recvbuf).
+ */
+static int blocks_call(struct ft_comm *c, enum ft_coll_kind kind, const void *sendbuf,
+		       void *recvbuf, size_t count, enum ft_dtype dtype, enum ft_op op,
+		       struct ft_op_info *info)
+{
+	size_t es = ft_dtype_size(dtype);
+	struct ft__blocks b;
+	struct ft__call k = {.kind = kind, .es = es, .dtype = dtype, .op = op, .blk = &b};
+	int rc = ft__comm_check(c), n;
+
+	if (rc != 0)
+		return rc;
+	n = ft__comm_shown_size(c);
+	if (es == 0 || (unsigned)op >= FT_OP_COUNT || n < 1 || count > SIZE_MAX / 8 / (size_t)n ||
+	    (count > 0 && (recvbuf == NULL || sendbuf == NULL)))
+		return local_error(c, -FT_EINVAL);
+	if ((rc = ft__blocks_init(c, &b, count)) != 0) {
+		ft__blocks_fini(&b);
+		return local_error(c, rc);
+	}
+	k.count = (size_t)n * count;
+	k.in_place = sendbuf == FT_IN_PLACE || kind == FT_COLL_ALLGATHER;
+	k.dst = k.in_place ? recvbuf : NULL; /* out of place: each attempt's (blocks.c) */
+	k.src = k.in_place ? NULL : sendbuf;
+	k.input_untouched = kind == FT_COLL_ALLGATHER;
+	if (kind == FT_COLL_REDUCE_SCATTER) {
+		b.out = k.in_place && count > 0 ? (char *)recvbuf + (size_t)b.me * count * es : recvbuf;
+	} else if (sendbuf != FT_IN_PLACE && count > 0) {
+		memmove((char *)recvbuf + (size_t)b.me * count * es, sendbuf, count * es);
+	}
+	rc = ft__collective_run(c, &k, info);
+	ft__blocks_fini(&b);
+	return rc;
+}
+
+FT__EXPORT int ft_reduce_scatter(struct ft_comm *c, const void *sendbuf, void *recvbuf,
+				 size_t recvcount, enum ft_dtype dtype, enum ft_op op,
+				 struct ft_op_info *info)
+{
+	return blocks_call(c, FT_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, info);
+}
+
+FT__EXPORT int ft_allgather(struct ft_comm *c, const void *sendbuf, void *recvbuf,
+			    size_t sendcount, enum ft_dtype dtype, struct ft_op_info *info)
+{
+	return blocks_call(c, FT_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, FT_SUM, info);
 }

@@ -114,6 +114,9 @@ static int comm_release(struct ft_comm *c)
 	free(c->backup);
 	c->backup = NULL;
 	c->backup_bytes = 0;
+	free(c->scratch);
+	c->scratch = NULL;
+	c->scratch_bytes = 0;
 	free(c->kept);
 	c->kept = NULL;
 	c->kept_cap = c->kept_bytes = 0;

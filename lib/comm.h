@@ -44,6 +44,8 @@ struct ft_comm {
 	struct ft_link *recv_link;      /* from dense rank - 1 */
 
 	uint64_t op_seq;                /* sequence number of the next collective */
+	void *scratch;                  /* reduce-scatter, allgather: room for blocks (blocks.c) */
+	size_t scratch_bytes;
 	void *slots;                    /* pipeline_depth staging slots of segment_bytes */
 	size_t slot_bytes;
 	struct ft_stats stats;

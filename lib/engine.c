@@ -1,4 +1,4 @@
-/* engine.c: the ring engine: one attempt at an allreduce, barrier or broadcast on the current view. */
+/* engine.c: the ring engine: one attempt at an allreduce, barrier, broadcast, reduce-scatter or allgather on the current view. */
 #include <sched.h>
 #include <string.h>
 
@@ -24,6 +24,10 @@
  * rank answers the root with an empty frame, so the root too returns only
  * when everyone has the data, and a disagreement reaches it as an error.
  * A barrier is an allreduce of nothing (2(n-1) empty frames per link).
+ * Reduce-scatter runs the allreduce's steps 0 .. n-2 only, allgather its
+ * steps n-1 .. 2n-3 only (frames keep those step numbers), both with the
+ * chunks shifted one ring position (schedule.h); an allgather's first
+ * sends come from the output buffer, which holds this rank's block.
  *
  * Commit steps (when the policy asks for them) are n-1 empty frames around
  * the ring after the data: a rank that receives the last one knows every
@@ -460,6 +464,8 @@ static int coll_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__c
 int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
 			 struct ft__coll *co)
 {
+	bool rs = k->kind == FT_COLL_REDUCE_SCATTER, ag = k->kind == FT_COLL_ALLGATHER;
+	uint32_t g0 = 0; /* first step */
 	int rc = coll_setup(co, c, k, a, false);
 
 	if (rc != 0)
@@ -473,11 +479,20 @@ int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const stru
 		return data_complete(co);
 	}
 	co->s.data_last = (uint32_t)(2 * co->s.n - 3);
+	if (rs || ag) {
+		/* one half of the ring, from one position back, so that ring
+		 * position r's block is chunk r (schedule.h) */
+		co->s.r = ft__mod(c->rank - 1, c->size);
+		if (rs)
+			co->s.data_last = (uint32_t)(co->s.n - 2);
+		else
+			co->rg = g0 = (uint32_t)(co->s.n - 1);
+	}
 	co->last_step = co->s.data_last + (a->commit ? (uint32_t)(co->s.n - 1) : 0);
-	for (uint32_t g = 0; g <= co->s.data_last; g++)
+	for (uint32_t g = g0; g <= co->s.data_last; g++)
 		co->data_total += ft__chunk_nseg(&co->s, ft__recv_chunk(&co->s, g));
 	co->recv_total = co->data_total + (co->last_step - co->s.data_last);
-	if (co->hooks->input_save_at != NULL) {
+	if (co->hooks->input_save_at != NULL && !rs && !ag) {
 		/* chunk r is first overwritten by an allgather receive, posted
 		 * ahead of time: its input is saved before anything is posted */
 		int mine = ft__send_chunk(&co->s, 0);
@@ -493,8 +508,8 @@ int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const stru
 		co->mine_saved = save != NULL || len == 0;
 	}
 	rc = inject(co, FT__PHASE_BETWEEN, 0, 0);
-	for (uint32_t s = 0; rc == 0 && s < ft__chunk_nseg(&co->s, ft__send_chunk(&co->s, 0)); s++)
-		rc = post_send(co, 0, s, co->src);
+	for (uint32_t s = 0; rc == 0 && s < ft__chunk_nseg(&co->s, ft__send_chunk(&co->s, g0)); s++)
+		rc = post_send(co, g0, s, ag ? co->dst : co->src);
 	return rc == 0 ? coll_run(co) : rc;
 }
 

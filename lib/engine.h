@@ -13,16 +13,36 @@
 struct ft_comm;
 struct ft__coll;
 
+/*
+ * Reduce-scatter and allgather: the block layout the call began with
+ * (blocks.c). Block i of n belongs to members[i], the caller's view when it
+ * called; an attempt on a smaller ring (shrink) keeps it.
+ */
+struct ft__blocks {
+	size_t count;           /* elements per block */
+	int n, me;              /* blocks, and the caller's */
+	int *members;           /* original rank of block i's member */
+	int *pos;               /* this attempt: block of the member at ring position p */
+	bool packed;            /* this attempt runs on the members' blocks packed in c->scratch */
+	int m, mine;            /* this attempt: ring size, this rank's position */
+	char *res;              /* this attempt's result: blocks in ring order */
+	void *out;              /* reduce-scatter: where the caller wants its block */
+};
+
 /* What the caller asked for; it outlives a recovery. */
 struct ft__call {
 	enum ft_coll_kind kind;
 	const void *src;        /* input: the caller's, or a kept copy of an in-place one */
 	void *dst;
-	size_t count, es;
+	size_t count, es;       /* reduce-scatter, allgather: count is n blocks' elements */
 	enum ft_dtype dtype;
 	enum ft_op op;
 	int root;               /* broadcast: original rank of the root */
 	bool in_place;
+	/* the attempt leaves the input where it is, whole: a restart needs no
+	 * backup of an in-place one (allgather; a packed reduce-scatter) */
+	bool input_untouched;
+	struct ft__blocks *blk; /* reduce-scatter, allgather; else NULL */
 };
 
 /*
@@ -98,7 +118,9 @@ struct ft__coll {
  * One attempt at an allreduce or barrier (k->kind) on the current view:
  * 0 once this rank holds the result and its frames are sent, else the
  * error it failed with (co says how far it got). k->src is the input
- * unless k->in_place.
+ * unless k->in_place. Also runs one half of the ring (reduce-scatter,
+ * allgather: k->count is the ring's blocks, in ring order; schedule.h);
+ * ft__blocks_attempt maps the caller's blocks to it.
  */
 int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
 			 struct ft__coll *co);
@@ -106,5 +128,15 @@ int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const stru
  * k->root, which must be a member of the current view. */
 int ft__engine_broadcast(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
 			 struct ft__coll *co);
+
+/* blocks.c: reduce-scatter and allgather on the caller's block layout. */
+/* Takes the layout from the membership the caller sees (n blocks of count elements). */
+int ft__blocks_init(struct ft_comm *c, struct ft__blocks *b, size_t count);
+void ft__blocks_fini(struct ft__blocks *b);
+/* One attempt of k on the current view (as ft__engine_allreduce). */
+int ft__blocks_attempt(struct ft_comm *c, struct ft__call *k, const struct ft__attempt *a,
+		       struct ft__coll *co);
+/* The op is done (this rank holds the last attempt's result): puts it where the caller wants it. */
+void ft__blocks_deliver(const struct ft__call *k);
 
 #endif

@@ -115,7 +115,7 @@ static void *save_input(struct ft__coll *co, size_t off, size_t len, struct ft__
 	struct ft_comm *c = co->c;
 
 	region_done(c);
-	if (c->input_whole)
+	if (c->input_whole && c->payload_bytes > 0)
 		return NULL; /* a restart runs from the saved input itself */
 	if (c->payload != NULL && off + len <= c->payload_bytes) {
 		if (add_region(c, off, len, 0) != 0) {
@@ -210,8 +210,13 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 		return 0;
 	}
 	if (c->plog != NULL) {
-		/* a broadcast's input is the root's buffer; other ranks need none */
-		size_t logged = k->kind == FT_COLL_BROADCAST && k->root != c->cfg.rank ? 0 : bytes;
+		/* a broadcast's input is the root's buffer; other ranks need none;
+		 * reduce-scatter and allgather are not replayed (ft__rejoin_join):
+		 * their input is not logged, their frames are */
+		size_t logged = (k->kind == FT_COLL_BROADCAST && k->root != c->cfg.rank) ||
+						k->blk != NULL
+					? 0
+					: bytes;
 		rc = ft__log_begin_bytes(c->plog, run->seq, c->generation, &op, logged, &payload);
 		if (rc != 0) {
 			log_off(c, rc, "starting an op's log");
@@ -219,7 +224,7 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 			c->plog = NULL;
 			c->log_dead = false;
 		} else {
-			c->payload = payload;
+			c->payload = logged > 0 ? payload : NULL;
 			c->payload_bytes = logged;
 			if (k->kind == FT_COLL_BROADCAST && logged > 0) {
 				memcpy(payload, k->dst, logged);
@@ -231,8 +236,8 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 			input_logged(c);
 		}
 	}
-	/* without a log an in-place restart needs shrink's backup */
-	return c->plog == NULL ? ft__shrink_backup_alloc(c, k) : 0;
+	/* without a logged input an in-place restart needs shrink's backup */
+	return c->plog == NULL || k->blk != NULL ? ft__shrink_backup_alloc(c, k) : 0;
 }
 
 static void rejoin_attempt(const struct ft_comm *c, const struct ft__call *k, struct ft__attempt *a)
@@ -252,7 +257,7 @@ static int rejoin_recover(struct ft_comm *c, struct ft__call *k, const struct ft
 		return rc;
 	t0 = ft__now_ns();
 	region_done(c);
-	if (k->in_place) {
+	if (k->in_place && !k->input_untouched) {
 		bool was_whole = c->input_whole;
 		void *into = c->payload != NULL ? c->payload : c->backup;
 		if (into == NULL)
@@ -477,7 +482,7 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 	struct ft__logop op;
 	struct ft__view v = {0};
 	uint64_t last = 0, first;
-	bool have = false;
+	bool have = false, replayable;
 	int rc;
 
 	c->job_nonce = latest->nonce;
@@ -499,8 +504,16 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 				 "application runs the interrupted op", dir, ft_strerror(rc));
 	}
 	/* the first op it can take part in: its application's next, or the
-	 * logged one it can replay (one less); 0 says none */
-	me->next_op = have ? last + 1 : 0;
+	 * logged one it can replay (one less); 0 says none. Reduce-scatter and
+	 * allgather are not replayed from the log (their input is not in it,
+	 * and a replay would need the block layout the call began with): when
+	 * the last logged op is one, the newcomer asks for it, not past it,
+	 * and its application runs the interrupted op (any op up to the
+	 * survivors' first is taken back that way), with the same ring and the
+	 * same inputs: bit-identical all the same. */
+	replayable = have && (op.kind == FT_COLL_ALLREDUCE || op.kind == FT_COLL_BROADCAST ||
+			      op.kind == FT_COLL_BARRIER);
+	me->next_op = replayable ? last + 1 : have ? last : 0;
 	me->rejoining = true;
 	ft__info("rejoin: a new incarnation of rank %d asks back into generation %u (log: %s)",
 		 c->cfg.rank, target, have ? "whole" : "none");
@@ -542,7 +555,7 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 	c->op_seq = first;
 	if (c->det != NULL)
 		ft__det_adopted(c->det, c->generation, first); /* what it publishes if another fails */
-	if (have && first == last) {
+	if (replayable && first == last) {
 		rc = replay(c, dir, first, &op); /* checked when the join read the log */
 		if (rc != 0)
 			return rc;
@@ -559,7 +572,8 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 		 c->generation, (unsigned long long)c->op_seq);
 	char args[160];
 	snprintf(args, sizeof(args), "{\"generation\":%u,\"next_op\":%llu,\"replayed\":%s}",
-		 c->generation, (unsigned long long)c->op_seq, have && first == last ? "true" : "false");
+		 c->generation, (unsigned long long)c->op_seq,
+		 replayable && first == last ? "true" : "false");
 	ft__trace_instant(c->trace, "rejoined", args);
 	return 0;
 }

@@ -42,9 +42,11 @@
 
 #define FT__KEEP_MAX ((size_t)64 << 10)
 
+/* (Not reduce-scatter, whose result differs on every rank, nor allgather:
+ * they run with commit steps, which need no handover of a block layout.) */
 static bool small_op(const struct ft__call *k)
 {
-	return k->kind != FT_COLL_BROADCAST && k->count * k->es <= FT__KEEP_MAX;
+	return k->kind != FT_COLL_BROADCAST && k->blk == NULL && k->count * k->es <= FT__KEEP_MAX;
 }
 
 /* Ops that run without commit steps and whose result a holder keeps. */
@@ -91,7 +93,7 @@ void ft__shrink_backup_complete(struct ft_comm *c, struct ft__call *k, const str
 	size_t bytes = k->count * k->es;
 
 	(void)c;
-	if (!k->in_place || backup == NULL || bytes == 0)
+	if (!k->in_place || k->input_untouched || backup == NULL || bytes == 0)
 		return;
 	if (co->c == NULL || co->s.n < 2) {
 		memcpy(backup, k->dst, bytes); /* the attempt never started */
@@ -278,7 +280,7 @@ int ft__shrink_backup_alloc(struct ft_comm *c, const struct ft__call *k)
 {
 	size_t bytes = k->count * k->es;
 
-	if (c->det == NULL || !k->in_place || bytes == 0 || c->size == 1)
+	if (c->det == NULL || !k->in_place || k->input_untouched || bytes == 0 || c->size == 1)
 		return 0;
 	if (c->backup_bytes < bytes) {
 		/* (Huge pages for it were measured slower here: 4 ranks, 64 MiB,

@@ -33,6 +33,18 @@
  * after this rank's step-0 send. That is what lets an in-place input be
  * saved a segment at a time, just before its first overwrite.
  *
+ * Reduce-scatter and allgather are the two halves: steps 0 .. n-2, steps
+ * n-1 .. 2n-3. Their buffer is n blocks of equal size, one per ring
+ * position, in ring order, and they run with r one position back (the
+ * engine sets s.r = r-1): so this rank ends the reduce-scatter holding
+ * chunk r, its own block, and the allgather starts by sending it. The
+ * arithmetic is the allreduce's own (count = n x block, so every chunk is
+ * one block); how the caller's blocks map to ring positions, when a shrink
+ * has left a smaller ring, is blocks.c's. A reduce-scatter never
+ * overwrites the chunk it sends raw at step 0 (chunk r-1, by the shifted
+ * r); every other chunk it overwrites at the step that receives it, as the
+ * allreduce does. An allgather overwrites no input.
+ *
  * Broadcast is one "chunk" of count bytes moving down the chain from the
  * root (step 0); steps after data_last carry one empty frame each.
  */

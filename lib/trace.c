@@ -260,6 +260,10 @@ static const char *kind_name(int kind)
 		return "broadcast";
 	case FT_COLL_BARRIER:
 		return "barrier";
+	case FT_COLL_REDUCE_SCATTER:
+		return "reduce_scatter";
+	case FT_COLL_ALLGATHER:
+		return "allgather";
 	default:
 		return "invalid";
 	}

@@ -52,7 +52,9 @@ enum ft_coll_kind {
 	FT_COLL_ALLREDUCE = 1,
 	FT_COLL_BROADCAST = 2,
 	FT_COLL_BARRIER = 3,
-	FT_COLL_INVALID = 4     /* stands in for a call with bad arguments */
+	FT_COLL_INVALID = 4,    /* stands in for a call with bad arguments */
+	FT_COLL_REDUCE_SCATTER = 5,
+	FT_COLL_ALLGATHER = 6
 };
 
 /*

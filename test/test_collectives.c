@@ -84,13 +84,15 @@ Test(barrier, nobody_leaves_early, .timeout = 60)
  * One rank calls with different arguments: every rank must get an error
  * (no hang, no corruption), and the next, agreeing collective must work.
  */
-enum disagreement { D_COUNT, D_DTYPE, D_OP, D_KIND, D_ROOT, D_NULL_ONE, D_COUNT_ZERO };
+enum disagreement { D_COUNT, D_DTYPE, D_OP, D_KIND, D_ROOT, D_NULL_ONE, D_COUNT_ZERO,
+		   D_RS_VS_ALLREDUCE, D_RS_VS_ALLGATHER, D_RS_COUNT, D_AG_COUNT, D_RS_DTYPE,
+		   D_AG_DTYPE, D_RS_OP, D_RS_NULL_ONE };
 
 static int run_disagree(struct ft_comm *comm, int rank, int n, void *arg)
 {
 	enum disagreement d = *(enum disagreement *)arg;
 	const int odd = 1;
-	size_t count = 1000;
+	size_t count = 1000, bc = 200; /* bc: blocks' elements (n <= 5: 1000 in all) */
 	float buf[2000], out[2000];
 	int rc;
 
@@ -125,6 +127,40 @@ static int run_disagree(struct ft_comm *comm, int rank, int n, void *arg)
 		if (rank == odd)
 			rc = -FT_EMISMATCH;
 		break;
+	case D_RS_VS_ALLREDUCE:
+		rc = rank == odd ? ft_allreduce(comm, buf, out, bc * (size_t)n, FT_FLOAT32, FT_SUM, NULL)
+				 : ft_reduce_scatter(comm, buf, out, bc, FT_FLOAT32, FT_SUM, NULL);
+		break;
+	case D_RS_VS_ALLGATHER:
+		rc = rank == odd ? ft_allgather(comm, buf, out, bc, FT_FLOAT32, NULL)
+				 : ft_reduce_scatter(comm, buf, out, bc, FT_FLOAT32, FT_SUM, NULL);
+		break;
+	case D_RS_COUNT:
+		rc = ft_reduce_scatter(comm, buf, out, rank == odd ? bc - 1 : bc, FT_FLOAT32, FT_SUM, NULL);
+		break;
+	case D_AG_COUNT:
+		rc = ft_allgather(comm, buf, out, rank == odd ? 0 : bc, FT_FLOAT32, NULL);
+		break;
+	case D_RS_DTYPE:
+		rc = ft_reduce_scatter(comm, buf, out, bc, rank == odd ? FT_INT32 : FT_FLOAT32, FT_SUM,
+				       NULL);
+		break;
+	case D_AG_DTYPE:
+		rc = ft_allgather(comm, FT_IN_PLACE, out, bc, rank == odd ? FT_INT32 : FT_FLOAT32, NULL);
+		break;
+	case D_RS_OP:
+		rc = ft_reduce_scatter(comm, FT_IN_PLACE, buf, bc, FT_FLOAT32, rank == odd ? FT_MIN : FT_SUM,
+				       NULL);
+		break;
+	case D_RS_NULL_ONE:
+		rc = ft_reduce_scatter(comm, rank == odd ? NULL : buf, out, bc, FT_FLOAT32, FT_SUM, NULL);
+		if (rank == odd && rc != -FT_EINVAL) {
+			fprintf(stderr, "rank %d: NULL buffer gave %s\n", rank, ft_err_name(rc));
+			return 1;
+		}
+		if (rank == odd)
+			rc = -FT_EMISMATCH;
+		break;
 	default:
 		return 9;
 	}
@@ -144,6 +180,16 @@ static int run_disagree(struct ft_comm *comm, int rank, int n, void *arg)
 	for (size_t i = 0; i < count; i++)
 		if (out[i] != (float)(n * (n - 1) / 2))
 			return 5;
+	/* and so is the block layout */
+	rc = ft_reduce_scatter(comm, buf, out, bc, FT_FLOAT32, FT_SUM, NULL);
+	if (rc != 0) {
+		fprintf(stderr, "rank %d: reduce-scatter after the disagreement: %s\n", rank,
+			ft_strerror(rc));
+		return 6;
+	}
+	for (size_t i = 0; i < bc; i++)
+		if (out[i] != (float)(n * (n - 1) / 2))
+			return 7;
 	return 0;
 }
 
@@ -160,6 +206,14 @@ Test(mismatch, op, .timeout = 60) { disagree(D_OP); }
 Test(mismatch, barrier_vs_allreduce, .timeout = 60) { disagree(D_KIND); }
 Test(mismatch, broadcast_root, .timeout = 60) { disagree(D_ROOT); }
 Test(mismatch, null_buffer_on_one_rank, .timeout = 60) { disagree(D_NULL_ONE); }
+Test(mismatch, reduce_scatter_vs_allreduce, .timeout = 60) { disagree(D_RS_VS_ALLREDUCE); }
+Test(mismatch, reduce_scatter_vs_allgather, .timeout = 60) { disagree(D_RS_VS_ALLGATHER); }
+Test(mismatch, reduce_scatter_count, .timeout = 60) { disagree(D_RS_COUNT); }
+Test(mismatch, allgather_count_zero, .timeout = 60) { disagree(D_AG_COUNT); }
+Test(mismatch, reduce_scatter_dtype, .timeout = 60) { disagree(D_RS_DTYPE); }
+Test(mismatch, allgather_dtype, .timeout = 60) { disagree(D_AG_DTYPE); }
+Test(mismatch, reduce_scatter_op, .timeout = 60) { disagree(D_RS_OP); }
+Test(mismatch, reduce_scatter_null_buffer_on_one_rank, .timeout = 60) { disagree(D_RS_NULL_ONE); }
 
 static int run_bad_args(struct ft_comm *comm, int rank, int n, void *arg)
 {
@@ -179,6 +233,19 @@ static int run_bad_args(struct ft_comm *comm, int rank, int n, void *arg)
 	EXPECT(ft_allreduce(comm, buf, buf, 16, (enum ft_dtype)99, FT_SUM, NULL), -FT_EINVAL);
 	EXPECT(ft_allreduce(comm, buf, buf, 16, FT_FLOAT32, (enum ft_op)-1, NULL), -FT_EINVAL);
 	EXPECT(ft_allreduce(comm, buf, buf, SIZE_MAX / 2, FT_FLOAT32, FT_SUM, NULL), -FT_EINVAL);
+	EXPECT(ft_reduce_scatter(comm, NULL, buf, 4, FT_FLOAT32, FT_SUM, NULL), -FT_EINVAL);
+	EXPECT(ft_reduce_scatter(comm, buf, NULL, 4, FT_FLOAT32, FT_SUM, NULL), -FT_EINVAL);
+	EXPECT(ft_reduce_scatter(comm, buf, buf, 4, (enum ft_dtype)99, FT_SUM, NULL), -FT_EINVAL);
+	EXPECT(ft_reduce_scatter(comm, buf, buf, 4, FT_FLOAT32, FT_OP_COUNT, NULL), -FT_EINVAL);
+	/* n blocks of it overflow, though one does not */
+	EXPECT(ft_reduce_scatter(comm, FT_IN_PLACE, buf, SIZE_MAX / 8 / 2, FT_FLOAT64, FT_SUM, NULL),
+	       -FT_EINVAL);
+	EXPECT(ft_allgather(comm, NULL, buf, 4, FT_FLOAT32, NULL), -FT_EINVAL);
+	EXPECT(ft_allgather(comm, buf, NULL, 4, FT_FLOAT32, NULL), -FT_EINVAL);
+	EXPECT(ft_allgather(comm, buf, buf, 4, (enum ft_dtype)-1, NULL), -FT_EINVAL);
+	EXPECT(ft_allgather(comm, FT_IN_PLACE, buf, SIZE_MAX / 8 / 2, FT_FLOAT64, NULL), -FT_EINVAL);
+	EXPECT(ft_reduce_scatter(NULL, buf, buf, 4, FT_FLOAT32, FT_SUM, NULL), -FT_EINVAL);
+	EXPECT(ft_allgather(NULL, buf, buf, 4, FT_FLOAT32, NULL), -FT_EINVAL);
 	EXPECT(ft_broadcast(comm, NULL, 16, 0, NULL), -FT_EINVAL);
 	EXPECT(ft_broadcast(comm, buf, 16, n, NULL), -FT_EINVAL);
 	EXPECT(ft_broadcast(comm, buf, 16, -1, NULL), -FT_EINVAL);
@@ -187,6 +254,8 @@ static int run_bad_args(struct ft_comm *comm, int rank, int n, void *arg)
 	EXPECT(ft_barrier(NULL), -FT_EINVAL);
 	/* Zero elements need no buffers. */
 	EXPECT(ft_allreduce(comm, NULL, NULL, 0, FT_FLOAT32, FT_SUM, NULL), 0);
+	EXPECT(ft_reduce_scatter(comm, NULL, NULL, 0, FT_FLOAT32, FT_AVG, NULL), 0);
+	EXPECT(ft_allgather(comm, NULL, NULL, 0, FT_FLOAT32, NULL), 0);
 	EXPECT(ft_allreduce(comm, buf, buf, 16, FT_FLOAT32, FT_SUM, NULL), 0);
 	for (int i = 0; i < 16; i++)
 		if (buf[i] != 0)
@@ -195,6 +264,8 @@ static int run_bad_args(struct ft_comm *comm, int rank, int n, void *arg)
 	EXPECT(ft_allreduce(comm, buf, buf, 16, FT_FLOAT32, FT_SUM, NULL), -FT_EFINALIZED);
 	EXPECT(ft_broadcast(comm, buf, 16, 0, NULL), -FT_EFINALIZED);
 	EXPECT(ft_barrier(comm), -FT_EFINALIZED);
+	EXPECT(ft_reduce_scatter(comm, buf, buf, 4, FT_FLOAT32, FT_SUM, NULL), -FT_EFINALIZED);
+	EXPECT(ft_allgather(comm, buf, buf, 4, FT_FLOAT32, NULL), -FT_EFINALIZED);
 	EXPECT(ft_size(comm), -FT_EFINALIZED);
 	EXPECT(ft_rank(comm), -FT_EFINALIZED);
 	EXPECT(ft_finalize(comm), -FT_EFINALIZED);
