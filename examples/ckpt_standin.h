@@ -1,4 +1,4 @@
-/* ckpt_standin.h: an application-level running checkpoint and the ring's halves through ft_allreduce, standing in for ftcc's until a build has them (weak references decide at run time). */
+/* ckpt_standin.h: an application-level running checkpoint standing in for ftcc's until a build has it (weak references decide at run time). */
 #ifndef FTCC_EXAMPLES_CKPT_STANDIN_H
 #define FTCC_EXAMPLES_CKPT_STANDIN_H
 
@@ -12,8 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#pragma weak ft_allgather
-#pragma weak ft_reduce_scatter
 #pragma weak ft_ckpt_enable
 #pragma weak ft_ckpt_step
 #pragma weak ft_ckpt_restore
@@ -40,24 +38,6 @@ struct sk {
 static struct sk sk_state;
 
 static int sk_lib(void) { return ft_ckpt_enable != NULL; }
-
-static int sk_allgather(struct ft_comm *c, float *x, size_t shard, struct ft_op_info *info)
-{
-	if (ft_allgather != NULL)
-		return ft_allgather(c, FT_IN_PLACE, x, shard, FT_FLOAT32, info);
-	size_t r = (size_t)ft_rank(c), n = (size_t)ft_size(c);
-	for (size_t i = 0; i < n * shard; i++)
-		if (i / shard != r)
-			x[i] = 0;
-	return ft_allreduce(c, FT_IN_PLACE, x, n * shard, FT_FLOAT32, FT_SUM, info);
-}
-
-static int sk_reduce_scatter_avg(struct ft_comm *c, float *g, size_t shard, struct ft_op_info *info)
-{
-	if (ft_reduce_scatter != NULL)
-		return ft_reduce_scatter(c, FT_IN_PLACE, g, shard, FT_FLOAT32, FT_AVG, info);
-	return ft_allreduce(c, FT_IN_PLACE, g, (size_t)ft_size(c) * shard, FT_FLOAT32, FT_AVG, info);
-}
 
 static int sk_write(struct sk *s, size_t b)
 {

@@ -55,15 +55,27 @@ close:
 	return data;
 }
 
+/* DIR/NAME, or DIR/NAME.gz when there is no uncompressed copy (zlib reads both). */
+static void fm_path(char *path, size_t len, const char *dir, const char *which, const char *kind)
+{
+	FILE *f;
+
+	snprintf(path, len, "%s/%s-%s-ubyte", dir, which, kind);
+	if ((f = fopen(path, "rb")) != NULL)
+		fclose(f);
+	else
+		snprintf(path, len, "%s/%s-%s-ubyte.gz", dir, which, kind);
+}
+
 /* which: "train" or "t10k". Returns 0 or -1 (message printed). */
 static int fm_load(const char *dir, const char *which, struct fm_set *s)
 {
 	char path[512];
 	size_t ni = 0, nl = 0;
 
-	snprintf(path, sizeof(path), "%s/%s-images-idx3-ubyte.gz", dir, which);
+	fm_path(path, sizeof(path), dir, which, "images-idx3");
 	s->img = fm_read_idx(path, 0x803, &ni);
-	snprintf(path, sizeof(path), "%s/%s-labels-idx1-ubyte.gz", dir, which);
+	fm_path(path, sizeof(path), dir, which, "labels-idx1");
 	s->label = fm_read_idx(path, 0x801, &nl);
 	if (s->img == NULL || s->label == NULL || ni != nl) {
 		free(s->img);

@@ -294,12 +294,12 @@ static double hold_here(const struct opts *o, int rank)
 /* The ring's halves on the full buffer x (own shard at x + r * shard). */
 static int gather(struct ft_comm *c, float *x, size_t shard, struct ft_op_info *info)
 {
-	return sk_allgather(c, x, shard, info);
+	return ft_allgather(c, FT_IN_PLACE, x, shard, FT_FLOAT32, info);
 }
 
 static int scatter_avg(struct ft_comm *c, float *g, size_t shard, struct ft_op_info *info)
 {
-	return sk_reduce_scatter_avg(c, g, shard, info);
+	return ft_reduce_scatter(c, FT_IN_PLACE, g, shard, FT_FLOAT32, FT_AVG, info);
 }
 
 static void print_restore(const char *kind, int rank, const struct ft_restore_info *ri,

@@ -8,6 +8,7 @@ prog/go; this driver reads the victims' pids, sends them SIGKILL, then creates
 go. The same seed gives the same kill step, data and initial model in every
 cell, so each failed run is compared with the failure-free run of its seed.
 """
+import gzip
 import json
 import math
 import os
@@ -32,10 +33,11 @@ C = 16
 SEEDS = ([int(s) for s in os.environ["EXPERIMENT_SEEDS"].split(",")] if os.environ.get("EXPERIMENT_SEEDS")
          else list(range(1, 11 if FULL else 6)))
 MODELS = {
-    "mlr": dict(args=["--model=mlr", "--lr=0.2", "--batch=64", "--eval-every=1", "--eval-n=2000"],
+    "mlr": dict(args=["--model=mlr", "--lr=0.05", "--batch=256", "--eval-every=2", "--eval-n=1000"],
                 steps=400 if FULL else 250),
-    "mlp": dict(args=["--model=mlp", "--lr=0.1", "--batch=64", "--eval-every=2", "--eval-n=1000"],
-                steps=400 if FULL else 250),
+    "mlp": dict(args=["--model=mlp", "--lr=0.03", "--batch=256", "--eval-every=2", "--eval-n=500"],
+                steps=400 if FULL else 250,
+                quick=("ff_repl", "ff_shard", "lossy", "exact", "full", "partial", "prio", "rr", "random")),
 }
 FAIL_BASE = 96  # kills land after update U = FAIL_BASE + 1 .. FAIL_BASE + C - 1
 TARGET_PLS = 0.02  # for CPR's interval rule
@@ -195,46 +197,38 @@ def run_cell(model, cell, seed):
 
 
 # ---- iteration cost --------------------------------------------------------------
-SMOOTH = 7      # eval points in the centered moving average
-WINDOW = (20, 100)  # iterations after the failure over which the gap is read
+SLOPE_HALF = 15       # iterations either side for the failure-free curve's local slope
+WINDOW = (20, 80)     # iterations after the kill over which the shift is averaged
 
 
-def smooth(points):
-    ys = [y for _, y in points]
-    h = SMOOTH // 2
+def local_slope(pts, t):
+    """Least-squares slope of the failure-free loss over [t - SLOPE_HALF, t + SLOPE_HALF]."""
+    w = [(x, y) for x, y in pts if abs(x - t) <= SLOPE_HALF]
+    if len(w) < 3:
+        return None
+    mx = sum(x for x, _ in w) / len(w)
+    my = sum(y for _, y in w) / len(w)
+    sxx = sum((x - mx) ** 2 for x, _ in w)
+    return sum((x - mx) * (y - my) for x, y in w) / sxx if sxx > 0 else None
+
+
+def shifts(ff, run, U):
+    """(t, d(t)): the failed run at iteration t has the failure-free loss of iteration t - d(t)."""
+    pts = sorted((i, l) for i, (_, l) in ff["curve"].items())
+    ffl = dict(pts)
     out = []
-    for i, (x, _) in enumerate(points):
-        lo, hi = max(0, i - h), min(len(ys), i + h + 1)
-        out.append((x, sum(ys[lo:hi]) / (hi - lo)))
+    for t, (_, l) in sorted(run["curve"].items()):
+        if t < U or t not in ffl:
+            continue
+        s = local_slope(pts, t)
+        if s is not None and s < 0:
+            out.append((t, (l - ffl[t]) / -s))
     return out
 
 
-def equivalent_iteration(env, loss):
-    """First iteration at which the (monotone) failure-free envelope reaches `loss`, interpolated."""
-    if loss >= env[0][1]:
-        return env[0][0]
-    for (x0, y0), (x1, y1) in zip(env, env[1:]):
-        if y1 <= loss:
-            if y0 == y1:
-                return x1
-            return x0 + (x1 - x0) * (y0 - loss) / (y0 - y1)
-    return None  # below anything the failure-free run reached
-
-
 def iteration_cost(ff, run, U):
-    """Median over the window of (iteration - the failure-free iteration with the same smoothed loss)."""
-    ffp = smooth(sorted((i, l) for i, (_, l) in ff["curve"].items()))
-    env, best = [], math.inf
-    for x, y in ffp:
-        best = min(best, y)
-        env.append((x, best))
-    post = smooth(sorted((i, l) for i, (_, l) in run["curve"].items() if i >= U))
-    gaps = []
-    for x, y in post:
-        if U + WINDOW[0] <= x <= U + WINDOW[1]:
-            e = equivalent_iteration(env, y)
-            gaps.append(x - e if e is not None else 0.0)
-    return statistics.median(gaps) if gaps else float("nan")
+    d = [v for t, v in shifts(ff, run, U) if U + WINDOW[0] <= t <= U + WINDOW[1]]
+    return statistics.mean(d) if d else float("nan")
 
 
 def mean_sd(v):
@@ -253,14 +247,32 @@ def fmt(v, digits=2, pct=False):
 
 
 # ---- main --------------------------------------------------------------------------
+def unpack_data():
+    """Uncompressed copies of the IDX files, so that 4 ranks x 100 jobs do not gunzip 30 MB each."""
+    src = os.environ.get("FMNIST_DIR", "/usr/share/datasets/fashion-mnist")
+    dst = os.path.join(OUT, "data")
+    os.makedirs(dst, exist_ok=True)
+    for n in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+              "t10k-labels-idx1-ubyte"):
+        if not os.path.exists(os.path.join(dst, n)):
+            with gzip.open(os.path.join(src, n + ".gz")) as fi, open(os.path.join(dst, n + ".tmp"), "wb") as fo:
+                fo.write(fi.read())
+            os.rename(os.path.join(dst, n + ".tmp"), os.path.join(dst, n))
+    for m in MODELS.values():
+        m["args"].append("--data=" + dst)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
+    unpack_data()
     only = os.environ.get("EXPERIMENT_CELLS", "").split(",") if os.environ.get("EXPERIMENT_CELLS") else None
     models = os.environ.get("EXPERIMENT_MODELS", "mlr,mlp").split(",")
     t_start = time.monotonic()
     all_res = {}
     for model in models:
         cells = [c for c in cells_for(model) if only is None or c[0] in only or c[0].startswith("ff")]
+        if not FULL and only is None and "quick" in MODELS[model]:
+            cells = [c for c in cells if c[0] in MODELS[model]["quick"]]
         all_res[model] = {}
         for cell in cells:
             rs = []
@@ -393,52 +405,70 @@ def bars(model, cells, costs, ff):
     return "\n".join(out)
 
 
+PLOT_CELLS = ("lossy", "restart", "full", "partial", "prio", "rr", "random", "partial2", "partial3")
+
+
 def write_plots(model, cells, costs, ff):
-    """Gnuplot data: mean loss around the failure per cell (ratio to failure-free), cost by strategy."""
+    """Gnuplot inputs: loss and loss minus failure-free around the kill (first seed), cost by strategy."""
     d = os.path.join(OUT, "plot")
     os.makedirs(d, exist_ok=True)
     seed = SEEDS[0]
+    names = []
+    ref = ff["sharded"].get(seed)
     with open(os.path.join(d, "%s-curves.dat" % model), "w") as f:
-        for name, (cell, rs) in cells.items():
-            r = next((x for x in rs if x["seed"] == seed), None)
-            if r is None or not r["curve"]:
+        for name in ("ff_shard",) + PLOT_CELLS:
+            if name not in cells or ref is None:
                 continue
+            r = next((x for x in cells[name][1] if x["seed"] == seed), None)
+            base = ff[cells[name][0][2]].get(seed)
+            if r is None or not r["curve"] or base is None:
+                continue
+            names.append(name)
             f.write("# %s\n" % name)
             for i in sorted(r["curve"]):
-                f.write("%d %.6f\n" % (i, r["curve"][i][1]))
+                b = base["curve"].get(i)
+                f.write("%d %.6f %.6f\n" % (i, r["curve"][i][1], r["curve"][i][1] - b[1] if b else 0.0))
             f.write("\n\n")
     with open(os.path.join(d, "%s-cost.dat" % model), "w") as f:
-        for name in ("restart", "full", "partial", "rr", "random", "prio", "partial2", "partial3", "lossy",
-                     "exact", "pls"):
-            m, s = mean_sd(costs.get(name, []))
+        for name in ("restart", "full", "partial", "random", "rr", "prio", "partial2", "partial3", "lossy",
+                     "pls"):
+            m, sd = mean_sd(costs.get(name, []))
             if m is not None:
-                f.write("%s %.4f %.4f\n" % (name, m, s))
+                f.write('"%s" %.4f %.4f\n' % (SHORT.get(name, name), m, sd))
     with open(os.path.join(d, "%s-names.txt" % model), "w") as f:
-        f.write(" ".join(n for n, (c, rs) in cells.items() if any(x["seed"] == seed and x["curve"] for x in rs)))
+        f.write(" ".join(SHORT.get(n, n) for n in names) + "\n")
     with open(os.path.join(d, "%s-kill.txt" % model), "w") as f:
         f.write("%d\n" % kill_step(seed))
 
 
+SHORT = {"ff_shard": "failure-free", "lossy": "lossy-fwd", "restart": "ckpt-restart", "full": "full-rec",
+         "partial": "partial(full-ckpt)", "prio": "partial+priority", "rr": "partial+round-robin",
+         "random": "partial+random", "partial2": "partial,2-lost", "partial3": "partial,3-lost",
+         "pls": "partial@PLS-interval"}
+
+
 DEFINITIONS = """
 **Definitions.**
-*Iteration cost* (SCAR's ι: extra iterations to reach the same loss): rank 0
-evaluates the mean cross-entropy on a fixed subset of the training set (every
-iteration for MLR, every 2 for the MLP). Both curves are smoothed with a
-centered moving average of 7 evaluations; the failure-free curve of the same
-seed (same data, same initial model) is made monotone (running minimum). For
-each evaluation of the failed run between 20 and 100 iterations after the
-kill, the equivalent failure-free iteration is where that envelope first
-reaches the same loss (linear interpolation); the cost is the median of
-(iteration − equivalent iteration) over the window. Iterations count every step
-executed: the checkpoint-restart cell's redone steps count, so there the cost
-is the rework U − C_last by construction of the axis.
-*Checkpoint %*: time inside ft_ckpt_step (rank 0; the rounds' selection and
-copy, and writes the call waits for) over the rest of the step time, in the
-same run. *Perturbation (library)*: ‖x − checkpoint‖ that the restore reports
+*Iteration cost* (SCAR's ι: the extra iterations a failed run needs to reach
+the loss the failure-free run reaches): rank 0 evaluates the mean cross-entropy
+on a fixed subset of the training set every 2 iterations. The failed run and
+the failure-free run of the same seed see the same minibatches, so their
+difference at iteration t, ΔL(t), is the failure's effect with the data noise
+cancelled. With s(t) the failure-free curve's local slope (least squares over
+t ± 15), the failed run at t stands where the failure-free run stood d(t) =
+ΔL(t) / −s(t) iterations earlier; the cost is the mean of d(t) over 20..80
+iterations after the kill (d(t) is flat there: see the plots). Iterations
+count every step executed, so the checkpoint-restart cell's redone steps count
+(its cost measures U − C_last, the rework).
+*Checkpoint %*: time inside ft_ckpt_step on rank 0 (the rounds' selection,
+copy and the writes the call waits for) over the rest of the step time, in the
+same run. *Perturbation (library)*: ‖x − checkpoint‖ as the restore reports it
 (exact on survivors restoring in place; on a replacement the lost values are
-gone, so the library gives a lower bound). *True ‖x − ckpt‖*: against the
-failure-free run's parameters at the kill step (the failed run is identical
-to it up to the kill). *PLS*: the portion of lost samples the restore reports.
+gone, so it is a lower bound). *True ‖x − ckpt‖*: against the failure-free
+run's parameters after update U (the failed run is identical to it up to the
+kill), summed in squares over the restored shards. *PLS*: the portion of lost
+samples the restore reports (replacements' summed).
+*Wall*: the whole job as the driver sees it (data load, start, restarts).
 """
 
 PAPERS = """
