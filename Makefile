@@ -78,7 +78,7 @@ SHARED := $(B)/libftcc.so
 TOOLS := $(B)/ftcc-run $(B)/ftcc-log
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 # The Fashion-MNIST training example reads the gzipped data set with zlib.
-ZLIB_EXAMPLES := $(B)/examples/train_sharded
+ZLIB_EXAMPLES := $(B)/examples/train_fmnist
 ifneq ($(HAVE_ZLIB),1)
 EXAMPLES := $(filter-out $(ZLIB_EXAMPLES),$(EXAMPLES))
 endif
@@ -98,7 +98,7 @@ $(FLAGS): FORCE
 	@mkdir -p $(B)
 	@$(if $(filter 1,$(HAVE_FABRIC)),,echo 'ftcc: building without the libfabric transport: $(NO_FABRIC)')
 	@$(if $(filter 1,$(HAVE_URING)),,echo 'ftcc: building without io_uring (logs will use pwrite): $(NO_URING)')
-	@$(if $(filter 1,$(HAVE_ZLIB)),,echo 'ftcc: building without examples/train_sharded: $(NO_ZLIB)')
+	@$(if $(filter 1,$(HAVE_ZLIB)),,echo 'ftcc: building without examples/train_fmnist: $(NO_ZLIB)')
 	@printf '%s\n' '$(subst ','\'',$(FLAGS_TEXT))' > $(FLAGS).new; \
 	if cmp -s $(FLAGS).new $(FLAGS); then rm -f $(FLAGS).new; else \
 		[ ! -f $(FLAGS) ] || echo "ftcc: build flags or detected parts changed: rebuilding $(B)"; \
@@ -128,7 +128,7 @@ $(B)/examples/%: examples/%.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
-$(ZLIB_EXAMPLES): examples/train_sharded.c $(STATIC) $(FLAGS)
+$(ZLIB_EXAMPLES): examples/train_fmnist.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) -lz $(LDFLAGS)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """experiment.py BUILD_DIR OUT_DIR: runs the recovery cells (4 ranks, real outside SIGKILLs) and writes results.md, CSVs and gnuplot inputs.
 
-Standard library only. Each cell runs `ftcc-run -n 4 ... train_sharded` once per
+Standard library only. Each cell runs `ftcc-run -n 4 ... train_fmnist` once per
 seed. A kill lands between two steps: with --hold=U every rank writes
 OUT/runs/.../prog/held.r<rank> (its pid) after update U and waits for
 prog/go; this driver reads the victims' pids, sends them SIGKILL, then creates
@@ -23,7 +23,7 @@ B = sys.argv[1]
 OUT = sys.argv[2]
 FULL = os.environ.get("EXPERIMENT_FULL", "") not in ("", "0")
 RUN = os.path.join(B, "ftcc-run")
-PROG = os.path.join(B, "examples", "train_sharded")
+PROG = os.path.join(B, "examples", "train_fmnist")
 WORLD = 4
 
 # ---- configuration -------------------------------------------------------------

@@ -1,4 +1,4 @@
-/* train_sharded.c: Fashion-MNIST data-parallel training (MLR or MLP) with replicated or sharded state, for the recovery experiment (train_sharded --help). */
+/* train_fmnist.c: Fashion-MNIST data-parallel training (MLR or MLP) with replicated or sharded state, for the recovery experiment (train_fmnist --help). */
 #include <ftcc.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -77,7 +77,7 @@ static const char *const strategy_names[] = {"full", "rr", "random", "priority",
 
 static void usage(void)
 {
-	fputs("usage: train_sharded [--model=mlr|mlp] [--steps=N] [--batch=B] [--lr=X] [--seed=S]\n"
+	fputs("usage: train_fmnist [--model=mlr|mlp] [--steps=N] [--batch=B] [--lr=X] [--seed=S]\n"
 	      "  [--state=replicated|sharded] [--recovery=none|partial|full|restart]\n"
 	      "  [--ckpt=none|full|rr|random|priority] [--fraction=R] [--interval=K]\n"
 	      "  [--ckpt-dir=DIR] [--eval-every=E] [--eval-n=N] [--hold=U --progress=DIR]\n"
