@@ -75,7 +75,7 @@ FLAGS := $(B)/.flags
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
 STATIC := $(B)/libftcc.a
 SHARED := $(B)/libftcc.so
-TOOLS := $(B)/ftcc-run $(B)/ftcc-log
+TOOLS := $(B)/ftcc-run $(B)/ftcc-log $(B)/ftcc-ckpt
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 # The Fashion-MNIST training example reads the gzipped data set with zlib.
 ZLIB_EXAMPLES := $(B)/examples/train_fmnist
@@ -121,6 +121,10 @@ $(B)/ftcc-run: tools/ftcc-run.c $(FLAGS)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LDFLAGS)
 
 $(B)/ftcc-log: tools/ftcc-log.c $(STATIC) $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+
+$(B)/ftcc-ckpt: tools/ftcc-ckpt.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
@@ -247,13 +251,14 @@ install: lib tools
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/libftcc.so.0
 	ln -sf libftcc.so.0 $(DESTDIR)$(LIBDIR)/libftcc.so
-	install -m 755 $(B)/ftcc-run $(B)/ftcc-log $(DESTDIR)$(BINDIR)/
+	install -m 755 $(B)/ftcc-run $(B)/ftcc-log $(B)/ftcc-ckpt $(DESTDIR)$(BINDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 		-e 's|@LIBS@|$(LIB_LDLIBS)|' ftcc.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/ftcc.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libftcc.* $(DESTDIR)$(LIBDIR)/pkgconfig/ftcc.pc
-	rm -rf $(DESTDIR)$(INCLUDEDIR)/ftcc.h $(DESTDIR)$(BINDIR)/ftcc-run $(DESTDIR)$(BINDIR)/ftcc-log
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/ftcc.h $(DESTDIR)$(BINDIR)/ftcc-run $(DESTDIR)$(BINDIR)/ftcc-log \
+		$(DESTDIR)$(BINDIR)/ftcc-ckpt
 
 clean:
 	rm -rf build build-asan build-tsan

@@ -338,6 +338,19 @@ int ft_ckpt_blocks(struct ft_comm *comm, int region, int owner, size_t *nblocks,
  * ft_state_sync cost (summed over regions). 0, or -FT_ENOSYS if none was. */
 int ft_state_restored(const struct ft_comm *comm, struct ft_restore_info *info);
 
+/* What checkpointing cost this rank since ft_ckpt_enable. */
+struct ft_ckpt_stats {
+	uint64_t rounds;        /* rounds started */
+	uint64_t committed;     /* rounds whose commit record is written */
+	uint64_t failed;        /* rounds abandoned after a write error */
+	uint64_t blocks, bytes; /* block copies written (bytes: data, heads excluded) */
+	double step_ms;         /* total time inside ft_ckpt_step */
+	double select_ms;       /* of it: distances and the choice of blocks */
+	double copy_ms;         /* of it: copying, CRCs, submitting the writes */
+	double wait_ms;         /* waiting for earlier writes (ft_ckpt_step, ft_ckpt_flush) */
+};
+int ft_ckpt_stats_get(const struct ft_comm *comm, struct ft_ckpt_stats *stats);
+
 /*
  * CPR's rule for the checkpoint interval: with failures_per_step failures
  * expected per step, each losing lost_fraction of the state, a round every

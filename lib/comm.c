@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "comm.h"
 #include "policy.h"
 
@@ -95,6 +96,7 @@ static int comm_release(struct ft_comm *c)
 	c->det = NULL;
 	ft__trace_close(c->trace); /* after the detector, which writes to it */
 	c->trace = NULL;
+	ft__ckpt_close(c);      /* its files stay: a restarted rank restores from them */
 	ft__rejoin_log_close(c, c->finalizing);
 	free(c->regs);
 	c->regs = NULL;
@@ -405,7 +407,10 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 		free(c);
 		return -FT_ENOSYS;
 	}
-	ft__config_tp_env(&c->cfg, &c->tp_env);
+	if ((rc = ft__config_tp_env(&c->cfg, &c->tp_env)) != 0) {
+		free(c);
+		return rc;
+	}
 	ft__fault_incarnation(&c->fault, (uint32_t)c->tp_env.incarnation);
 	c->spin_ns = spin_budget(c);
 	c->policy = ft__policy_for(c->cfg.policy);

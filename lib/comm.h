@@ -15,6 +15,7 @@
 #include "trace.h"
 
 struct ft__policy;
+struct ft__ckpt;
 
 /* A membership shown to the caller in place of the current one (see policy_shrink.c). */
 struct ft__shown {
@@ -90,13 +91,18 @@ struct ft_comm {
 	uint64_t owed_op[8];
 	struct ft__state_region *state; /* ft_state_register */
 	int nstate;
+	bool state_received;            /* rejoined: the state transfer reached it */
+	uint64_t ckpt_hint_step;        /* ... with the sender's latest checkpoint step */
+	uint64_t ckpt_hint_total;       /* ... and the job's shard bytes (0: unknown) */
+	struct ft__ckpt *ckpt;          /* running checkpoints (ckpt.c), NULL until enabled */
 };
 
 /* ft_state_register's regions. */
 struct ft__state_region {
 	void *ptr;
 	size_t bytes;
-	unsigned flags;
+	unsigned flags;         /* FT_STATE_REPLICATED or FT_STATE_SHARDED */
+	unsigned dtype;         /* enum ft_dtype of its elements */
 };
 #define FT__STATE_MAX 64
 

@@ -371,6 +371,12 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e)
 	e->incarnation = s != NULL ? atoi(s) : 0;
 	s = getenv("FTCC_LOG_ENGINE");
 	e->log_pwrite = s != NULL && strcmp(s, "pwrite") == 0;
+	if ((s = getenv("FTCC_CKPT_DIR")) != NULL) {
+		if (strlen(s) >= sizeof(e->ckpt_dir))
+			return cfg_error(NULL, 0, "FTCC_CKPT_DIR is too long (at most %zu characters)",
+					 sizeof(e->ckpt_dir) - 1);
+		snprintf(e->ckpt_dir, sizeof(e->ckpt_dir), "%s", s);
+	}
 	/* process durability: shared memory (survives the process, and a
 	 * mapped page cache file on disk would be written back: 64 MiB per op);
 	 * host durability: the disk, under $TMPDIR */

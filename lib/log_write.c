@@ -8,10 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifdef FTCC_HAVE_URING
-#include <liburing.h>
-#endif
-
+#include "aio.h"
 #include "crc32c.h"
 #include "internal.h"
 #include "log.h"
@@ -42,18 +39,10 @@
 #define LOG_NBUF 4              /* batch buffers: one being filled, the rest in flight */
 #define LOG_BUF_SIZE (64 * 1024)
 
-enum { IO_WRITE, IO_FSYNC };
-
-/* One write or fsync through the engine; for io_uring, its user_data. */
+/* One write or fsync through the shared engine (aio.c), and its slot. */
 struct logio {
-	int kind;
+	struct ft__aio_io aio;
 	int slot;
-	int fd;
-	const char *data;
-	size_t len, done;
-	uint64_t off;
-	bool busy;              /* submitted, completion not reaped */
-	int res;                /* fsync's result */
 };
 
 struct logbuf {
@@ -77,10 +66,7 @@ struct ft__log {
 	uint64_t job_hash;
 	int rank, world_size;
 	bool sync;
-	bool uring;
-#ifdef FTCC_HAVE_URING
-	struct io_uring ring;
-#endif
+	struct ft__aio aio;
 	struct logslot slots[2];
 	struct logbuf bufs[LOG_NBUF];
 	struct logbuf big;      /* an INPUT record too big for a batch buffer */
@@ -96,16 +82,17 @@ struct ft__log {
 
 const char *ft__log_engine_name(const struct ft__log *l)
 {
-	return l != NULL && l->uring ? "io_uring" : "pwrite";
+	return l != NULL ? ft__aio_engine_name(&l->aio) : "pwrite";
 }
 
-/* ---- the engine: submit an io, reap completions ---- */
+/* ---- the engine (aio.c): an io's completion lands in its slot ---- */
 
-static void io_done(struct ft__log *l, struct logio *io, int err)
+static void io_done(struct ft__aio_io *aio, int err)
 {
+	struct logio *io = ft__container_of(aio, struct logio, aio);
+	struct ft__log *l = aio->owner;
 	struct logslot *s = &l->slots[io->slot];
 
-	io->busy = false;
 	s->inflight--;
 	if (err < 0 && s->err == 0) {
 		s->err = err;
@@ -113,186 +100,50 @@ static void io_done(struct ft__log *l, struct logio *io, int err)
 			ft__warn("log: a late write of rank %d slot %d failed: %s", l->rank, io->slot,
 				 strerror(-err));
 	}
-	if (io->kind == IO_FSYNC)
-		io->res = err;
 }
 
-static int pwrite_io(struct logio *io)
+/* A write (data, len at off) or an fsync (data NULL) of slot on fd. */
+static void io_set(struct ft__log *l, struct logio *io, int slot, int fd, const void *data,
+		   size_t len, uint64_t off)
 {
-	if (io->kind == IO_FSYNC)
-		return fdatasync(io->fd) < 0 ? -errno : 0;
-	while (io->done < io->len) {
-		ssize_t n = pwrite(io->fd, io->data + io->done, io->len - io->done,
-				   (off_t)(io->off + io->done));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;
-		io->done += (size_t)n;
-	}
-	return 0;
+	memset(io, 0, sizeof(*io));
+	io->aio.kind = data != NULL ? FT__AIO_WRITE : FT__AIO_FSYNC;
+	io->aio.fd = fd;
+	io->aio.data = data;
+	io->aio.len = len;
+	io->aio.off = off;
+	io->aio.complete = io_done;
+	io->aio.owner = l;
+	io->slot = slot;
 }
-
-#ifdef FTCC_HAVE_URING
-static int uring_queue(struct ft__log *l, struct logio *io)
-{
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
-
-	if (sqe == NULL) {
-		/* the queue holds at most LOG_NBUF + 2 ios, far below LOG_QD */
-		int rc = io_uring_submit(&l->ring);
-		if (rc < 0)
-			return rc;
-		sqe = io_uring_get_sqe(&l->ring);
-		if (sqe == NULL)
-			return -EBUSY;
-	}
-	if (io->kind == IO_FSYNC)
-		io_uring_prep_fsync(sqe, io->fd, IORING_FSYNC_DATASYNC);
-	else
-		io_uring_prep_write(sqe, io->fd, io->data + io->done,
-				    (unsigned)(io->len - io->done), io->off + io->done);
-	io_uring_sqe_set_data(sqe, io);
-	return 0;
-}
-
-/*
- * Queues io and submits the queue. When the submit fails the io may still
- * sit in the SQ, visible to the kernel, and would run on the next submit:
- * it stays busy and uring_reap submits it again; only an io that never got
- * an SQE is done (with the error).
- */
-static int uring_push(struct ft__log *l, struct logio *io)
-{
-	int rc = uring_queue(l, io);
-
-	if (rc < 0)
-		return rc;
-	rc = io_uring_submit(&l->ring);
-	if (rc < 0 && io_uring_sq_ready(&l->ring) == 0)
-		return rc;
-	if (rc < 0)
-		ft__warn("log: io_uring_submit: %s; retried when waiting", strerror(-rc));
-	return 0;
-}
-
-/* Handles one completion: a short write is resubmitted for the rest. */
-static void uring_complete(struct ft__log *l, struct io_uring_cqe *cqe)
-{
-	struct logio *io = io_uring_cqe_get_data(cqe);
-	int res = cqe->res;
-
-	io_uring_cqe_seen(&l->ring, cqe);
-	if (io == NULL)
-		return;
-	if (res < 0) {
-		io_done(l, io, res);
-		return;
-	}
-	if (io->kind == IO_WRITE) {
-		if (res == 0) {
-			io_done(l, io, -EIO);
-			return;
-		}
-		io->done += (size_t)res;
-		if (io->done < io->len) {
-			int rc = uring_push(l, io);
-			if (rc < 0)
-				io_done(l, io, rc);
-			return;
-		}
-	}
-	io_done(l, io, 0);
-}
-
-/* Reaps completions: those ready, and (wait) at least one. */
-static int uring_reap(struct ft__log *l, bool wait)
-{
-	struct io_uring_cqe *cqe;
-	int rc;
-
-	while (io_uring_peek_cqe(&l->ring, &cqe) == 0 && cqe != NULL) {
-		uring_complete(l, cqe);
-		wait = false;
-	}
-	if (!wait)
-		return 0;
-	if (io_uring_sq_ready(&l->ring) != 0) {
-		rc = io_uring_submit(&l->ring);
-		if (rc < 0)
-			return rc;
-	}
-	do
-		rc = io_uring_wait_cqe(&l->ring, &cqe);
-	while (rc == -EINTR);
-	if (rc < 0)
-		return rc;
-	uring_complete(l, cqe);
-	return 0;
-}
-#endif
 
 /* Starts io (pwrite: does it); its result lands in the slot's err. */
 static int io_start(struct ft__log *l, struct logio *io)
 {
-	io->busy = true;
-	io->res = 0;
 	l->slots[io->slot].inflight++;
-#ifdef FTCC_HAVE_URING
-	if (l->uring) {
-		int rc = uring_push(l, io);
-		if (rc < 0)
-			io_done(l, io, rc);
-		return rc;
-	}
-#endif
-	io_done(l, io, pwrite_io(io));
-	return 0;
+	return ft__aio_start(&l->aio, &io->aio);
 }
 
 /* Waits until io is reaped. */
 static int io_wait(struct ft__log *l, struct logio *io)
 {
-#ifdef FTCC_HAVE_URING
-	while (io->busy) {
-		int rc = uring_reap(l, true);
-		if (rc < 0)
-			return rc;
-	}
-#else
-	(void)l;
-	(void)io;
-#endif
-	return 0;
+	return ft__aio_wait(&l->aio, &io->aio);
 }
 
 /* Waits until every io of slot (or of both, slot -1) is reaped. */
 static int slot_wait(struct ft__log *l, int slot)
 {
-#ifdef FTCC_HAVE_URING
 	while (slot < 0 ? l->slots[0].inflight + l->slots[1].inflight : l->slots[slot].inflight) {
-		int rc = uring_reap(l, true);
+		int rc = ft__aio_reap(&l->aio, true);
 		if (rc < 0)
 			return rc;
 	}
-#else
-	(void)l;
-	(void)slot;
-#endif
 	return 0;
 }
 
 static int reap_ready(struct ft__log *l)
 {
-#ifdef FTCC_HAVE_URING
-	if (l->uring)
-		return uring_reap(l, false);
-#else
-	(void)l;
-#endif
-	return 0;
+	return ft__aio_reap(&l->aio, false);
 }
 
 /* ---- the batch buffers ---- */
@@ -306,10 +157,7 @@ static int buf_flush(struct ft__log *l)
 
 	if (b->len == 0)
 		return 0;
-	b->io = (struct logio){
-		.kind = IO_WRITE, .slot = l->slot, .fd = s->jfd, .data = b->data, .len = b->len,
-		.off = s->jpos - b->len,
-	};
+	io_set(l, &b->io, l->slot, s->jfd, b->data, b->len, s->jpos - b->len);
 	rc = io_start(l, &b->io);
 	if (rc < 0)
 		return rc;
@@ -466,19 +314,7 @@ int ft__log_open(const struct ft__log_params *p, struct ft__log **out)
 		if (rc < 0)
 			goto err_close;
 	}
-	if (p->engine == FT__LOG_URING) {
-#ifdef FTCC_HAVE_URING
-		rc = io_uring_queue_init(LOG_QD, &l->ring, IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
-		if (rc == -EINVAL)
-			rc = io_uring_queue_init(LOG_QD, &l->ring, 0);
-		if (rc == 0)
-			l->uring = true;
-		else
-			ft__warn("log: io_uring_queue_init: %s; the log uses pwrite", strerror(-rc));
-#else
-		ft__warn("log: built without io_uring; the log uses pwrite");
-#endif
-	}
+	ft__aio_init(&l->aio, LOG_QD, p->engine == FT__LOG_URING, "log");
 	*out = l;
 	return 0;
 
@@ -497,10 +333,7 @@ void ft__log_close(struct ft__log *l)
 		ft__warn("log: rank %d: waiting for the log's writes failed", l->rank);
 		l->leak = true;
 	}
-#ifdef FTCC_HAVE_URING
-	if (l->uring)
-		io_uring_queue_exit(&l->ring);
-#endif
+	ft__aio_fini(&l->aio);
 	for (int i = 0; i < 2; i++) {
 		struct logslot *s = &l->slots[i];
 		if (s->map != NULL)
@@ -725,11 +558,8 @@ int ft__log_input(struct ft__log *l, const struct ft__logreg *regs, size_t nreg)
 		rec_seal(&h, regs, body);
 		memcpy(l->big.data, &h, sizeof(h));
 		memcpy(l->big.data + sizeof(h), regs, body);
-		l->big.io = (struct logio){
-			.kind = IO_WRITE, .slot = l->slot, .fd = s->jfd, .data = l->big.data,
-			.len = sizeof(h) + body, .off = s->jpos,
-		};
-		s->jpos += l->big.io.len;
+		io_set(l, &l->big.io, l->slot, s->jfd, l->big.data, sizeof(h) + body, s->jpos);
+		s->jpos += l->big.io.aio.len;
 		rc = io_start(l, &l->big.io);
 	}
 	if (rc < 0)
@@ -749,14 +579,14 @@ int ft__log_input(struct ft__log *l, const struct ft__logreg *regs, size_t nreg)
 		rc = io_wait(l, io);    /* an earlier one whose wait failed */
 		if (rc < 0)
 			return rc;
-		*io = (struct logio){.kind = IO_FSYNC, .slot = l->slot, .fd = s->jfd};
+		io_set(l, io, l->slot, s->jfd, NULL, 0, 0);
 		rc = io_start(l, io);
 		if (rc == 0)
 			rc = io_wait(l, io);
 		if (rc < 0)
 			return rc;
-		if (io->res < 0)
-			return io->res;
+		if (io->aio.res < 0)
+			return io->aio.res;
 	}
 	return 0;
 }

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "comm.h"
 #include "policy.h"
 
@@ -18,12 +19,30 @@
  * them in ft_state_sync, before computing its input, and otherwise at the
  * start of that op. The transfer carries the op's sequence number, so it
  * cannot be mistaken for another op's frames.
+ *
+ * Only replicated regions travel (the i-th replicated region of the root
+ * into the i-th of the newcomer): a sharded region is every rank's own,
+ * and comes back from the newcomer's own checkpoint (ckpt.c) once the
+ * transfer reached it, with the root's latest checkpoint step (the job's
+ * "now", for the portion of lost samples) and the job's shard bytes.
  */
 
 struct state_head {
 	uint64_t n;
+	uint64_t now_step;      /* the root's latest ft_ckpt_step */
+	uint64_t ckpt_total;    /* shard bytes of every member, 0: checkpoints off */
 	uint64_t bytes[FT__STATE_MAX];
 };
+
+/* The replicated regions, in registration order. */
+static int replicated(const struct ft_comm *c, int *idx)
+{
+	int n = 0;
+	for (int i = 0; i < c->nstate; i++)
+		if (c->state[i].flags == FT_STATE_REPLICATED)
+			idx[n++] = i;
+	return n;
+}
 
 static int bcast(struct ft_comm *c, uint64_t seq, void *buf, size_t bytes)
 {
@@ -42,28 +61,29 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 {
 	bool root = c->cfg.rank == c->state_root;
 	struct state_head h;
-	int rc, mismatch = 0;
+	int rc, mismatch = 0, idx[FT__STATE_MAX], nrep = replicated(c, idx);
 
 	if (c->state_root < 0)
 		return -FT_EPEERFAILED; /* nobody holds it: no exact way on */
 	memset(&h, 0, sizeof(h));
 	if (root) {
-		h.n = (uint64_t)c->nstate;
-		for (int i = 0; i < c->nstate; i++)
-			h.bytes[i] = c->state[i].bytes;
+		h.n = (uint64_t)nrep;
+		for (int i = 0; i < nrep; i++)
+			h.bytes[i] = c->state[idx[i]].bytes;
+		ft__ckpt_hint(c, &h.now_step, &h.ckpt_total);
 	}
 	if ((rc = bcast(c, seq, &h, sizeof(h))) != 0)
 		return rc;
 	if (h.n > FT__STATE_MAX)
 		return -FT_EPROTO;
-	if (!root && (h.n != (uint64_t)c->nstate))
+	if (!root && (h.n != (uint64_t)nrep))
 		mismatch = 1;
 	for (uint64_t i = 0; i < h.n; i++) {
 		void *into = NULL, *scratch = NULL;
 		if (h.bytes[i] > SIZE_MAX / 2)
 			return -FT_EPROTO;
-		if (root || (i < (uint64_t)c->nstate && c->state[i].bytes == h.bytes[i])) {
-			into = c->state[i].ptr;
+		if (root || (i < (uint64_t)nrep && c->state[idx[i]].bytes == h.bytes[i])) {
+			into = c->state[idx[i]].ptr;
 		} else {
 			mismatch = 1;
 			into = scratch = malloc(h.bytes[i] ? h.bytes[i] : 1);
@@ -79,10 +99,12 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 		ft__info("state: %llu regions sent at op %llu", (unsigned long long)h.n,
 			 (unsigned long long)seq);
 	if (mismatch && c->rejoined) {
-		ft__error("state: rank %d registered %d regions, the survivors %llu (or of other "
-			  "sizes): not restored", c->state_root, c->nstate, (unsigned long long)h.n);
+		ft__error("state: rank %d registered %d replicated regions, the survivors %llu (or "
+			  "of other sizes): not restored", c->cfg.rank, nrep, (unsigned long long)h.n);
 		return -FT_EMISMATCH;
 	}
+	if (c->rejoined && !c->state_received)
+		(void)ft__ckpt_state_received(c, h.now_step, h.ckpt_total); /* it logs; ft_state_sync returns it */
 	return 0;
 }
 
@@ -107,7 +129,12 @@ FT__EXPORT int ft_state_register(struct ft_comm *c, void *ptr, size_t bytes, uns
 
 	if (rc != 0)
 		return rc;
-	if ((bytes > 0 && ptr == NULL) || flags != FT_STATE_REPLICATED || bytes > SIZE_MAX / 2)
+	unsigned kind = flags & 0xffu, d = flags >> 8;
+	enum ft_dtype dtype = d == 0 ? FT_FLOAT32 : (enum ft_dtype)(d - 1);
+
+	if ((bytes > 0 && ptr == NULL) || (kind != FT_STATE_REPLICATED && kind != FT_STATE_SHARDED) ||
+	    (d != 0 && d - 1 >= FT_DTYPE_COUNT) || bytes > SIZE_MAX / 2 ||
+	    (kind == FT_STATE_SHARDED && bytes % ft_dtype_size(dtype) != 0))
 		return -FT_EINVAL;
 	if (c->nstate == FT__STATE_MAX)
 		return -FT_ENOMEM;
@@ -116,8 +143,9 @@ FT__EXPORT int ft_state_register(struct ft_comm *c, void *ptr, size_t bytes, uns
 		if (c->state == NULL)
 			return -FT_ENOMEM;
 	}
-	c->state[c->nstate++] = (struct ft__state_region){.ptr = ptr, .bytes = bytes, .flags = flags};
-	return 0;
+	c->state[c->nstate] = (struct ft__state_region){.ptr = ptr, .bytes = bytes, .flags = kind,
+							.dtype = (unsigned)dtype};
+	return c->nstate++;
 }
 
 FT__EXPORT int ft_state_sync(struct ft_comm *c)
@@ -130,6 +158,15 @@ FT__EXPORT int ft_state_sync(struct ft_comm *c)
 		return c->broken;
 	for (;;) {
 		rc = ft__state_due(c, c->op_seq);
+		if (rc == 0 && c->rejoined) {
+			bool owed = false;
+			for (int i = 0; i < c->nowed; i++)
+				owed |= c->owed_op[i] >= c->op_seq;
+			/* received now or before (no transfer left): the shards next */
+			if (!owed)
+				rc = ft__ckpt_state_received(c, 0, 0);
+			return rc;
+		}
 		if (rc == 0 || rc == -FT_EMISMATCH || c->det == NULL)
 			return rc;
 		/* a failure during the transfer: settle the next view, then again */

@@ -137,6 +137,7 @@ struct ft_tp_env {
 	int incarnation;            /* FTCC_INCARNATION (ftcc-run --restart counts them); 0 */
 	int log_pwrite;             /* FTCC_LOG_ENGINE=pwrite: the pairwise log without io_uring */
 	char default_log_root[512];    /* where logs go when FTCC_LOG_DIR is unset */
+	char ckpt_dir[512];         /* FTCC_CKPT_DIR: checkpoints' base directory; "": the log's */
 };
 
 struct ft_tp_params {

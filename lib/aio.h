@@ -1,0 +1,74 @@
+/* aio.h: the asynchronous file writer shared by the pairwise logs and the checkpoints: io_uring, else pwrite. */
+#ifndef FTCC_AIO_H
+#define FTCC_AIO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#ifdef FTCC_HAVE_URING
+#include <liburing.h>
+#endif
+
+/*
+ * One write (data, then data2 right after it in the file: a header and its
+ * payload from two places) or one fdatasync. The caller owns the struct and
+ * the buffers, and touches neither while busy. complete() runs exactly once
+ * per started io, from ft__aio_start (pwrite, or a failed submission) or
+ * from the reaping call, with 0 or -errno.
+ */
+enum { FT__AIO_WRITE, FT__AIO_FSYNC };
+
+struct ft__aio_io {
+	int kind;
+	int fd;
+	const void *data;
+	size_t len;
+	const void *data2;      /* may be NULL (len2 0) */
+	size_t len2;
+	uint64_t off;
+	size_t done;            /* bytes written so far */
+	bool busy;              /* started, complete() not yet called */
+	int res;                /* the result given to complete() */
+	void (*complete)(struct ft__aio_io *io, int res);
+	void *owner;            /* for complete() */
+	struct ft__aio_io *next; /* the engine's: the backlog */
+	struct iovec iov[2];    /* the engine's: a writev in flight */
+};
+
+struct ft__aio {
+	bool uring;
+#ifdef FTCC_HAVE_URING
+	struct io_uring ring;
+#endif
+	unsigned depth;         /* ios given to the kernel at once */
+	unsigned inflight;      /* given to the kernel, not reaped */
+	struct ft__aio_io *backlog, *backlog_tail; /* started, waiting for room */
+	size_t pending;         /* started and not completed (backlog included) */
+};
+
+/*
+ * want_uring: io_uring with depth entries, falling back to pwrite (with a
+ * warning naming who) when io_uring_queue_init fails or liburing is not
+ * compiled in; otherwise pwrite only. Never fails.
+ */
+void ft__aio_init(struct ft__aio *a, unsigned depth, bool want_uring, const char *who);
+/* Leaves ios in flight to the kernel: call ft__aio_drain first. */
+void ft__aio_fini(struct ft__aio *a);
+/* "io_uring" or "pwrite". */
+const char *ft__aio_engine_name(const struct ft__aio *a);
+/*
+ * Starts io (pwrite: does it). Never blocks on io_uring: when depth ios are
+ * in flight it waits in a backlog, submitted as completions are reaped.
+ * Returns 0, or the error of a failed submission (also given to complete()).
+ */
+int ft__aio_start(struct ft__aio *a, struct ft__aio_io *io);
+/* Reaps completions: those ready, and (wait) at least one if any is in flight. */
+int ft__aio_reap(struct ft__aio *a, bool wait);
+/* Waits until io is complete. */
+int ft__aio_wait(struct ft__aio *a, struct ft__aio_io *io);
+/* Waits until every started io is complete. */
+int ft__aio_drain(struct ft__aio *a);
+
+#endif

@@ -1,0 +1,1304 @@
+/* ckpt.c: running partial checkpoints (SCAR) of the sharded regions: block choice, asynchronous atomic rounds, partial restore. */
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "aio.h"
+#include "ckpt.h"
+#include "comm.h"
+#include "crc32c.h"
+#include "internal.h"
+#include "log.h"
+#include "reduce.h"
+
+/*
+ * A round (every interval-th ft_ckpt_step) measures, for every block, the
+ * L2 distance between its current value and its saved copy (kept in
+ * memory), chooses blocks by the strategy, copies each chosen block into
+ * its saved copy (the staging: the application may go on updating its
+ * state) and starts one write per block (head + saved copy, a writev)
+ * into the slot that does not hold its newest committed copy. A block
+ * that never had a copy is in every round until it has one, so the first
+ * round saves every block.
+ *
+ * Two rounds may be in flight; they commit in order (see ckpt.h). A block
+ * whose saved copy is still being written by an earlier round is not
+ * copied again until that round is done: ft_ckpt_step then waits (the
+ * only wait it does, counted in wait_ms), as it does when two rounds are
+ * in flight already. Completions are reaped without waiting at every
+ * ft_ckpt_step; ft_ckpt_flush waits for them all.
+ *
+ * A write error abandons its round (no COMMIT; its blocks' previous copies
+ * stay what restore reads), and the next ft_ckpt_step or ft_ckpt_flush
+ * returns the error once.
+ */
+
+#define CK_QD 64
+#define CK_JOURNAL_SLACK ((uint64_t)4 << 20)
+#define CK_DEFAULT_BLOCK 4096
+
+enum { R_IDLE, R_WRITING, R_SYNCING, R_COMMITTING, R_JSYNC };
+
+struct ck_round {
+	int phase;
+	uint64_t round, step;
+	size_t n, cap;
+	size_t *blk;            /* global block numbers, ascending */
+	uint8_t *slot;
+	struct ft__ck_copy *hdr;
+	struct ft__aio_io *io;
+	float *resid;           /* per global block */
+	struct ft__aio_io *fsio;        /* sync: one per slot file */
+	struct ft__aio_io jio;
+	char *rec;
+	size_t rec_cap;
+	uint64_t jpos0;         /* where its COMMIT record starts */
+	size_t left;            /* ios not complete */
+	int err;
+};
+
+struct ck_reg {
+	int index;
+	unsigned dtype;
+	size_t es;
+	char *ptr;
+	size_t bytes, nblocks, first;
+	char *saved;
+};
+
+struct ft__ckpt {
+	struct ft_ckpt_config cfg;
+	char dir[PATH_MAX];
+	int rank;
+	struct ft__ck_image img;        /* the committed table, as the journal says */
+	struct ck_reg reg[FT__STATE_MAX];
+	size_t nreg, nblocks;
+	uint64_t *pend;                 /* per block: round writing it, 0 none */
+	double *dist;
+	size_t *order;
+	unsigned char *chosen;
+	double *score;
+	struct ck_round rounds[2];
+	uint64_t round, done;           /* last round started, last finished */
+	uint64_t calls, now_step, total;
+	size_t rr;
+	uint64_t rng;
+	int jfd;
+	uint64_t jpos;
+	struct ft__aio aio;
+	bool aio_ok;
+	int err;                        /* to return once */
+	bool restore_due, restored;
+	int restore_rc;
+	struct ft_restore_info rinfo;
+	struct ft_ckpt_stats st;
+};
+
+static double ms_since(uint64_t t0)
+{
+	return (double)(ft__now_ns() - t0) / 1e6;
+}
+
+/* ---- element distances ---- */
+
+static double elem(const void *p, size_t i, unsigned dt)
+{
+	switch (dt) {
+	case FT_FLOAT64: return ((const double *)p)[i];
+	case FT_FLOAT16: return ft__half_to_float(((const uint16_t *)p)[i]);
+	case FT_BFLOAT16: return ft__bf16_to_float(((const uint16_t *)p)[i]);
+	case FT_INT32: return ((const int32_t *)p)[i];
+	case FT_INT64: return (double)((const int64_t *)p)[i];
+	case FT_UINT8: return ((const uint8_t *)p)[i];
+	default: return ((const float *)p)[i];
+	}
+}
+
+/* Squared L2 distance of two blocks of len bytes of dtype dt; NaN counts as infinite. */
+static double dist2(const void *a, const void *b, size_t len, unsigned dt)
+{
+	double s = 0;
+
+	if (dt == FT_FLOAT32) {
+		const float *x = a, *y = b;
+		float acc = 0;
+		for (size_t i = 0; i < len / 4; i++) {
+			float d = x[i] - y[i];
+			acc += d * d;
+		}
+		s = acc;
+	} else {
+		size_t es = ft_dtype_size((enum ft_dtype)dt);
+		for (size_t i = 0; i < len / es; i++) {
+			double d = elem(a, i, dt) - elem(b, i, dt);
+			s += d * d;
+		}
+	}
+	return s != s ? INFINITY : s;
+}
+
+/* ---- helpers ---- */
+
+static size_t block_len(const struct ck_reg *r, size_t b, size_t bb)
+{
+	return b + 1 < r->nblocks ? bb : r->bytes - b * bb;
+}
+
+/* The region (position) of global block gb. */
+static size_t reg_of(const struct ft__ckpt *ck, size_t gb)
+{
+	size_t i = 0;
+	while (i + 1 < ck->nreg && gb >= ck->reg[i + 1].first)
+		i++;
+	return i;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* mkdir -p, 0700 */
+static int make_dir(const char *dir)
+{
+	char path[PATH_MAX];
+	size_t n = strlen(dir);
+
+	if (n == 0 || n >= sizeof(path))
+		return -FT_EINVAL;
+	memcpy(path, dir, n + 1);
+	for (char *p = path + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char ch = *p;
+		*p = '\0';
+		if (mkdir(path, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		*p = ch;
+		if (ch == '\0')
+			break;
+	}
+	return 0;
+}
+
+/* <base>/<job id>: base = the ckpt config's dir, FTCC_CKPT_DIR, else the log directory. */
+static int ck_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_t cap)
+{
+	const char *base = cfg_dir != NULL && cfg_dir[0] != '\0' ? cfg_dir
+			   : c->tp_env.ckpt_dir[0] != '\0' ? c->tp_env.ckpt_dir
+			   : c->cfg.log_dir[0] != '\0' ? c->cfg.log_dir
+			   : c->tp_env.default_log_root;
+	int n = snprintf(out, cap, "%s/%s", base, c->cfg.job_id);
+	return n < 0 || (size_t)n >= cap ? -FT_EINVAL : 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -FT_EIO;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+static void rec_seal(void *buf, size_t len)
+{
+	struct ft__cj_rec h;
+	uint32_t crc;
+
+	memcpy(&h, buf, sizeof(h));
+	h.crc = 0;
+	crc = ft__crc32c(0, &h, sizeof(h));
+	h.crc = ft__crc32c(crc, (const char *)buf + sizeof(h), len - sizeof(h));
+	memcpy(buf, &h, sizeof(h));
+}
+
+static struct ft__cj_rec rec_head(int type, size_t len, uint64_t round, uint64_t step,
+				  uint64_t count, uint64_t nres)
+{
+	struct ft__cj_rec h;
+
+	memset(&h, 0, sizeof(h));
+	h.magic = FT__CJ_MAGIC;
+	h.version = FT__CK_VERSION;
+	h.type = (uint16_t)type;
+	h.len = (uint32_t)len;
+	h.round = round;
+	h.step = step;
+	h.count = count;
+	h.nres = nres;
+	return h;
+}
+
+/* HEAD, then (snap) a SNAP of the committed table: a whole journal. */
+static int build_journal(const struct ft__ckpt *ck, bool snap, char **out, size_t *len)
+{
+	size_t hl = sizeof(struct ft__cj_rec) + sizeof(struct ft__cj_head) +
+		    ck->nreg * sizeof(struct ft__cj_region);
+	size_t res = ck->img.resid != NULL ? ck->nblocks : 0;
+	size_t sl = snap ? sizeof(struct ft__cj_rec) + ck->nblocks * sizeof(struct ft__cj_snap) +
+				   ((res * sizeof(float) + 7) & ~(size_t)7)
+			 : 0;
+	char *buf = calloc(1, hl + sl);
+	struct ft__cj_rec h;
+
+	if (buf == NULL || hl + sl > UINT32_MAX) {
+		free(buf);
+		return -FT_ENOMEM;
+	}
+	h = rec_head(FT__CJ_HEAD, hl, 0, 0, ck->nreg, 0);
+	memcpy(buf, &h, sizeof(h));
+	memcpy(buf + sizeof(h), &ck->img.head, sizeof(ck->img.head));
+	memcpy(buf + sizeof(h) + sizeof(ck->img.head), ck->img.regs,
+	       ck->nreg * sizeof(struct ft__cj_region));
+	rec_seal(buf, hl);
+	if (snap) {
+		char *p = buf + hl;
+		h = rec_head(FT__CJ_SNAP, sl, ck->img.last_round, ck->img.last_step, ck->nblocks, res);
+		memcpy(p, &h, sizeof(h));
+		memcpy(p + sizeof(h), ck->img.tab, ck->nblocks * sizeof(struct ft__cj_snap));
+		if (res)
+			memcpy(p + sizeof(h) + ck->nblocks * sizeof(struct ft__cj_snap), ck->img.resid,
+			       res * sizeof(float));
+		rec_seal(p, sl);
+	}
+	*out = buf;
+	*len = hl + sl;
+	return 0;
+}
+
+/*
+ * Rewrites the journal as HEAD + SNAP (bounded size): a new file, synced
+ * when sync, renamed over the old one (atomic: a crash leaves one or the
+ * other). Only between journal writes.
+ */
+static void compact(struct ft__ckpt *ck)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	char *buf;
+	size_t len;
+	int fd;
+
+	if (build_journal(ck, true, &buf, &len) != 0)
+		return;
+	if (ft__ck_path(path, sizeof(path), ck->dir, ck->rank, -1, 0) != 0) {
+		free(buf);
+		return;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write_all(fd, buf, len, 0) != 0 || (ck->cfg.sync && fdatasync(fd) != 0) ||
+	    rename(tmp, path) != 0) {
+		ft__warn("ckpt: compacting the journal failed: %s; it grows", strerror(errno));
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmp);
+		}
+		free(buf);
+		return;
+	}
+	if (ck->cfg.sync) {
+		int dfd = open(ck->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0) {
+			fsync(dfd);
+			close(dfd);
+		}
+	}
+	free(buf);
+	close(ck->jfd);
+	ck->jfd = fd;
+	ck->jpos = len;
+}
+
+/* ---- rounds: completion and commit ---- */
+
+static void round_io_done(struct ft__aio_io *io, int res)
+{
+	struct ck_round *r = io->owner;
+
+	r->left--;
+	if (res < 0 && r->err == 0)
+		r->err = res;
+}
+
+static void set_io(struct ft__aio_io *io, struct ck_round *r, int kind, int fd, const void *d,
+		   size_t len, const void *d2, size_t len2, uint64_t off)
+{
+	memset(io, 0, sizeof(*io));
+	io->kind = kind;
+	io->fd = fd;
+	io->data = d;
+	io->len = len;
+	io->data2 = d2;
+	io->len2 = len2;
+	io->off = off;
+	io->complete = round_io_done;
+	io->owner = r;
+}
+
+static void round_end(struct ft__ckpt *ck, struct ck_round *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		if (ck->pend[r->blk[i]] == r->round)
+			ck->pend[r->blk[i]] = 0;
+	r->phase = R_IDLE;
+	ck->done = r->round;
+}
+
+static void round_abandon(struct ft__ckpt *ck, struct ck_round *r)
+{
+	ft__warn("ckpt: round %llu abandoned: %s", (unsigned long long)r->round,
+		 ft_strerror(r->err));
+	if (r->phase == R_COMMITTING) {
+		/* a torn COMMIT would hide every later record: cut it off */
+		if (ftruncate(ck->jfd, (off_t)r->jpos0) == 0)
+			ck->jpos = r->jpos0;
+	}
+	if (ck->err == 0)
+		ck->err = r->err;
+	ck->st.failed++;
+	round_end(ck, r);
+}
+
+static void round_commit(struct ft__ckpt *ck, struct ck_round *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		struct ft__cj_snap *t = &ck->img.tab[r->blk[i]];
+		t->round[r->slot[i]] = r->round;
+		t->step[r->slot[i]] = r->step;
+	}
+	if (ck->img.resid != NULL)
+		memcpy(ck->img.resid, r->resid, ck->nblocks * sizeof(float));
+	ck->img.last_round = r->round;
+	ck->img.last_step = r->step;
+	ck->img.commits++;
+	ck->st.committed++;
+	round_end(ck, r);
+	if (ck->jpos > CK_JOURNAL_SLACK + 2 * (uint64_t)ck->nblocks * 40 && ck->done == ck->round)
+		compact(ck);
+}
+
+static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r)
+{
+	size_t ent = r->n * sizeof(struct ft__cj_entry);
+	size_t res = ((ck->nblocks * sizeof(float)) + 7) & ~(size_t)7;
+	size_t len = sizeof(struct ft__cj_rec) + ent + res;
+	struct ft__cj_rec h;
+
+	if (len > r->rec_cap) {
+		char *p = realloc(r->rec, len);
+		if (p == NULL)
+			return -FT_ENOMEM;
+		r->rec = p;
+		r->rec_cap = len;
+	}
+	memset(r->rec, 0, len);
+	h = rec_head(FT__CJ_COMMIT, len, r->round, r->step, r->n, ck->nblocks);
+	memcpy(r->rec, &h, sizeof(h));
+	for (size_t i = 0; i < r->n; i++) {
+		size_t reg = reg_of(ck, r->blk[i]);
+		struct ft__cj_entry e = {.region = (uint32_t)reg, .slot = r->slot[i],
+					 .block = r->blk[i] - ck->reg[reg].first};
+		memcpy(r->rec + sizeof(h) + i * sizeof(e), &e, sizeof(e));
+	}
+	memcpy(r->rec + sizeof(h) + ent, r->resid, ck->nblocks * sizeof(float));
+	rec_seal(r->rec, len);
+	r->jpos0 = ck->jpos;
+	ck->jpos += len;
+	r->phase = R_COMMITTING;
+	r->left = 1;
+	set_io(&r->jio, r, FT__AIO_WRITE, ck->jfd, r->rec, len, NULL, 0, r->jpos0);
+	ft__aio_start(&ck->aio, &r->jio);
+	return 0;
+}
+
+/* Moves the oldest round on as far as its completions allow; never waits. */
+static int progress(struct ft__ckpt *ck)
+{
+	int rc = ft__aio_reap(&ck->aio, false);
+
+	if (rc < 0)
+		return rc;
+	while (ck->done < ck->round) {
+		struct ck_round *r = &ck->rounds[(ck->done + 1) & 1];
+		if (r->left != 0)
+			return 0;
+		if (r->err != 0) {
+			round_abandon(ck, r);
+			continue;
+		}
+		switch (r->phase) {
+		case R_WRITING:
+			if (ck->cfg.sync) {
+				r->phase = R_SYNCING;
+				r->left = 2 * ck->nreg;
+				for (size_t i = 0; i < 2 * ck->nreg; i++) {
+					set_io(&r->fsio[i], r, FT__AIO_FSYNC,
+					       ck->img.fd[i / 2][i % 2], NULL, 0, NULL, 0, 0);
+					ft__aio_start(&ck->aio, &r->fsio[i]);
+				}
+				break;
+			}
+			/* fall through */
+		case R_SYNCING:
+			rc = start_commit_write(ck, r);
+			if (rc < 0)
+				r->err = rc;
+			break;
+		case R_COMMITTING:
+			if (ck->cfg.sync) {
+				r->phase = R_JSYNC;
+				r->left = 1;
+				set_io(&r->jio, r, FT__AIO_FSYNC, ck->jfd, NULL, 0, NULL, 0, 0);
+				ft__aio_start(&ck->aio, &r->jio);
+				break;
+			}
+			/* fall through */
+		default:
+			round_commit(ck, r);
+			break;
+		}
+	}
+	return 0;
+}
+
+/* Waits until round `upto` is finished (counted as waiting). */
+static int wait_done(struct ft__ckpt *ck, uint64_t upto)
+{
+	uint64_t t0 = ft__now_ns();
+	int rc = 0;
+
+	while (ck->done < upto) {
+		if ((rc = progress(ck)) < 0)
+			break;
+		if (ck->done >= upto)
+			break;
+		if ((rc = ft__aio_reap(&ck->aio, true)) < 0)
+			break;
+	}
+	ck->st.wait_ms += ms_since(t0);
+	return rc;
+}
+
+/* ---- choosing a round's blocks ---- */
+
+static int by_value_desc(const void *a, const void *b, void *arg)
+{
+	const double *v = arg;
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+
+	if (v[x] != v[y])
+		return v[x] > v[y] ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/* Marks ck->chosen and fills r->resid; returns how many blocks are chosen. */
+static size_t choose(struct ft__ckpt *ck, struct ck_round *r)
+{
+	size_t B = ck->nblocks, bb = ck->cfg.block_bytes, n = 0, k;
+	int strat = ck->cfg.strategy;
+
+	k = strat == FT_CKPT_FULL ? B : (size_t)ceil(ck->cfg.fraction * (double)B);
+	if (k > B)
+		k = B;
+	memset(ck->chosen, 0, B);
+	if (strat != FT_CKPT_FULL)
+		for (size_t i = 0; i < ck->nreg; i++) {
+			const struct ck_reg *g = &ck->reg[i];
+			for (size_t b = 0; b < g->nblocks; b++) {
+				size_t off = b * bb;
+				ck->dist[g->first + b] = dist2(g->ptr + off, g->saved + off,
+							       block_len(g, b, bb), g->dtype);
+			}
+		}
+	switch (strat) {
+	case FT_CKPT_FULL:
+		memset(ck->chosen, 1, B);
+		break;
+	case FT_CKPT_ROUND_ROBIN:
+		for (size_t i = 0; i < k; i++)
+			ck->chosen[(ck->rr + i) % B] = 1;
+		ck->rr = B ? (ck->rr + k) % B : 0;
+		break;
+	case FT_CKPT_RANDOM:
+		for (size_t i = 0; i < B; i++)
+			ck->order[i] = i;
+		for (size_t i = 0; i < k; i++) {
+			size_t j = i + (size_t)(splitmix(&ck->rng) % (uint64_t)(B - i));
+			size_t t = ck->order[i];
+			ck->order[i] = ck->order[j];
+			ck->order[j] = t;
+			ck->chosen[ck->order[i]] = 1;
+		}
+		break;
+	default: /* PRIORITY, APP_PRIORITY: the k highest values, ties by lower index */
+		for (size_t i = 0; i < B; i++)
+			ck->order[i] = i;
+		qsort_r(ck->order, B, sizeof(size_t), by_value_desc,
+			strat == FT_CKPT_PRIORITY ? ck->dist : ck->score);
+		for (size_t i = 0; i < k; i++)
+			ck->chosen[ck->order[i]] = 1;
+		break;
+	}
+	for (size_t b = 0; b < B; b++) {
+		const struct ft__cj_snap *t = &ck->img.tab[b];
+		if (t->round[0] == 0 && t->round[1] == 0 && ck->pend[b] == 0)
+			ck->chosen[b] = 1; /* never saved */
+		r->resid[b] = ck->chosen[b] || strat == FT_CKPT_FULL ? 0.0f : (float)sqrt(ck->dist[b]);
+		n += ck->chosen[b];
+	}
+	return n;
+}
+
+static int round_reserve(struct ck_round *r, size_t n)
+{
+	if (n <= r->cap)
+		return 0;
+	size_t *blk = realloc(r->blk, n * sizeof(*blk));
+	if (blk != NULL)
+		r->blk = blk;
+	uint8_t *slot = realloc(r->slot, n);
+	if (slot != NULL)
+		r->slot = slot;
+	struct ft__ck_copy *hdr = realloc(r->hdr, n * sizeof(*hdr));
+	if (hdr != NULL)
+		r->hdr = hdr;
+	struct ft__aio_io *io = realloc(r->io, n * sizeof(*io));
+	if (io != NULL)
+		r->io = io;
+	if (blk == NULL || slot == NULL || hdr == NULL || io == NULL)
+		return -FT_ENOMEM;
+	r->cap = n;
+	return 0;
+}
+
+static int start_round(struct ft__ckpt *ck, uint64_t step)
+{
+	size_t bb = ck->cfg.block_bytes, n, i = 0, reg = 0;
+	struct ck_round *r;
+	uint64_t t0, job_hash = ck->img.head.job_hash;
+	int rc;
+
+	if (ck->round - ck->done >= 2 && (rc = wait_done(ck, ck->done + 1)) < 0)
+		return rc;
+	r = &ck->rounds[(ck->round + 1) & 1];
+	t0 = ft__now_ns();
+	n = choose(ck, r);
+	ck->st.select_ms += ms_since(t0);
+	if ((rc = round_reserve(r, n)) < 0)
+		return rc;
+	for (size_t b = 0; b < ck->nblocks; b++)
+		if (ck->chosen[b]) {
+			/* its saved copy is still being written by the round before */
+			if (ck->pend[b] != 0 && (rc = wait_done(ck, ck->pend[b])) < 0)
+				return rc;
+			r->blk[i++] = b;
+		}
+	t0 = ft__now_ns();
+	r->round = ++ck->round;
+	r->step = step;
+	r->n = n;
+	r->err = 0;
+	r->left = n;
+	r->phase = R_WRITING;
+	ck->st.rounds++;
+	for (i = 0; i < n; i++) {
+		size_t gb = r->blk[i], b, off, len;
+		const struct ft__cj_snap *t = &ck->img.tab[gb];
+		struct ck_reg *g;
+		struct ft__ck_copy *h = &r->hdr[i];
+
+		while (reg + 1 < ck->nreg && gb >= ck->reg[reg + 1].first)
+			reg++;
+		g = &ck->reg[reg];
+		b = gb - g->first;
+		off = b * bb;
+		len = block_len(g, b, bb);
+		r->slot[i] = t->round[1] > t->round[0] ? 0 : 1; /* not the newest */
+		memcpy(g->saved + off, g->ptr + off, len);
+		memset(h, 0, sizeof(*h));
+		h->magic = FT__CK_MAGIC;
+		h->version = FT__CK_VERSION;
+		h->slot = r->slot[i];
+		h->region = (uint32_t)g->index;
+		h->len = (uint32_t)len;
+		h->block = b;
+		h->round = r->round;
+		h->step = step;
+		h->job_hash = job_hash;
+		h->rank = ck->rank;
+		h->crc = ft__crc32c(ft__crc32c(0, h, sizeof(*h)), g->saved + off, len);
+		ck->pend[gb] = r->round;
+		ck->st.blocks++;
+		ck->st.bytes += len;
+		set_io(&r->io[i], r, FT__AIO_WRITE, ck->img.fd[reg][r->slot[i]], h, sizeof(*h),
+		       g->saved + off, len, (uint64_t)b * (FT__CK_HDR + bb));
+		ft__aio_start(&ck->aio, &r->io[i]);
+	}
+	ck->st.copy_ms += ms_since(t0);
+	return progress(ck);
+}
+
+/* ---- enable ---- */
+
+static void ck_free(struct ft__ckpt *ck)
+{
+	if (ck == NULL)
+		return;
+	if (ck->aio_ok)
+		ft__aio_fini(&ck->aio);
+	if (ck->img.fd != NULL)
+		for (size_t i = 0; i < ck->img.nregs; i++)
+			for (int s = 0; s < 2; s++)
+				if (ck->img.fd[i][s] >= 0)
+					close(ck->img.fd[i][s]);
+	ck->img.own_fds = false;
+	ft__ck_image_free(&ck->img);
+	if (ck->jfd >= 0)
+		close(ck->jfd);
+	for (size_t i = 0; i < ck->nreg; i++)
+		free(ck->reg[i].saved);
+	for (int k = 0; k < 2; k++) {
+		struct ck_round *r = &ck->rounds[k];
+		free(r->blk);
+		free(r->slot);
+		free(r->hdr);
+		free(r->io);
+		free(r->resid);
+		free(r->fsio);
+		free(r->rec);
+	}
+	free(ck->pend);
+	free(ck->dist);
+	free(ck->order);
+	free(ck->chosen);
+	free(ck->score);
+	free(ck);
+}
+
+/* The table and files of this rank: the earlier incarnation's when they
+ * are this job's and of the same geometry, else fresh ones. */
+static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
+{
+	struct ft__ck_image old;
+	char path[PATH_MAX];
+	bool same;
+	int rc;
+
+	*resumed = false;
+	rc = ft__ck_image_open(ck->dir, ck->rank, &old);
+	same = old.regs != NULL && old.head.job_hash == ck->img.head.job_hash &&
+	       old.head.nonce == ck->img.head.nonce && old.head.rank == ck->rank &&
+	       old.head.block_bytes == ck->img.head.block_bytes && old.nregs == ck->nreg &&
+	       memcmp(old.regs, ck->img.regs, ck->nreg * sizeof(*old.regs)) == 0;
+	if (same) {
+		ck->img.head.total_bytes = old.head.total_bytes;
+		memcpy(ck->img.tab, old.tab, ck->nblocks * sizeof(*old.tab));
+		if (old.resid != NULL && ck->img.resid != NULL)
+			memcpy(ck->img.resid, old.resid, ck->nblocks * sizeof(float));
+		ck->img.last_round = old.last_round;
+		ck->img.last_step = old.last_step;
+		ck->img.commits = old.commits;
+		ck->round = ck->done = old.last_round;
+		ck->jpos = old.valid_bytes;
+		if (old.tail_why != NULL)
+			ft__info("ckpt: rank %d's journal ends in %s: an uncommitted round", ck->rank,
+				 old.tail_why);
+		*resumed = true;
+	} else if (old.regs != NULL || rc == -FT_ECORRUPT) {
+		ft__info("ckpt: rank %d: the checkpoint in %s is another job's or of another "
+			 "geometry: starting afresh", ck->rank, ck->dir);
+	}
+	ft__ck_image_free(&old);
+	(void)c;
+
+	if ((rc = ft__ck_path(path, sizeof(path), ck->dir, ck->rank, -1, 0)) < 0)
+		return rc;
+	ck->jfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (ck->jfd < 0)
+		return -errno;
+	for (size_t i = 0; i < ck->nreg; i++)
+		for (int s = 0; s < 2; s++) {
+			if ((rc = ft__ck_path(path, sizeof(path), ck->dir, ck->rank, ck->reg[i].index,
+					      s)) < 0)
+				return rc;
+			ck->img.fd[i][s] = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+			if (ck->img.fd[i][s] < 0)
+				return -errno;
+			if (!*resumed && ftruncate(ck->img.fd[i][s], 0) < 0)
+				return -errno;
+		}
+	if (*resumed) {
+		/* cut a torn tail off, so that the next COMMIT is read after the last good one */
+		return ftruncate(ck->jfd, (off_t)ck->jpos) < 0 ? -errno : 0;
+	}
+	char *buf;
+	size_t len;
+	if (ftruncate(ck->jfd, 0) < 0)
+		return -errno;
+	if ((rc = build_journal(ck, false, &buf, &len)) < 0)
+		return rc;
+	rc = write_all(ck->jfd, buf, len, 0);
+	free(buf);
+	if (rc == 0 && ck->cfg.sync && fdatasync(ck->jfd) < 0)
+		rc = -errno;
+	ck->jpos = len;
+	return rc;
+}
+
+static int restore_own(struct ft_comm *c);
+
+/*
+ * Agreement, in one allreduce (MAX, one op_seq): every member's strategy,
+ * interval, block size, fraction and number of sharded regions are equal
+ * (the MAX of v and of -v); a member with a bad argument says so; each
+ * member's shard bytes sit at its original rank's place, to be summed.
+ */
+static int agree(struct ft_comm *c, const struct ft_ckpt_config *k, int bad, size_t nsharded,
+		 uint64_t bytes, uint64_t *total)
+{
+	enum { N = 5 };
+	size_t n = 2 * N + 1 + (size_t)c->cfg.world_size;
+	int64_t *v = calloc(n, sizeof(*v));
+	int64_t mine[N] = {k->strategy, k->interval, (int64_t)k->block_bytes,
+			   k->strategy == FT_CKPT_FULL ? 0 : (int64_t)llround(k->fraction * 1e9),
+			   (int64_t)nsharded};
+	int rc;
+
+	if (v == NULL)
+		return -FT_ENOMEM;
+	for (int i = 0; i < N; i++) {
+		v[i] = bad ? 0 : mine[i];
+		v[N + i] = bad ? 0 : -mine[i];
+	}
+	v[2 * N] = bad;
+	v[2 * N + 1 + c->cfg.rank] = (int64_t)bytes;
+	rc = ft_allreduce(c, FT_IN_PLACE, v, n, FT_INT64, FT_MAX, NULL);
+	*total = 0;
+	for (int r = 0; rc == 0 && r < c->cfg.world_size; r++)
+		*total += (uint64_t)v[2 * N + 1 + r];
+	if (rc == 0 && !bad && v[2 * N] != 0) {
+		ft__error("ckpt: another member passed a bad ft_ckpt_config");
+		rc = -FT_EMISMATCH;
+	}
+	for (int i = 0; rc == 0 && !bad && i < N; i++)
+		if (v[i] != -v[N + i]) {
+			ft__error("ckpt: members disagree on the checkpoint configuration (%s)",
+				  (const char *[]){"strategy", "interval", "block size", "fraction",
+						   "sharded regions"}[i]);
+			rc = -FT_EMISMATCH;
+		}
+	free(v);
+	if (rc != 0)
+		return rc;
+	if (bad)
+		return -FT_EINVAL;
+	return 0;
+}
+
+#define CKCFG_SIZE_MIN (offsetof(struct ft_ckpt_config, sync) + sizeof(int))
+
+FT__EXPORT int ft_ckpt_enable(struct ft_comm *c, const struct ft_ckpt_config *ucfg)
+{
+	struct ft_ckpt_config k = FT_CKPT_CONFIG_INIT;
+	struct ft__ckpt *ck;
+	uint64_t bytes = 0, total = 0;
+	size_t nsharded = 0;
+	bool resumed;
+	int rc = ft__comm_check(c), bad = 0;
+
+	if (rc != 0)
+		return rc;
+	if (ucfg == NULL || c->ckpt != NULL || ucfg->struct_size < CKCFG_SIZE_MIN ||
+	    ucfg->struct_size > ((size_t)16 << 10))
+		return -FT_EINVAL;
+	for (size_t i = sizeof(k); i < ucfg->struct_size; i++)
+		if (((const unsigned char *)ucfg)[i] != 0)
+			return -FT_EINVAL;
+	memcpy(&k, ucfg, ucfg->struct_size < sizeof(k) ? ucfg->struct_size : sizeof(k));
+	k.struct_size = sizeof(k);
+	if (k.block_bytes == 0)
+		k.block_bytes = CK_DEFAULT_BLOCK;
+	if ((unsigned)k.strategy >= FT_CKPT_STRATEGY_COUNT || k.interval < 1 ||
+	    k.block_bytes > ((size_t)1 << 30) || (k.sync != 0 && k.sync != 1) ||
+	    memchr(k.dir, 0, sizeof(k.dir)) == NULL ||
+	    (k.strategy != FT_CKPT_FULL && !(k.fraction > 0 && k.fraction <= 1)))
+		bad = 1;
+	for (int i = 0; i < c->nstate; i++) {
+		const struct ft__state_region *s = &c->state[i];
+		if (!(s->flags & FT_STATE_SHARDED))
+			continue;
+		nsharded++;
+		bytes += s->bytes;
+		if (k.block_bytes % ft_dtype_size((enum ft_dtype)s->dtype) != 0)
+			bad = 1;
+	}
+	if (!c->rejoined) {
+		if ((rc = agree(c, &k, bad, nsharded, bytes, &total)) != 0)
+			return rc;
+	} else if (bad) {
+		return -FT_EINVAL;
+	}
+
+	ck = calloc(1, sizeof(*ck));
+	if (ck == NULL)
+		return -FT_ENOMEM;
+	ck->jfd = -1;
+	ck->cfg = k;
+	ck->rank = c->cfg.rank;
+	ck->total = total;
+	if ((rc = ck_dir(c, k.dir, ck->dir, sizeof(ck->dir))) < 0)
+		goto err_free;
+	ck->img.head = (struct ft__cj_head){
+		.job_hash = ft__log_job_hash(c->cfg.job_id), .nonce = c->job_nonce,
+		.rank = c->cfg.rank, .world_size = c->cfg.world_size, .block_bytes = k.block_bytes,
+		.strategy = (uint32_t)k.strategy, .interval = k.interval, .fraction = k.fraction,
+		.total_bytes = total, .seed = k.seed};
+	ck->img.regs = calloc(nsharded + 1, sizeof(*ck->img.regs));
+	ck->img.first = calloc(nsharded + 1, sizeof(*ck->img.first));
+	ck->img.fd = malloc((nsharded + 1) * sizeof(*ck->img.fd));
+	if (ck->img.regs == NULL || ck->img.first == NULL || ck->img.fd == NULL) {
+		rc = -FT_ENOMEM;
+		goto err_free;
+	}
+	for (int i = 0; i < c->nstate; i++) {
+		const struct ft__state_region *s = &c->state[i];
+		struct ck_reg *g = &ck->reg[ck->nreg];
+		if (!(s->flags & FT_STATE_SHARDED))
+			continue;
+		*g = (struct ck_reg){.index = i, .dtype = s->dtype,
+				     .es = ft_dtype_size((enum ft_dtype)s->dtype), .ptr = s->ptr,
+				     .bytes = s->bytes,
+				     .nblocks = (s->bytes + k.block_bytes - 1) / k.block_bytes,
+				     .first = ck->nblocks};
+		ck->img.regs[ck->nreg] = (struct ft__cj_region){
+			.index = (uint32_t)i, .dtype = s->dtype, .bytes = s->bytes,
+			.nblocks = g->nblocks};
+		ck->img.first[ck->nreg] = ck->nblocks;
+		ck->img.fd[ck->nreg][0] = ck->img.fd[ck->nreg][1] = -1;
+		ck->nblocks += g->nblocks;
+		g->saved = malloc(s->bytes ? s->bytes : 1);
+		if (g->saved == NULL) {
+			rc = -FT_ENOMEM;
+			goto err_free;
+		}
+		memcpy(g->saved, s->ptr, s->bytes);
+		ck->nreg++;
+	}
+	ck->img.nregs = ck->nreg;
+	ck->img.first[ck->nreg] = ck->nblocks;
+	ck->img.nblocks = ck->nblocks;
+	{
+		size_t B = ck->nblocks + 1;
+		ck->img.tab = calloc(B, sizeof(*ck->img.tab));
+		ck->img.resid = calloc(B, sizeof(float));
+		ck->pend = calloc(B, sizeof(*ck->pend));
+		ck->dist = calloc(B, sizeof(*ck->dist));
+		ck->order = calloc(B, sizeof(*ck->order));
+		ck->chosen = calloc(B, 1);
+		ck->score = calloc(B, sizeof(*ck->score));
+		for (int r = 0; r < 2; r++) {
+			ck->rounds[r].resid = calloc(B, sizeof(float));
+			ck->rounds[r].fsio = calloc(2 * ck->nreg + 1, sizeof(struct ft__aio_io));
+			if (ck->rounds[r].resid == NULL || ck->rounds[r].fsio == NULL)
+				ck->chosen = (free(ck->chosen), NULL);
+		}
+		if (ck->img.tab == NULL || ck->img.resid == NULL || ck->pend == NULL ||
+		    ck->dist == NULL || ck->order == NULL || ck->chosen == NULL || ck->score == NULL) {
+			rc = -FT_ENOMEM;
+			goto err_free;
+		}
+	}
+	if (ck->nreg > 0) {
+		if ((rc = make_dir(ck->dir)) < 0 || (rc = open_files(c, ck, &resumed)) < 0) {
+			ft__error("ckpt: cannot open the checkpoint files in %s: %s", ck->dir,
+				  ft_strerror(rc));
+			goto err_free;
+		}
+		if (c->rejoined) {
+			ck->total = c->ckpt_hint_total != 0 ? c->ckpt_hint_total
+				    : resumed		    ? ck->img.head.total_bytes
+							    : bytes * (uint64_t)c->cfg.world_size;
+			ck->restore_due = true;
+		}
+	}
+	ck->img.head.total_bytes = ck->total;
+	ck->rng = k.seed ^ ((uint64_t)(c->cfg.rank + 1) * 0x9e3779b97f4a7c15ull);
+	ft__aio_init(&ck->aio, CK_QD, !c->tp_env.log_pwrite, "ckpt");
+	ck->aio_ok = true;
+	c->ckpt = ck;
+	ft__info("ckpt: %zu sharded regions, %zu blocks of %zu bytes in %s (%s)%s", ck->nreg,
+		 ck->nblocks, k.block_bytes, ck->dir, ft__aio_engine_name(&ck->aio),
+		 ck->restore_due ? "; restored from the earlier incarnation's" : "");
+	if (ck->restore_due && c->state_received)
+		return restore_own(c);
+	return 0;
+
+err_free:
+	ck_free(ck);
+	return rc;
+}
+
+/* ---- steps ---- */
+
+FT__EXPORT int ft_ckpt_step(struct ft_comm *c, uint64_t step)
+{
+	struct ft__ckpt *ck;
+	uint64_t t0 = ft__now_ns();
+	int rc = ft__comm_check(c);
+
+	if (rc != 0)
+		return rc;
+	ck = c->ckpt;
+	if (ck == NULL || (ck->calls > 0 && step <= ck->now_step))
+		return -FT_EINVAL;
+	ck->now_step = step;
+	ck->calls++;
+	rc = progress(ck);
+	/* a rejoined process checkpoints only once its shards are back */
+	if (rc == 0 && ck->calls % ck->cfg.interval == 0 && !ck->restore_due && ck->nblocks > 0)
+		rc = start_round(ck, step);
+	if (rc == 0 && ck->err != 0) {
+		rc = ck->err;
+		ck->err = 0;
+	}
+	ck->st.step_ms += ms_since(t0);
+	return rc;
+}
+
+FT__EXPORT int ft_ckpt_flush(struct ft_comm *c)
+{
+	int rc = ft__comm_check(c);
+
+	if (rc != 0)
+		return rc;
+	if (c->ckpt == NULL)
+		return -FT_EINVAL;
+	rc = wait_done(c->ckpt, c->ckpt->round);
+	if (rc == 0 && c->ckpt->err != 0) {
+		rc = c->ckpt->err;
+		c->ckpt->err = 0;
+	}
+	return rc;
+}
+
+static int find_reg(const struct ft__ck_image *img, int region, size_t *pos)
+{
+	for (size_t i = 0; i < img->nregs; i++)
+		if (img->regs[i].index == (uint32_t)region) {
+			*pos = i;
+			return 0;
+		}
+	return -FT_EINVAL;
+}
+
+FT__EXPORT int ft_ckpt_priority(struct ft_comm *c, int region, const double *score,
+				size_t nblocks)
+{
+	int rc = ft__comm_check(c);
+	size_t p;
+
+	if (rc != 0)
+		return rc;
+	if (c->ckpt == NULL || score == NULL || region < 0 ||
+	    find_reg(&c->ckpt->img, region, &p) != 0 || nblocks != c->ckpt->reg[p].nblocks)
+		return -FT_EINVAL;
+	for (size_t i = 0; i < nblocks; i++)
+		if (score[i] != score[i])
+			return -FT_EINVAL;
+	memcpy(c->ckpt->score + c->ckpt->reg[p].first, score, nblocks * sizeof(*score));
+	return 0;
+}
+
+/* ---- restore ---- */
+
+/* The image of owner's checkpoint: this rank's own table, or its files read. */
+static int owner_image(struct ft_comm *c, int owner, struct ft__ck_image *tmp,
+		       const struct ft__ck_image **img)
+{
+	char dir[PATH_MAX];
+	int rc;
+
+	if (c->ckpt != NULL && owner == c->cfg.rank && c->ckpt->nreg > 0) {
+		*img = &c->ckpt->img;
+		return 0;
+	}
+	if ((rc = ck_dir(c, c->ckpt != NULL ? c->ckpt->cfg.dir : NULL, dir, sizeof(dir))) < 0)
+		return rc;
+	rc = ft__ck_image_open(dir, owner, tmp);
+	if (tmp->regs == NULL)
+		return rc;
+	if (tmp->head.job_hash != ft__log_job_hash(c->cfg.job_id) ||
+	    tmp->head.nonce != c->job_nonce || tmp->head.rank != owner) {
+		ft__error("ckpt: the checkpoint of rank %d in %s is not this job's", owner, dir);
+		ft__ck_image_free(tmp);
+		return -FT_ECORRUPT;
+	}
+	*img = tmp;
+	return 0;
+}
+
+static uint64_t now_step(const struct ft_comm *c)
+{
+	uint64_t n = c->ckpt != NULL ? c->ckpt->now_step : 0;
+	return c->ckpt_hint_step > n ? c->ckpt_hint_step : n;
+}
+
+FT__EXPORT int ft_ckpt_restore(struct ft_comm *c, int region, int owner, size_t first_block,
+			       size_t nblocks, void *dst, unsigned flags,
+			       struct ft_restore_info *info)
+{
+	struct ft__ck_image tmp;
+	const struct ft__ck_image *img;
+	struct ft_restore_info ri;
+	double pert = 0, lost = 0;
+	size_t p, bb;
+	uint64_t now, total;
+	char *old = NULL;
+	int rc = ft__comm_check(c), bad = 0;
+
+	if (rc != 0)
+		return rc;
+	if (info != NULL)
+		memset(info, 0, sizeof(*info));
+	if ((flags & ~FT_RESTORE_CURRENT) != 0 || region < 0 || region >= FT__STATE_MAX ||
+	    owner < 0 || owner >= c->cfg.world_size || (nblocks > 0 && dst == NULL))
+		return -FT_EINVAL;
+	memset(&tmp, 0, sizeof(tmp));
+	if ((rc = owner_image(c, owner, &tmp, &img)) < 0)
+		return rc;
+	bb = (size_t)img->head.block_bytes;
+	if (find_reg(img, region, &p) != 0 || first_block > img->regs[p].nblocks ||
+	    nblocks > img->regs[p].nblocks - first_block) {
+		rc = -FT_EINVAL;
+		goto out;
+	}
+	if ((flags & FT_RESTORE_CURRENT) && (old = malloc(bb)) == NULL) {
+		rc = -FT_ENOMEM;
+		goto out;
+	}
+	now = now_step(c);
+	total = img == &tmp ? img->head.total_bytes : c->ckpt->total;
+	memset(&ri, 0, sizeof(ri));
+	ri.oldest_step = UINT64_MAX;
+	ri.now_step = now;
+	ri.exact = (flags & FT_RESTORE_CURRENT) != 0;
+	for (size_t b = first_block; b < first_block + nblocks; b++) {
+		const struct ft__cj_region *r = &img->regs[p];
+		size_t len = (size_t)(b + 1 < r->nblocks ? bb : r->bytes - b * bb);
+		char *d = (char *)dst + (b - first_block) * bb;
+		uint64_t round, step;
+		int slot;
+		char why[160];
+
+		if (old != NULL)
+			memcpy(old, d, len);
+		if (ft__ck_read_block(img, p, b, d, &round, &step, &slot, why, sizeof(why)) != 0) {
+			ft__warn("ckpt: rank %d region %d block %zu: no valid copy (%s)", owner,
+				 region, b, why);
+			if (old != NULL)
+				memcpy(d, old, len);
+			bad = 1;
+			continue;
+		}
+		ri.blocks++;
+		ri.bytes += len;
+		if (step > ri.ckpt_step)
+			ri.ckpt_step = step;
+		if (step < ri.oldest_step)
+			ri.oldest_step = step;
+		if (now > step)
+			lost += (double)(now - step) * (double)len;
+		if (old != NULL)
+			pert += dist2(old, d, len, r->dtype);
+		else if (img->resid != NULL)
+			pert += (double)img->resid[img->first[p] + b] * img->resid[img->first[p] + b];
+		if (c->ckpt != NULL && img == &c->ckpt->img) {
+			struct ck_reg *g = &c->ckpt->reg[p];
+			if (c->ckpt->pend[g->first + b] == 0)
+				memcpy(g->saved + b * bb, d, len);
+		}
+	}
+	if (ri.oldest_step == UINT64_MAX)
+		ri.oldest_step = 0;
+	ri.perturbation = sqrt(pert);
+	ri.pls = now > 0 && total > 0 ? lost / ((double)now * (double)total) : 0;
+	if (info != NULL)
+		*info = ri;
+	rc = bad ? -FT_ECORRUPT : 0;
+out:
+	free(old);
+	if (img == &tmp)
+		ft__ck_image_free(&tmp);
+	return rc;
+}
+
+FT__EXPORT int ft_ckpt_blocks(struct ft_comm *c, int region, int owner, size_t *nblocks,
+			      size_t *block_bytes, size_t *region_bytes)
+{
+	struct ft__ck_image tmp;
+	const struct ft__ck_image *img;
+	size_t p;
+	int rc = ft__comm_check(c);
+
+	if (rc != 0)
+		return rc;
+	if (region < 0 || region >= FT__STATE_MAX || owner < 0 || owner >= c->cfg.world_size)
+		return -FT_EINVAL;
+	memset(&tmp, 0, sizeof(tmp));
+	if ((rc = owner_image(c, owner, &tmp, &img)) < 0)
+		return rc;
+	if (find_reg(img, region, &p) != 0) {
+		rc = -FT_EINVAL;
+	} else {
+		if (nblocks != NULL)
+			*nblocks = (size_t)img->regs[p].nblocks;
+		if (block_bytes != NULL)
+			*block_bytes = (size_t)img->head.block_bytes;
+		if (region_bytes != NULL)
+			*region_bytes = (size_t)img->regs[p].bytes;
+	}
+	if (img == &tmp)
+		ft__ck_image_free(&tmp);
+	return rc;
+}
+
+/* A rejoined process: every sharded region of its own back from its checkpoint. */
+static int restore_own(struct ft_comm *c)
+{
+	struct ft__ckpt *ck = c->ckpt;
+	struct ft_restore_info sum;
+	double p2 = 0;
+	int rc = 0;
+
+	memset(&sum, 0, sizeof(sum));
+	sum.oldest_step = UINT64_MAX;
+	sum.exact = 0;
+	for (size_t i = 0; i < ck->nreg; i++) {
+		struct ft_restore_info ri;
+		int r = ft_ckpt_restore(c, ck->reg[i].index, c->cfg.rank, 0, ck->reg[i].nblocks,
+					ck->reg[i].ptr, 0, &ri);
+		if (r != 0 && rc == 0)
+			rc = r;
+		if (r != 0 && r != -FT_ECORRUPT)
+			continue;
+		sum.blocks += ri.blocks;
+		sum.bytes += ri.bytes;
+		if (ri.ckpt_step > sum.ckpt_step)
+			sum.ckpt_step = ri.ckpt_step;
+		if (ri.blocks > 0 && ri.oldest_step < sum.oldest_step)
+			sum.oldest_step = ri.oldest_step;
+		sum.now_step = ri.now_step;
+		sum.pls += ri.pls;
+		p2 += ri.perturbation * ri.perturbation;
+	}
+	if (sum.oldest_step == UINT64_MAX)
+		sum.oldest_step = 0;
+	sum.perturbation = sqrt(p2);
+	ck->rinfo = sum;
+	ck->restored = true;
+	ck->restore_due = false;
+	ck->restore_rc = rc;
+	ft__info("ckpt: rank %d restored %zu blocks (%zu bytes) of its shards from step %llu..%llu "
+		 "(now %llu): %s", c->cfg.rank, sum.blocks, sum.bytes,
+		 (unsigned long long)sum.oldest_step, (unsigned long long)sum.ckpt_step,
+		 (unsigned long long)sum.now_step, rc ? ft_strerror(rc) : "ok");
+	return rc;
+}
+
+int ft__ckpt_state_received(struct ft_comm *c, uint64_t now, uint64_t total)
+{
+	if (c->state_received)
+		return c->ckpt != NULL ? c->ckpt->restore_rc : 0;
+	c->state_received = true;
+	c->ckpt_hint_step = now;
+	c->ckpt_hint_total = total;
+	if (c->ckpt == NULL || !c->ckpt->restore_due)
+		return 0;
+	if (total != 0)
+		c->ckpt->total = total;
+	return restore_own(c);
+}
+
+void ft__ckpt_hint(const struct ft_comm *c, uint64_t *now, uint64_t *total)
+{
+	*now = c->ckpt != NULL ? c->ckpt->now_step : 0;
+	*total = c->ckpt != NULL ? c->ckpt->total : 0;
+}
+
+FT__EXPORT int ft_state_restored(const struct ft_comm *c, struct ft_restore_info *info)
+{
+	int rc = ft__comm_check(c);
+
+	if (rc != 0)
+		return rc;
+	if (info == NULL)
+		return -FT_EINVAL;
+	if (c->ckpt == NULL || !c->ckpt->restored)
+		return -FT_ENOSYS;
+	*info = c->ckpt->rinfo;
+	return 0;
+}
+
+FT__EXPORT int ft_ckpt_stats_get(const struct ft_comm *c, struct ft_ckpt_stats *st)
+{
+	int rc = ft__comm_check(c);
+
+	if (rc != 0)
+		return rc;
+	if (st == NULL)
+		return -FT_EINVAL;
+	if (c->ckpt == NULL)
+		memset(st, 0, sizeof(*st));
+	else
+		*st = c->ckpt->st;
+	return 0;
+}
+
+FT__EXPORT unsigned ft_ckpt_interval_for_pls(double target_pls, double failures_per_step,
+					     double lost_fraction)
+{
+	double x;
+	unsigned k;
+
+	if (!(target_pls > 0) || !(failures_per_step > 0) || !(lost_fraction > 0) ||
+	    lost_fraction > 1 || isinf(target_pls) || isinf(failures_per_step))
+		return 0;
+	x = 2 * target_pls / (failures_per_step * lost_fraction);
+	if (!(x < 4e9))
+		return UINT_MAX;
+	k = x < 1 ? 1 : (unsigned)x;
+	while (k < UINT_MAX && failures_per_step * (double)(k + 1) * lost_fraction / 2 <= target_pls)
+		k++;
+	while (k > 1 && failures_per_step * (double)k * lost_fraction / 2 > target_pls)
+		k--;
+	return k;
+}
+
+void ft__ckpt_close(struct ft_comm *c)
+{
+	struct ft__ckpt *ck = c->ckpt;
+
+	if (ck == NULL)
+		return;
+	c->ckpt = NULL;
+	if (wait_done(ck, ck->round) < 0 || ft__aio_drain(&ck->aio) < 0) {
+		ft__warn("ckpt: rank %d: waiting for the last writes failed", ck->rank);
+		return; /* the kernel may still read the buffers: better lost than reused */
+	}
+	ck_free(ck);
+}

@@ -1,0 +1,174 @@
+/* ckpt.h: running partial checkpoints of sharded state: on-disk format, the writer's hooks, the reader. */
+#ifndef FTCC_CKPT_H
+#define FTCC_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ftcc.h"
+
+/*
+ * On disk, in <dir>/<job id>/ (dir: ft_ckpt_config.dir, else FTCC_CKPT_DIR,
+ * else the log directory), each rank R has:
+ *
+ *   ck-r<R>.jnl              the commit journal (records below);
+ *   ck-r<R>-g<I>-a.dat       slot 0 and slot 1 of sharded region I (its
+ *   ck-r<R>-g<I>-b.dat       registration index): block b's copy sits at
+ *                            b x (64 + block_bytes) in either file.
+ *
+ * A block copy is struct ft__ck_copy (64 bytes) then len bytes of data; crc
+ * is the CRC32C of the head (crc 0) and the data. A round writes each of its
+ * blocks into the slot that does NOT hold the block's newest committed copy
+ * (never over it), waits for every write (and, sync, fdatasyncs the slot
+ * files), and only then appends its COMMIT record to the journal (sync:
+ * fdatasync'd before the round counts). Rounds commit in order.
+ *
+ * The journal (records little-endian, each a multiple of 8 bytes, crc the
+ * CRC32C of the record with crc 0):
+ *   HEAD    first and once: job, rank, geometry (struct ft__cj_head, then
+ *           nregions struct ft__cj_region);
+ *   SNAP    the whole committed table (nblocks struct ft__cj_snap), then
+ *           nres residuals: written when the journal is compacted (a new
+ *           file HEAD + SNAP renamed over the old one);
+ *   COMMIT  round, step; count struct ft__cj_entry (the round's blocks and
+ *           slots), then nres float residuals: the L2 distance each block
+ *           had from its saved copy after the round (0 for saved blocks),
+ *           over all blocks in order, for the perturbation estimate.
+ * Rounds strictly increase. A reader takes the records up to the first that
+ * does not check (magic, version, type, len, crc, bounds, round order): a
+ * torn tail is an uncommitted round. From them it knows, per block and slot,
+ * the round and step of the committed copy that slot should hold; a copy is
+ * believed only when its head says exactly that round and its CRC checks.
+ * Restore takes the newest believed copy of each block: a torn or flipped
+ * newest copy falls back to the other slot's older committed copy, and an
+ * uncommitted write (a crash mid-round) sits in a slot whose committed
+ * round it does not match, or over a copy that was not the newest.
+ */
+
+#define FT__CK_MAGIC 0x4b435446u        /* "FTCK": a block copy */
+#define FT__CJ_MAGIC 0x4a435446u        /* "FTCJ": a journal record */
+#define FT__CK_VERSION 1
+#define FT__CK_HDR 64
+#define FT__STATE_MAX_REGIONS 64    /* FT__STATE_MAX of comm.h */
+
+enum { FT__CJ_HEAD = 1, FT__CJ_COMMIT = 2, FT__CJ_SNAP = 3 };
+
+struct ft__ck_copy {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t slot;
+	uint32_t region;        /* registration index */
+	uint32_t len;           /* data bytes (the last block may be short) */
+	uint64_t block;
+	uint64_t round;
+	uint64_t step;
+	uint64_t job_hash;
+	int32_t rank;
+	uint32_t pad[2];
+	uint32_t crc;
+};
+
+struct ft__cj_rec {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t len;           /* the whole record */
+	uint32_t crc;
+	uint64_t round;
+	uint64_t step;
+	uint64_t count;         /* HEAD: regions; COMMIT: entries; SNAP: blocks */
+	uint64_t nres;          /* residuals after the entries: 0 or every block */
+};
+
+struct ft__cj_head {
+	uint64_t job_hash;      /* ft__log_job_hash(job id) */
+	uint64_t nonce;         /* the job run's (ft_comm job_nonce) */
+	int32_t rank, world_size;
+	uint64_t block_bytes;
+	uint32_t strategy, interval;
+	double fraction;
+	uint64_t total_bytes;   /* shard bytes of every member, at ft_ckpt_enable */
+	uint64_t seed;
+};
+
+struct ft__cj_region {
+	uint32_t index;         /* registration index */
+	uint32_t dtype;
+	uint64_t bytes;
+	uint64_t nblocks;
+};
+
+struct ft__cj_entry {
+	uint32_t region;        /* position in HEAD's region list */
+	uint32_t slot;
+	uint64_t block;
+};
+
+struct ft__cj_snap {
+	uint64_t round[2];      /* committed round the slot holds, 0: none */
+	uint64_t step[2];
+};
+
+/* A rank's checkpoint as its journal says, with its slot files open. */
+struct ft__ck_image {
+	struct ft__cj_head head;
+	struct ft__cj_region *regs;
+	size_t nregs;
+	size_t *first;          /* global number of each region's block 0 */
+	size_t nblocks;         /* over all regions */
+	struct ft__cj_snap *tab; /* per global block */
+	float *resid;           /* per global block, or NULL: none recorded */
+	uint64_t last_round, last_step;
+	uint64_t commits;       /* COMMIT records read */
+	uint64_t valid_bytes, file_bytes;
+	const char *tail_why;   /* NULL when the whole journal checked */
+	int (*fd)[2];           /* per region: slot files, -1 when missing */
+	bool own_fds;
+};
+
+#define FT__CK_MAX_BLOCKS ((size_t)1 << 32)
+
+/* "<dir>/ck-r<rank>.jnl" or, region >= 0, "<dir>/ck-r<rank>-g<region>-<a|b>.dat". */
+int ft__ck_path(char *out, size_t cap, const char *dir, int rank, int region, int slot);
+
+/*
+ * Parses a journal image of len bytes into img (regs, first, tab, resid
+ * allocated; fds not opened). Any byte string is safe input. 0: the whole
+ * journal checks; -FT_ECORRUPT with img filled from the valid prefix
+ * (tail_why says why it stops), or with nothing usable when HEAD does not
+ * check (img->regs NULL); -FT_ENOMEM.
+ */
+int ft__ck_parse(const void *buf, size_t len, struct ft__ck_image *img);
+/* Reads rank's journal in dir and opens its slot files read-only.
+ * -FT_EIO: no journal; otherwise as ft__ck_parse (img usable when regs != NULL). */
+int ft__ck_image_open(const char *dir, int rank, struct ft__ck_image *img);
+void ft__ck_image_free(struct ft__ck_image *img);
+
+/*
+ * Reads the newest believed copy of block `block` of region position reg
+ * into dst (len bytes, the block's length). 0 with *round, *step, *slot;
+ * -FT_ECORRUPT when neither slot holds one (why says what was wrong).
+ */
+int ft__ck_read_block(const struct ft__ck_image *img, size_t reg, size_t block, void *dst,
+		      uint64_t *round, uint64_t *step, int *slot, char *why, size_t whylen);
+
+/*
+ * Checks every copy the journal names in rank's checkpoint in dir; prints
+ * (when out is not NULL) the rounds, and each bad copy with why, and every
+ * block when verbose. 0: every block's newest committed copy checks (an
+ * older one overwritten by a later write is not an error);
+ * -FT_ECORRUPT: a committed copy is torn or flipped, or the journal's
+ * tail does not check; -FT_EIO: no journal.
+ */
+int ft__ckpt_verify(const char *dir, int rank, void *out /* FILE * */, bool verbose);
+
+struct ft_comm;
+/* Finishes the writes in flight and frees the checkpointer (ft_finalize). */
+void ft__ckpt_close(struct ft_comm *c);
+/* The state transfer reached a rejoined process (state.c): restores its shards when enabled. */
+int ft__ckpt_state_received(struct ft_comm *c, uint64_t now_step, uint64_t total_bytes);
+/* Root side of the state header: this rank's latest step and the total shard bytes. */
+void ft__ckpt_hint(const struct ft_comm *c, uint64_t *now_step, uint64_t *total_bytes);
+
+#endif
