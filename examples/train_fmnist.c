@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt_standin.h"
+#include "app_ckpt.h"
 #include "fmnist.h"
 
 /*
@@ -65,6 +65,7 @@ struct opts {
 	int ckpt; /* -1 none, else enum ft_ckpt_strategy */
 	double fraction;
 	unsigned interval;
+	int app_ckpt; /* the application's checkpoint (app_ckpt.h) instead of ftcc's */
 	const char *ckdir;
 	int hold;
 	const char *progdir;
@@ -80,7 +81,7 @@ static void usage(void)
 	fputs("usage: train_fmnist [--model=mlr|mlp] [--steps=N] [--batch=B] [--lr=X] [--seed=S]\n"
 	      "  [--state=replicated|sharded] [--recovery=none|partial|full|restart]\n"
 	      "  [--ckpt=none|full|rr|random|priority] [--fraction=R] [--interval=K]\n"
-	      "  [--ckpt-dir=DIR] [--eval-every=E] [--eval-n=N] [--hold=U --progress=DIR]\n"
+	      "  [--ckpt-impl=lib|app] [--ckpt-dir=DIR] [--eval-every=E] [--eval-n=N] [--hold=U --progress=DIR]\n"
 	      "  [--resume --executed=U] [--dump=U:FILE] [--truth=FILE] [--data=DIR]\n",
 	      stderr);
 }
@@ -123,6 +124,8 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->fraction = atof(v);
 		else if (IS("interval"))
 			o->interval = (unsigned)atoi(v);
+		else if (IS("ckpt-impl"))
+			o->app_ckpt = strcmp(v, "app") == 0;
 		else if (IS("ckpt-dir"))
 			o->ckdir = v;
 		else if (IS("eval-every"))
@@ -302,6 +305,27 @@ static int scatter_avg(struct ft_comm *c, float *g, size_t shard, struct ft_op_i
 	return ft_reduce_scatter(c, FT_IN_PLACE, g, shard, FT_FLOAT32, FT_AVG, info);
 }
 
+/* The running checkpoint: ftcc's, or the application's own (--ckpt-impl=app). */
+static int ck_step(const struct opts *o, struct ft_comm *c, uint64_t step)
+{
+	return o->app_ckpt ? sk_step(step) : ft_ckpt_step(c, step);
+}
+
+/* This rank's whole shard (region `region`) back from its checkpoint into dst. */
+static int ck_restore_own(const struct opts *o, struct ft_comm *c, int region, float *dst,
+			  unsigned flags, uint64_t now, struct ft_restore_info *ri)
+{
+	size_t nblocks;
+	int rc;
+
+	if (o->app_ckpt)
+		return sk_restore_own(dst, flags, now, ri);
+	rc = ft_ckpt_blocks(c, region, ft_orig_rank(c, ft_rank(c)), &nblocks, NULL, NULL);
+	return rc != 0 ? rc
+		       : ft_ckpt_restore(c, region, ft_orig_rank(c, ft_rank(c)), 0, nblocks, dst,
+					 flags, ri);
+}
+
 static void print_restore(const char *kind, int rank, const struct ft_restore_info *ri,
 			  double truth_dist)
 {
@@ -346,7 +370,7 @@ int main(int argc, char **argv)
 	struct ft_op_info info;
 	float *x, *g, *th, *gl, *mine;
 	size_t *idx, shard, nx;
-	int rc, me, world, start = 0, back = 0;
+	int rc, me, world, start = 0, back = 0, region = -1, ops0 = 1;
 	uint64_t next_op = 0;
 	uint32_t gen;
 	double t_loop, hold_ms = 0, eval_ms = 0, ckpt_ms = 0, fail_ms = 0;
@@ -360,7 +384,7 @@ int main(int argc, char **argv)
 		double t = 0, f = 0, l = 0;
 		if (sscanf(argv[1] + 15, "%lf,%lf,%lf", &t, &f, &l) != 3)
 			return 2;
-		printf("interval %u\n", sk_interval_for_pls(t, f, l));
+		printf("interval %u\n", ft_ckpt_interval_for_pls(t, f, l));
 		return 0;
 	}
 	if (parse(argc, argv, &o) != 0)
@@ -392,9 +416,9 @@ int main(int argc, char **argv)
 	/* State, and where this process enters the job. */
 	if (o.state == ST_REPLICATED)
 		rc = ft_state_register(comm, x, nx * sizeof(float), FT_STATE_REPLICATED);
-	else if (sk_lib())
-		rc = ft_state_register(comm, mine, shard * sizeof(float),
-				       FT_STATE_SHARDED | FT_STATE_DTYPE(FT_FLOAT32));
+	else
+		rc = region = ft_state_register(comm, mine, shard * sizeof(float),
+						FT_STATE_SHARDED | FT_STATE_DTYPE(FT_FLOAT32));
 	if (rc < 0) {
 		fprintf(stderr, "ft_state_register: %s\n", ft_strerror(rc));
 		return 1;
@@ -407,8 +431,12 @@ int main(int argc, char **argv)
 		cc.interval = o.interval;
 		cc.seed = o.seed;
 		snprintf(cc.dir, sizeof(cc.dir), "%s", o.ckdir);
-		if ((rc = sk_enable(comm, &cc, mine, shard * sizeof(float),
-				    incarnation == 0 && !o.resume)) != 0) {
+		if (o.app_ckpt)
+			rc = sk_enable(comm, &cc, mine, shard * sizeof(float), incarnation == 0 && !o.resume);
+		else
+			rc = ft_ckpt_enable(comm, &cc);
+		ops0 += !o.app_ckpt; /* ftcc's enable agrees in one collective */
+		if (rc != 0) {
 			fprintf(stderr, "ft_ckpt_enable: %s\n", ft_strerror(rc));
 			return 1;
 		}
@@ -419,18 +447,19 @@ int main(int argc, char **argv)
 	}
 	back = ft_rejoined(comm, &next_op) == 1;
 	if (back) {
-		/* op 0 is ft_init's barrier; a step is 1 op (replicated) or 2 (sharded) */
+		/* op 0 is ft_init's barrier (op 1 ft_ckpt_enable's agreement);
+		 * a step is 1 op (replicated) or 2 (sharded) */
 		int per = o.state == ST_REPLICATED ? 1 : 2;
-		if ((next_op - 1) % (uint64_t)per != 0) {
+		if (next_op < (uint64_t)ops0 || (next_op - (uint64_t)ops0) % (uint64_t)per != 0) {
 			fprintf(stderr, "rank %d rejoined inside a step (op %" PRIu64 "): "
 					"kills belong between steps here\n", me, next_op);
 			return 1;
 		}
-		start = (int)((next_op - 1) / (uint64_t)per);
+		start = (int)((next_op - (uint64_t)ops0) / (uint64_t)per);
 		if (o.state == ST_SHARDED) {
 			struct ft_restore_info ri;
-			if ((rc = sk_lib() ? ft_state_restored(comm, &ri)
-					   : sk_restore_own(comm, mine, 0, (uint64_t)start, &ri)) != 0) {
+			if ((rc = o.app_ckpt ? sk_restore_own(mine, 0, (uint64_t)start, &ri)
+					     : ft_state_restored(comm, &ri)) != 0) {
 				fprintf(stderr, "ft_state_restored: %s\n", ft_strerror(rc));
 				return 1;
 			}
@@ -442,7 +471,7 @@ int main(int argc, char **argv)
 		/* The whole job starts again from its checkpoints: every rank from its own. */
 		struct ft_restore_info ri;
 		double lo, hi;
-		if ((rc = sk_restore_own(comm, mine, 0, (uint64_t)o.executed, &ri)) != 0) {
+		if ((rc = ck_restore_own(&o, comm, region, mine, 0, (uint64_t)o.executed, &ri)) != 0) {
 			fprintf(stderr, "restore: %s\n", ft_strerror(rc));
 			return 1;
 		}
@@ -471,6 +500,12 @@ int main(int argc, char **argv)
 				fprintf(stderr, "step %d: allgather: %s\n", t, ft_strerror(rc));
 				return 3;
 			}
+			if (ft_size(comm) != world) {
+				/* shrink (or a rejoin that fell back to it): a shard is gone */
+				fprintf(stderr, "step %d: %d of %d ranks left and nobody holds the lost "
+						"shards: stopping\n", t, ft_size(comm), world);
+				return 4;
+			}
 			int failed = ft_generation(comm) != gen;
 			if ((failed || first) && o.recovery == REC_FULL) {
 				/* Full recovery: every shard back to the checkpoint; the
@@ -478,8 +513,9 @@ int main(int argc, char **argv)
 				double t0 = now_ms();
 				if (!first) {
 					struct ft_restore_info ri;
-					if ((rc = sk_restore_own(comm, mine, FT_RESTORE_CURRENT,
-								 (uint64_t)t, &ri)) != 0) {
+					if ((rc = ck_restore_own(&o, comm, region, mine,
+								 FT_RESTORE_CURRENT, (uint64_t)t,
+								 &ri)) != 0) {
 						fprintf(stderr, "restore: %s\n", ft_strerror(rc));
 						return 1;
 					}
@@ -535,7 +571,7 @@ int main(int argc, char **argv)
 				mine[i] -= (float)o.lr * gm[i];
 			if (o.ckpt >= 0) {
 				double t0 = now_ms();
-				if ((rc = sk_step(comm, (uint64_t)t + 1)) != 0) {
+				if ((rc = ck_step(&o, comm, (uint64_t)t + 1)) != 0) {
 					fprintf(stderr, "step %d: ft_ckpt_step: %s\n", t, ft_strerror(rc));
 					return 1;
 				}
@@ -557,7 +593,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "final allgather: %s\n", ft_strerror(rc));
 			return 3;
 		}
-		if (o.ckpt >= 0 && (rc = sk_flush(comm)) != 0)
+		if (o.ckpt >= 0 && (rc = o.app_ckpt ? sk_flush() : ft_ckpt_flush(comm)) != 0)
 			fprintf(stderr, "ft_ckpt_flush: %s\n", ft_strerror(rc));
 	}
 	printf("MODEL %016" PRIx64 "\n", fnv(x, nx * sizeof(float)));

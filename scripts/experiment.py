@@ -34,13 +34,22 @@ SEEDS = ([int(s) for s in os.environ["EXPERIMENT_SEEDS"].split(",")] if os.envir
          else list(range(1, 11 if FULL else 6)))
 MODELS = {
     "mlr": dict(args=["--model=mlr", "--lr=0.05", "--batch=256", "--eval-every=2", "--eval-n=1000"],
-                steps=400 if FULL else 250),
+                steps=400 if FULL else 250,
+                quick=("ff_repl", "ff_shard", "lossy", "exact", "restart", "full", "partial", "prio", "rr",
+                       "random", "partial2", "pls")),
     "mlp": dict(args=["--model=mlp", "--lr=0.03", "--batch=256", "--eval-every=2", "--eval-n=500"],
                 steps=400 if FULL else 250,
                 quick=("ff_repl", "ff_shard", "lossy", "exact", "full", "partial", "prio", "rr", "random")),
 }
 FAIL_BASE = 96  # kills land after update U = FAIL_BASE + 1 .. FAIL_BASE + C - 1
 TARGET_PLS = 0.02  # for CPR's interval rule
+RUN_TIMEOUT = 90   # seconds per ftcc-run job
+# ftcc's checkpoint writes through io_uring commit a round only at the next
+# round's ft_ckpt_step (IORING_SETUP_DEFER_TASKRUN: a non-blocking peek sees no
+# completion), so a restore finds the round before the last. pwrite commits at
+# once, as SCAR's running checkpoint does; EXPERIMENT_CKPT_ENGINE=uring measures
+# the other.
+CKPT_ENGINE = os.environ.get("EXPERIMENT_CKPT_ENGINE", "pwrite")
 
 
 def kill_step(seed):
@@ -85,7 +94,7 @@ def parse(text):
     return out
 
 
-def launch(rundir, args, policy, victims=(), hold=None, restart=False, job=None, tag="run"):
+def launch(rundir, args, policy, victims=(), hold=None, restart=False, job=None, tag="run", engine=None):
     """One ftcc-run job; kills `victims` at the hold point. Returns (rc, text, seconds)."""
     prog = os.path.join(rundir, "prog-" + tag)
     os.makedirs(prog, exist_ok=True)
@@ -97,7 +106,9 @@ def launch(rundir, args, policy, victims=(), hold=None, restart=False, job=None,
     os.makedirs(env["FTCC_LOG_DIR"], exist_ok=True)
     if job:
         env["FTCC_JOB_ID"] = job
-    cmd = ["nice", RUN, "-n", str(WORLD), "--timeout", "300"]
+    if engine:
+        env["FTCC_LOG_ENGINE"] = engine
+    cmd = ["nice", RUN, "-n", str(WORLD), "--timeout", str(RUN_TIMEOUT)]
     if restart:
         cmd.append("--restart")
     cmd += [PROG] + list(args)
@@ -178,16 +189,19 @@ def run_cell(model, cell, seed):
     args = MODELS[model]["args"] + ["--steps=%d" % steps, "--seed=%d" % seed, "--state=" + state,
                                     "--recovery=" + recovery, "--ckpt=" + ckpt,
                                     "--interval=%d" % interval, "--fraction=0.125"]
+    if name == "restart":
+        args.append("--ckpt-impl=app")  # ftcc's checkpoint serves only the run that wrote it
     if name == "ff_shard":
         args.append("--dump=%d:%s" % (U, truth))
     elif state == "sharded" and os.path.exists(truth):
         args.append("--truth=" + truth)
     job = "exp-%s-%s-%d-%d" % (model, name, seed, os.getpid())
     hold = U if victims else None
-    rc, text, secs = launch(rundir, args, policy, victims, hold, restart, job)
+    engine = CKPT_ENGINE if ckpt != "none" else None
+    rc, text, secs = launch(rundir, args, policy, victims, hold, restart, job, engine=engine)
     if name == "restart":
         rc2, text2, secs2 = launch(rundir, args + ["--resume", "--executed=%d" % U], policy, (), None,
-                                   False, job, tag="resume")
+                                   False, job, tag="resume", engine=engine)
         text += text2
         secs += secs2
         rc = rc2

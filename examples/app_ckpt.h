@@ -1,6 +1,6 @@
-/* ckpt_standin.h: an application-level running checkpoint standing in for ftcc's until a build has it (weak references decide at run time). */
-#ifndef FTCC_EXAMPLES_CKPT_STANDIN_H
-#define FTCC_EXAMPLES_CKPT_STANDIN_H
+/* app_ckpt.h: an application-level running checkpoint (the same strategies as ftcc's), for restarting a whole job, which ftcc's checkpoints (bound to one job's run) do not serve. */
+#ifndef FTCC_EXAMPLES_APP_CKPT_H
+#define FTCC_EXAMPLES_APP_CKPT_H
 
 #include <ftcc.h>
 #include <fcntl.h>
@@ -12,17 +12,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#pragma weak ft_ckpt_enable
-#pragma weak ft_ckpt_step
-#pragma weak ft_ckpt_restore
-#pragma weak ft_ckpt_blocks
-#pragma weak ft_ckpt_flush
-#pragma weak ft_state_restored
-#pragma weak ft_ckpt_interval_for_pls
 
-/* The same semantics as ftcc's, kept in one file per rank: <dir>/ck-r<rank>.bin
- * holds one step per block, then the blocks. Rounds are written with pwrite
- * (synchronously), which survives a killed process (page cache). */
+/*
+ * The same selection as ftcc's, kept in one file per rank:
+ * <dir>/app-ck-r<rank>.bin holds one step per block, then the blocks. Rounds
+ * are written with pwrite (synchronously), which survives a killed process
+ * (page cache), not a host crash. A new run of the job (another ftcc job
+ * nonce) reads it back, where ftcc's own checkpoint, bound to the run that
+ * wrote it, would start afresh.
+ */
 struct sk {
 	int on, fd, rank, world;
 	struct ft_ckpt_config cfg;
@@ -36,8 +34,6 @@ struct sk {
 };
 
 static struct sk sk_state;
-
-static int sk_lib(void) { return ft_ckpt_enable != NULL; }
 
 static int sk_write(struct sk *s, size_t b)
 {
@@ -58,8 +54,6 @@ static int sk_enable(struct ft_comm *c, const struct ft_ckpt_config *cfg, const 
 	char path[FT_PATH_MAX + 32];
 	const char *dir = cfg->dir[0] != '\0' ? cfg->dir : getenv("FTCC_CKPT_DIR");
 
-	if (sk_lib())
-		return ft_ckpt_enable(c, cfg);
 	memset(s, 0, sizeof(*s));
 	s->cfg = *cfg;
 	s->live = shard;
@@ -74,7 +68,7 @@ static int sk_enable(struct ft_comm *c, const struct ft_ckpt_config *cfg, const 
 	s->score = malloc(s->nblocks * sizeof(double));
 	if (s->saved == NULL || s->bstep == NULL || s->order == NULL || s->score == NULL)
 		return -FT_ENOMEM;
-	snprintf(path, sizeof(path), "%s/ck-r%d.bin", dir != NULL ? dir : "/tmp", s->rank);
+	snprintf(path, sizeof(path), "%s/app-ck-r%d.bin", dir != NULL ? dir : "/tmp", s->rank);
 	s->fd = open(path, O_RDWR | O_CREAT | (fresh ? O_TRUNC : 0), 0644);
 	if (s->fd < 0)
 		return -FT_EIO;
@@ -100,13 +94,11 @@ static int sk_cmp_score(const void *a, const void *b)
 	return x < y ? 1 : x > y ? -1 : (*(const size_t *)a > *(const size_t *)b) - (*(const size_t *)a < *(const size_t *)b);
 }
 
-static int sk_step(struct ft_comm *c, uint64_t step)
+static int sk_step(uint64_t step)
 {
 	struct sk *s = &sk_state;
 	size_t m;
 
-	if (sk_lib())
-		return ft_ckpt_step(c, step);
 	s->last = step;
 	if (step % s->cfg.interval != 0)
 		return 0;
@@ -147,26 +139,12 @@ static int sk_step(struct ft_comm *c, uint64_t step)
 	return 0;
 }
 
-static int sk_blocks(struct ft_comm *c, size_t *nblocks)
-{
-	if (sk_lib())
-		return ft_ckpt_blocks(c, 0, ft_orig_rank(c, ft_rank(c)), nblocks, NULL, NULL);
-	*nblocks = sk_state.nblocks;
-	return 0;
-}
-
 /* Restores this rank's whole shard into dst; now: the job's step. */
-static int sk_restore_own(struct ft_comm *c, float *dst, unsigned flags, uint64_t now,
-			  struct ft_restore_info *ri)
+static int sk_restore_own(float *dst, unsigned flags, uint64_t now, struct ft_restore_info *ri)
 {
 	struct sk *s = &sk_state;
 	double pert = 0, lost = 0;
 
-	if (sk_lib()) {
-		size_t nb;
-		int rc = sk_blocks(c, &nb);
-		return rc != 0 ? rc : ft_ckpt_restore(c, 0, ft_orig_rank(c, ft_rank(c)), 0, nb, dst, flags, ri);
-	}
 	memset(ri, 0, sizeof(*ri));
 	ri->oldest_step = UINT64_MAX;
 	for (size_t b = 0; b < s->nblocks; b++) {
@@ -190,21 +168,9 @@ static int sk_restore_own(struct ft_comm *c, float *dst, unsigned flags, uint64_
 	return 0;
 }
 
-static int sk_flush(struct ft_comm *c)
+static int sk_flush(void)
 {
-	if (sk_lib())
-		return ft_ckpt_flush(c);
-	return sk_state.fd > 0 ? fdatasync(sk_state.fd) * 0 : 0;
+	return sk_state.fd > 0 && fdatasync(sk_state.fd) != 0 ? -FT_EIO : 0;
 }
 
-static unsigned sk_interval_for_pls(double target, double fps, double frac)
-{
-	if (ft_ckpt_interval_for_pls != NULL)
-		return ft_ckpt_interval_for_pls(target, fps, frac);
-	if (!(target > 0) || !(fps > 0) || !(frac > 0) || frac > 1)
-		return 0;
-	double k = floor(2 * target / (fps * frac));
-	return k < 1 ? 1 : (unsigned)k;
-}
-
-#endif /* FTCC_EXAMPLES_CKPT_STANDIN_H */
+#endif /* FTCC_EXAMPLES_APP_CKPT_H */
