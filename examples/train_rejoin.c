@@ -1,8 +1,9 @@
-/* train_rejoin.c: data-parallel training that survives a killed and restarted rank exactly (train_rejoin [STEPS] [COUNT] [PAUSE_MS]). */
+/* train_rejoin.c: data-parallel training that survives a killed and restarted rank exactly (train_rejoin [STEPS] [COUNT] [PAUSE_MS] [rs|ag]). */
 #include <ftcc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /*
@@ -14,6 +15,12 @@
  * the model from a survivor (ft_state_register, ft_state_sync) and goes on.
  * Each op prints a digest of its result; at the end each rank prints a
  * digest of its model. They equal those of a run where nothing fails.
+ *
+ * With "rs", each step reduces n blocks of COUNT gradients with
+ * ft_reduce_scatter in place instead, and prints the digest of this rank's
+ * block (different on every rank); with "ag", each rank's COUNT gradients
+ * are gathered with ft_allgather in place, and the digest is the whole
+ * buffer's. The model then stays as it is.
  */
 
 static uint64_t fnv(const void *p, size_t n)
@@ -41,9 +48,11 @@ int main(int argc, char **argv)
 	size_t count = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : 65536;
 	int pause_ms = argc > 3 ? atoi(argv[3]) : 5;
 	struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
+	int rs = argc > 4 && strcmp(argv[4], "rs") == 0, ag = argc > 4 && strcmp(argv[4], "ag") == 0;
 	struct ft_comm *comm;
 	float *model, *grad;
 	uint64_t next;
+	size_t total = count;
 	int rc, me, back;
 
 	setvbuf(stdout, NULL, _IOLBF, 0); /* lines as they happen, also into a pipe */
@@ -52,13 +61,17 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	model = calloc(count, sizeof(float));
-	grad = malloc(count * sizeof(float));
-	if (model == NULL || grad == NULL)
+	if (model == NULL)
 		return 1;
 	if ((rc = ft_init(NULL, &comm)) != 0) {
 		fprintf(stderr, "ft_init: %s\n", ft_strerror(rc));
 		return 1;
 	}
+	if (rs || ag)
+		total = count * (size_t)ft_size(comm);
+	grad = malloc(total * sizeof(float));
+	if (grad == NULL)
+		return 1;
 	me = ft_orig_rank(comm, ft_rank(comm));
 	if ((rc = ft_state_register(comm, model, count * sizeof(float), FT_STATE_REPLICATED)) != 0 ||
 	    (rc = ft_state_sync(comm)) != 0) {
@@ -73,17 +86,28 @@ int main(int argc, char **argv)
 	for (int step = back == 1 ? (int)next - 1 : 0; step < steps; step++) {
 		struct ft_op_info info;
 		uint64_t seed = ((uint64_t)me << 32 | (uint64_t)step) * 0x9e3779b97f4a7c15ull + 1;
-		for (size_t j = 0; j < count; j++)
-			grad[j] = sample(&seed) + 0.001f * model[j];
-		rc = ft_allreduce(comm, FT_IN_PLACE, grad, count, FT_FLOAT32, FT_SUM, &info);
+		const float *result = grad;
+		size_t digested = count;
+		for (size_t j = 0; j < total; j++)
+			grad[j] = sample(&seed) + 0.001f * model[j % count];
+		if (rs) {
+			result = grad + (size_t)ft_rank(comm) * count; /* the block of the view called in */
+			rc = ft_reduce_scatter(comm, FT_IN_PLACE, grad, count, FT_FLOAT32, FT_SUM, &info);
+		} else if (ag) {
+			/* this rank's block is already in place (samples of its own seed) */
+			digested = total;
+			rc = ft_allgather(comm, FT_IN_PLACE, grad, count, FT_FLOAT32, &info);
+		} else {
+			rc = ft_allreduce(comm, FT_IN_PLACE, grad, count, FT_FLOAT32, FT_SUM, &info);
+		}
 		if (rc != 0) {
 			fprintf(stderr, "step %d: %s\n", step, ft_strerror(rc));
 			return 1;
 		}
-		for (size_t j = 0; j < count; j++)
+		for (size_t j = 0; j < count && !rs && !ag; j++)
 			model[j] -= 0.01f * grad[j];
 		printf("op %llu digest %016llx contributors %d\n", (unsigned long long)info.op_seq,
-		       (unsigned long long)fnv(grad, count * sizeof(float)), info.contributors);
+		       (unsigned long long)fnv(result, digested * sizeof(float)), info.contributors);
 		if (pause_ms > 0)
 			nanosleep(&pause, NULL);
 	}

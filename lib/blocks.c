@@ -112,12 +112,13 @@ int ft__blocks_attempt(struct ft_comm *c, struct ft__call *k, const struct ft__a
 		return rc;
 	e.count = m * b->count;
 	if (ag) {
-		memcpy(room + (size_t)c->rank * bb, (char *)k->dst + (size_t)b->me * bb, bb);
+		if (bb > 0)
+			memcpy(room + (size_t)c->rank * bb, (char *)k->dst + (size_t)b->me * bb, bb);
 		e.dst = room;
 		e.in_place = true;
 	} else {
 		const char *in = k->in_place ? (const char *)k->dst : (const char *)k->src;
-		for (size_t p = 0; p < m; p++)
+		for (size_t p = 0; p < m && bb > 0; p++)
 			memcpy(room + p * bb, in + (size_t)b->pos[p] * bb, bb);
 		e.src = room;
 		e.dst = room + m * bb;

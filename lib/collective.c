@@ -83,9 +83,12 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		if (rc == 0) {
 			pol->attempt(c, k, &a);
 			a.op_seq = run.seq;
-			rc = k->kind == FT_COLL_BROADCAST ? ft__engine_broadcast(c, k, &a, &co)
-			     : k->blk != NULL		  ? ft__blocks_attempt(c, k, &a, &co)
-							  : ft__engine_allreduce(c, k, &a, &co);
+			if (k->kind == FT_COLL_BROADCAST)
+				rc = ft__engine_broadcast(c, k, &a, &co);
+			else if (k->blk != NULL)
+				rc = ft__blocks_attempt(c, k, &a, &co);
+			else
+				rc = ft__engine_allreduce(c, k, &a, &co);
 		}
 		run.contributors = c->size;
 		if (rc == 0)
@@ -100,7 +103,7 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		/* FT__RETRY (0) runs the op again on the view just adopted */
 	}
 	if (rc == 0 && k->blk != NULL)
-		ft__blocks_deliver(k);
+		ft__blocks_deliver(k); /* held since the last attempt, or its commit */
 	if (pol->end != NULL)
 		pol->end(c, k, rc, &run);
 	rc = call_finish(c, rc, info, &run);

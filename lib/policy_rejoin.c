@@ -213,10 +213,9 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 		/* a broadcast's input is the root's buffer; other ranks need none;
 		 * reduce-scatter and allgather are not replayed (ft__rejoin_join):
 		 * their input is not logged, their frames are */
-		size_t logged = (k->kind == FT_COLL_BROADCAST && k->root != c->cfg.rank) ||
-						k->blk != NULL
-					? 0
-					: bytes;
+		size_t logged = bytes;
+		if ((k->kind == FT_COLL_BROADCAST && k->root != c->cfg.rank) || k->blk != NULL)
+			logged = 0;
 		rc = ft__log_begin_bytes(c->plog, run->seq, c->generation, &op, logged, &payload);
 		if (rc != 0) {
 			log_off(c, rc, "starting an op's log");

@@ -64,6 +64,16 @@ F="$F|rank=1,op=3,phase=allgather,step=1,seg=2;rank=2,op=3,phase=reduce_scatter,
 F="$F|rank=1,op=3,phase=allgather,step=1,seg=2;rank=0,op=3,phase=allgather,step=2,seg=0,gen=1"
 F="$F|rank=1,op=3,phase=allgather,step=0,seg=4;rank=3,op=3,phase=allgather,step=0,seg=4"
 step "injection points" env FAULTS="$F" REJOIN_PAUSE_MS=0 "$C" "$B" 4 6 4000000
+# reduce-scatter and allgather (train_rejoin rs, ag): the newcomer's
+# application runs the interrupted op again (they are not replayed from the
+# log); every rank's block bit-identical to the failure-free run's
+R="rank=2,op=3,phase=reduce_scatter,step=1,seg=0|rank=1,op=5,phase=commit,step=1|rank=3,op=4,phase=between"
+R="$R|rank=0,op=6,phase=reduce_scatter,step=0,seg=0,at=sent|rank=2,op=7,phase=reduce_scatter,step=2,seg=0,at=recorded"
+step "tcp n=4 reduce-scatter" env COLL=rs TRIALS="$(few 2 "$mode")" FAULTS="$R" REJOIN_PAUSE_MS=10 \
+	"$C" "$B" 4 20 50000
+A="rank=2,op=3,phase=allgather,step=1,seg=0|rank=1,op=5,phase=commit,step=0"
+A="$A|rank=0,op=4,phase=allgather,step=0,seg=0,at=recorded"
+step "tcp n=4 allgather" env COLL=ag TRIALS=1 FAULTS="$A" REJOIN_PAUSE_MS=10 "$C" "$B" 4 20 50000
 # 4. fallbacks: never a wrong result. A newcomer the job went on without
 #    exits (ft_init: -FT_EEXCLUDED); restarting it again would only find the
 #    job over, so one restart.

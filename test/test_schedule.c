@@ -120,3 +120,37 @@ Test(schedule, empty_steps_and_broadcast)
 	cr_assert_not(ft__step_has_data(&b, 1));
 	cr_assert_eq(ft__step_nseg(&b, 1, 0), 1);
 }
+
+/*
+ * Reduce-scatter and allgather run the halves from one ring position back
+ * (s.r = r - 1): over n blocks of b elements, chunk c is block c; rank r
+ * receives every chunk but r - 1 during the reduce-scatter (chunk r last,
+ * so it ends holding its own block), never receives chunk r - 1 (sent raw
+ * at step 0, never overwritten), and the allgather starts by sending
+ * chunk r and receives every other chunk once.
+ */
+Test(schedule, halves_shifted_one_position)
+{
+	for (int n = 2; n <= 9; n++)
+		for (int r = 0; r < n; r++) {
+			size_t b = 5;
+			struct ft__sched s = sched(n, ft__mod(r - 1, n), b * (size_t)n, 4, 2);
+			int seen[9] = {0}, got[9] = {0};
+			for (int c = 0; c < n; c++) {
+				cr_assert_eq(ft__chunk_lo(&s, c), (size_t)c * b);
+				cr_assert_eq(ft__chunk_len(&s, c), b);
+			}
+			cr_assert_eq(ft__send_chunk(&s, 0), ft__mod(r - 1, n));
+			for (uint32_t g = 0; (int)g <= n - 2; g++)
+				seen[ft__recv_chunk(&s, g)]++;
+			cr_assert_eq(ft__recv_chunk(&s, (uint32_t)(n - 2)), r, "n=%d r=%d", n, r);
+			for (int c = 0; c < n; c++)
+				cr_assert_eq(seen[c], c == ft__mod(r - 1, n) ? 0 : 1, "n=%d r=%d c=%d", n,
+					     r, c);
+			cr_assert_eq(ft__send_chunk(&s, (uint32_t)(n - 1)), r, "n=%d r=%d", n, r);
+			for (uint32_t g = (uint32_t)(n - 1); g <= (uint32_t)(2 * n - 3); g++)
+				got[ft__recv_chunk(&s, g)]++;
+			for (int c = 0; c < n; c++)
+				cr_assert_eq(got[c], c == r ? 0 : 1, "n=%d r=%d c=%d", n, r, c);
+		}
+}

@@ -24,7 +24,8 @@ struct scenario {
 	int n;
 	size_t count;
 	int min_ops, after_ops;
-	int kind;               /* 0 allreduce, 1 broadcast, 2 barrier + allreduce */
+	int kind;               /* 0 allreduce, 1 broadcast, 2 barrier + allreduce,
+				 * 3 reduce-scatter + allgather (count: a block's) */
 	char fault[200];
 	int fault_rank;
 	int expect_lost;        /* ranks the job loses before it may stop */
@@ -108,6 +109,87 @@ static int one_allreduce(struct ft_comm *comm, int orig, int i, void *in, void *
 	return check_allreduce(comm, i, dst, is_avg, &info) ? -FT_ECORRUPT : 0;
 }
 
+/*
+ * Reduce-scatter (even i: int64 sum, or float64 average every other time)
+ * and allgather (odd i: int64), in place when i % 3 == 0. Blocks are those
+ * of the members before the call; after it, ft_size() says whose inputs
+ * the result holds: this rank's reduced block must be exact over them, and
+ * every block of theirs gathered; a lost member's block is not looked at.
+ * Element j of block b of rank m's input: input(m, i, b * count + j).
+ */
+static int one_blocks(struct ft_comm *comm, int orig, int i, void *in, void *out)
+{
+	int n0 = ft_size(comm), me = ft_rank(comm), members0[64], size, rc;
+	int gather = i % 2 == 1, is_avg = !gather && i % 4 == 2, in_place = i % 3 == 0;
+	size_t bc = sc.count, total = bc * (size_t)n0;
+	void *src = in_place ? out : in;
+	struct ft_op_info info;
+
+	for (int k = 0; k < n0; k++)
+		members0[k] = ft_orig_rank(comm, k);
+	if (gather) {
+		int64_t *own = in_place ? (int64_t *)out + (size_t)me * bc : in;
+		for (size_t j = 0; j < bc; j++)
+			own[j] = (int64_t)input(orig, i, (size_t)me * bc + j);
+		rc = ft_allgather(comm, in_place ? FT_IN_PLACE : in, out, bc, FT_INT64, &info);
+	} else {
+		for (size_t j = 0; j < total; j++) {
+			if (is_avg)
+				((double *)src)[j] = input(orig, i, j);
+			else
+				((int64_t *)src)[j] = (int64_t)input(orig, i, j);
+		}
+		rc = ft_reduce_scatter(comm, in_place ? FT_IN_PLACE : in, out, bc,
+				       is_avg ? FT_FLOAT64 : FT_INT64, is_avg ? FT_AVG : FT_SUM, &info);
+	}
+	if (rc != 0) {
+		fprintf(stderr, "rank %d op %d (%s): %s\n", orig, i,
+			gather ? "allgather" : "reduce-scatter", ft_strerror(rc));
+		return rc;
+	}
+	size = ft_size(comm);
+	if (info.contributors != size || info.generation != ft_generation(comm) ||
+	    info.failed != n0 - size) {
+		fprintf(stderr, "op %d: info says %d contributors, %d failed, generation %u; comm "
+			"says %d of %d, %u\n", i, info.contributors, info.failed, info.generation,
+			size, n0, ft_generation(comm));
+		return -FT_ECORRUPT;
+	}
+	if (gather) {
+		for (int b = 0; b < n0; b++) {
+			bool alive = false;
+			for (int k = 0; k < size; k++)
+				alive |= ft_orig_rank(comm, k) == members0[b];
+			for (size_t j = 0; alive && j < bc; j++) {
+				int64_t want = (int64_t)input(members0[b], i, (size_t)b * bc + j);
+				int64_t got = ((const int64_t *)out)[(size_t)b * bc + j];
+				if (got != want) {
+					fprintf(stderr, "op %d: allgather block %d (rank %d) [%zu] is %lld, "
+						"want %lld\n", i, b, members0[b], j, (long long)got,
+						(long long)want);
+					return -FT_ECORRUPT;
+				}
+			}
+		}
+		return 0;
+	}
+	const char *mine = in_place ? (const char *)out + (size_t)me * bc * 8 : out;
+	for (size_t j = 0; j < bc; j++) {
+		double want = 0;
+		for (int k = 0; k < size; k++)
+			want += input(ft_orig_rank(comm, k), i, (size_t)me * bc + j);
+		if (is_avg ? fabs(((const double *)mine)[j] - want / size) > 1e-9 * want
+			   : ((const int64_t *)mine)[j] != (int64_t)want) {
+			fprintf(stderr, "op %d: reduce-scatter block %d [%zu] is %.17g, want %.17g over "
+				"%d ranks\n", i, me, j,
+				is_avg ? ((const double *)mine)[j] : (double)((const int64_t *)mine)[j],
+				is_avg ? want / size : want, size);
+			return -FT_ECORRUPT;
+		}
+	}
+	return 0;
+}
+
 /* Broadcast from original rank 1 while it lives, then from dense rank 0. */
 static int one_broadcast(struct ft_comm *comm, int orig, int i, unsigned char *buf, int *root_orig)
 {
@@ -171,7 +253,7 @@ static bool released(struct ft_comm *comm, int orig, int *rc)
 
 static int worker(struct ft_comm *comm, int orig, int n, void *arg)
 {
-	size_t bytes = sc.count * 8 + 8;
+	size_t bytes = sc.count * 8 * (sc.kind == 3 ? (size_t)n : 1) + 8;
 	void *in = malloc(bytes), *out = malloc(bytes);
 	uint32_t gen = ft_generation(comm);
 	/* a rank lost in ft_init changed the membership before op 0 */
@@ -185,7 +267,9 @@ static int worker(struct ft_comm *comm, int orig, int n, void *arg)
 		    (changed_at < 0 || i - changed_at >= sc.after_ops) &&
 		    (released(comm, orig, &rc) || rc != 0))
 			break;
-		if (sc.kind == 1) {
+		if (sc.kind == 3) {
+			rc = one_blocks(comm, orig, i, in, out);
+		} else if (sc.kind == 1) {
 			rc = one_broadcast(comm, orig, i, in, &root_orig);
 			if (rc == 1) {
 				root_failed++;
@@ -569,4 +653,54 @@ Test(shrink, broadcast_and_barrier, .timeout = 200)
 	sc.pause_us = 300;
 	sc.kind = 2;
 	cr_assert_eq(run_scenario(act_kill, &p, 60000, "barriers and allreduces"), 1);
+}
+
+/*
+ * Reduce-scatter and allgather (kind 3), 4 ranks: a rank killed at an
+ * injection point in each half of the ring, in place and out of place
+ * (one_blocks: op i + 1 is a reduce-scatter for even i, in place when
+ * i % 3 == 0), in the commit steps, and from outside at random moments.
+ * The survivors' blocks are exact over the 3 survivors' inputs.
+ */
+Test(shrink, reduce_scatter_and_allgather, .timeout = 300)
+{
+	static const char *faults[][2] = {
+		{"rank=2,op=7,phase=reduce_scatter,step=1,seg=0", "reduce-scatter in place"},
+		{"rank=1,op=3,phase=reduce_scatter,step=0,seg=0", "reduce-scatter out of place"},
+		{"rank=3,op=5,phase=reduce_scatter,step=2,seg=0", "reduce-scatter average, last step"},
+		{"rank=3,op=4,phase=allgather,step=1,seg=0", "allgather in place"},
+		{"rank=0,op=2,phase=allgather,step=0,seg=0", "allgather out of place"},
+		{"rank=1,op=3,phase=commit,step=1", "reduce-scatter commit"},
+		{"rank=2,op=6,phase=between", "allgather, start"},
+	};
+	for (size_t f = 0; f < sizeof(faults) / sizeof(faults[0]); f++) {
+		char what[260];
+		scenario_init(4, 25013, 10, 4);
+		sc.kind = 3;
+		sc.expect_lost = 1;
+		sscanf(faults[f][0], "rank=%d", &sc.fault_rank);
+		snprintf(sc.fault, sizeof(sc.fault), "%s", faults[f][0]);
+		snprintf(what, sizeof(what), "%s: FTCC_FAULT=%s", faults[f][1], sc.fault);
+		cr_assert_eq(run_scenario(NULL, NULL, 60000, what), 1, "%s: no kill", what);
+	}
+	for (int t = 0; t < 2; t++) {
+		struct kill_plan p = {.nvictims = 1, .victims = {t == 0 ? 2 : 0},
+				      .delay_ms = {t == 0 ? 30 : 80}};
+		scenario_init(4 + t, t == 0 ? 7 : 20011, 300, 50);
+		sc.kind = 3;
+		sc.expect_lost = 1;
+		sc.pause_us = 300;
+		cr_assert_eq(run_scenario(act_kill, &p, 60000, "reduce-scatter and allgather, outside kill"),
+			     1);
+	}
+	/* killed while the ranks compute between calls (100 ms pauses): the
+	 * next call begins in the view that still shows it, and runs on the
+	 * survivors' blocks from its start */
+	struct kill_plan p = {.nvictims = 1, .victims = {1}, .delay_ms = {150}};
+	scenario_init(4, 1001, 4, 3);
+	sc.kind = 3;
+	sc.expect_lost = 1;
+	sc.pause_us = 100000;
+	cr_assert_eq(run_scenario(act_kill, &p, 60000, "reduce-scatter and allgather, kill between calls"),
+		     1);
 }
