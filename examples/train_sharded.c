@@ -1,8 +1,9 @@
-/* train_sharded.c: sharded state that survives a killed and restarted rank through running partial checkpoints (train_sharded [STEPS] [COUNT] [PAUSE_MS]). */
+/* train_sharded.c: sharded state that survives a killed and restarted rank through running partial checkpoints (train_sharded [STEPS] [COUNT] [PAUSE_MS] [late]). */
 #include <ftcc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /*
@@ -14,7 +15,9 @@
  * new incarnation gets its shard back from its checkpoint in ft_state_sync
  * and checks that each block holds the values of one earlier step (the
  * step it was saved at). Every rank ends with "shard ok" when its shard is
- * exactly what a run without failures holds.
+ * exactly what a run without failures holds. "late" as the fourth
+ * argument: a rejoined rank enables checkpoints after ft_state_sync (its
+ * shard comes back in ft_ckpt_enable then).
  */
 
 static float val(int rank, uint64_t step, size_t j)
@@ -27,6 +30,7 @@ int main(int argc, char **argv)
 	int steps = argc > 1 ? atoi(argv[1]) : 100;
 	size_t count = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : 16384;
 	int pause_ms = argc > 3 ? atoi(argv[3]) : 5;
+	int late = argc > 4 && strcmp(argv[4], "late") == 0;
 	struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
 	struct ft_ckpt_config ck = FT_CKPT_CONFIG_INIT;
 	struct ft_restore_info ri;
@@ -52,15 +56,18 @@ int main(int argc, char **argv)
 	for (size_t j = 0; j < count; j++)
 		shard[j] = val(me, 0, j);
 	ck.fraction = 0.25;
-	/* register, enable, then sync: a rejoined rank's shard comes back in ft_state_sync */
+	/* register, enable, then sync: a rejoined rank's shard comes back in
+	 * ft_state_sync (late: sync first, and it comes back in ft_ckpt_enable) */
+	back = ft_rejoined(comm, &next);
 	if ((rc = ft_state_register(comm, model, sizeof(model), FT_STATE_REPLICATED)) < 0 ||
 	    (rc = ft_state_register(comm, shard, count * sizeof(float),
 				    FT_STATE_SHARDED | FT_STATE_DTYPE(FT_FLOAT32))) < 0 ||
-	    (rc = ft_ckpt_enable(comm, &ck)) != 0 || (rc = ft_state_sync(comm)) != 0) {
+	    (!(late && back == 1) && (rc = ft_ckpt_enable(comm, &ck)) != 0) ||
+	    (rc = ft_state_sync(comm)) != 0 ||
+	    (late && back == 1 && (rc = ft_ckpt_enable(comm, &ck)) != 0)) {
 		fprintf(stderr, "state: %s\n", ft_strerror(rc));
 		return 1;
 	}
-	back = ft_rejoined(comm, &next);
 	/* op 0 is ft_init's barrier, op 1 ft_ckpt_enable's agreement: step s is op s + 2 */
 	start = back == 1 ? (int)next - 2 : 0;
 	if (back == 1) {

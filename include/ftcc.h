@@ -223,7 +223,11 @@ int ft_allgather(struct ft_comm *comm, const void *sendbuf, void *recvbuf, size_
  *
  * Ranks must register the same regions, in the same order; replicated
  * regions with the same sizes. At most 64 regions; ptr must stay valid
- * until ft_finalize. Returns the region's index (0, 1, ...) or an error.
+ * until ft_finalize. Returns the region's index (0, 1, ...) or an error:
+ * -FT_EINVAL for flags other than one kind, optionally OR'ed with the
+ * FT_STATE_DTYPE of a known dtype, or a sharded region that is not a
+ * whole number of its elements. Only replicated regions travel in the
+ * live transfer.
  */
 #define FT_STATE_REPLICATED 1u
 #define FT_STATE_SHARDED 2u
@@ -231,7 +235,14 @@ int ft_allgather(struct ft_comm *comm, const void *sendbuf, void *recvbuf, size_
 int ft_state_register(struct ft_comm *comm, void *ptr, size_t bytes, unsigned flags);
 /*
  * On a process that rejoined: receives the registered state now (before it
- * computes its next input). Elsewhere, and once done: returns 0 at once.
+ * computes its next input), then restores each of its sharded regions,
+ * every block, from its own running checkpoint (the one its earlier
+ * incarnation wrote). Order: register, ft_ckpt_enable, ft_state_sync; when
+ * checkpoints are enabled only after ft_state_sync, the shards come back
+ * in ft_ckpt_enable instead (and ft_ckpt_step saves nothing before). The
+ * restore's error is returned (here or by that ft_ckpt_enable): -FT_ECORRUPT
+ * when some block had no valid copy (the others are restored).
+ * Elsewhere, and once done: returns 0 at once.
  */
 int ft_state_sync(struct ft_comm *comm);
 /*
@@ -258,7 +269,19 @@ int ft_rejoined(const struct ft_comm *comm, uint64_t *next_op);
  * missing) and counts once every block of it is written and its commit
  * record follows; each block copy carries a CRC32C, and a block's new copy
  * never overwrites its last committed one, so a crash at any moment leaves
- * the previous round restorable. Files: <dir>/<job id>/ck-r<rank>-*.
+ * the previous round restorable. The first round saves every block (the
+ * strategy's turn starts after it). Files: <dir>/<job id>/ck-r<rank>.jnl
+ * (the commit journal) and ck-r<rank>-g<region>-{a,b}.dat (two copies per
+ * block), format in lib/ckpt.h; `ftcc-ckpt DIR/JOB` lists and verifies
+ * them. dir: ft_ckpt_config.dir, else FTCC_CKPT_DIR, else the log
+ * directory (FTCC_LOG_DIR, else /dev/shm or $TMPDIR as for the logs).
+ * What survives what: a local directory (and /dev/shm) survives the
+ * process, which is what a restarted rank restores from; a host crash
+ * needs a disk directory and sync = 1; a survivor restoring a lost
+ * member's shard (ft_ckpt_restore with another owner) needs a directory
+ * both reach (a shared file system). The files stay after ft_finalize
+ * (they are the job's last checkpoint): remove <dir>/<job id> when done.
+ * FTCC_LOG_ENGINE=pwrite makes them use pwrite too.
  */
 enum ft_ckpt_strategy {
 	FT_CKPT_FULL,
@@ -287,14 +310,29 @@ struct ft_ckpt_config {
 		.sync = 0                                                                  \
 	}
 
-/* Starts checkpointing the sharded regions registered so far (collective:
- * every member calls it with the same strategy, interval and block size).
- * Checkpoints left by an earlier incarnation of this rank are kept for
- * restore. */
+/*
+ * Starts checkpointing the sharded regions registered so far (collective:
+ * every member calls it with the same strategy, interval, block size,
+ * fraction and number of sharded regions; one allreduce, so it takes one
+ * op_seq). Members that differ: -FT_EMISMATCH on every member; a member
+ * whose values are out of range gets -FT_EINVAL, the others -FT_EMISMATCH;
+ * cfg NULL or a struct_size no version knows (the struct is versioned like
+ * struct ft_config): -FT_EINVAL at once, without the collective. Already
+ * enabled: -FT_EINVAL. A checkpoint this rank's earlier incarnation left
+ * (same job, same regions and block size) is kept and continued; anything
+ * else in its files is discarded. On a process that rejoined there is no
+ * collective (the survivors enabled long ago): its values and regions must
+ * be those of its earlier incarnation's checkpoint, else -FT_EMISMATCH
+ * (and that checkpoint is left as it is).
+ */
 int ft_ckpt_enable(struct ft_comm *comm, const struct ft_ckpt_config *cfg);
 /* End of training step `step` (increasing): every interval-th call selects
  * the round's blocks, copies them and starts writing them; completes the
- * writes of earlier rounds without waiting for them. */
+ * writes of earlier rounds without waiting for them. It waits only when
+ * two rounds are in flight already, or a chosen block's previous copy is
+ * still being written (counted in ft_ckpt_stats.wait_ms). -FT_EINVAL: not
+ * enabled, or step not above the last; a failed write of an earlier round
+ * is returned once (that round does not count; the previous copies stay). */
 int ft_ckpt_step(struct ft_comm *comm, uint64_t step);
 /* FT_CKPT_APP_PRIORITY: one score per block of sharded region `region`
  * (higher is saved first); read at the next round. */
@@ -326,12 +364,17 @@ struct ft_restore_info {
  * `region` of original rank `owner` from its running checkpoint into dst
  * (their bytes, contiguous): the newest committed copy of each block whose
  * CRC checks. The owner's checkpoint must be reachable here (same host, or
- * a shared dir). -FT_ECORRUPT when a block has no valid copy (dst then
- * holds what could be read); -FT_EINVAL for a range outside the region.
+ * a shared dir). -FT_ECORRUPT when a block has no valid copy (its bytes in
+ * dst are left as they were, the other blocks are restored, and info
+ * counts them), or the files are another job's; -FT_EIO when the owner has
+ * no checkpoint here; -FT_EINVAL for a range outside the region, a region
+ * that is not the owner's sharded region, an unknown flag, dst NULL.
+ * info may be NULL.
  */
 int ft_ckpt_restore(struct ft_comm *comm, int region, int owner, size_t first_block,
 		    size_t nblocks, void *dst, unsigned flags, struct ft_restore_info *info);
-/* Blocks of sharded region `region` of original rank `owner` (from its checkpoint). */
+/* Blocks of sharded region `region` of original rank `owner` (from its
+ * checkpoint); any output may be NULL. -FT_EIO: no checkpoint of owner here. */
 int ft_ckpt_blocks(struct ft_comm *comm, int region, int owner, size_t *nblocks,
 		   size_t *block_bytes, size_t *region_bytes);
 /* On a process that rejoined: what restoring its sharded regions in

@@ -39,7 +39,8 @@
  */
 
 #define CK_QD 64
-#define CK_JOURNAL_SLACK ((uint64_t)4 << 20)
+/* the journal is compacted past this many bytes (plus twice a SNAP); tests lower it */
+uint64_t ft__ckpt_journal_slack = (uint64_t)4 << 20;
 #define CK_DEFAULT_BLOCK 4096
 
 enum { R_IDLE, R_WRITING, R_SYNCING, R_COMMITTING, R_JSYNC };
@@ -388,7 +389,8 @@ static void round_commit(struct ft__ckpt *ck, struct ck_round *r)
 	ck->img.commits++;
 	ck->st.committed++;
 	round_end(ck, r);
-	if (ck->jpos > CK_JOURNAL_SLACK + 2 * (uint64_t)ck->nblocks * 40 && ck->done == ck->round)
+	/* no journal write is in flight now: a later round is at most writing blocks */
+	if (ck->jpos > ft__ckpt_journal_slack + 2 * (uint64_t)ck->nblocks * 40)
 		compact(ck);
 }
 
@@ -399,6 +401,8 @@ static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r)
 	size_t len = sizeof(struct ft__cj_rec) + ent + res;
 	struct ft__cj_rec h;
 
+	if (len > UINT32_MAX)
+		return -FT_ENOMEM; /* a record's length is 32 bits: too many blocks */
 	if (len > r->rec_cap) {
 		char *p = realloc(r->rec, len);
 		if (p == NULL)
@@ -516,6 +520,19 @@ static size_t choose(struct ft__ckpt *ck, struct ck_round *r)
 	if (k > B)
 		k = B;
 	memset(ck->chosen, 0, B);
+	for (size_t b = 0; b < B; b++) {
+		const struct ft__cj_snap *t = &ck->img.tab[b];
+		if (t->round[0] == 0 && t->round[1] == 0 && ck->pend[b] == 0) {
+			ck->chosen[b] = 1; /* never saved */
+			n++;
+		}
+	}
+	if (n == B) {
+		/* the first round: every block, and the strategy's turn starts after it */
+		memset(r->resid, 0, B * sizeof(float));
+		return B;
+	}
+	n = 0;
 	if (strat != FT_CKPT_FULL)
 		for (size_t i = 0; i < ck->nreg; i++) {
 			const struct ck_reg *g = &ck->reg[i];
@@ -555,9 +572,6 @@ static size_t choose(struct ft__ckpt *ck, struct ck_round *r)
 		break;
 	}
 	for (size_t b = 0; b < B; b++) {
-		const struct ft__cj_snap *t = &ck->img.tab[b];
-		if (t->round[0] == 0 && t->round[1] == 0 && ck->pend[b] == 0)
-			ck->chosen[b] = 1; /* never saved */
 		r->resid[b] = ck->chosen[b] || strat == FT_CKPT_FULL ? 0.0f : (float)sqrt(ck->dist[b]);
 		n += ck->chosen[b];
 	}
@@ -701,10 +715,21 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 
 	*resumed = false;
 	rc = ft__ck_image_open(ck->dir, ck->rank, &old);
-	same = old.regs != NULL && old.head.job_hash == ck->img.head.job_hash &&
-	       old.head.nonce == ck->img.head.nonce && old.head.rank == ck->rank &&
-	       old.head.block_bytes == ck->img.head.block_bytes && old.nregs == ck->nreg &&
+	bool ours = old.regs != NULL && old.head.job_hash == ck->img.head.job_hash &&
+		    old.head.nonce == ck->img.head.nonce && old.head.rank == ck->rank;
+	same = ours && old.head.block_bytes == ck->img.head.block_bytes && old.nregs == ck->nreg &&
 	       memcmp(old.regs, ck->img.regs, ck->nreg * sizeof(*old.regs)) == 0;
+	if (ours && c->rejoined &&
+	    (!same || old.head.strategy != ck->img.head.strategy ||
+	     old.head.interval != ck->img.head.interval ||
+	     old.head.fraction != ck->img.head.fraction)) {
+		/* the survivors agreed on the earlier incarnation's values; and
+		 * its checkpoint is this shard's only copy: not discarded */
+		ft__error("ckpt: rank %d rejoined with other regions or checkpoint settings than "
+			  "its earlier incarnation's (in %s)", ck->rank, ck->dir);
+		ft__ck_image_free(&old);
+		return -FT_EMISMATCH;
+	}
 	if (same) {
 		ck->img.head.total_bytes = old.head.total_bytes;
 		memcpy(ck->img.tab, old.tab, ck->nblocks * sizeof(*old.tab));
@@ -724,7 +749,6 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 			 "geometry: starting afresh", ck->rank, ck->dir);
 	}
 	ft__ck_image_free(&old);
-	(void)c;
 
 	if ((rc = ft__ck_path(path, sizeof(path), ck->dir, ck->rank, -1, 0)) < 0)
 		return rc;
@@ -1087,7 +1111,7 @@ FT__EXPORT int ft_ckpt_restore(struct ft_comm *c, int region, int owner, size_t 
 		rc = -FT_EINVAL;
 		goto out;
 	}
-	if ((flags & FT_RESTORE_CURRENT) && (old = malloc(bb)) == NULL) {
+	if ((old = malloc(bb)) == NULL) {
 		rc = -FT_ENOMEM;
 		goto out;
 	}
@@ -1105,13 +1129,10 @@ FT__EXPORT int ft_ckpt_restore(struct ft_comm *c, int region, int owner, size_t 
 		int slot;
 		char why[160];
 
-		if (old != NULL)
-			memcpy(old, d, len);
-		if (ft__ck_read_block(img, p, b, d, &round, &step, &slot, why, sizeof(why)) != 0) {
+		/* read aside: a block without a valid copy leaves dst as it was */
+		if (ft__ck_read_block(img, p, b, old, &round, &step, &slot, why, sizeof(why)) != 0) {
 			ft__warn("ckpt: rank %d region %d block %zu: no valid copy (%s)", owner,
 				 region, b, why);
-			if (old != NULL)
-				memcpy(d, old, len);
 			bad = 1;
 			continue;
 		}
@@ -1123,10 +1144,11 @@ FT__EXPORT int ft_ckpt_restore(struct ft_comm *c, int region, int owner, size_t 
 			ri.oldest_step = step;
 		if (now > step)
 			lost += (double)(now - step) * (double)len;
-		if (old != NULL)
+		if (flags & FT_RESTORE_CURRENT)
 			pert += dist2(old, d, len, r->dtype);
 		else if (img->resid != NULL)
 			pert += (double)img->resid[img->first[p] + b] * img->resid[img->first[p] + b];
+		memcpy(d, old, len);
 		if (c->ckpt != NULL && img == &c->ckpt->img) {
 			struct ck_reg *g = &c->ckpt->reg[p];
 			if (c->ckpt->pend[g->first + b] == 0)
@@ -1232,6 +1254,11 @@ int ft__ckpt_state_received(struct ft_comm *c, uint64_t now, uint64_t total)
 	if (total != 0)
 		c->ckpt->total = total;
 	return restore_own(c);
+}
+
+const char *ft__ckpt_engine(const struct ft_comm *c)
+{
+	return c->ckpt != NULL ? ft__aio_engine_name(&c->ckpt->aio) : NULL;
 }
 
 void ft__ckpt_hint(const struct ft_comm *c, uint64_t *now, uint64_t *total)

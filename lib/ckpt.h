@@ -158,8 +158,10 @@ int ft__ck_read_block(const struct ft__ck_image *img, size_t reg, size_t block, 
  * (when out is not NULL) the rounds, and each bad copy with why, and every
  * block when verbose. 0: every block's newest committed copy checks (an
  * older one overwritten by a later write is not an error);
- * -FT_ECORRUPT: a committed copy is torn or flipped, or the journal's
- * tail does not check; -FT_EIO: no journal.
+ * -FT_ECORRUPT: a committed copy is torn or flipped, the journal's HEAD
+ * does not check, or more than one record's worth of its tail does not (a
+ * shorter bad tail is the uncommitted round of a crash: reported, not an
+ * error); -FT_EIO: no journal.
  */
 int ft__ckpt_verify(const char *dir, int rank, void *out /* FILE * */, bool verbose);
 
@@ -168,6 +170,10 @@ struct ft_comm;
 void ft__ckpt_close(struct ft_comm *c);
 /* The state transfer reached a rejoined process (state.c): restores its shards when enabled. */
 int ft__ckpt_state_received(struct ft_comm *c, uint64_t now_step, uint64_t total_bytes);
+/* Journal bytes past which it is compacted (default 4 MiB; tests lower it). */
+extern uint64_t ft__ckpt_journal_slack;
+/* "io_uring" or "pwrite" (NULL: checkpoints not enabled). */
+const char *ft__ckpt_engine(const struct ft_comm *c);
 /* Root side of the state header: this rank's latest step and the total shard bytes. */
 void ft__ckpt_hint(const struct ft_comm *c, uint64_t *now_step, uint64_t *total_bytes);
 

@@ -374,8 +374,16 @@ int ft__ckpt_verify(const char *dir, int rank, void *vout, bool verbose)
 			fprintf(out, "  journal tail: %s (an uncommitted round, or damage)\n",
 				img.tail_why);
 	}
-	if (rc == -FT_ECORRUPT)
+	/* a bad tail no longer than one COMMIT is a round a crash (or a live
+	 * writer) left uncommitted; more than that hides committed rounds */
+	if (rc == -FT_ECORRUPT &&
+	    img.file_bytes - img.valid_bytes > sizeof(struct ft__cj_rec) + 8 +
+						   img.nblocks * (sizeof(struct ft__cj_entry) + sizeof(float))) {
 		bad = 1;
+		if (out != NULL)
+			fprintf(out, "  BAD journal: %llu bytes past the last good record\n",
+				(unsigned long long)(img.file_bytes - img.valid_bytes));
+	}
 	maxlen = (size_t)img.head.block_bytes;
 	buf = malloc(maxlen ? maxlen : 1);
 	if (buf == NULL) {

@@ -41,7 +41,8 @@
 
 /* One write or fsync through the shared engine (aio.c), and its slot. */
 struct logio {
-	struct ft__aio_io aio;
+	struct ft__aio_io aio;  /* aio.owner: this logio */
+	struct ft__log *log;
 	int slot;
 };
 
@@ -89,8 +90,8 @@ const char *ft__log_engine_name(const struct ft__log *l)
 
 static void io_done(struct ft__aio_io *aio, int err)
 {
-	struct logio *io = ft__container_of(aio, struct logio, aio);
-	struct ft__log *l = aio->owner;
+	struct logio *io = aio->owner;
+	struct ft__log *l = io->log;
 	struct logslot *s = &l->slots[io->slot];
 
 	s->inflight--;
@@ -113,7 +114,8 @@ static void io_set(struct ft__log *l, struct logio *io, int slot, int fd, const 
 	io->aio.len = len;
 	io->aio.off = off;
 	io->aio.complete = io_done;
-	io->aio.owner = l;
+	io->aio.owner = io;
+	io->log = l;
 	io->slot = slot;
 }
 
