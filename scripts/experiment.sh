@@ -6,7 +6,7 @@ set -eu
 B=$1
 OUT=$B/experiment
 mkdir -p "$OUT"
-rm -rf "$OUT/runs"
+[ -n "${EXPERIMENT_ANALYSE_ONLY:-}" ] || rm -rf "$OUT/runs"
 python3 "$(dirname "$0")/experiment.py" "$B" "$OUT"
 for m in mlr mlp; do
 	[ -f "$OUT/plot/$m-curves.dat" ] || continue
@@ -22,9 +22,9 @@ set arrow from $kill, graph 0 to $kill, graph 1 nohead dt 2
 set ylabel "loss (fixed train subset)"
 set key outside right
 names = "$names"
-plot for [i=0:$n-1] "$OUT/plot/$m-curves.dat" index i using 1:2 with lines title word(names, i+1)
+plot for [i=0:$n-1] "$OUT/plot/$m-curves.dat" index i using 1:2 with lines lw 1.5 dt 1+i/8 title word(names, i+1)
 set ylabel "loss - failure-free loss"
-plot for [i=0:$n-1] "$OUT/plot/$m-curves.dat" index i using 1:3 with lines title word(names, i+1)
+plot for [i=0:$n-1] "$OUT/plot/$m-curves.dat" index i using 1:3 with lines lw 1.5 dt 1+i/8 title word(names, i+1)
 unset multiplot
 set output "$OUT/$m-cost.png"
 unset arrow
@@ -35,6 +35,7 @@ set style fill solid 0.6
 set boxwidth 0.6
 set xtics rotate by -30
 set yrange [0:*]
+set xrange [-0.6:$(wc -l < "$OUT/plot/$m-cost.dat")-0.4]
 unset key
 plot "$OUT/plot/$m-cost.dat" using 0:2:3:xtic(1) with boxerrorbars lc rgb "#4477aa"
 GP
