@@ -41,10 +41,12 @@
  *                       with --resume, every rank from its checkpoint,
  *                       redoing the steps since.
  *
- * Kills come from outside: with --hold=U every rank writes
- * DIR/held.r<rank> (its pid) after update U, and waits for DIR/go, which
- * the driver creates once it has sent its SIGKILLs. A restarted rank never
- * holds. Rank 0 prints `E step iteration loss` (loss on a fixed subset of
+ * Kills come from outside. With --progress=DIR every rank keeps
+ * DIR/step.r<rank> ("pid updates") current, for a driver that kills at a
+ * step, wherever the rank is then. With --hold=U too, every rank writes
+ * DIR/held.r<rank> (its pid) after update U and waits for DIR/go, which the
+ * driver creates once it has sent its SIGKILLs: the kill lands between two
+ * steps, the same point in every run. A restarted rank never holds. Rank 0 prints `E step iteration loss` (loss on a fixed subset of
  * the training set) every --eval-every steps and a RESULT line at the end;
  * a rank that restored state prints a RESTORE line.
  *
@@ -275,6 +277,26 @@ static int write_file(const char *path, const void *buf, size_t len)
 	return ok && rename(tmp, path) == 0 ? 0 : -1;
 }
 
+/* DIR/step.r<rank> holds "pid step" (the updates done), rewritten every step. */
+static void progress_note(const struct opts *o, int rank, int *fd, int step)
+{
+	char buf[64];
+	int n;
+
+	if (o->progdir == NULL)
+		return;
+	if (*fd < 0) {
+		char path[FT_PATH_MAX + 32];
+		snprintf(path, sizeof(path), "%s/step.r%d", o->progdir, rank);
+		*fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (*fd < 0)
+			return;
+	}
+	n = snprintf(buf, sizeof(buf), "%ld %10d\n", (long)getpid(), step);
+	if (pwrite(*fd, buf, (size_t)n, 0) != n)
+		fprintf(stderr, "progress: %s\n", strerror(errno));
+}
+
 /* After update u: tell the driver, and wait until it says go (it kills in between). */
 static double hold_here(const struct opts *o, int rank)
 {
@@ -370,7 +392,7 @@ int main(int argc, char **argv)
 	struct ft_op_info info;
 	float *x, *g, *th, *gl, *mine;
 	size_t *idx, shard, nx;
-	int rc, me, world, start = 0, back = 0, region = -1, ops0 = 1;
+	int rc, me, world, start = 0, back = 0, region = -1, ops0 = 1, pfd = -1;
 	uint64_t next_op = 0;
 	uint32_t gen;
 	double t_loop, hold_ms = 0, eval_ms = 0, ckpt_ms = 0, fail_ms = 0;
@@ -581,6 +603,7 @@ int main(int argc, char **argv)
 			for (size_t i = 0; i < nx; i++)
 				x[i] = NAN; /* nobody's but the owner's between steps */
 		}
+		progress_note(&o, me, &pfd, t + 1);
 		if (t + 1 == o.hold && incarnation == 0 && !o.resume)
 			hold_ms += hold_here(&o, me);
 	}
@@ -612,6 +635,8 @@ int main(int argc, char **argv)
 		       step_ms > ck_step ? 100.0 * ck_step / (step_ms - ck_step) : 0.0, ckpt_rounds,
 		       fail_ms, ft_size(comm));
 	}
+	if (pfd >= 0)
+		close(pfd);
 	rc = ft_finalize(comm);
 	free(x);
 	free(g);

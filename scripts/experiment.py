@@ -35,7 +35,7 @@ SEEDS = ([int(s) for s in os.environ["EXPERIMENT_SEEDS"].split(",")] if os.envir
 MODELS = {
     "mlr": dict(args=["--model=mlr", "--lr=0.05", "--batch=256", "--eval-every=2", "--eval-n=1000"],
                 steps=400 if FULL else 250,
-                quick=("ff_repl", "ff_shard", "lossy", "exact", "restart", "full", "partial", "prio", "rr",
+                quick=("ff_repl", "ff_shard", "lossy", "exact", "exact_any", "restart", "full", "partial", "prio", "rr",
                        "random", "partial2", "pls")),
     "mlp": dict(args=["--model=mlp", "--lr=0.03", "--batch=256", "--eval-every=2", "--eval-n=500"],
                 steps=400 if FULL else 250,
@@ -98,8 +98,10 @@ def parse(text):
     return out
 
 
-def launch(rundir, args, policy, victims=(), hold=None, restart=False, job=None, tag="run", engine=None):
-    """One ftcc-run job; kills `victims` at the hold point. Returns (rc, text, seconds)."""
+def launch(rundir, args, policy, victims=(), hold=None, restart=False, job=None, tag="run", engine=None,
+           at_step=None, jitter=0.0):
+    """One ftcc-run job; kills `victims` at the hold point, or (at_step) as soon as they report
+    that many updates, wherever they are then. Returns (rc, text, seconds)."""
     prog = os.path.join(rundir, "prog-" + tag)
     os.makedirs(prog, exist_ok=True)
     for n in os.listdir(prog):
@@ -118,6 +120,8 @@ def launch(rundir, args, policy, victims=(), hold=None, restart=False, job=None,
     cmd += [PROG] + list(args)
     if hold is not None:
         cmd += ["--hold=%d" % hold, "--progress=" + prog]
+    elif at_step is not None:
+        cmd += ["--progress=" + prog]
     logf = os.path.join(rundir, tag + ".log")
     t0 = time.monotonic()
     with open(logf, "w") as lf:
@@ -136,6 +140,21 @@ def launch(rundir, args, policy, victims=(), hold=None, restart=False, job=None,
                 except (OSError, ValueError) as e:
                     log("  cannot kill rank %d: %s" % (v, e))
             open(os.path.join(prog, "go"), "w").close()
+        elif at_step is not None:
+            deadline = time.monotonic() + 120
+            todo = set(victims)
+            while todo and p.poll() is None and time.monotonic() < deadline:
+                for v in list(todo):
+                    try:
+                        with open(os.path.join(prog, "step.r%d" % v)) as f:
+                            pid, step = (int(x) for x in f.read().split())
+                    except (OSError, ValueError):
+                        continue
+                    if step >= at_step:
+                        time.sleep(jitter)
+                        os.kill(pid, signal.SIGKILL)
+                        todo.discard(v)
+                time.sleep(0.0005)
         rc = p.wait()
     secs = time.monotonic() - t0
     with open(logf) as f:
@@ -152,6 +171,8 @@ def cells_for(model):
         ("ff_shard", "failure-free (sharded)", "sharded", "abort", "none", "none", 1, (), False),
         ("lossy", "lossy forward (shrink, replicated)", "replicated", "shrink", "none", "none", 1, (1,), False),
         ("exact", "exact rejoin (replicated)", "replicated", "rejoin", "none", "none", 1, (1,), True),
+        ("exact_any", "exact rejoin, killed 0–4 ms after update U (anywhere)", "replicated", "rejoin", "none", "none", 1,
+         (1,), True),
         ("restart", "checkpoint-restart of the job (full ckpt every %d)" % C, "sharded", "abort",
          "restart", "full", C, (1,), False),
         ("full", "full recovery (full ckpt every %d)" % C, "sharded", "rejoin", "full", "full", C, (1,), True),
@@ -488,9 +509,11 @@ def bars(model, cells, costs, ff):
         if m is not None:
             line(abs(m) <= 0.5, "lossy forward final test accuracy within 0.5 pp of failure-free "
                                 "(mean Δ %.2f pp, worst %.2f pp)" % (m, max(d, key=abs)))
-    if "exact" in cells:
+    for ename in ("exact", "exact_any"):
+        if ename not in cells:
+            continue
         same = total = 0
-        for r in cells["exact"][1]:
+        for r in cells[ename][1]:
             ref = ff["replicated"].get(r["seed"])
             if not ref or not ref["models"]:
                 continue
@@ -498,8 +521,9 @@ def bars(model, cells, costs, ff):
             got = {h for _, h in r["models"]}
             total += 1
             same += len(want) == 1 and got == want and len(r["models"]) == WORLD and bool(r["rejoined"])
-        line(total > 0 and same == total, "exact rejoin: final model digest equal to failure-free on every "
-                                          "rank in %d/%d runs (each with a rank killed and restarted)" % (same, total))
+        line(total > 0 and same == total, "%s: final model digest equal to failure-free on every rank in "
+                                          "%d/%d runs (each with a rank killed and restarted)" % (
+                                              cells[ename][0][1], same, total))
     if "pls" in cells:
         ck = [r["result"]["ckpt_pct"] for r in cells["pls"][1] if r["result"]]
         m, _ = mean_sd(ck)
