@@ -39,7 +39,12 @@
  *                       continues from the current step;
  *   --recovery=restart  policy abort: the job dies, and is started again
  *                       with --resume, every rank from its checkpoint,
- *                       redoing the steps since.
+ *                       redoing the steps since;
+ *   --recovery=takeover policy shrink: no replacement; the survivors restore
+ *                       the lost shard from its owner's checkpoint and split
+ *                       it among themselves, k-th survivor the k-th chunk
+ *                       (struct takeover); the ring's halves then run on
+ *                       segments of own shard + taken-over chunks.
  *
  * Kills come from outside. With --progress=DIR every rank keeps
  * DIR/step.r<rank> ("pid updates") current, for a driver that kills at a
@@ -55,7 +60,7 @@
  */
 
 enum st_mode { ST_REPLICATED, ST_SHARDED };
-enum rec_mode { REC_NONE, REC_PARTIAL, REC_FULL, REC_RESTART };
+enum rec_mode { REC_NONE, REC_PARTIAL, REC_FULL, REC_RESTART, REC_TAKEOVER };
 
 struct opts {
 	enum fm_model model;
@@ -81,7 +86,7 @@ static const char *const strategy_names[] = {"full", "rr", "random", "priority",
 static void usage(void)
 {
 	fputs("usage: train_fmnist [--model=mlr|mlp] [--steps=N] [--batch=B] [--lr=X] [--seed=S]\n"
-	      "  [--state=replicated|sharded] [--recovery=none|partial|full|restart]\n"
+	      "  [--state=replicated|sharded] [--recovery=none|partial|full|restart|takeover]\n"
 	      "  [--ckpt=none|full|rr|random|priority] [--fraction=R] [--interval=K]\n"
 	      "  [--ckpt-impl=lib|app] [--ckpt-dir=DIR] [--eval-every=E] [--eval-n=N] [--hold=U --progress=DIR]\n"
 	      "  [--resume --executed=U] [--dump=U:FILE] [--truth=FILE] [--data=DIR]\n",
@@ -116,6 +121,7 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->recovery = strcmp(v, "partial") == 0   ? REC_PARTIAL
 				      : strcmp(v, "full") == 0    ? REC_FULL
 				      : strcmp(v, "restart") == 0 ? REC_RESTART
+				      : strcmp(v, "takeover") == 0 ? REC_TAKEOVER
 								  : REC_NONE;
 		else if (IS("ckpt")) {
 			o->ckpt = -1;
@@ -383,6 +389,47 @@ static double truth_distance(const struct opts *o, const struct layout *L, int r
 	return sqrt(d);
 }
 
+/*
+ * After a shrink: member k (dense rank, n members) holds its own shard and,
+ * of every lost owner's shard, the chunk of q = ceil(blocks / n) blocks at k q.
+ * The collectives run on equal segments of seg floats, member by member:
+ * [own shard | chunk of lost owner 1 | chunk of lost owner 2 ...], padded.
+ */
+struct takeover {
+	int n, nd;
+	int member[FM_CLASSES], dead[FM_CLASSES]; /* original ranks; world <= 10 here */
+	size_t q, seg;                           /* blocks a chunk, floats a segment */
+	float *extra;                            /* this rank's chunks, nd x q blocks */
+	float *z;                                /* n segments */
+};
+
+/* Full buffer x <-> segments z, in the direction given. */
+static void takeover_pack(const struct takeover *k, const struct layout *L, float *x, int to_z)
+{
+	size_t shard = L->sb * L->bs, cb = k->q * L->bs;
+
+	for (int j = 0; j < k->n; j++) {
+		float *seg = k->z + (size_t)j * k->seg;
+		float *own = x + (size_t)k->member[j] * shard;
+		if (to_z)
+			memcpy(seg, own, shard * sizeof(float));
+		else
+			memcpy(own, seg, shard * sizeof(float));
+		for (int d = 0; d < k->nd; d++) {
+			size_t first = (size_t)j * k->q, nb = first < L->sb ? L->sb - first : 0;
+			nb = nb > k->q ? k->q : nb;
+			float *chunk = x + (size_t)k->dead[d] * shard + first * L->bs;
+			float *in = seg + shard + (size_t)d * cb;
+			if (to_z) {
+				memcpy(in, chunk, nb * L->bs * sizeof(float));
+				memset(in + nb * L->bs, 0, (cb - nb * L->bs) * sizeof(float));
+			} else {
+				memcpy(chunk, in, nb * L->bs * sizeof(float));
+			}
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -393,6 +440,7 @@ int main(int argc, char **argv)
 	float *x, *g, *th, *gl, *mine;
 	size_t *idx, shard, nx;
 	int rc, me, world, start = 0, back = 0, region = -1, ops0 = 1, pfd = -1;
+	struct takeover tk = {.n = 0};
 	uint64_t next_op = 0;
 	uint32_t gen;
 	double t_loop, hold_ms = 0, eval_ms = 0, ckpt_ms = 0, fail_ms = 0;
@@ -518,11 +566,54 @@ int main(int argc, char **argv)
 		if (o.state == ST_SHARDED) {
 			/* The full model for this step: the own shard, then everyone's. */
 			memcpy(x + (size_t)me * shard, mine, shard * sizeof(float));
-			if ((rc = gather(comm, x, shard, &info)) != 0) {
+			if (tk.n > 0) {
+				memcpy(x + (size_t)me * shard, mine, shard * sizeof(float));
+				takeover_pack(&tk, &L, x, 1);
+				rc = ft_allgather(comm, FT_IN_PLACE, tk.z, tk.seg, FT_FLOAT32, &info);
+				if (rc == 0 && ft_size(comm) != tk.n)
+					rc = -FT_EPEERFAILED; /* a second loss: not handled here */
+				if (rc == 0)
+					takeover_pack(&tk, &L, x, 0);
+			} else {
+				rc = gather(comm, x, shard, &info);
+			}
+			if (rc != 0) {
 				fprintf(stderr, "step %d: allgather: %s\n", t, ft_strerror(rc));
 				return 3;
 			}
-			if (ft_size(comm) != world) {
+			if (ft_size(comm) != world && o.recovery == REC_TAKEOVER && tk.n == 0) {
+				/* The lost shards come back from their owners' checkpoints,
+				 * whole on every survivor for this step; each keeps its chunk. */
+				double t0 = now_ms();
+				int alive[FM_CLASSES] = {0};
+				tk.n = ft_size(comm);
+				for (int k = 0; k < tk.n; k++)
+					alive[tk.member[k] = ft_orig_rank(comm, k)] = 1;
+				for (int r = 0; r < world; r++)
+					if (!alive[r])
+						tk.dead[tk.nd++] = r;
+				tk.q = (L.sb + (size_t)tk.n - 1) / (size_t)tk.n;
+				tk.seg = shard + (size_t)tk.nd * tk.q * L.bs;
+				tk.extra = calloc((size_t)tk.nd * tk.q * L.bs, sizeof(float));
+				tk.z = calloc((size_t)tk.n * tk.seg, sizeof(float));
+				if (tk.extra == NULL || tk.z == NULL)
+					return 1;
+				for (int d = 0; d < tk.nd; d++) {
+					struct ft_restore_info ri;
+					float *dst = x + (size_t)tk.dead[d] * shard;
+					rc = ft_ckpt_restore(comm, region, tk.dead[d], 0, L.sb, dst, 0, &ri);
+					if (rc != 0) {
+						fprintf(stderr, "restore of rank %d's shard: %s\n", tk.dead[d],
+							ft_strerror(rc));
+						return 1;
+					}
+					if (ft_rank(comm) == 0)
+						print_restore("takeover", tk.dead[d], &ri,
+							      truth_distance(&o, &L, tk.dead[d], dst));
+				}
+				fail_ms += now_ms() - t0;
+			}
+			if (ft_size(comm) != world && tk.n == 0) {
 				/* shrink (or a rejoin that fell back to it): a shard is gone */
 				fprintf(stderr, "step %d: %d of %d ranks left and nobody holds the lost "
 						"shards: stopping\n", t, ft_size(comm), world);
@@ -584,13 +675,36 @@ int main(int argc, char **argv)
 			for (size_t i = 0; i < nx; i++)
 				x[i] -= (float)o.lr * g[i];
 		} else {
-			if ((rc = scatter_avg(comm, g, shard, &info)) != 0) {
+			if (tk.n > 0) {
+				/* own shard and the taken-over chunks, in one segment each */
+				takeover_pack(&tk, &L, g, 1);
+				rc = ft_reduce_scatter(comm, FT_IN_PLACE, tk.z, tk.seg, FT_FLOAT32, FT_AVG,
+						       &info);
+				if (rc == 0 && ft_size(comm) != tk.n)
+					rc = -FT_EPEERFAILED;
+			} else {
+				rc = scatter_avg(comm, g, shard, &info);
+			}
+			if (rc != 0) {
 				fprintf(stderr, "step %d: reduce-scatter: %s\n", t, ft_strerror(rc));
 				return 3;
 			}
-			const float *gm = g + (size_t)ft_rank(comm) * shard;
+			const float *gm = tk.n > 0 ? tk.z + (size_t)ft_rank(comm) * tk.seg
+						   : g + (size_t)ft_rank(comm) * shard;
 			for (size_t i = 0; i < shard; i++)
 				mine[i] -= (float)o.lr * gm[i];
+			if (tk.n > 0) {
+				/* the chunks: this step's values (restored or gathered) minus the update */
+				int k = ft_rank(comm);
+				for (int d = 0; d < tk.nd; d++) {
+					size_t c0 = (size_t)k * tk.q, nb = c0 < L.sb ? L.sb - c0 : 0;
+					nb = nb > tk.q ? tk.q : nb;
+					float *cur = x + (size_t)tk.dead[d] * shard + c0 * L.bs;
+					const float *gc = gm + shard + (size_t)d * tk.q * L.bs;
+					for (size_t i = 0; i < nb * L.bs; i++)
+						cur[i] -= (float)o.lr * gc[i];
+				}
+			}
 			if (o.ckpt >= 0) {
 				double t0 = now_ms();
 				if ((rc = ck_step(&o, comm, (uint64_t)t + 1)) != 0) {
@@ -600,8 +714,28 @@ int main(int argc, char **argv)
 				ckpt_ms += now_ms() - t0;
 				ckpt_rounds += (t + 1) % (int)o.interval == 0;
 			}
+			if (tk.n > 0) {
+				/* this rank's chunks of the lost shards live in x: keep them */
+				int k = ft_rank(comm);
+				for (int d = 0; d < tk.nd; d++) {
+					size_t c0 = (size_t)k * tk.q, nb = c0 < L.sb ? L.sb - c0 : 0;
+					nb = nb > tk.q ? tk.q : nb;
+					memcpy(tk.extra + (size_t)d * tk.q * L.bs,
+					       x + (size_t)tk.dead[d] * shard + c0 * L.bs,
+					       nb * L.bs * sizeof(float));
+				}
+			}
 			for (size_t i = 0; i < nx; i++)
 				x[i] = NAN; /* nobody's but the owner's between steps */
+			if (tk.n > 0) {
+				int k = ft_rank(comm);
+				for (int d = 0; d < tk.nd; d++) {
+					size_t c0 = (size_t)k * tk.q, nb = c0 < L.sb ? L.sb - c0 : 0;
+					nb = nb > tk.q ? tk.q : nb;
+					memcpy(x + (size_t)tk.dead[d] * shard + c0 * L.bs,
+					       tk.extra + (size_t)d * tk.q * L.bs, nb * L.bs * sizeof(float));
+				}
+			}
 		}
 		progress_note(&o, me, &pfd, t + 1);
 		if (t + 1 == o.hold && incarnation == 0 && !o.resume)
@@ -612,7 +746,15 @@ int main(int argc, char **argv)
 	/* The final model on every rank, its digest, and the test accuracy. */
 	if (o.state == ST_SHARDED) {
 		memcpy(x + (size_t)me * shard, mine, shard * sizeof(float));
-		if ((rc = gather(comm, x, shard, &info)) != 0) {
+		if (tk.n > 0) {
+			takeover_pack(&tk, &L, x, 1);
+			rc = ft_allgather(comm, FT_IN_PLACE, tk.z, tk.seg, FT_FLOAT32, &info);
+			if (rc == 0)
+				takeover_pack(&tk, &L, x, 0);
+		} else {
+			rc = gather(comm, x, shard, &info);
+		}
+		if (rc != 0) {
 			fprintf(stderr, "final allgather: %s\n", ft_strerror(rc));
 			return 3;
 		}
@@ -644,6 +786,8 @@ int main(int argc, char **argv)
 	free(gl);
 	free(mine);
 	free(idx);
+	free(tk.extra);
+	free(tk.z);
 	free(L.perm);
 	free(train.img);
 	free(train.label);

@@ -34,11 +34,11 @@ SEEDS = ([int(s) for s in os.environ["EXPERIMENT_SEEDS"].split(",")] if os.envir
          else list(range(1, 11 if FULL else 6)))
 MODELS = {
     "mlr": dict(args=["--model=mlr", "--lr=0.05", "--batch=256", "--eval-every=2", "--eval-n=1000"],
-                steps=400 if FULL else 250,
+                steps=400 if FULL else 220,
                 quick=("ff_repl", "ff_shard", "lossy", "exact", "exact_any", "restart", "full", "partial", "prio", "rr",
-                       "random", "partial2", "pls")),
+                       "random", "partial2", "takeover", "pls")),
     "mlp": dict(args=["--model=mlp", "--lr=0.03", "--batch=256", "--eval-every=2", "--eval-n=500"],
-                steps=400 if FULL else 250,
+                steps=400 if FULL else 220,
                 quick=("ff_repl", "ff_shard", "lossy", "exact", "full", "partial", "prio", "rr", "random")),
 }
 FAIL_BASE = 96  # kills land after update U = FAIL_BASE + 1 .. FAIL_BASE + C - 1
@@ -188,6 +188,8 @@ def cells_for(model):
          C, (1, 2), True),
         ("partial3", "partial recovery, 3 of 4 ranks lost (full ckpt)", "sharded", "rejoin", "partial", "full",
          C, (1, 2, 3), True),
+        ("takeover", "shrink, sharded: survivors take the lost shard over (full ckpt every %d)" % C, "sharded",
+         "shrink", "takeover", "full", C, (1,), False),
         ("pls", "partial, full ckpt at CPR's interval %d (PLS %.2f)" % (k_pls, TARGET_PLS), "sharded",
          "rejoin", "partial", "full", k_pls, (1,), True),
     ]
@@ -393,12 +395,12 @@ def analyse(all_res, total_s):
                         ic.append(iteration_cost(ref, r, r["kill_step"]))
                 if cell[5] != "none":
                     ckp.append(r["result"]["ckpt_pct"])
-                rest = [d for d in r["restores"] if d["kind"] in ("replacement", "survivor")]
+                rest = [d for d in r["restores"] if d["kind"] in ("replacement", "survivor", "takeover")]
                 if rest:
                     pert.append(math.sqrt(sum(d["perturbation"] ** 2 for d in rest)))
                     if all(d["true"] >= 0 for d in rest):
                         true.append(math.sqrt(sum(d["true"] ** 2 for d in rest)))
-                    p = (sum(d["pls"] for d in rest if d["kind"] == "replacement") or
+                    p = (sum(d["pls"] for d in rest if d["kind"] in ("replacement", "takeover")) or
                          max(d["pls"] for d in rest))
                     pls.append(p)
                     now = max(d["now_step"] for d in rest)
@@ -538,7 +540,7 @@ def bars(model, cells, costs, ff):
     return "\n".join(out)
 
 
-PLOT_CELLS = ("lossy", "restart", "full", "partial", "prio", "rr", "random", "partial2", "partial3")
+PLOT_CELLS = ("lossy", "restart", "full", "partial", "prio", "rr", "random", "partial2", "partial3", "takeover")
 
 
 def write_plots(model, cells, costs, ff):
@@ -563,8 +565,8 @@ def write_plots(model, cells, costs, ff):
                 f.write("%d %.6f %.6f\n" % (i, r["curve"][i][1], r["curve"][i][1] - b[1] if b else 0.0))
             f.write("\n\n")
     with open(os.path.join(d, "%s-cost.dat" % model), "w") as f:
-        for name in ("restart", "full", "partial", "random", "rr", "prio", "partial2", "partial3", "lossy",
-                     "pls"):
+        for name in ("restart", "full", "partial", "random", "rr", "prio", "partial2", "partial3", "takeover",
+                     "lossy", "pls"):
             m, sd = mean_sd(costs.get(name, []))
             if m is not None:
                 f.write('"%s" %.4f %.4f\n' % (SHORT.get(name, name), m, sd))
@@ -577,7 +579,7 @@ def write_plots(model, cells, costs, ff):
 SHORT = {"ff_shard": "failure-free", "lossy": "lossy-fwd", "restart": "ckpt-restart", "full": "full-rec",
          "partial": "partial(full-ckpt)", "prio": "partial+priority", "rr": "partial+round-robin",
          "random": "partial+random", "partial2": "partial,2-lost", "partial3": "partial,3-lost",
-         "pls": "partial@PLS-interval"}
+         "pls": "partial@PLS-interval", "takeover": "shrink+takeover"}
 
 
 DEFINITIONS = """
