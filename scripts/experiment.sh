@@ -1,6 +1,6 @@
 #!/bin/sh
 # experiment.sh BUILD_DIR: the recovery experiment (Fashion-MNIST, MLR and MLP, 4 ranks, outside SIGKILLs): BUILD_DIR/experiment/results.md and PNG plots.
-# EXPERIMENT_FULL=1: 10 seeds and 400 steps (the quick default: 5 seeds, 300 steps, about 10 minutes).
+# EXPERIMENT_FULL=1: 10 seeds and 400 steps (the quick default: 5 seeds, 220 steps, about 10 minutes).
 # EXPERIMENT_MODELS=mlr,mlp, EXPERIMENT_CELLS=name,..., EXPERIMENT_SEEDS=1,2,... narrow a run;
 # EXPERIMENT_OUT=DIR writes elsewhere; EXPERIMENT_ANALYSE_ONLY=1 redoes tables and plots from DIR/raw.json.
 set -eu
