@@ -1,4 +1,4 @@
-/* train_fmnist.c: Fashion-MNIST data-parallel training (MLR or MLP) with replicated or sharded state, for the recovery experiment (train_fmnist --help). */
+/* train_fmnist.c: data-parallel training on Fashion-MNIST (MLR, MLP) or synthetic ratings (MF) with replicated or sharded state, for the recovery experiment (train_fmnist --help). */
 #include <ftcc.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +14,7 @@
 
 #include "app_ckpt.h"
 #include "fmnist.h"
+#include "mf.h"
 
 /*
  * Every rank computes the gradient of its own minibatch, a fixed function
@@ -64,6 +65,7 @@ enum rec_mode { REC_NONE, REC_PARTIAL, REC_FULL, REC_RESTART, REC_TAKEOVER };
 
 struct opts {
 	enum fm_model model;
+	int mf;       /* --model=mf: matrix factorization (mf.h) */
 	int steps, batch, eval_every, eval_n;
 	double lr;
 	uint64_t seed;
@@ -85,7 +87,7 @@ static const char *const strategy_names[] = {"full", "rr", "random", "priority",
 
 static void usage(void)
 {
-	fputs("usage: train_fmnist [--model=mlr|mlp] [--steps=N] [--batch=B] [--lr=X] [--seed=S]\n"
+	fputs("usage: train_fmnist [--model=mlr|mlp|mf] [--steps=N] [--batch=B] [--lr=X] [--seed=S]\n"
 	      "  [--state=replicated|sharded] [--recovery=none|partial|full|restart|takeover]\n"
 	      "  [--ckpt=none|full|rr|random|priority] [--fraction=R] [--interval=K]\n"
 	      "  [--ckpt-impl=lib|app] [--ckpt-dir=DIR] [--eval-every=E] [--eval-n=N] [--hold=U --progress=DIR]\n"
@@ -105,8 +107,10 @@ static int parse(int argc, char **argv, struct opts *o)
 		if (v != NULL)
 			*v++ = '\0';
 #define IS(name) (strcmp(a, "--" name) == 0 && v != NULL)
-		if (IS("model"))
+		if (IS("model")) {
 			o->model = strcmp(v, "mlp") == 0 ? FM_MLP : FM_MLR;
+			o->mf = strcmp(v, "mf") == 0;
+		}
 		else if (IS("steps"))
 			o->steps = atoi(v);
 		else if (IS("batch"))
@@ -204,12 +208,12 @@ struct layout {
 	size_t *perm;
 };
 
-static int layout_init(struct layout *L, enum fm_model m, int world)
+static int layout_init(struct layout *L, const struct opts *o, int world)
 {
 	uint64_t s = 0x5ca1ab1eull;
 
-	L->bs = m == FM_MLR ? FM_CLASSES : 16;
-	L->nparams = fm_nparams(m);
+	L->bs = o->mf ? MF_RANK : o->model == FM_MLR ? FM_CLASSES : 16;
+	L->nparams = o->mf ? mf_nparams() : fm_nparams(o->model);
 	L->nbl = (L->nparams + L->bs - 1) / L->bs;
 	L->nb = (L->nbl + (size_t)world - 1) / (size_t)world * (size_t)world;
 	L->sb = L->nb / (size_t)world;
@@ -243,10 +247,17 @@ static void to_physical(const struct layout *L, const float *th, float *x)
 	}
 }
 
-/* The initial model (the same on every rank): MLR zeros, MLP Glorot-uniform. */
-static void init_model(enum fm_model m, uint64_t seed, float *th, size_t n)
+/* The initial model (the same on every rank): MLR zeros, MLP Glorot-uniform, MF uniform. */
+static void init_model(const struct opts *o, uint64_t seed, float *th, size_t n)
 {
+	enum fm_model m = o->model;
+
 	memset(th, 0, n * sizeof(float));
+	if (o->mf) {
+		for (size_t i = 0; i < mf_nparams(); i++)
+			th[i] = (float)((double)(mix64(seed * 31 + i) >> 11) / 9007199254740992.0 - 0.5) * 0.6f;
+		return;
+	}
 	if (m == FM_MLR)
 		return;
 	uint64_t s = seed * 7919 + 17;
@@ -389,6 +400,22 @@ static double truth_distance(const struct opts *o, const struct layout *L, int r
 	return sqrt(d);
 }
 
+/* CPR-MFU clears the counters of the blocks a round saved: the ceil(r x n)
+ * highest (the round's choice for these scores). */
+static void clear_saved(double *counts, size_t n, double fraction)
+{
+	size_t m = (size_t)ceil(fraction * (double)n);
+
+	for (size_t k = 0; k < m && k < n; k++) {
+		size_t best = 0;
+		for (size_t b = 1; b < n; b++)
+			best = counts[b] > counts[best] ? b : best;
+		if (counts[best] <= 0)
+			break;
+		counts[best] = 0;
+	}
+}
+
 /*
  * After a shrink: member k (dense rank, n members) holds its own shard and,
  * of every lost owner's shard, the chunk of q = ceil(blocks / n) blocks at k q.
@@ -439,6 +466,8 @@ int main(int argc, char **argv)
 	struct ft_op_info info;
 	float *x, *g, *th, *gl, *mine;
 	size_t *idx, shard, nx;
+	uint64_t *hs;
+	double *counts; /* CPR-MFU: accesses to each own block since it was last saved */
 	int rc, me, world, start = 0, back = 0, region = -1, ops0 = 1, pfd = -1;
 	struct takeover tk = {.n = 0};
 	uint64_t next_op = 0;
@@ -459,7 +488,12 @@ int main(int argc, char **argv)
 	}
 	if (parse(argc, argv, &o) != 0)
 		return 2;
-	if (fm_load(o.data, "train", &train) != 0 || fm_load(o.data, "t10k", &test) != 0)
+	static struct mf mfd;
+	memset(&train, 0, sizeof(train));
+	memset(&test, 0, sizeof(test));
+	if (o.mf)
+		mf_init(&mfd);
+	else if (fm_load(o.data, "train", &train) != 0 || fm_load(o.data, "t10k", &test) != 0)
 		return 1;
 	if ((rc = ft_init(NULL, &comm)) != 0) {
 		fprintf(stderr, "ft_init: %s\n", ft_strerror(rc));
@@ -467,7 +501,7 @@ int main(int argc, char **argv)
 	}
 	me = ft_orig_rank(comm, ft_rank(comm));
 	world = ft_size(comm);
-	if (layout_init(&L, o.model, world) != 0)
+	if (layout_init(&L, &o, world) != 0)
 		return 1;
 	shard = L.sb * L.bs;
 	nx = L.nb * L.bs;
@@ -477,9 +511,13 @@ int main(int argc, char **argv)
 	gl = malloc(L.nbl * L.bs * sizeof(float));
 	mine = malloc(shard * sizeof(float));
 	idx = malloc((size_t)o.batch * sizeof(size_t));
+	hs = malloc((size_t)o.batch * sizeof(uint64_t));
+	counts = calloc(L.sb, sizeof(double));
+	if (hs == NULL || counts == NULL)
+		return 1;
 	if (x == NULL || g == NULL || th == NULL || gl == NULL || mine == NULL || idx == NULL)
 		return 1;
-	init_model(o.model, o.seed, th, L.nbl * L.bs);
+	init_model(&o, o.seed, th, L.nbl * L.bs);
 	to_physical(&L, th, x);
 	memcpy(mine, x + (size_t)me * shard, shard * sizeof(float));
 
@@ -652,15 +690,26 @@ int main(int argc, char **argv)
 		if (me == 0 && t % o.eval_every == 0) {
 			double t0 = now_ms(), loss, acc;
 			to_logical(&L, x, th);
-			fm_eval(o.model, th, &train, (size_t)o.eval_n, train.n / (size_t)o.eval_n, &loss, &acc);
+			if (o.mf)
+				loss = mf_eval(&mfd, th, (size_t)o.eval_n);
+			else
+				fm_eval(o.model, th, &train, (size_t)o.eval_n, train.n / (size_t)o.eval_n,
+					&loss, &acc);
 			printf("E %d %d %.6f\n", t, o.resume ? t + o.executed - start : t, loss);
 			eval_ms += now_ms() - t0;
 		}
 		/* This rank's gradient, in the physical layout. */
 		to_logical(&L, x, th);
 		memset(gl, 0, L.nbl * L.bs * sizeof(float));
-		minibatch(&o, me, world, t, train.n, idx);
-		fm_grad(o.model, th, &train, idx, (size_t)o.batch, gl);
+		if (o.mf) {
+			for (int i = 0; i < o.batch; i++)
+				hs[i] = mix64(o.seed * 0x100000001b3ull ^
+					      mix64((uint64_t)t << 20 ^ (uint64_t)me << 12 ^ (uint64_t)i));
+			mf_grad(&mfd, th, hs, (size_t)o.batch, gl);
+		} else {
+			minibatch(&o, me, world, t, train.n, idx);
+			fm_grad(o.model, th, &train, idx, (size_t)o.batch, gl);
+		}
 		to_physical(&L, gl, g);
 		if (o.state == ST_REPLICATED) {
 			rc = ft_allreduce(comm, FT_IN_PLACE, g, nx, FT_FLOAT32, FT_AVG, &info);
@@ -705,14 +754,31 @@ int main(int argc, char **argv)
 						cur[i] -= (float)o.lr * gc[i];
 				}
 			}
+			if (o.ckpt == FT_CKPT_APP_PRIORITY) {
+				/* CPR-MFU: a block is accessed when its averaged gradient is not 0 */
+				for (size_t b = 0; b < L.sb; b++)
+					for (size_t i = 0; i < L.bs; i++)
+						if (gm[b * L.bs + i] != 0) {
+							counts[b] += 1;
+							break;
+						}
+			}
 			if (o.ckpt >= 0) {
 				double t0 = now_ms();
+				int round = (t + 1) % (int)o.interval == 0;
+				if (round && o.ckpt == FT_CKPT_APP_PRIORITY &&
+				    (rc = ft_ckpt_priority(comm, region, counts, L.sb)) != 0) {
+					fprintf(stderr, "ft_ckpt_priority: %s\n", ft_strerror(rc));
+					return 1;
+				}
 				if ((rc = ck_step(&o, comm, (uint64_t)t + 1)) != 0) {
 					fprintf(stderr, "step %d: ft_ckpt_step: %s\n", t, ft_strerror(rc));
 					return 1;
 				}
+				if (round && o.ckpt == FT_CKPT_APP_PRIORITY)
+					clear_saved(counts, L.sb, o.fraction);
 				ckpt_ms += now_ms() - t0;
-				ckpt_rounds += (t + 1) % (int)o.interval == 0;
+				ckpt_rounds += round;
 			}
 			if (tk.n > 0) {
 				/* this rank's chunks of the lost shards live in x: keep them */
@@ -766,8 +832,14 @@ int main(int argc, char **argv)
 		double tl, ta, el, ea;
 		int nsteps = o.steps - start;
 		to_logical(&L, x, th);
-		fm_eval(o.model, th, &test, test.n, 1, &tl, &ta);
-		fm_eval(o.model, th, &train, (size_t)o.eval_n, train.n / (size_t)o.eval_n, &el, &ea);
+		if (o.mf) {
+			ta = 0;
+			tl = el = mf_eval(&mfd, th, (size_t)o.eval_n);
+		} else {
+			fm_eval(o.model, th, &test, test.n, 1, &tl, &ta);
+			fm_eval(o.model, th, &train, (size_t)o.eval_n, train.n / (size_t)o.eval_n, &el,
+				&ea);
+		}
 		double step_ms = (loop_ms - hold_ms - eval_ms - fail_ms) / (nsteps > 0 ? nsteps : 1);
 		double ck_step = nsteps > 0 ? ckpt_ms / nsteps : 0;
 		printf("RESULT steps=%d test_acc=%.4f test_loss=%.5f final_loss=%.6f wall_ms=%.1f "
@@ -786,6 +858,8 @@ int main(int argc, char **argv)
 	free(gl);
 	free(mine);
 	free(idx);
+	free(hs);
+	free(counts);
 	free(tk.extra);
 	free(tk.z);
 	free(L.perm);

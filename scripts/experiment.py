@@ -40,6 +40,10 @@ MODELS = {
     "mlp": dict(args=["--model=mlp", "--lr=0.03", "--batch=256", "--eval-every=2", "--eval-n=500"],
                 steps=400 if FULL else 220,
                 quick=("ff_repl", "ff_shard", "lossy", "exact", "full", "partial", "prio", "rr", "random")),
+    # CPR's setting: embedding rows read with Zipf popularity (synthetic ratings, mf.h)
+    "mf": dict(args=["--model=mf", "--lr=2", "--batch=256", "--eval-every=2", "--eval-n=2000"],
+               steps=400 if FULL else 220,
+               quick=("ff_shard", "full", "partial", "prio", "rr", "random", "mfu")),
 }
 FAIL_BASE = 96  # kills land after update U = FAIL_BASE + 1 .. FAIL_BASE + C - 1
 TARGET_PLS = 0.02  # for CPR's interval rule
@@ -184,6 +188,8 @@ def cells_for(model):
          C // 8, (1,), True),
         ("random", "partial, random r=1/8 every %d" % (C // 8), "sharded", "rejoin", "partial", "random",
          C // 8, (1,), True),
+        ("mfu", "partial, CPR-MFU (access counts) r=1/8 every %d" % (C // 8), "sharded", "rejoin", "partial",
+         "mfu", C // 8, (1,), True),
         ("partial2", "partial recovery, 2 of 4 ranks lost (full ckpt)", "sharded", "rejoin", "partial", "full",
          C, (1, 2), True),
         ("partial3", "partial recovery, 3 of 4 ranks lost (full ckpt)", "sharded", "rejoin", "partial", "full",
@@ -332,12 +338,14 @@ def main():
         return
     unpack_data()
     only = os.environ.get("EXPERIMENT_CELLS", "").split(",") if os.environ.get("EXPERIMENT_CELLS") else None
-    models = os.environ.get("EXPERIMENT_MODELS", "mlr,mlp").split(",")
+    models = os.environ.get("EXPERIMENT_MODELS", "mlr,mlp,mf").split(",")
     t_start = time.monotonic()
     all_res = {}
     for model in models:
         cells = [c for c in cells_for(model) if only is None or c[0] in only or c[0].startswith("ff")]
-        if not FULL and only is None and "quick" in MODELS[model]:
+        if model == "mf":
+            cells = [c for c in cells if c[0] in MODELS[model]["quick"]]
+        elif not FULL and only is None and "quick" in MODELS[model]:
             cells = [c for c in cells if c[0] in MODELS[model]["quick"]]
         if only is None:
             cells = [c for c in cells if c[0] not in OPT_IN]
@@ -370,8 +378,10 @@ def analyse(all_res, total_s):
                   total_s))
     md.append(DEFINITIONS)
     for model, cells in all_res.items():
-        md.append("\n## %s\n" % ("MLR (multinomial logistic regression, 7,850 parameters)" if model == "mlr"
-                                 else "MLP 784-64-10 (50,890 parameters)"))
+        md.append("\n## %s\n" % {"mlr": "MLR (multinomial logistic regression, 7,850 parameters)",
+                                   "mlp": "MLP 784-64-10 (50,890 parameters)",
+                                   "mf": "MF (synthetic ratings, 2,000 x 2,000, rank 8, Zipf 1.1 rows; 32,000 "
+                                         "parameters; 'test acc' is the final MSE)"}[model])
         ff = {"replicated": {r["seed"]: r for r in cells.get("ff_repl", (None, []))[1]},
               "sharded": {r["seed"]: r for r in cells.get("ff_shard", (None, []))[1]}}
         rows, costs = [], {}
@@ -387,10 +397,11 @@ def analyse(all_res, total_s):
                     continue
                 ok += 1
                 ref = ff[state].get(r["seed"])
-                acc.append(100 * r["result"]["test_acc"])
+                acc.append(r["result"]["test_loss"] if model == "mf" else 100 * r["result"]["test_acc"])
                 wall.append(r["seconds"])
                 if ref is not None and ref["result"] is not None:
-                    dacc.append(100 * (r["result"]["test_acc"] - ref["result"]["test_acc"]))
+                    dacc.append(r["result"]["test_loss"] - ref["result"]["test_loss"] if model == "mf" else
+                                100 * (r["result"]["test_acc"] - ref["result"]["test_acc"]))
                     if cell[7]:
                         ic.append(iteration_cost(ref, r, r["kill_step"]))
                 if cell[5] != "none":
@@ -501,6 +512,11 @@ def bars(model, cells, costs, ff):
     mn, _ = mean_sd(costs.get("random", []))
     if None not in (mp, mr, mn):
         line(mp < mr and mp < mn, "priority (%.2f) beats round-robin (%.2f) and random (%.2f)" % (mp, mr, mn))
+    mm, _ = mean_sd(costs.get("mfu", []))
+    if mm is not None and mp is not None:
+        out.append("- CPR-MFU (access counts, no copy of the shard kept): iteration cost %.2f vs priority %.2f, "
+                   "round-robin %s, random %s" % (mm, mp, "%.2f" % mr if mr is not None else "n/a",
+                                                  "%.2f" % mn if mn is not None else "n/a"))
     if "lossy" in cells:
         d = []
         for r in cells["lossy"][1]:
@@ -540,7 +556,8 @@ def bars(model, cells, costs, ff):
     return "\n".join(out)
 
 
-PLOT_CELLS = ("lossy", "restart", "full", "partial", "prio", "rr", "random", "partial2", "partial3", "takeover")
+PLOT_CELLS = ("lossy", "restart", "full", "partial", "prio", "rr", "random", "mfu", "partial2", "partial3",
+              "takeover")
 
 
 def write_plots(model, cells, costs, ff):
@@ -565,8 +582,8 @@ def write_plots(model, cells, costs, ff):
                 f.write("%d %.6f %.6f\n" % (i, r["curve"][i][1], r["curve"][i][1] - b[1] if b else 0.0))
             f.write("\n\n")
     with open(os.path.join(d, "%s-cost.dat" % model), "w") as f:
-        for name in ("restart", "full", "partial", "random", "rr", "prio", "partial2", "partial3", "takeover",
-                     "lossy", "pls"):
+        for name in ("restart", "full", "partial", "random", "rr", "prio", "mfu", "partial2", "partial3",
+                     "takeover", "lossy", "pls"):
             m, sd = mean_sd(costs.get(name, []))
             if m is not None:
                 f.write('"%s" %.4f %.4f\n' % (SHORT.get(name, name), m, sd))
@@ -579,7 +596,7 @@ def write_plots(model, cells, costs, ff):
 SHORT = {"ff_shard": "failure-free", "lossy": "lossy-fwd", "restart": "ckpt-restart", "full": "full-rec",
          "partial": "partial(full-ckpt)", "prio": "partial+priority", "rr": "partial+round-robin",
          "random": "partial+random", "partial2": "partial,2-lost", "partial3": "partial,3-lost",
-         "pls": "partial@PLS-interval", "takeover": "shrink+takeover"}
+         "pls": "partial@PLS-interval", "takeover": "shrink+takeover", "mfu": "partial+MFU"}
 
 
 DEFINITIONS = """
@@ -625,7 +642,11 @@ cost is read from paired loss differences (same minibatches in both runs), not
 from a convergence threshold, which the SGD noise floor would make unstable.
 CPR's models are recommendation models with embedding tables, where MFU has a
 real signal (access counts); MLR and the MLP read every parameter each step, so
-MFU (FT_CKPT_APP_PRIORITY) is not run. Lossy forward loses one rank's data for
+MFU (FT_CKPT_APP_PRIORITY) runs on the MF model only: synthetic ratings of a
+hidden rank-8 model, users and items drawn with Zipf(1.1) popularity, a block
+per embedding row, scores = accesses (rows with a non-zero averaged gradient)
+since the block was last saved. Its steps are short (about 1 ms), so a round of
+1,000 small blocks written synchronously (pwrite) weighs more there. Lossy forward loses one rank's data for
 the rest of the run (the survivors average among themselves), as in paper 002.
 The whole-job restart uses an application checkpoint (examples/app_ckpt.h, the
 same full rounds), because ftcc's checkpoint is bound to the run that wrote it

@@ -1,5 +1,5 @@
 #!/bin/sh
-# experiment.sh BUILD_DIR: the recovery experiment (Fashion-MNIST, MLR and MLP, 4 ranks, outside SIGKILLs): BUILD_DIR/experiment/results.md and PNG plots.
+# experiment.sh BUILD_DIR: the recovery experiment (Fashion-MNIST MLR and MLP, synthetic MF; 4 ranks, outside SIGKILLs): BUILD_DIR/experiment/results.md and PNG plots.
 # EXPERIMENT_FULL=1: 10 seeds and 400 steps (the quick default: 5 seeds, 220 steps, about 10 minutes).
 # EXPERIMENT_MODELS=mlr,mlp, EXPERIMENT_CELLS=name,..., EXPERIMENT_SEEDS=1,2,... narrow a run;
 # EXPERIMENT_OUT=DIR writes elsewhere; EXPERIMENT_ANALYSE_ONLY=1 redoes tables and plots from DIR/raw.json.
@@ -9,7 +9,7 @@ OUT=${EXPERIMENT_OUT:-$B/experiment}
 mkdir -p "$OUT"
 [ -n "${EXPERIMENT_ANALYSE_ONLY:-}" ] || rm -rf "$OUT/runs"
 python3 "$(dirname "$0")/experiment.py" "$B" "$OUT"
-for m in mlr mlp; do
+for m in mlr mlp mf; do
 	[ -f "$OUT/plot/$m-curves.dat" ] || continue
 	names=$(cat "$OUT/plot/$m-names.txt")
 	kill=$(cat "$OUT/plot/$m-kill.txt")
