@@ -281,7 +281,11 @@ int ft_rejoined(const struct ft_comm *comm, uint64_t *next_op);
  * member's shard (ft_ckpt_restore with another owner) needs a directory
  * both reach (a shared file system). The files stay after ft_finalize
  * (they are the job's last checkpoint): remove <dir>/<job id> when done.
- * FTCC_LOG_ENGINE=pwrite makes them use pwrite too.
+ * FTCC_LOG_ENGINE=pwrite makes them use pwrite too. Costs: a copy of the
+ * shards in memory (the saved copies, which are also the staging of the
+ * writes), two on disk, and a pass over the shards per round (the
+ * distances). Call ft_ckpt_* from the thread that called ft_ckpt_enable
+ * (its io_uring ring is that thread's).
  */
 enum ft_ckpt_strategy {
 	FT_CKPT_FULL,

@@ -262,6 +262,18 @@ int ft__aio_reap(struct ft__aio *a, bool wait)
 	return 0;
 }
 
+int ft__aio_poll(struct ft__aio *a)
+{
+#ifdef FTCC_HAVE_URING
+	if (a->uring && a->inflight != 0) {
+		int rc = io_uring_get_events(&a->ring);
+		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+			return rc;
+	}
+#endif
+	return ft__aio_reap(a, false);
+}
+
 int ft__aio_wait(struct ft__aio *a, struct ft__aio_io *io)
 {
 	while (io->busy) {

@@ -66,6 +66,13 @@ const char *ft__aio_engine_name(const struct ft__aio *a);
 int ft__aio_start(struct ft__aio *a, struct ft__aio_io *io);
 /* Reaps completions: those ready, and (wait) at least one if any is in flight. */
 int ft__aio_reap(struct ft__aio *a, bool wait);
+/*
+ * As ft__aio_reap(a, false), and first has the kernel post completions it
+ * holds back (a DEFER_TASKRUN ring posts them only when asked): one
+ * syscall when ios are in flight. For a caller that must see writes finish
+ * between its calls without waiting (checkpoints); the log does not.
+ */
+int ft__aio_poll(struct ft__aio *a);
 /* Waits until io is complete. */
 int ft__aio_wait(struct ft__aio *a, struct ft__aio_io *io);
 /* Waits until every started io is complete. */

@@ -430,17 +430,25 @@ static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r)
 	return 0;
 }
 
-/* Moves the oldest round on as far as its completions allow; never waits. */
+/*
+ * Moves the oldest round on as far as its completions allow; never waits.
+ * After starting a round's next writes (its syncs, its commit) it looks
+ * again, so that writes which completed as they were submitted move the
+ * round on within the same call. io_uring usually hands page-cache writes
+ * to its workers: a round's commit record is then written at the next
+ * ft_ckpt_step (a round counts one step late; pwrite commits at once).
+ */
 static int progress(struct ft__ckpt *ck)
 {
-	int rc = ft__aio_reap(&ck->aio, false);
+	int rc = ft__aio_poll(&ck->aio);
 
 	if (rc < 0)
 		return rc;
 	while (ck->done < ck->round) {
 		struct ck_round *r = &ck->rounds[(ck->done + 1) & 1];
-		if (r->left != 0)
-			return 0;
+		if (r->left != 0 && (r->phase == R_WRITING || (rc = ft__aio_poll(&ck->aio)) < 0 ||
+				     r->left != 0))
+			return rc < 0 ? rc : 0;
 		if (r->err != 0) {
 			round_abandon(ck, r);
 			continue;

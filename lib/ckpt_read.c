@@ -340,6 +340,12 @@ int ft__ck_read_block(const struct ft__ck_image *img, size_t reg, size_t block, 
 	return -FT_ECORRUPT;
 }
 
+static int by_round_desc(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x > y ? -1 : x < y;
+}
+
 static const char *dtype_name(uint32_t d)
 {
 	static const char *const names[] = {"float32", "float64", "float16", "bfloat16",
@@ -383,6 +389,30 @@ int ft__ckpt_verify(const char *dir, int rank, void *vout, bool verbose)
 		if (out != NULL)
 			fprintf(out, "  BAD journal: %llu bytes past the last good record\n",
 				(unsigned long long)(img.file_bytes - img.valid_bytes));
+	}
+	if (out != NULL && img.nblocks > 0) {
+		/* which rounds the newest copies come from: the checkpoint's age profile */
+		uint64_t *r = malloc(img.nblocks * sizeof(*r));
+		if (r != NULL) {
+			size_t shown = 0;
+			for (size_t b = 0; b < img.nblocks; b++)
+				r[b] = img.tab[b].round[img.tab[b].round[1] > img.tab[b].round[0]];
+			qsort(r, img.nblocks, sizeof(*r), by_round_desc);
+			fprintf(out, "  newest copies by round:");
+			for (size_t b = 0; b < img.nblocks && shown < 12;) {
+				size_t e = b;
+				while (e < img.nblocks && r[e] == r[b])
+					e++;
+				if (r[b] == 0)
+					fprintf(out, " never saved x%zu", e - b);
+				else
+					fprintf(out, " %llu x%zu", (unsigned long long)r[b], e - b);
+				shown++;
+				b = e;
+			}
+			fprintf(out, "%s\n", shown == 12 ? " ..." : "");
+			free(r);
+		}
 	}
 	maxlen = (size_t)img.head.block_bytes;
 	buf = malloc(maxlen ? maxlen : 1);

@@ -292,6 +292,10 @@ static int comm_join(struct ft_comm *c)
 		.job_id = c->cfg.job_id,
 		.rank = c->cfg.rank,
 		.world_size = c->cfg.world_size,
+		.start_wait_ms = c->cfg.policy != FT_POLICY_REJOIN ? 0
+				 : c->cfg.rejoin_timeout_ms < c->cfg.connect_timeout_ms / 2
+				       ? c->cfg.rejoin_timeout_ms
+				       : c->cfg.connect_timeout_ms / 2,
 	};
 	struct ft__view view = {0};
 	struct ft__member me;
@@ -339,6 +343,13 @@ static int comm_join(struct ft_comm *c)
 	}
 	if ((rc = ft__mb_publish(&c->mb, c->generation, &me)) != 0)
 		return rc;
+	if (c->fault.armed) {
+		/* FTCC_FAULT phase=init: published, the job's first view not settled */
+		const struct ft__fault_pt *hit = ft__fault_due(&c->fault, c->cfg.rank, 0, 0,
+							       FT__PHASE_INIT, 0, 0, FT__AT_SEND);
+		if (hit != NULL)
+			ft__fault_act(hit);
+	}
 	cand = malloc((size_t)c->cfg.world_size * sizeof(int));
 	if (cand == NULL)
 		return -FT_ENOMEM;

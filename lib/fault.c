@@ -15,6 +15,7 @@ static const char *const phase_names[] = {
 	[FT__PHASE_ALLGATHER] = "allgather",
 	[FT__PHASE_BROADCAST] = "broadcast",
 	[FT__PHASE_COMMIT] = "commit",
+	[FT__PHASE_INIT] = "init",
 };
 static const char *const at_names[] = {
 	[FT__AT_SEND] = "send",
@@ -127,7 +128,7 @@ bad:
 	if (err != NULL)
 		snprintf(err, errlen,
 			 "FTCC_FAULT='%s': expected rank=R[,op=N][,phase=between|reduce_scatter|"
-			 "allgather|broadcast|commit][,step=S][,seg=K][,action=kill|hang|drop][,inc=I][,gen=G][,at=send|sent|recorded], "
+			 "allgather|broadcast|commit|init][,step=S][,seg=K][,action=kill|hang|drop][,inc=I][,gen=G][,at=send|sent|recorded], "
 			 "up to %d separated by ';'",
 			 spec, FT__FAULT_MAX);
 	memset(f, 0, sizeof(*f));

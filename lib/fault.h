@@ -13,6 +13,8 @@ enum ft__fault_phase {
 	FT__PHASE_ALLGATHER,
 	FT__PHASE_BROADCAST,
 	FT__PHASE_COMMIT,           /* the closing steps that tell every rank all hold the result */
+	FT__PHASE_INIT,             /* ft_init, just after this rank published its record for the
+				     * job's first view (op 0), before that view settles */
 };
 
 enum ft__fault_action { FT__FAULT_KILL, FT__FAULT_HANG, FT__FAULT_DROP };

@@ -47,6 +47,8 @@ struct mbf {
 	int world_size;
 	int lock_fd;            /* flock held while this rank lives */
 	uint64_t nonce;         /* this job's, from the view of generation 0 */
+	int start_wait_ms;      /* ft__mb_params.start_wait_ms */
+	int64_t *dead_since;    /* generation 0: when each rank was first seen dead (ms), 0 */
 };
 
 static struct mbf *be(struct ft__mb *mb)
@@ -291,6 +293,9 @@ static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	r->lock_fd = -1;
 	r->rank = p->rank;
 	r->world_size = p->world_size;
+	r->start_wait_ms = p->start_wait_ms;
+	if (p->world_size > 0 && (r->dead_since = calloc((size_t)p->world_size, sizeof(int64_t))) == NULL)
+		return -FT_ENOMEM;
 	if (p->root == NULL || p->job_id == NULL ||
 	    snprintf(r->dir, sizeof(r->dir), "%s/%s", p->root, p->job_id) >= (int)sizeof(r->dir))
 		return -FT_EINVAL;
@@ -564,6 +569,24 @@ static int departed(const struct mbf *r, int orig)
 	return nonce == r->nonce;
 }
 
+/* Generation 0: whether rank who, seen dead, is still awaited for a new
+ * incarnation (ft__mb_params.start_wait_ms from when this rank first saw
+ * it dead; a dead candidate is absent until then, so a coordinator that
+ * died waits for its successor too). */
+static bool awaited_at_start(struct mbf *r, int who)
+{
+	int64_t now = ft__now_ms();
+
+	if (r->start_wait_ms <= 0 || r->dead_since == NULL)
+		return false;
+	if (r->dead_since[who] == 0) {
+		r->dead_since[who] = now;
+		ft__info("rendezvous: rank %d died before the job started: awaiting a new "
+			 "incarnation for %d ms", who, r->start_wait_ms);
+	}
+	return now - r->dead_since[who] < r->start_wait_ms;
+}
+
 static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,
 			  const int *back, int nback, bool force, struct ft__view *view)
 {
@@ -617,6 +640,8 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 			else if (left < 0)
 				rc = MEMBER_BAD_MARKER;
 		}
+		if (rc == MEMBER_DEAD && gen == 0 && awaited_at_start(r, who))
+			rc = MEMBER_ABSENT;
 		if (rc < 0)
 			goto out;
 		state[i] = rc;
@@ -782,6 +807,7 @@ static void mbf_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 		r->lock_fd = -1;
 		rmdir(r->dir);
 	}
+	free(r->dead_since);
 	free(r);
 	mb->be = NULL;
 }

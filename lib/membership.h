@@ -61,6 +61,11 @@ struct ft__mb_params {
 	const char *job_id;
 	int rank;               /* this process's original rank */
 	int world_size;
+	/* Generation 0 (the job's start): a rank that published and then died
+	 * is awaited this long for a new incarnation before the view settles
+	 * without it (rejoin policy: a rank killed inside ft_init comes back);
+	 * 0: taken as gone at once. */
+	int start_wait_ms;
 };
 
 struct ft__mb;
