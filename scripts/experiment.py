@@ -52,11 +52,13 @@ RUN_TIMEOUT = 90   # seconds per ftcc-run job
 # do not get back into the job (ftcc's rejoin: "generation 1 starts at op N, but
 # this rank is at op N+1", then "every member is a new incarnation").
 OPT_IN = ("partial3",)
-# ftcc's checkpoint writes through io_uring commit a round only at the next
-# round's ft_ckpt_step (IORING_SETUP_DEFER_TASKRUN: a non-blocking peek sees no
-# completion), so a restore finds the round before the last. pwrite commits at
-# once, as SCAR's running checkpoint does; EXPERIMENT_CKPT_ENGINE=uring measures
-# the other.
+# ftcc's checkpoint writes through io_uring advance only inside ft_ckpt_step
+# (no progress between calls; 64 writes in flight): a full MLR round of 197
+# blocks commits about 10 steps after it starts (measured with ft_ckpt_stats),
+# so a kill a few steps after a round finds the round before it. The pwrite
+# engine commits inside the call, as SCAR's running checkpoint assumes, and puts
+# the whole write cost in the measured checkpoint time.
+# EXPERIMENT_CKPT_ENGINE=uring measures the other.
 CKPT_ENGINE = os.environ.get("EXPERIMENT_CKPT_ENGINE", "pwrite")
 
 
@@ -344,7 +346,9 @@ def main():
     for model in models:
         cells = [c for c in cells_for(model) if only is None or c[0] in only or c[0].startswith("ff")]
         if model == "mf":
-            cells = [c for c in cells if c[0] in MODELS[model]["quick"]]
+            cells = [c for c in cells if c[0] in MODELS[model]["quick"] or (FULL and c[0].startswith("prio_"))]
+        elif FULL:
+            cells = [c for c in cells if c[0] != "mfu"]  # no access pattern to count in dense models
         elif not FULL and only is None and "quick" in MODELS[model]:
             cells = [c for c in cells if c[0] in MODELS[model]["quick"]]
         if only is None:
