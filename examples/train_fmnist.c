@@ -52,9 +52,12 @@
  * step, wherever the rank is then. With --hold=U too, every rank writes
  * DIR/held.r<rank> (its pid) after update U and waits for DIR/go, which the
  * driver creates once it has sent its SIGKILLs: the kill lands between two
- * steps, the same point in every run. A restarted rank never holds. Rank 0 prints `E step iteration loss` (loss on a fixed subset of
- * the training set) every --eval-every steps and a RESULT line at the end;
- * a rank that restored state prints a RESTORE line.
+ * steps, the same point in every run. A restarted rank never holds.
+ *
+ * Rank 0 prints `E step iteration loss` (loss on a fixed subset of the
+ * training set) every --eval-every steps and a RESULT line at the end; a
+ * rank that restored state prints a RESTORE line; every rank prints a digest
+ * of the final model (MODEL).
  *
  * Steps are counted in updates: step u is the model after u updates; the
  * checkpoint of step u (ft_ckpt_step(u)) holds it.
@@ -422,9 +425,11 @@ static void clear_saved(double *counts, size_t n, double fraction)
  * The collectives run on equal segments of seg floats, member by member:
  * [own shard | chunk of lost owner 1 | chunk of lost owner 2 ...], padded.
  */
+#define TK_MAX 64 /* ranks */
+
 struct takeover {
 	int n, nd;
-	int member[FM_CLASSES], dead[FM_CLASSES]; /* original ranks; world <= 10 here */
+	int member[TK_MAX], dead[TK_MAX];        /* original ranks */
 	size_t q, seg;                           /* blocks a chunk, floats a segment */
 	float *extra;                            /* this rank's chunks, nd x q blocks */
 	float *z;                                /* n segments */
@@ -501,6 +506,10 @@ int main(int argc, char **argv)
 	}
 	me = ft_orig_rank(comm, ft_rank(comm));
 	world = ft_size(comm);
+	if (world > TK_MAX) {
+		fprintf(stderr, "at most %d ranks\n", TK_MAX);
+		return 2;
+	}
 	if (layout_init(&L, &o, world) != 0)
 		return 1;
 	shard = L.sb * L.bs;
@@ -605,7 +614,6 @@ int main(int argc, char **argv)
 			/* The full model for this step: the own shard, then everyone's. */
 			memcpy(x + (size_t)me * shard, mine, shard * sizeof(float));
 			if (tk.n > 0) {
-				memcpy(x + (size_t)me * shard, mine, shard * sizeof(float));
 				takeover_pack(&tk, &L, x, 1);
 				rc = ft_allgather(comm, FT_IN_PLACE, tk.z, tk.seg, FT_FLOAT32, &info);
 				if (rc == 0 && ft_size(comm) != tk.n)
@@ -623,7 +631,7 @@ int main(int argc, char **argv)
 				/* The lost shards come back from their owners' checkpoints,
 				 * whole on every survivor for this step; each keeps its chunk. */
 				double t0 = now_ms();
-				int alive[FM_CLASSES] = {0};
+				int alive[TK_MAX] = {0};
 				tk.n = ft_size(comm);
 				for (int k = 0; k < tk.n; k++)
 					alive[tk.member[k] = ft_orig_rank(comm, k)] = 1;
