@@ -49,8 +49,9 @@ FAIL_BASE = 96  # kills land after update U = FAIL_BASE + 1 .. FAIL_BASE + C - 1
 TARGET_PLS = 0.02  # for CPR's interval rule
 RUN_TIMEOUT = 90   # seconds per ftcc-run job
 # Cells run only when named in EXPERIMENT_CELLS: three simultaneous replacements
-# do not get back into the job (ftcc's rejoin: "generation 1 starts at op N, but
-# this rank is at op N+1", then "every member is a new incarnation").
+# do not get back into the job (ftcc's rejoin: "rejoined with other regions or
+# checkpoint settings than its earlier incarnation's", "the job went on without
+# rank 2", or "generation 1 starts at op N, but this rank is at op N+1"); two do.
 OPT_IN = ("partial3",)
 # ftcc's checkpoint writes through io_uring advance only inside ft_ckpt_step
 # (no progress between calls; 64 writes in flight): a full MLR round of 197
@@ -248,7 +249,24 @@ def run_cell(model, cell, seed):
         rc = rc2
     res = parse(text)
     res.update(rc=rc, seconds=secs, kill_step=U, cell=name, seed=seed)
+    why = invalid(res, text, cell)
+    if why:
+        log("  %s %s seed %d: run not counted: %s (see %s)" % (model, name, seed, why, rundir))
+        res["result"] = None
+        res["invalid"] = why
     return res
+
+
+def invalid(res, text, cell):
+    """Why a run does not measure its cell (None if it does)."""
+    name, victims, restart = cell[0], cell[7], cell[8]
+    if re.search(r"^ftcc-run: restarted rank 0 ", text, re.M):
+        return "rank 0 died and the job started over"
+    if restart and len(res["rejoined"]) != len(victims):
+        return "%d of %d killed ranks rejoined" % (len(res["rejoined"]), len(victims))
+    if victims and name != "restart" and not res["failure_seen"] and cell[4] != "takeover":
+        return "no failure seen by rank 0"
+    return None
 
 
 # ---- iteration cost --------------------------------------------------------------
