@@ -205,7 +205,7 @@ trace-demo: deps
 # papers' recovery tables; build/experiment/results.md and PNG plots.
 # About 10 minutes; EXPERIMENT_FULL=1 for more seeds, steps and cells.
 experiment: deps
-	@scripts/deps.sh dataset-fashion-mnist zlib1g-dev gnuplot-nox
+	@scripts/deps.sh dataset-fashion-mnist zlib1g-dev gnuplot-nox python3
 	$(MAKE) all
 	@scripts/experiment.sh $(B)
 
