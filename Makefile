@@ -38,6 +38,13 @@ else
 NO_URING := HAVE_URING=$(HAVE_URING) was set by hand
 endif
 
+ifeq ($(origin HAVE_ZLIB),undefined)
+HAVE_ZLIB := $(call pc_exists,zlib)
+NO_ZLIB := $(call pc_missing,zlib,zlib1g-dev)
+else
+NO_ZLIB := HAVE_ZLIB=$(HAVE_ZLIB) was set by hand
+endif
+
 LIB_SRC := $(wildcard lib/*.c) transports/tcp.c
 LIB_LDLIBS := -lpthread -lm
 FEATURES :=
@@ -70,10 +77,15 @@ STATIC := $(B)/libftcc.a
 SHARED := $(B)/libftcc.so
 TOOLS := $(B)/ftcc-run $(B)/ftcc-log $(B)/ftcc-ckpt
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
+# The Fashion-MNIST training example reads the gzipped data set with zlib.
+ZLIB_EXAMPLES := $(B)/examples/train_fmnist
+ifneq ($(HAVE_ZLIB),1)
+EXAMPLES := $(filter-out $(ZLIB_EXAMPLES),$(EXAMPLES))
+endif
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
 
-.PHONY: all lib tools examples test fuzz fuzz-corpus demo trace-demo bench bench-compare bench-recovery campaign rejoin-campaign install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools examples test fuzz fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
 
 lib: $(STATIC) $(SHARED)
@@ -86,6 +98,7 @@ $(FLAGS): FORCE
 	@mkdir -p $(B)
 	@$(if $(filter 1,$(HAVE_FABRIC)),,echo 'ftcc: building without the libfabric transport: $(NO_FABRIC)')
 	@$(if $(filter 1,$(HAVE_URING)),,echo 'ftcc: building without io_uring (logs will use pwrite): $(NO_URING)')
+	@$(if $(filter 1,$(HAVE_ZLIB)),,echo 'ftcc: building without examples/train_fmnist: $(NO_ZLIB)')
 	@printf '%s\n' '$(subst ','\'',$(FLAGS_TEXT))' > $(FLAGS).new; \
 	if cmp -s $(FLAGS).new $(FLAGS); then rm -f $(FLAGS).new; else \
 		[ ! -f $(FLAGS) ] || echo "ftcc: build flags or detected parts changed: rebuilding $(B)"; \
@@ -118,6 +131,10 @@ $(B)/ftcc-ckpt: tools/ftcc-ckpt.c $(STATIC) $(FLAGS)
 $(B)/examples/%: examples/%.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+
+$(ZLIB_EXAMPLES): examples/train_fmnist.c $(STATIC) $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) -lz $(LDFLAGS)
 
 $(B)/ftbench: bench/ftbench.c bench/bench_common.h $(STATIC) $(FLAGS)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
@@ -184,6 +201,14 @@ trace-demo: deps
 		--kill 2@1.5 --ignore-killed $(B)/examples/train 400 5
 	scripts/trace-plot.py -o $(B)/trace/job.png '$(B)/trace/job.*.json'
 
+# The recovery experiment: Fashion-MNIST, 4 ranks, real outside kills, the
+# papers' recovery tables; build/experiment/results.md and PNG plots.
+# About 10 minutes; EXPERIMENT_FULL=1 for more seeds, steps and cells.
+experiment: deps
+	@scripts/deps.sh dataset-fashion-mnist zlib1g-dev gnuplot-nox python3
+	$(MAKE) all
+	@scripts/experiment.sh $(B)
+
 bench: all
 	@scripts/bench.sh $(B)
 
@@ -240,6 +265,7 @@ clean:
 
 help:
 	@echo "make [all] | test | fuzz [FUZZ_SECONDS=60] | fuzz-corpus | demo | trace-demo | bench"
+	@echo "     | experiment [EXPERIMENT_FULL=1]"
 	@echo "     | bench-compare | bench-recovery | campaign | rejoin-campaign"
 	@echo "     | install PREFIX=... | asan | tsan | deps | clean"
 	@echo "optional parts are detected with pkg-config; force with HAVE_FABRIC=1 / HAVE_URING=1,"
