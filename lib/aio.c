@@ -72,7 +72,8 @@ const char *ft__aio_engine_name(const struct ft__aio *a)
 	return a != NULL && a->uring ? "io_uring" : "pwrite";
 }
 
-void ft__aio_init(struct ft__aio *a, unsigned depth, bool want_uring, const char *who)
+static void aio_setup(struct ft__aio *a, unsigned depth, bool want_uring, const char *who,
+		      bool prompt)
 {
 	memset(a, 0, sizeof(*a));
 	a->depth = depth ? depth : 1;
@@ -80,7 +81,8 @@ void ft__aio_init(struct ft__aio *a, unsigned depth, bool want_uring, const char
 		return;
 #ifdef FTCC_HAVE_URING
 	int rc = io_uring_queue_init(a->depth, &a->ring,
-				     IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
+				     prompt ? IORING_SETUP_SINGLE_ISSUER
+					    : IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
 	if (rc == -EINVAL)
 		rc = io_uring_queue_init(a->depth, &a->ring, 0);
 	if (rc == 0)
@@ -90,6 +92,16 @@ void ft__aio_init(struct ft__aio *a, unsigned depth, bool want_uring, const char
 #else
 	ft__warn("%s: built without io_uring; using pwrite", who);
 #endif
+}
+
+void ft__aio_init(struct ft__aio *a, unsigned depth, bool want_uring, const char *who)
+{
+	aio_setup(a, depth, want_uring, who, false);
+}
+
+void ft__aio_init_prompt(struct ft__aio *a, unsigned depth, bool want_uring, const char *who)
+{
+	aio_setup(a, depth, want_uring, who, true);
 }
 
 void ft__aio_fini(struct ft__aio *a)
@@ -124,6 +136,8 @@ static int uring_queue(struct ft__aio *a, struct ft__aio_io *io)
 		int n = io_iov(io, io->iov);
 		io_uring_prep_writev(sqe, io->fd, io->iov, (unsigned)n, io->off + io->done);
 	}
+	if (io->after_all && io->done == 0)
+		io_uring_sqe_set_flags(sqe, IOSQE_IO_DRAIN);
 	io_uring_sqe_set_data(sqe, io);
 	return 0;
 }
@@ -141,6 +155,8 @@ static int uring_push(struct ft__aio *a, struct ft__aio_io *io)
 	if (rc < 0)
 		return rc;
 	a->inflight++;
+	if (a->held)
+		return 0; /* submitted at ft__aio_release */
 	rc = io_uring_submit(&a->ring);
 	if (rc < 0 && io_uring_sq_ready(&a->ring) == 0) {
 		a->inflight--;
@@ -316,4 +332,21 @@ int ft__mkdir_p(const char *dir)
 			break;
 	}
 	return 0;
+}
+
+void ft__aio_hold(struct ft__aio *a)
+{
+	a->held = true;
+}
+
+void ft__aio_release(struct ft__aio *a)
+{
+	a->held = false;
+#ifdef FTCC_HAVE_URING
+	if (a->uring && io_uring_sq_ready(&a->ring) > 0) {
+		int rc = io_uring_submit(&a->ring);
+		if (rc < 0)
+			ft__warn("aio: io_uring_submit: %s; retried when waiting", strerror(-rc));
+	}
+#endif
 }

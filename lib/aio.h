@@ -34,6 +34,8 @@ struct ft__aio_io {
 	size_t done;            /* bytes written so far */
 	bool busy;              /* started, complete() not yet called */
 	int res;                /* the result given to complete() */
+	bool after_all;         /* io_uring: starts only once every io started
+				 * before it completed (IOSQE_IO_DRAIN) */
 	void (*complete)(struct ft__aio_io *io, int res);
 	void *owner;            /* for complete() */
 	struct ft__aio_io *next; /* the engine's: the backlog */
@@ -49,6 +51,7 @@ struct ft__aio {
 	unsigned inflight;      /* given to the kernel, not reaped */
 	struct ft__aio_io *backlog, *backlog_tail; /* started, waiting for room */
 	size_t pending;         /* started and not completed (backlog included) */
+	bool held;              /* ft__aio_hold: queued, submitted at ft__aio_release */
 };
 
 /*
@@ -57,6 +60,14 @@ struct ft__aio {
  * compiled in; otherwise pwrite only. Never fails.
  */
 void ft__aio_init(struct ft__aio *a, unsigned depth, bool want_uring, const char *who);
+/* The same; prompt: completions (and the ios started after_all) move on in
+ * the kernel while this process is elsewhere, not at its next call into
+ * the writer (no IORING_SETUP_DEFER_TASKRUN). */
+void ft__aio_init_prompt(struct ft__aio *a, unsigned depth, bool want_uring, const char *who);
+/* Between hold and release, ios started are queued and given to the kernel
+ * in one submission at release (one system call for a round of writes). */
+void ft__aio_hold(struct ft__aio *a);
+void ft__aio_release(struct ft__aio *a);
 /* Leaves ios in flight to the kernel: call ft__aio_drain first. */
 void ft__aio_fini(struct ft__aio *a);
 /* "io_uring" or "pwrite". */

@@ -371,12 +371,16 @@ static void round_commit(struct ft__ckpt *ck, struct ck_round *r)
 	ck->img.commits++;
 	ck->st.committed++;
 	round_end(ck, r);
-	/* no journal write is in flight now: a later round is at most writing blocks */
-	if (ck->jpos > ft__ckpt_journal_slack + 2 * (uint64_t)ck->nblocks * 40)
+	/* compacted only when no journal write is in flight (no later round:
+	 * its COMMIT may be queued behind its blocks) */
+	if (ck->done == ck->round && ck->jpos > ft__ckpt_journal_slack + 2 * (uint64_t)ck->nblocks * 40)
 		compact(ck);
 }
 
-static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r)
+/* Writes the round's COMMIT record. behind: right behind the round's block
+ * writes, still in flight (the record starts once they completed): it
+ * lands without waiting for a later ft_ckpt_step. */
+static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r, bool behind)
 {
 	size_t ent = r->n * sizeof(struct ft__cj_entry);
 	size_t res = ((ck->nblocks * sizeof(float)) + 7) & ~(size_t)7;
@@ -406,8 +410,9 @@ static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r)
 	r->jpos0 = ck->jpos;
 	ck->jpos += len;
 	r->phase = R_COMMITTING;
-	r->left = 1;
+	r->left = behind ? r->left + 1 : 1;
 	set_io(&r->jio, r, FT__AIO_WRITE, ck->jfd, r->rec, len, NULL, 0, r->jpos0);
+	r->jio.after_all = behind;
 	ft__aio_start(&ck->aio, &r->jio);
 	return 0;
 }
@@ -449,7 +454,7 @@ static int progress(struct ft__ckpt *ck)
 			}
 			/* fall through */
 		case R_SYNCING:
-			rc = start_commit_write(ck, r);
+			rc = start_commit_write(ck, r, false);
 			if (rc < 0)
 				r->err = rc;
 			break;
@@ -620,6 +625,7 @@ static int start_round(struct ft__ckpt *ck, uint64_t step)
 	r->left = n;
 	r->phase = R_WRITING;
 	ck->st.rounds++;
+	ft__aio_hold(&ck->aio); /* the round's writes and COMMIT: one submission */
 	for (i = 0; i < n; i++) {
 		size_t gb = r->blk[i], b, off, len;
 		const struct ft__cj_snap *t = &ck->img.tab[gb];
@@ -654,6 +660,11 @@ static int start_round(struct ft__ckpt *ck, uint64_t step)
 		ft__aio_start(&ck->aio, &r->io[i]);
 	}
 	ck->st.copy_ms += ms_since(t0);
+	/* without sync, the COMMIT follows the blocks at once (io_uring runs it
+	 * once they completed; pwrite has completed them): rounds commit in order */
+	if (!ck->cfg.sync && r->err == 0 && (rc = start_commit_write(ck, r, true)) < 0)
+		r->err = rc;
+	ft__aio_release(&ck->aio);
 	return progress(ck);
 }
 
@@ -967,7 +978,7 @@ FT__EXPORT int ft_ckpt_enable(struct ft_comm *c, const struct ft_ckpt_config *uc
 	unsigned qd = CK_QD_MIN;
 	while (qd < CK_QD_MAX && qd < 2 * ck->nblocks + 2 * ck->nreg + 2)
 		qd *= 2;
-	ft__aio_init(&ck->aio, qd, !c->tp_env.log_pwrite, "ckpt");
+	ft__aio_init_prompt(&ck->aio, qd, !c->tp_env.log_pwrite, "ckpt");
 	ck->aio_ok = true;
 	c->ckpt = ck;
 	ft__info("ckpt: %zu sharded regions, %zu blocks of %zu bytes in %s (%s)%s", ck->nreg,

@@ -53,14 +53,13 @@ RUN_TIMEOUT = 90   # seconds per ftcc-run job
 # checkpoint settings than its earlier incarnation's", "the job went on without
 # rank 2", or "generation 1 starts at op N, but this rank is at op N+1"); two do.
 OPT_IN = ("partial3",)
-# ftcc's checkpoint writes through io_uring advance only inside ft_ckpt_step
-# (no progress between calls; 64 writes in flight): a full MLR round of 197
-# blocks commits about 10 steps after it starts (measured with ft_ckpt_stats),
-# so a kill a few steps after a round finds the round before it. The pwrite
-# engine commits inside the call, as SCAR's running checkpoint assumes, and puts
-# the whole write cost in the measured checkpoint time.
-# EXPERIMENT_CKPT_ENGINE=uring measures the other.
-CKPT_ENGINE = os.environ.get("EXPERIMENT_CKPT_ENGINE", "pwrite")
+# ftcc's checkpoint rounds go through io_uring (the library's default): a
+# round's writes and its COMMIT are one submission, the COMMIT drained behind
+# the blocks, so a round counts as soon as the kernel wrote it, with no later
+# ft_ckpt_step needed (before that fix a 197-block round committed about 10
+# steps late and this driver used pwrite). EXPERIMENT_CKPT_ENGINE=pwrite
+# measures the synchronous engine.
+CKPT_ENGINE = os.environ.get("EXPERIMENT_CKPT_ENGINE", "uring")
 
 
 def kill_step(seed):
@@ -654,9 +653,10 @@ permutation), the kill step is a fixed function of the seed (1 to C−1 steps
 after the last full checkpoint, mean 9.6 for seeds 1–5) and there are 5 (quick)
 or 10 (full) seeds. The priority bar compares with full recovery, whose cost is
 the distance to the last full round, so the reduction depends on where kills
-land: with the library's round committing one interval late (io_uring, see
-below) full recovery would cost 16 steps more and every reduction would look
-better; the pwrite engine gives SCAR's semantics. SCAR's 78–95% is for losing
+land: a round counts as soon as the kernel wrote it (io_uring, its COMMIT
+drained behind its blocks; the pwrite engine gives the same costs); a round
+counting one interval late would make full recovery cost 16 steps more and
+every reduction look better. SCAR's 78–95% is for losing
 1/2 of the parameters; here one rank of four (1/4) is lost, which favours
 partial recovery. SCAR's MLR is GD-like (batch 10,000); here it is minibatch SGD
 (256 a rank, lr 0.05) chosen so that the loss decreases smoothly; the iteration
@@ -668,7 +668,7 @@ MFU (FT_CKPT_APP_PRIORITY) runs on the MF model only: synthetic ratings of a
 hidden rank-8 model, users and items drawn with Zipf(1.1) popularity, a block
 per embedding row, scores = accesses (rows with a non-zero averaged gradient)
 since the block was last saved. Its steps are short (about 1 ms), so a round of
-1,000 small blocks written synchronously (pwrite) weighs more there. Lossy forward loses one rank's data for
+1,000 small blocks weighs more there. Lossy forward loses one rank's data for
 the rest of the run (the survivors average among themselves), as in paper 002.
 The whole-job restart uses an application checkpoint (examples/app_ckpt.h, the
 same full rounds), because ftcc's checkpoint is bound to the run that wrote it
