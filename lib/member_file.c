@@ -569,10 +569,10 @@ static int departed(const struct mbf *r, int orig)
 	return nonce == r->nonce;
 }
 
-/* Generation 0: whether rank who, seen dead, is still awaited for a new
+/* Whether rank who, a candidate seen dead, is still awaited for a new
  * incarnation (ft__mb_params.start_wait_ms from when this rank first saw
- * it dead; a dead candidate is absent until then, so a coordinator that
- * died waits for its successor too). */
+ * it dead, since it was last seen live; a dead candidate is absent until
+ * then, so a coordinator that died waits for its successor too). */
 static bool awaited_at_start(struct mbf *r, int who)
 {
 	int64_t now = ft__now_ms();
@@ -581,8 +581,8 @@ static bool awaited_at_start(struct mbf *r, int who)
 		return false;
 	if (r->dead_since[who] == 0) {
 		r->dead_since[who] = now;
-		ft__info("rendezvous: rank %d died before the job started: awaiting a new "
-			 "incarnation for %d ms", who, r->start_wait_ms);
+		ft__info("rendezvous: rank %d died%s: awaiting a new incarnation for %d ms", who,
+			 r->nonce == 0 ? " before the job started" : "", r->start_wait_ms);
 	}
 	return now - r->dead_since[who] < r->start_wait_ms;
 }
@@ -593,7 +593,8 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 	struct mbf *r = be(mb);
 	uint64_t first = UINT64_MAX;
 	int *members, *state, n = 0, missing = 0, coordinator = -1, all = ncand + nback, rc;
-	uint64_t can[FT__BACK_MAX];
+	uint64_t can[FT__BACK_MAX], *ops;
+	bool *newinc;
 
 	if (nback < 0 || nback > FT__BACK_MAX)
 		return -FT_EINVAL;
@@ -607,9 +608,13 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 		return 0;
 	members = malloc((size_t)all * sizeof(int));
 	state = malloc((size_t)all * sizeof(int));
-	if (members == NULL || state == NULL) {
+	newinc = calloc((size_t)all, sizeof(bool));
+	ops = calloc((size_t)all, sizeof(uint64_t));
+	if (members == NULL || state == NULL || newinc == NULL || ops == NULL) {
 		free(members);
 		free(state);
+		free(newinc);
+		free(ops);
 		return -FT_ENOMEM;
 	}
 	/* A candidate is live (published), absent (not yet; or its file is
@@ -640,11 +645,23 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 			else if (left < 0)
 				rc = MEMBER_BAD_MARKER;
 		}
-		if (rc == MEMBER_DEAD && gen == 0 && awaited_at_start(r, who))
+		/* rejoin: a dead candidate (not one that finalized) is awaited
+		 * for a new incarnation too: at the job's start, or when this
+		 * rank did not see it die (several died at once) */
+		if (rc == MEMBER_DEAD && departed(r, who) != 1 && awaited_at_start(r, who))
 			rc = MEMBER_ABSENT;
+		else if (rc == MEMBER_LIVE && r->dead_since != NULL)
+			r->dead_since[who] = 0;
 		if (rc < 0)
 			goto out;
 		state[i] = rc;
+		/* a new incarnation of a candidate whose death this rank did not
+		 * see (several died at once): taken as an awaited one, its next
+		 * op not the others' first, and not the coordinator */
+		newinc[i] = gen > 0 && rc == MEMBER_LIVE && m.rejoining;
+		ops[i] = m.next_op;
+		if (newinc[i])
+			continue;
 		if (rc == MEMBER_LIVE && m.next_op < first)
 			first = m.next_op;
 		if (rc != MEMBER_DEAD && coordinator < 0)
@@ -654,14 +671,16 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 	if (r->rank != coordinator)
 		goto out;
 	/* an awaited rank whose log is ahead of the others is not of this run */
-	for (int i = ncand; i < all; i++) {
-		if (state[i] != MEMBER_LIVE)
+	for (int i = 0; i < all; i++) {
+		bool awaited = i >= ncand;
+		if (state[i] != MEMBER_LIVE || (!awaited && !newinc[i]))
 			continue;
-		uint64_t op = can[i - ncand];
+		uint64_t op = awaited ? can[i - ncand] : ops[i];
 		if (first == UINT64_MAX || op > first + 1) {
 			ft__warn("rendezvous: generation %u settles without rank %d: its new "
 				 "incarnation can take part from op %llu, the others are at op %llu",
-				 gen, back[i - ncand], (unsigned long long)op, (unsigned long long)first);
+				 gen, awaited ? back[i - ncand] : cand[i], (unsigned long long)op,
+				 (unsigned long long)first);
 			state[i] = MEMBER_DEAD;
 		}
 	}
@@ -699,6 +718,8 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 out:
 	free(members);
 	free(state);
+	free(newinc);
+	free(ops);
 	return rc;
 }
 
