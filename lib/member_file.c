@@ -593,7 +593,7 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 	struct mbf *r = be(mb);
 	uint64_t first = UINT64_MAX;
 	int *members, *state, n = 0, missing = 0, coordinator = -1, all = ncand + nback, rc;
-	uint64_t can[FT__BACK_MAX], *ops;
+	uint64_t *ops; /* each one's published next op */
 	bool *newinc;
 
 	if (nback < 0 || nback > FT__BACK_MAX)
@@ -635,7 +635,7 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 			if (rc != MEMBER_LIVE || !m.rejoining)
 				rc = MEMBER_ABSENT;
 			state[i] = rc;
-			can[i - ncand] = m.next_op;
+			ops[i] = m.next_op;
 			continue;
 		}
 		if ((rc == MEMBER_ABSENT || rc == MEMBER_CORRUPT) && gen > 0) {
@@ -675,7 +675,7 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 		bool awaited = i >= ncand;
 		if (state[i] != MEMBER_LIVE || (!awaited && !newinc[i]))
 			continue;
-		uint64_t op = awaited ? can[i - ncand] : ops[i];
+		uint64_t op = ops[i];
 		if (first == UINT64_MAX || op > first + 1) {
 			ft__warn("rendezvous: generation %u settles without rank %d: its new "
 				 "incarnation can take part from op %llu, the others are at op %llu",
