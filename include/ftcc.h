@@ -37,7 +37,9 @@ extern "C" {
 	XX(AUTH, FT_ERR_BASE + 8, "handshake refused: wrong job id, token or version")   \
 	XX(FINALIZED, FT_ERR_BASE + 9, "communicator is finalized")                      \
 	XX(ROOTFAILED, FT_ERR_BASE + 10, "the root of the broadcast failed")             \
-	XX(ABORTED, FT_ERR_BASE + 11, "collective aborted by a peer")
+	XX(ABORTED, FT_ERR_BASE + 11, "collective aborted by a peer")                    \
+	XX(PARTITIONED, FT_ERR_BASE + 12,                                                \
+	   "this rank's side of a network partition has no quorum: it stopped")
 
 enum ft_error {
 #define FT__ERR_ENUM(name, value, msg) FT_E##name = (value),
@@ -115,6 +117,12 @@ struct ft_config {
 	char fault[256];                /* FTCC_FAULT spec, "" = none */
 	char trace[FT_PATH_MAX];        /* FTCC_TRACE file, "" = none */
 	int log_level;                  /* 0 error, 1 warn, 2 info, 3 debug */
+	/* ftcc 0.6: membership across hosts (README, "Across hosts"); "" = chosen */
+	char membership[16];            /* "file" (rendezvous directory) or "inband" */
+	char bootstrap[16];             /* inband's first addresses: "pmix", "store", "peers" */
+	char store[256];                /* host:port of the address store (ftcc-run --store) */
+	char peers[4096];               /* host:port of each rank's membership listener, by rank,
+					 * comma-separated */
 };
 
 #define FT_CONFIG_INIT                                                                   \

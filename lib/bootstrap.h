@@ -46,4 +46,29 @@ void ft__boot_job_id(const struct ft__boot *b, ft__env_fn *env, void *arg, char 
 /* Ranks on this host per the launcher; 0: not known. */
 int ft__boot_local_ranks(ft__env_fn *env, void *arg);
 
+/*
+ * The first address book of in-band membership (membership.h): one entry
+ * per rank, the host:port of its membership listener, at most
+ * FT__BOOK_ENTRY_MAX bytes with the NUL.
+ *   "peers": the list itself is the book; mine is ignored and the rank
+ *            listens where its own entry says.
+ *   "pmix":  mine is put in the launcher's PMIx store, a fence waits for
+ *            every rank, and every entry is read back.
+ *   "store": the same through the small store ftcc-run serves at p->store.
+ * 0 and book[0..world_size-1] filled and checked (each a host:port), or
+ * -FT_ECONFIG (a malformed list or address), -FT_ENOSYS (PMIx not built
+ * in), -FT_ETIMEDOUT, -FT_EIO.
+ */
+#define FT__BOOK_ENTRY_MAX 64
+struct ft__book_params {
+	const char *how;        /* "pmix", "store" or "peers" */
+	const char *store;      /* host:port */
+	const char *peers;      /* comma-separated host:port, by rank */
+	const char *job_id;
+	int rank, world_size;
+	int timeout_ms;
+};
+int ft__boot_book(const struct ft__book_params *p, const char *mine,
+		  char (*book)[FT__BOOK_ENTRY_MAX]);
+
 #endif

@@ -288,6 +288,7 @@ static int comm_join(struct ft_comm *c)
 		.env = &c->tp_env,
 	};
 	struct ft__mb_params mp = {
+		.backend = c->cfg.membership,
 		.root = c->cfg.rendezvous,
 		.job_id = c->cfg.job_id,
 		.rank = c->cfg.rank,

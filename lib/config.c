@@ -134,6 +134,43 @@ static int env_enum(const char *name, const char *const *names, int n, int *dst,
 	return cfg_error(errbuf, errlen, "%s='%s': expected one of %s", name, s, allowed);
 }
 
+/*
+ * Resolves membership and bootstrap left "" (README, "Across hosts"):
+ * peers or a store named: in-band; otherwise the file rendezvous. In-band
+ * takes its first addresses from the peer list, else the store, else PMIx.
+ */
+static int config_membership(struct ft_config *cfg, char *errbuf, size_t errlen)
+{
+	static const char *const backends[] = {"file", "inband"};
+	static const char *const boots[] = {"pmix", "store", "peers"};
+	bool ok = false;
+
+	if (cfg->membership[0] == '\0')
+		snprintf(cfg->membership, sizeof(cfg->membership), "%s",
+			 cfg->peers[0] != '\0' || cfg->store[0] != '\0' ? "inband" : "file");
+	for (size_t i = 0; i < FT__ARRAY_SIZE(backends); i++)
+		ok |= strcmp(cfg->membership, backends[i]) == 0;
+	if (!ok)
+		return cfg_error(errbuf, errlen, "FTCC_MEMBERSHIP='%s': expected file or inband",
+				 cfg->membership);
+	if (strcmp(cfg->membership, "inband") != 0)
+		return 0;
+	if (cfg->bootstrap[0] == '\0')
+		snprintf(cfg->bootstrap, sizeof(cfg->bootstrap), "%s",
+			 cfg->peers[0] != '\0' ? "peers" : cfg->store[0] != '\0' ? "store" : "pmix");
+	ok = false;
+	for (size_t i = 0; i < FT__ARRAY_SIZE(boots); i++)
+		ok |= strcmp(cfg->bootstrap, boots[i]) == 0;
+	if (!ok)
+		return cfg_error(errbuf, errlen, "FTCC_BOOTSTRAP='%s': expected pmix, store or peers",
+				 cfg->bootstrap);
+	if (strcmp(cfg->bootstrap, "peers") == 0 && cfg->peers[0] == '\0')
+		return cfg_error(errbuf, errlen, "FTCC_BOOTSTRAP=peers needs FTCC_PEERS");
+	if (strcmp(cfg->bootstrap, "store") == 0 && cfg->store[0] == '\0')
+		return cfg_error(errbuf, errlen, "FTCC_BOOTSTRAP=store needs FTCC_STORE");
+	return 0;
+}
+
 static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 {
 	static const char *const policies[] = {"abort", "shrink", "rejoin"};
@@ -173,12 +210,30 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 	    (rc = env_str("FTCC_LOG_DIR", cfg->log_dir, sizeof(cfg->log_dir), errbuf, errlen)) !=
 		    0 ||
 	    (rc = env_str("FTCC_FAULT", cfg->fault, sizeof(cfg->fault), errbuf, errlen)) != 0 ||
-	    (rc = env_str("FTCC_TRACE", cfg->trace, sizeof(cfg->trace), errbuf, errlen)) != 0)
+	    (rc = env_str("FTCC_TRACE", cfg->trace, sizeof(cfg->trace), errbuf, errlen)) != 0 ||
+	    (rc = env_str("FTCC_MEMBERSHIP", cfg->membership, sizeof(cfg->membership), errbuf,
+			  errlen)) != 0 ||
+	    (rc = env_str("FTCC_BOOTSTRAP", cfg->bootstrap, sizeof(cfg->bootstrap), errbuf,
+			  errlen)) != 0 ||
+	    (rc = env_str("FTCC_STORE", cfg->store, sizeof(cfg->store), errbuf, errlen)) != 0 ||
+	    (rc = env_str("FTCC_PEERS", cfg->peers, sizeof(cfg->peers), errbuf, errlen)) != 0)
+		return rc;
+	/* Open MPI across several hosts with no rendezvous named: in-band
+	 * membership, first addresses from PMIx (README, "Across hosts") */
+	int local = ft__boot_local_ranks(process_env, NULL);
+	if (cfg->membership[0] == '\0' && cfg->rendezvous[0] == '\0' && cfg->peers[0] == '\0' &&
+	    cfg->store[0] == '\0' && boot.launcher == FT__LAUNCHER_OMPI && local > 0 &&
+	    local < cfg->world_size) {
+		snprintf(cfg->membership, sizeof(cfg->membership), "inband");
+		if (cfg->bootstrap[0] == '\0')
+			snprintf(cfg->bootstrap, sizeof(cfg->bootstrap), "pmix");
+	}
+	if ((rc = config_membership(cfg, errbuf, errlen)) != 0)
 		return rc;
 
 	/* Under a launcher with no rendezvous given, ranks on one host meet in a
 	 * per-user directory under a job id derived from the launcher's identity. */
-	if (cfg->rendezvous[0] == '\0' &&
+	if (cfg->rendezvous[0] == '\0' && strcmp(cfg->membership, "file") == 0 &&
 	    (boot.launcher == FT__LAUNCHER_OMPI || boot.launcher == FT__LAUNCHER_MPICH)) {
 		const char *t = getenv("TMPDIR");
 		snprintf(cfg->rendezvous, sizeof(cfg->rendezvous), "%s/ftcc-%u",
@@ -189,9 +244,11 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 		if (cfg->job_id[0] == '\0' && cfg->world_size == 1)
 			snprintf(cfg->job_id, sizeof(cfg->job_id), "single-%d", (int)getpid());
 	}
-	if (cfg->world_size > 1 && cfg->rendezvous[0] == '\0')
+	if (cfg->world_size > 1 && cfg->rendezvous[0] == '\0' &&
+	    strcmp(cfg->membership, "file") == 0)
 		return cfg_error(errbuf, errlen,
-				 "FTCC_RENDEZVOUS is not set (a directory every rank can reach)");
+				 "FTCC_RENDEZVOUS is not set (a directory every rank can reach; across "
+				 "hosts without one, FTCC_MEMBERSHIP=inband)");
 	if (cfg->world_size > 1 && cfg->job_id[0] == '\0')
 		return cfg_error(errbuf, errlen, "FTCC_JOB_ID is not set");
 	for (const char *p = cfg->job_id; *p; p++)
@@ -299,11 +356,20 @@ int ft__config_import(const struct ft_config *user, struct ft_config *out)
 	return 0;
 }
 
-int ft__config_check(const struct ft_config *cfg)
+int ft__config_check(struct ft_config *cfg)
 {
 	if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
 		return -FT_EINVAL;
-	if (cfg->world_size > 1 && (cfg->rendezvous[0] == '\0' || cfg->job_id[0] == '\0'))
+	if (memchr(cfg->membership, 0, sizeof(cfg->membership)) == NULL ||
+	    memchr(cfg->bootstrap, 0, sizeof(cfg->bootstrap)) == NULL ||
+	    memchr(cfg->store, 0, sizeof(cfg->store)) == NULL ||
+	    memchr(cfg->peers, 0, sizeof(cfg->peers)) == NULL ||
+	    config_membership(cfg, NULL, 0) != 0)
+		return -FT_EINVAL;
+	if (cfg->world_size > 1 && cfg->job_id[0] == '\0')
+		return -FT_EINVAL;
+	if (cfg->world_size > 1 && cfg->rendezvous[0] == '\0' &&
+	    strcmp(cfg->membership, "file") == 0)
 		return -FT_EINVAL;
 	if (memchr(cfg->rendezvous, 0, sizeof(cfg->rendezvous)) == NULL ||
 	    memchr(cfg->job_id, 0, sizeof(cfg->job_id)) == NULL ||

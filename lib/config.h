@@ -7,7 +7,7 @@
 #include "ftcc.h"
 #include "transport.h"
 
-int ft__config_check(const struct ft_config *cfg);
+int ft__config_check(struct ft_config *cfg);
 /* Copies the caller's versioned struct into out (see struct_size in ftcc.h):
  * 0, or -FT_EINVAL when its size is no version this library can read. */
 int ft__config_import(const struct ft_config *user, struct ft_config *out);
