@@ -26,13 +26,14 @@ static void fill_hello(const struct ft_comm *c, struct ft_hello *h, int from, in
 	h->from_rank = from;
 	h->to_rank = to;
 	snprintf(h->job_id, sizeof(h->job_id), "%s", c->cfg.job_id);
-	snprintf(h->token, sizeof(h->token), "%s", c->cfg.token);
 }
 
 /*
  * Every rank connects to its right neighbour first and accepts from its left
  * second. Connecting completes in the peer's kernel backlog and the hello fits
- * in the socket buffer, so no rank waits on another's accept: no cycle.
+ * in the socket buffer, so no rank waits on another's accept: no cycle. This
+ * is why the hello proves the token without a challenge from the acceptor
+ * (lib/auth.h): waiting for one would close the cycle.
  */
 int ft__comm_connect_ring(struct ft_comm *c)
 {
@@ -46,6 +47,8 @@ int ft__comm_connect_ring(struct ft_comm *c)
 		return 0;
 	if (c->send_link == NULL) {
 		fill_hello(c, &hello, me, right);
+		if ((rc = ft_hello_seal(&hello, c->cfg.token)) != 0)
+			return rc;
 		rc = c->tp_ops->connect(c->tp, c->addrs[right], &hello, c->cfg.connect_timeout_ms,
 					&c->send_link);
 		if (rc != 0) {

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define FT_PROTO_VERSION 1
+#define FT_PROTO_VERSION 2
 #define FT_HELLO_MAGIC 0x46544348u /* "FTCH" */
 #define FT_FRAME_MAGIC 0x46544346u /* "FTCF" */
 #define FT_FRAME_MAX_PAYLOAD (64u << 20)
@@ -25,8 +25,19 @@ extern "C" {
 /*
  * Link handshake, sent by the connecting side as the first bytes of a link.
  * The accepting side answers with a struct ft_hello_ack. Strings are
- * NUL-padded; the job id and token must match exactly.
+ * NUL-padded; the job id must match exactly.
+ *
+ * The token never travels (lib/auth.h has the scheme and its limits): the
+ * hello carries a fresh nonce and a MAC keyed with the token over every
+ * byte before it (ft_hello_seal); the acceptor checks it (ft_hello_check)
+ * and refuses a nonce it accepted before (a captured hello sent again). The
+ * answer carries a MAC over the hello's nonce and the status, so that the
+ * connector knows the acceptor holds the token too (ft_hello_ack_check). A
+ * wrong token on either side is -FT_EAUTH on both.
  */
+#define FT_HELLO_NONCE 16
+#define FT_HELLO_MAC 32
+
 struct ft_hello {
 	uint32_t magic;
 	uint16_t version;
@@ -36,12 +47,14 @@ struct ft_hello {
 	int32_t to_rank;        /* original rank it wants to reach */
 	uint32_t incarnation;   /* restart count of the connecting rank */
 	char job_id[128];
-	char token[128];
+	uint8_t nonce[FT_HELLO_NONCE];  /* fresh for every hello */
+	uint8_t mac[FT_HELLO_MAC];      /* HMAC-SHA256(token, label || every byte above) */
 };
 
 struct ft_hello_ack {
 	uint32_t magic;
 	int32_t status;         /* 0 or a negative FT_E* code */
+	uint8_t mac[FT_HELLO_MAC];      /* HMAC-SHA256(token, label || hello's nonce || magic, status) */
 };
 
 enum ft_link_kind { FT_LINK_DATA = 1, FT_LINK_CONTROL = 2 };
@@ -94,8 +107,25 @@ struct ft_frame {
  * for anything else. Never trusts got's length beyond comparing it.
  */
 int ft_frame_check(const struct ft_frame *expect, const struct ft_frame *got);
-/* Returns 0 when got may open a link described by expect (from_rank -1: any). */
-int ft_hello_check(const struct ft_hello *expect, const struct ft_hello *got);
+/* Fills h's nonce with fresh random bytes and its MAC under token: 0, or
+ * -FT_EIO when the kernel gives no random bytes. Seal after the last change. */
+int ft_hello_seal(struct ft_hello *h, const char *token);
+/*
+ * Returns 0 when got may open a link described by expect (from_rank -1:
+ * any), got's MAC checked under token; -FT_EAUTH for another job, protocol
+ * version or token, -FT_ESTALE for an older generation, -FT_EPROTO for
+ * anything else. Pure: the caller refuses a nonce it has accepted before.
+ */
+int ft_hello_check(const struct ft_hello *expect, const struct ft_hello *got, const char *token);
+/* The answer to the hello whose nonce is given, with status (0: accepted). */
+void ft_hello_ack_seal(struct ft_hello_ack *ack, const uint8_t nonce[FT_HELLO_NONCE], int status,
+		       const char *token);
+/* The connector's reading of an answer to its hello of that nonce: the
+ * status it carries (0, or why the acceptor refused); -FT_EAUTH when its MAC
+ * does not check out under token (the acceptor holds another token), or
+ * -FT_EPROTO when it is malformed. */
+int ft_hello_ack_check(const struct ft_hello_ack *ack, const uint8_t nonce[FT_HELLO_NONCE],
+		       const char *token);
 
 struct ft_transport;
 struct ft_link;
@@ -168,11 +198,16 @@ struct ft_transport_ops {
 	int (*open)(const struct ft_tp_params *params, struct ft_transport **out);
 	/* Address to publish through the rendezvous; NUL-terminated text. */
 	int (*local_addr)(struct ft_transport *tp, char *buf, size_t len);
-	/* Connect to addr and complete the handshake hello (deadline in ms). */
+	/* Connect to addr and send hello, sealed by the caller with params' token
+	 * (deadline in ms). Never waits for the answer: a refusal, or an answer
+	 * without proof of the token (-FT_EAUTH), is a link error later. */
 	int (*connect)(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
 		       int timeout_ms, struct ft_link **out);
 	/* Accept the next incoming link whose hello passes ft_hello_check(expect,
-	 * ·); refuses (and logs) anything else; fills *got with its hello. */
+	 * ·, params' token) with a nonce not accepted before; refuses (and logs)
+	 * anything else; fills *got with its hello. At the deadline: -FT_EAUTH
+	 * when a hello claiming expect's from_rank failed for its token, job or
+	 * version, else -FT_ETIMEDOUT. */
 	int (*accept)(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
 		      struct ft_link **out, struct ft_hello *got);
 	/* Queue a frame: hdr then len bytes of buf (hdr is copied). */

@@ -1,20 +1,55 @@
-/* wire.c: checks of handshakes and frame headers, shared by every transport. */
+/* wire.c: checks of handshakes and frame headers, shared by every transport; the hello's MACs. */
+#include <stddef.h>
 #include <string.h>
 
+#include "auth.h"
 #include "ftcc.h"
 #include "transport.h"
 #include "internal.h"
 
-int ft_hello_check(const struct ft_hello *expect, const struct ft_hello *got)
+/* The MACs cover the hello's raw bytes as sent: no padding may hide in it. */
+_Static_assert(offsetof(struct ft_hello, nonce) == 24 + 128 &&
+		       offsetof(struct ft_hello, mac) + FT_HELLO_MAC == sizeof(struct ft_hello),
+	       "struct ft_hello has padding");
+_Static_assert(offsetof(struct ft_hello_ack, mac) == 8, "struct ft_hello_ack has padding");
+_Static_assert(FT_HELLO_NONCE == FT__AUTH_NONCE && FT_HELLO_MAC == FT__AUTH_MAC,
+	       "hello and auth.h disagree on sizes");
+
+/* Labels of the data link's MACs (the control links' differ: ctl.c). */
+#define HELLO_LABEL "ftcc/2 data hello"
+#define ACK_LABEL "ftcc/2 data ack"
+
+static void hello_iov(const struct ft_hello *h, struct iovec *iov)
 {
+	iov->iov_base = (void *)h;
+	iov->iov_len = offsetof(struct ft_hello, mac);
+}
+
+int ft_hello_seal(struct ft_hello *h, const char *token)
+{
+	struct iovec iov;
+	int rc = ft__auth_random(h->nonce, sizeof(h->nonce));
+
+	if (rc != 0)
+		return rc;
+	hello_iov(h, &iov);
+	ft__auth_mac(token, HELLO_LABEL, &iov, 1, h->mac);
+	return 0;
+}
+
+int ft_hello_check(const struct ft_hello *expect, const struct ft_hello *got, const char *token)
+{
+	struct iovec iov;
+
 	if (got->magic != FT_HELLO_MAGIC)
 		return -FT_EPROTO;
 	if (got->version != FT_PROTO_VERSION)
 		return -FT_EAUTH;
-	if (memchr(got->job_id, 0, sizeof(got->job_id)) == NULL ||
-	    memchr(got->token, 0, sizeof(got->token)) == NULL)
+	if (memchr(got->job_id, 0, sizeof(got->job_id)) == NULL)
 		return -FT_EPROTO;
-	if (strcmp(got->job_id, expect->job_id) != 0 || strcmp(got->token, expect->token) != 0)
+	hello_iov(got, &iov);
+	if (!ft__auth_mac_ok(token, HELLO_LABEL, &iov, 1, got->mac) ||
+	    strcmp(got->job_id, expect->job_id) != 0)
 		return -FT_EAUTH;
 	if (got->kind != expect->kind)
 		return -FT_EPROTO;
@@ -27,6 +62,24 @@ int ft_hello_check(const struct ft_hello *expect, const struct ft_hello *got)
 	if (expect->from_rank >= 0 && got->from_rank != expect->from_rank)
 		return -FT_EPROTO;
 	return 0;
+}
+
+static void ack_iov(const struct ft_hello_ack *ack, const uint8_t *nonce, struct iovec iov[2])
+{
+	iov[0] = (struct iovec){(void *)nonce, FT_HELLO_NONCE};
+	iov[1] = (struct iovec){(void *)ack, offsetof(struct ft_hello_ack, mac)};
+}
+
+void ft_hello_ack_seal(struct ft_hello_ack *ack, const uint8_t nonce[FT_HELLO_NONCE], int status,
+		       const char *token)
+{
+	struct iovec iov[2];
+
+	memset(ack, 0, sizeof(*ack));
+	ack->magic = FT_HELLO_MAGIC;
+	ack->status = status;
+	ack_iov(ack, nonce, iov);
+	ft__auth_mac(token, ACK_LABEL, iov, 2, ack->mac);
 }
 
 static int known_error(int32_t status)
@@ -71,4 +124,17 @@ int ft_frame_check(const struct ft_frame *expect, const struct ft_frame *got)
 	if ((got->flags & ~FT_FRAME_F_CRC) != 0)
 		return -FT_EPROTO;
 	return 0;
+}
+
+int ft_hello_ack_check(const struct ft_hello_ack *ack, const uint8_t nonce[FT_HELLO_NONCE],
+		       const char *token)
+{
+	struct iovec iov[2];
+
+	if (ack->magic != FT_HELLO_MAGIC)
+		return -FT_EPROTO;
+	ack_iov(ack, nonce, iov);
+	if (!ft__auth_mac_ok(token, ACK_LABEL, iov, 2, ack->mac))
+		return -FT_EAUTH;
+	return ack->status == 0 || known_error(ack->status) ? ack->status : -FT_EPROTO;
 }

@@ -406,10 +406,10 @@ Test(hostile, stray_connections_are_refused, .timeout = 60)
 	h.from_rank = 0;
 	h.to_rank = 1;
 	snprintf(h.job_id, sizeof(h.job_id), "%s", job.job_id);
-	snprintf(h.token, sizeof(h.token), "wrong-token");
+	cr_assert_eq(ft_hello_seal(&h, "wrong-token"), 0);
 	cr_assert_eq(write(fds[1], &h, sizeof(h)), (ssize_t)sizeof(h));
-	snprintf(h.token, sizeof(h.token), "test-token");
 	snprintf(h.job_id, sizeof(h.job_id), "another-job");
+	cr_assert_eq(ft_hello_seal(&h, "test-token"), 0);
 	cr_assert_eq(write(fds[2], &h, sizeof(h)), (ssize_t)sizeof(h));
 	cr_assert_eq(write(fds[3], &h, 10), 10);
 	tu_spawn(&job, 0, run_sum_check, NULL, NULL);

@@ -239,7 +239,7 @@ static struct ft_hello make_hello(int from, int to, uint32_t gen, const char *jo
 	h.from_rank = from;
 	h.to_rank = to;
 	snprintf(h.job_id, sizeof(h.job_id), "%s", job);
-	snprintf(h.token, sizeof(h.token), "%s", token);
+	cr_assert_eq(ft_hello_seal(&h, token), 0);
 	return h;
 }
 
@@ -248,14 +248,22 @@ static struct ft_hello good_hello(void)
 	return make_hello(1, 0, GEN, JOB, TOKEN);
 }
 
-#define EXPECT_HELLO(stmt, want)                                                           \
+/* stmt changes the good hello g_ (or the expected e_); g_ is sealed again
+ * with seal_tok (NULL: not, as a forger without the token would leave it)
+ * and checked under check_tok. */
+#define CHECK_HELLO(stmt, seal_tok, check_tok, want)                                       \
 	do {                                                                               \
 		struct ft_hello e_ = good_hello(), g_ = good_hello();                      \
+		const char *seal_ = (seal_tok);                                            \
 		stmt;                                                                      \
-		int rc_ = ft_hello_check(&e_, &g_);                                        \
+		if (seal_ != NULL)                                                         \
+			cr_assert_eq(ft_hello_seal(&g_, seal_), 0);                        \
+		int rc_ = ft_hello_check(&e_, &g_, (check_tok));                           \
 		cr_expect_eq(rc_, (want), "%s: got %s, want %s", #stmt, ft_err_name(rc_), \
 			     ft_err_name(want));                                           \
 	} while (0)
+#define EXPECT_HELLO(stmt, want) CHECK_HELLO(stmt, TOKEN, TOKEN, want)
+#define EXPECT_FORGED(stmt) CHECK_HELLO(stmt, NULL, TOKEN, -FT_EAUTH)
 
 Test(hello, identical_passes, .timeout = 20)
 {
@@ -265,7 +273,9 @@ Test(hello, identical_passes, .timeout = 20)
 	EXPECT_HELLO((e_.from_rank = -1, g_.from_rank = 0), 0);
 	/* Strings compare up to their NUL; the padding behind it is not looked at. */
 	EXPECT_HELLO(g_.job_id[100] = 'x', 0);
-	EXPECT_HELLO(g_.token[127] = 'x', 0);
+	EXPECT_HELLO(g_.incarnation = 9, 0);
+	/* as sealed, untouched */
+	CHECK_HELLO((void)0, NULL, TOKEN, 0);
 }
 
 Test(hello, magic_and_version, .timeout = 20)
@@ -284,17 +294,72 @@ Test(hello, job_and_token, .timeout = 20)
 	EXPECT_HELLO(snprintf(g_.job_id, sizeof(g_.job_id), "wire-jo"), -FT_EAUTH);
 	EXPECT_HELLO(snprintf(g_.job_id, sizeof(g_.job_id), "wire-job2"), -FT_EAUTH);
 	EXPECT_HELLO(g_.job_id[0] = '\0', -FT_EAUTH);
-	EXPECT_HELLO(snprintf(g_.token, sizeof(g_.token), "wrong"), -FT_EAUTH);
-	EXPECT_HELLO(snprintf(g_.token, sizeof(g_.token), "wire-token "), -FT_EAUTH);
-	EXPECT_HELLO(g_.token[0] = '\0', -FT_EAUTH);
-	EXPECT_HELLO(e_.token[0] = '\0', -FT_EAUTH);
-	EXPECT_HELLO((e_.token[0] = '\0', g_.token[0] = '\0'), 0);
+	CHECK_HELLO((void)0, "wrong", TOKEN, -FT_EAUTH);
+	CHECK_HELLO((void)0, "wire-token ", TOKEN, -FT_EAUTH);
+	CHECK_HELLO((void)0, "wire-toke", TOKEN, -FT_EAUTH);
+	CHECK_HELLO((void)0, "", TOKEN, -FT_EAUTH);
+	CHECK_HELLO((void)0, TOKEN, "", -FT_EAUTH);
+	/* the empty token is a (weak) key like any other */
+	CHECK_HELLO((void)0, "", "", 0);
+}
+
+/* A hello changed after its seal, as someone without the token would: refused
+ * whatever the field, even where the change alone would pass. */
+Test(hello, forged_fields, .timeout = 20)
+{
+	EXPECT_FORGED(g_.generation++);
+	EXPECT_FORGED(g_.from_rank = 7);
+	EXPECT_FORGED((e_.from_rank = -1, g_.from_rank = 7));
+	EXPECT_FORGED(g_.to_rank = 1);
+	EXPECT_FORGED(g_.incarnation = 1);
+	EXPECT_FORGED(g_.job_id[100] = 'x');
+	EXPECT_FORGED(g_.nonce[0] ^= 1);
+	EXPECT_FORGED(g_.nonce[FT_HELLO_NONCE - 1] ^= 0x80);
+	EXPECT_FORGED(g_.mac[0] ^= 1);
+	EXPECT_FORGED(g_.mac[FT_HELLO_MAC - 1] ^= 0x80);
+	EXPECT_FORGED(memset(g_.mac, 0, sizeof(g_.mac)));
+}
+
+Test(hello, seal_uses_a_fresh_nonce, .timeout = 20)
+{
+	struct ft_hello a = good_hello(), b = good_hello();
+
+	cr_expect_neq(memcmp(a.nonce, b.nonce, sizeof(a.nonce)), 0);
+	cr_expect_neq(memcmp(a.mac, b.mac, sizeof(a.mac)), 0);
+	/* and the token is nowhere in it */
+	cr_expect_null(memmem(&a, sizeof(a), TOKEN, strlen(TOKEN)));
+}
+
+Test(hello, ack_proves_the_token, .timeout = 20)
+{
+	struct ft_hello h = good_hello();
+	struct ft_hello_ack a;
+	uint8_t other[FT_HELLO_NONCE];
+
+	ft_hello_ack_seal(&a, h.nonce, 0, TOKEN);
+	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), 0);
+	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, "wrong"), -FT_EAUTH, "another token");
+	memcpy(other, h.nonce, sizeof(other));
+	other[3] ^= 1;
+	cr_expect_eq(ft_hello_ack_check(&a, other, TOKEN), -FT_EAUTH, "another hello's answer");
+	a.status = -FT_ESTALE;
+	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EAUTH, "status changed");
+	ft_hello_ack_seal(&a, h.nonce, -FT_ESTALE, TOKEN);
+	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_ESTALE, "a refusal");
+	a.status = 0;
+	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EAUTH, "refusal turned to 0");
+	ft_hello_ack_seal(&a, h.nonce, 5, TOKEN);
+	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EPROTO, "a positive status");
+	ft_hello_ack_seal(&a, h.nonce, INT32_MIN, TOKEN);
+	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EPROTO, "an unknown code");
+	ft_hello_ack_seal(&a, h.nonce, 0, TOKEN);
+	a.magic = FT_FRAME_MAGIC;
+	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EPROTO, "bad magic");
 }
 
 Test(hello, unterminated_strings, .timeout = 20)
 {
 	EXPECT_HELLO(memset(g_.job_id, 'j', sizeof(g_.job_id)), -FT_EPROTO);
-	EXPECT_HELLO(memset(g_.token, 't', sizeof(g_.token)), -FT_EPROTO);
 	/* The longest strings that are terminated are fine. */
 	EXPECT_HELLO((memset(g_.job_id, 'j', sizeof(g_.job_id) - 1),
 		      memset(e_.job_id, 'j', sizeof(e_.job_id) - 1)),
@@ -330,7 +395,7 @@ static const struct ft_transport_ops *tcp_ops(void)
 	return ops;
 }
 
-static struct ft_transport *tp_open(int rank)
+static struct ft_transport *tp_open_keyed(int rank, const char *token)
 {
 	/* the knobs a test sets (FTCC_TCP_BUFFER) reach the transport as in the
 	 * library: read by config.c into the env passed at open */
@@ -340,7 +405,7 @@ static struct ft_transport *tp_open(int rank)
 		.rank = rank,
 		.bind_host = "127.0.0.1",
 		.job_id = JOB,
-		.token = TOKEN,
+		.token = token,
 		.max_payload = 4u << 20,
 		.log_level = 0,
 		.env = &env,
@@ -355,6 +420,11 @@ static struct ft_transport *tp_open(int rank)
 	cr_assert_eq(rc, 0, "open: %s", ft_err_name(rc));
 	cr_assert_not_null(tp);
 	return tp;
+}
+
+static struct ft_transport *tp_open(int rank)
+{
+	return tp_open_keyed(rank, TOKEN);
 }
 
 struct evlog {
@@ -742,14 +812,19 @@ static int raw_closed(int fd, int timeout_ms)
 	}
 }
 
-static void expect_ack(int fd, int status)
+/* Reads the answer to the hello whose nonce is given (the first bytes of
+ * whatever was sent as a hello) and checks its status and MAC. */
+static void expect_ack(int fd, const uint8_t *nonce, int status)
 {
 	struct ft_hello_ack ack;
+	int rc;
 
 	cr_assert_eq(raw_read(fd, &ack, sizeof(ack), WAIT_MS), sizeof(ack), "no ack");
 	cr_expect_eq(ack.magic, FT_HELLO_MAGIC);
 	cr_expect_eq(ack.status, status, "ack status %s, want %s", ft_err_name(ack.status),
 		     ft_err_name(status));
+	rc = ft_hello_ack_check(&ack, nonce, TOKEN);
+	cr_expect_eq(rc, status, "ack check: %s", ft_err_name(rc));
 }
 
 /* A plain socket that has done the handshake with rx; *rl is rx's side of it. */
@@ -764,7 +839,7 @@ static int raw_peer(struct ft_transport *rx, struct ft_link **rl)
 	raw_write(fd, &h, sizeof(h));
 	rc = tcp_ops()->accept(rx, &expect, WAIT_MS, rl, &got);
 	cr_assert_eq(rc, 0, "accept: %s", ft_err_name(rc));
-	expect_ack(fd, 0);
+	expect_ack(fd, h.nonce, 0);
 	return fd;
 }
 
@@ -1245,17 +1320,24 @@ static int accept_for(struct ft_transport *rx, int timeout_ms, struct ft_link **
 	return rc;
 }
 
-static void expect_timeout(struct ft_transport *rx, const char *what)
+/* accept gives up at its deadline with want: -FT_ETIMEDOUT, or -FT_EAUTH
+ * when the expected rank's hello failed for its token, job or version. */
+static void expect_giving_up(struct ft_transport *rx, int want, const char *what)
 {
 	struct ft_link *rl = (struct ft_link *)(uintptr_t)1;
 	struct ft_hello got;
 	int64_t ms;
 	int rc = accept_for(rx, 300, &rl, &got, &ms);
 
-	cr_expect_eq(rc, -FT_ETIMEDOUT, "%s: got %s", what, ft_err_name(rc));
+	cr_expect_eq(rc, want, "%s: got %s", what, ft_err_name(rc));
 	cr_expect_null(rl, "%s", what);
 	cr_expect_geq(ms, 290, "%s: gave up after %lld ms", what, (long long)ms);
 	cr_expect_lt(ms, 3000, "%s: waited %lld ms", what, (long long)ms);
+}
+
+static void expect_timeout(struct ft_transport *rx, const char *what)
+{
+	expect_giving_up(rx, -FT_ETIMEDOUT, what);
 }
 
 Test(tcp, accept_times_out_alone, .timeout = 20)
@@ -1278,7 +1360,7 @@ Test(tcp, accept_refuses_garbage, .timeout = 20)
 	fd = raw_connect(addr);
 	raw_write(fd, junk, sizeof(junk));
 	expect_timeout(rx, "garbage hello");
-	expect_ack(fd, -FT_EPROTO);
+	expect_ack(fd, (const uint8_t *)junk + offsetof(struct ft_hello, nonce), -FT_EPROTO);
 	cr_expect(raw_closed(fd, WAIT_MS), "refused connection left open");
 	close(fd);
 
@@ -1296,7 +1378,7 @@ Test(tcp, accept_refuses_garbage, .timeout = 20)
 	fd = raw_connect(addr);
 	raw_write(fd, junk, sizeof(junk));
 	expect_timeout(rx, "http request");
-	expect_ack(fd, -FT_EPROTO);
+	expect_ack(fd, (const uint8_t *)junk + offsetof(struct ft_hello, nonce), -FT_EPROTO);
 	close(fd);
 	tcp_ops()->close(rx);
 }
@@ -1317,10 +1399,12 @@ Test(tcp, accept_refuses_partial_hello, .timeout = 20)
 	tcp_ops()->close(rx);
 }
 
-/* Connects tx with hello h; accept must refuse it, and tx's link must then report want. */
-static void refused_hello_case(const struct ft_hello *h, int want, const char *what)
+/* Connects tx (keyed with tx_token) with hello h; accept must refuse it, and
+ * tx's link must then report want. */
+static void refused_keyed_case(const char *tx_token, const struct ft_hello *h, int want,
+			       const char *what)
 {
-	struct ft_transport *rx = tp_open(0), *tx = tp_open(1);
+	struct ft_transport *rx = tp_open(0), *tx = tp_open_keyed(1, tx_token);
 	struct ft_link *sl = NULL;
 	struct evlog log = { .n = 0 };
 	const struct ft_tp_event *ev;
@@ -1330,7 +1414,9 @@ static void refused_hello_case(const struct ft_hello *h, int want, const char *w
 	cr_assert_eq(tcp_ops()->local_addr(rx, addr, sizeof(addr)), 0);
 	rc = tcp_ops()->connect(tx, addr, h, WAIT_MS, &sl);
 	cr_assert_eq(rc, 0, "%s: connect: %s", what, ft_err_name(rc));
-	expect_timeout(rx, what);
+	/* from the expected rank: its token, job or version is named at the deadline */
+	expect_giving_up(rx, want == -FT_EAUTH && h->from_rank == 1 ? -FT_EAUTH : -FT_ETIMEDOUT,
+			 what);
 	ev = wait_for(tx, &log, FT_TP_LINK_ERROR, WAIT_MS);
 	cr_expect_not_null(ev, "%s: no link error on the connecting side", what);
 	if (ev != NULL) {
@@ -1341,6 +1427,11 @@ static void refused_hello_case(const struct ft_hello *h, int want, const char *w
 	}
 	tcp_ops()->close(tx);
 	tcp_ops()->close(rx);
+}
+
+static void refused_hello_case(const struct ft_hello *h, int want, const char *what)
+{
+	refused_keyed_case(TOKEN, h, want, what);
 }
 
 Test(tcp, accept_refuses_bad_hellos, .timeout = 20)
@@ -1362,7 +1453,45 @@ Test(tcp, accept_refuses_bad_hellos, .timeout = 20)
 	refused_hello_case(&h, -FT_ESTALE, "hello of an older generation");
 	h = good_hello();
 	h.kind = FT_LINK_CONTROL;
+	cr_assert_eq(ft_hello_seal(&h, TOKEN), 0);
 	refused_hello_case(&h, -FT_EPROTO, "control link where a data link is expected");
+	h = make_hello(3, 0, GEN, JOB, "wrong-token");
+	refused_hello_case(&h, -FT_EAUTH, "wrong token from a rank not expected");
+}
+
+/* A connector whose transport holds another token: its hello is refused, and
+ * the acceptor's answer does not prove that token, so both ends say EAUTH. */
+Test(tcp, wrong_token_fails_both_ends, .timeout = 20)
+{
+	struct ft_hello h = make_hello(1, 0, GEN, JOB, "their-token");
+
+	refused_keyed_case("their-token", &h, -FT_EAUTH, "both ends, their token");
+}
+
+/* A hello seen on the wire and sent again is refused, even though its MAC
+ * is good; the first copy is accepted. */
+Test(tcp, replayed_hello_refused, .timeout = 20)
+{
+	struct ft_transport *rx = tp_open(0);
+	struct ft_hello h = good_hello(), expect = good_hello(), got;
+	struct ft_link *rl = NULL;
+	char addr[128];
+	int first, again, rc;
+
+	cr_assert_eq(tcp_ops()->local_addr(rx, addr, sizeof(addr)), 0);
+	first = raw_connect(addr);
+	raw_write(first, &h, sizeof(h));
+	rc = tcp_ops()->accept(rx, &expect, WAIT_MS, &rl, &got);
+	cr_assert_eq(rc, 0, "accept: %s", ft_err_name(rc));
+	expect_ack(first, h.nonce, 0);
+	again = raw_connect(addr);
+	raw_write(again, &h, sizeof(h));
+	expect_timeout(rx, "the same hello again");
+	expect_ack(again, h.nonce, -FT_EAUTH);
+	cr_expect(raw_closed(again, WAIT_MS), "replayed connection left open");
+	close(again);
+	close(first);
+	tcp_ops()->close(rx);
 }
 
 /* The refusal is reported as such even when a frame is already queued on the link. */
@@ -1379,7 +1508,7 @@ Test(tcp, refused_link_with_queued_frame, .timeout = 20)
 
 	cr_assert_eq(tcp_ops()->local_addr(rx, addr, sizeof(addr)), 0);
 	cr_assert_eq(tcp_ops()->connect(tx, addr, &h, WAIT_MS, &sl), 0);
-	expect_timeout(rx, "wrong token");
+	expect_giving_up(rx, -FT_EAUTH, "wrong token");
 	cr_assert_eq(tcp_ops()->post_send(sl, &f, src, NULL), 0);
 	ev = wait_for(tx, &log, FT_TP_LINK_ERROR, WAIT_MS);
 	cr_assert_not_null(ev);
@@ -1410,6 +1539,7 @@ Test(tcp, valid_connection_accepted_past_bad_ones, .timeout = 20)
 	raw_write(garbage, junk, sizeof(junk));
 	cr_assert_eq(tcp_ops()->connect(tx, addr, &bad, WAIT_MS, &wl), 0);
 	h.incarnation = 3;
+	cr_assert_eq(ft_hello_seal(&h, TOKEN), 0);
 	cr_assert_eq(tcp_ops()->connect(tx, addr, &h, WAIT_MS, &sl), 0);
 
 	memset(&got, 0, sizeof(got));

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 
+#include "auth.h"
 #include "crc32c.h"
 #include "internal.h"
 #include "sock.h"
@@ -18,8 +19,9 @@
 
 /*
  * A link is one TCP connection used in one direction for frames (the
- * connecting side sends, the accepting side receives) plus the 8-byte
- * handshake ack coming back. All sockets are nonblocking and registered once,
+ * connecting side sends, the accepting side receives) plus the handshake's
+ * answer coming back (struct ft_hello_ack, whose MAC over the hello's nonce
+ * the connector checks when it reads it: transport.h). All sockets are nonblocking and registered once,
  * edge-triggered, for input and output; a link remembers whether it may read
  * or write until a call says EAGAIN, so no epoll_ctl happens per frame.
  *
@@ -56,6 +58,7 @@ struct ft_link {
 	int peer;
 	bool sending;           /* connecting side: frames go out, ack comes in */
 	bool need_ack;
+	uint8_t nonce[FT_HELLO_NONCE];  /* connecting side: its hello's, which the ack's MAC covers */
 	bool can_read, can_write;
 	bool eof;
 	int error;              /* nonzero once broken; reported once */
@@ -82,6 +85,9 @@ struct ft_transport {
 	struct pending_conn *pend;      /* connections still short of a handshake */
 	int npend;
 	struct ft__sock_opts sock_opts; /* keepalive, FTCC_TCP_BUFFER */
+	char token[FT_NAME_MAX];        /* the key of the hellos' MACs */
+	struct ft__auth_seen seen;      /* nonces of the hellos accepted */
+	bool auth_refused;              /* this accept refused the expected rank's hello for its token */
 };
 
 static int tcp_open(const struct ft_tp_params *p, struct ft_transport **out)
@@ -97,6 +103,7 @@ static int tcp_open(const struct ft_tp_params *p, struct ft_transport **out)
 	tp->log_level = p->log_level;
 	tp->interrupted = p->interrupted;
 	tp->interrupt_arg = p->interrupt_arg;
+	snprintf(tp->token, sizeof(tp->token), "%s", p->token != NULL ? p->token : "");
 	tp->sock_opts = (struct ft__sock_opts){.keepalive = true, .buffer = p->env->tcp_buffer};
 	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (tp->epfd < 0) {
@@ -190,6 +197,7 @@ static int tcp_connect(struct ft_transport *tp, const char *addr, const struct f
 		rc = -FT_ENOMEM;
 		goto fail;
 	}
+	memcpy((*out)->nonce, hello->nonce, sizeof(hello->nonce));
 	return 0;
 fail:
 	close(fd);
@@ -212,14 +220,22 @@ struct early_conn {
 
 #define TCP_EARLY_MAX 8
 
-static void refuse(struct pending_conn *pc, int rc, const char *why)
+/* Answers a whole hello with rc (best effort) and closes fd. */
+static void refuse_fd(const struct ft_transport *tp, int fd, const struct ft_hello *hello, int rc)
 {
-	struct ft_hello_ack ack = {.magic = FT_HELLO_MAGIC, .status = rc};
+	struct ft_hello_ack ack;
 
+	if (hello != NULL) {
+		ft_hello_ack_seal(&ack, hello->nonce, rc, tp->token);
+		(void)!send(fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
+	close(fd);
+}
+
+static void refuse(const struct ft_transport *tp, struct pending_conn *pc, int rc, const char *why)
+{
 	ft__warn("tcp: refused connection from %s: %s (%s)", pc->from, why, ft_strerror(rc));
-	if (pc->got == sizeof(pc->hello))
-		(void)!send(pc->fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
-	close(pc->fd);
+	refuse_fd(tp, pc->fd, pc->got == sizeof(pc->hello) ? &pc->hello : NULL, rc);
 	pc->fd = -1;
 }
 
@@ -233,7 +249,7 @@ static bool keep_early(struct ft_transport *tp, const struct ft_hello *expect,
 		return false;
 	later.generation = pc->hello.generation;
 	later.from_rank = -1;
-	if (ft_hello_check(&later, &pc->hello) != 0)
+	if (ft_hello_check(&later, &pc->hello, tp->token) != 0)
 		return false;
 	if (tp->early == NULL)
 		tp->early = calloc(TCP_EARLY_MAX, sizeof(*tp->early));
@@ -248,8 +264,11 @@ static bool keep_early(struct ft_transport *tp, const struct ft_hello *expect,
 static int accept_finish(struct ft_transport *tp, int fd, const struct ft_hello *hello,
 			 int64_t deadline, struct ft_link **out, struct ft_hello *got)
 {
-	struct ft_hello_ack ack = {.magic = FT_HELLO_MAGIC, .status = 0};
-	int rc = ft__sock_write_full(fd, &ack, sizeof(ack), deadline);
+	struct ft_hello_ack ack;
+	int rc;
+
+	ft_hello_ack_seal(&ack, hello->nonce, 0, tp->token);
+	rc = ft__sock_write_full(fd, &ack, sizeof(ack), deadline);
 
 	if (rc == 0) {
 		ft__sock_tune(fd, &tp->sock_opts);
@@ -279,15 +298,18 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 	pend = tp->pend;
 	npend = tp->npend;
 	/* a neighbour of this generation may have connected before we got here */
+	tp->auth_refused = false;
 	for (int i = 0; i < tp->nearly; i++) {
 		struct early_conn e = tp->early[i];
 		if (e.hello.generation > expect->generation)
 			continue;
 		tp->early[i--] = tp->early[--tp->nearly];
-		if (ft_hello_check(expect, &e.hello) == 0)
+		if (ft_hello_check(expect, &e.hello, tp->token) == 0 &&
+		    ft__auth_seen_add(&tp->seen, e.hello.nonce) == 0)
 			return accept_finish(tp, e.fd, &e.hello, deadline, out, got);
 		close(e.fd);
 	}
+	rc = -FT_ETIMEDOUT;
 	for (;;) {
 		int n = 0, left = ft__ms_left(deadline);
 		pfd[n++] = (struct pollfd){.fd = tp->listen_fd, .events = POLLIN};
@@ -332,24 +354,31 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 			if (r <= 0) {
 				if (r < 0 && (errno == EAGAIN || errno == EINTR))
 					continue;
-				refuse(pc, -FT_EPROTO, "closed before its handshake");
+				refuse(tp, pc, -FT_EPROTO, "closed before its handshake");
 				continue;
 			}
 			pc->got += (size_t)r;
 			if (pc->got < sizeof(pc->hello))
 				continue;
-			rc = ft_hello_check(expect, &pc->hello);
+			rc = ft_hello_check(expect, &pc->hello, tp->token);
 			if (rc != 0 && keep_early(tp, expect, pc)) {
 				rc = -FT_ETIMEDOUT;
 				continue;
 			}
+			if (rc == -FT_EAUTH && (expect->from_rank < 0 ||
+						pc->hello.from_rank == expect->from_rank))
+				tp->auth_refused = true;
+			bool replay = rc == 0 && ft__auth_seen_add(&tp->seen, pc->hello.nonce) != 0;
+			if (replay)
+				rc = -FT_EAUTH;
 			if (rc != 0) {
 				char why[160];
 				snprintf(why, sizeof(why),
-					 "handshake of rank %d for rank %d, generation %u, kind %u",
+					 "%shandshake of rank %d for rank %d, generation %u, kind %u",
+					 replay ? "replayed " : "",
 					 pc->hello.from_rank, pc->hello.to_rank, pc->hello.generation,
 					 pc->hello.kind);
-				refuse(pc, rc, pc->hello.magic == FT_HELLO_MAGIC ? why : "bad magic");
+				refuse(tp, pc, rc, pc->hello.magic == FT_HELLO_MAGIC ? why : "bad magic");
 				rc = -FT_ETIMEDOUT;
 				continue;
 			}
@@ -368,7 +397,7 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 		 * lock a valid one out (nor leave poll spinning on the readable
 		 * listening socket until the deadline). */
 		if (backlog_blocked && npend == TCP_PENDING_ACCEPT) {
-			refuse(&pend[0], -FT_ETIMEDOUT, "too many connections short of a handshake");
+			refuse(tp, &pend[0], -FT_ETIMEDOUT, "too many connections short of a handshake");
 			memmove(pend, pend + 1, (size_t)--npend * sizeof(pend[0]));
 		}
 	}
@@ -386,9 +415,14 @@ done:
 		ft__warn("tcp: dropped connection from %s that sent no valid handshake", pend[i].from);
 		close(pend[i].fd);
 	}
-	if (rc == -FT_ETIMEDOUT)
+	if (rc == -FT_ETIMEDOUT && tp->auth_refused) {
+		ft__error("tcp: rank %d's handshakes failed for their token, job or version",
+			  expect->from_rank);
+		rc = -FT_EAUTH;
+	} else if (rc == -FT_ETIMEDOUT) {
 		ft__error("tcp: no valid connection from rank %d within %d ms", expect->from_rank,
 			  timeout_ms);
+	}
 	return rc;
 }
 
@@ -561,14 +595,11 @@ static int do_recv(struct ft_link *l, struct ft_tp_event *ev, int max)
 				memcpy(&ack, l->in + l->in_start, sizeof(ack));
 				l->in_start += sizeof(ack);
 				l->need_ack = false;
-				if (ack.magic != FT_HELLO_MAGIC)
-					link_fail(l, -FT_EPROTO);
-				else if (ack.status != 0) {
+				int st = ft_hello_ack_check(&ack, l->nonce, l->tp->token);
+				if (st != 0) {
 					ft__error("tcp: rank %d refused our link: %s", l->peer,
-						  ft_strerror(ack.status));
-					link_fail(l, ack.status < 0 && ack.status > -2 * FT_ERR_BASE
-							     ? ack.status
-							     : -FT_EPROTO);
+						  ft_strerror(st));
+					link_fail(l, st);
 				}
 				continue;
 			}

@@ -269,16 +269,21 @@ static void refuse_rdm(struct ft_transport *tp, const struct fab_inbox *in, int 
 	if (l == NULL)
 		return;
 	l->tx_rank = m->hello.to_rank;
-	l->m.ack_tx = (struct ft_hello_ack){.magic = FT_HELLO_MAGIC, .status = rc};
+	ft_hello_ack_seal(&l->m.ack_tx, m->hello.nonce, rc, tp->token);
 	ft__fab_watch_peer(l, m->node, m->pid, NULL, 0, -1);
 	if (av_lookup(tp, m->name, m->namelen, &l->addr) == 0)
 		ft__fab_ctl_post(l, C_ACK_TX);
 	ft__fab_link_shutdown(l, false, 0);
 }
 
-static int hello_verdict(const struct ft_transport *tp, const struct ft_hello *expect,
+/* Judges a hello (not its nonce: that is for the accept that takes it). A
+ * hello that fails for its token while claiming the expected rank makes
+ * the accept's timeout -FT_EAUTH. */
+static int hello_verdict(struct ft_transport *tp, const struct ft_hello *expect,
 			 const struct fab_hello_msg *m, size_t len)
 {
+	int rc;
+
 	if (len != sizeof(*m))
 		return -FT_EPROTO;
 	if (!tp->msg && (m->namelen == 0 || m->namelen > FAB_NAME_MAX || m->homelen == 0 ||
@@ -289,7 +294,10 @@ static int hello_verdict(const struct ft_transport *tp, const struct ft_hello *e
 			  m->hello.from_rank, m->piece, tp->max_msg);
 		return -FT_EPROTO;
 	}
-	return ft_hello_check(expect, &m->hello);
+	rc = ft_hello_check(expect, &m->hello, tp->token);
+	if (rc == -FT_EAUTH && (expect->from_rank < 0 || m->hello.from_rank == expect->from_rank))
+		tp->auth_refused = true;
+	return rc;
 }
 
 /*
@@ -297,7 +305,8 @@ static int hello_verdict(const struct ft_transport *tp, const struct ft_hello *e
  * neighbour adopted the next view first. It waits (in the inbox, or as a
  * pending connection) for the accept of its generation, as tcp keeps it.
  */
-static bool hello_early(const struct ft_hello *expect, const struct ft_hello *got)
+static bool hello_early(const struct ft_transport *tp, const struct ft_hello *expect,
+			const struct ft_hello *got)
 {
 	struct ft_hello later = *expect;
 
@@ -305,7 +314,7 @@ static bool hello_early(const struct ft_hello *expect, const struct ft_hello *go
 		return false;
 	later.generation = got->generation;
 	later.from_rank = -1;
-	return ft_hello_check(&later, got) == 0;
+	return ft_hello_check(&later, got, tp->token) == 0;
 }
 
 static void inbox_remove(struct ft_transport *tp, unsigned i)
@@ -314,16 +323,16 @@ static void inbox_remove(struct ft_transport *tp, unsigned i)
 	tp->ninbox--;
 }
 
-/* RDM: the newest valid hello in the inbox becomes a link; others are refused. */
-static struct ft_link *accept_rdm(struct ft_transport *tp, const struct ft_hello *expect)
+/* RDM: the newest valid hello in the inbox (its index, or -1); others are refused. */
+static int pick_rdm(struct ft_transport *tp, const struct ft_hello *expect)
 {
 	int pick = -1;
-	struct ft_link *l;
 
 	for (unsigned i = 0; i < tp->ninbox;) {
 		struct fab_inbox *in = &tp->inbox[i];
 		int rc = hello_verdict(tp, expect, &in->msg, in->len);
-		if (rc != 0 && in->len == sizeof(in->msg) && hello_early(expect, &in->msg.hello)) {
+		if (rc != 0 && in->len == sizeof(in->msg) &&
+		    hello_early(tp, expect, &in->msg.hello)) {
 			i++;
 			continue;
 		}
@@ -342,6 +351,22 @@ static struct ft_link *accept_rdm(struct ft_transport *tp, const struct ft_hello
 		if (pick < 0)
 			pick = (int)i;
 		i++;
+	}
+	return pick;
+}
+
+/* RDM: the hello pick_rdm chose becomes a link unless its nonce was seen. */
+static struct ft_link *accept_rdm(struct ft_transport *tp, const struct ft_hello *expect)
+{
+	struct ft_link *l;
+	int pick;
+
+	while ((pick = pick_rdm(tp, expect)) >= 0 &&
+	       ft__auth_seen_add(&tp->seen, tp->inbox[pick].msg.hello.nonce) != 0) {
+		ft__warn("fabric: refused a replayed handshake of rank %d",
+			 tp->inbox[pick].msg.hello.from_rank);
+		refuse_rdm(tp, &tp->inbox[pick], -FT_EAUTH);
+		inbox_remove(tp, (unsigned)pick);
 	}
 	if (pick < 0)
 		return NULL;
@@ -376,8 +401,13 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 			continue;
 		rc = hello_verdict(tp, expect, &l->m.hello, l->hello_len);
 		if (rc != 0 && l->hello_len == sizeof(l->m.hello) &&
-		    hello_early(expect, &l->m.hello.hello))
+		    hello_early(tp, expect, &l->m.hello.hello))
 			continue;
+		if (rc == 0 && ft__auth_seen_add(&tp->seen, l->m.hello.hello.nonce) != 0) {
+			ft__warn("fabric: refused a replayed handshake of rank %d",
+				 l->m.hello.hello.from_rank);
+			rc = -FT_EAUTH;
+		}
 		ft__fab_unlist(tp, l);
 		if (rc != 0) {
 			char why[160];
@@ -385,7 +415,7 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 			ft__warn("fabric: refused %s: %s",
 				 l->m.hello.hello.magic == FT_HELLO_MAGIC ? why : "bad magic",
 				 ft_strerror(rc));
-			l->m.ack_tx = (struct ft_hello_ack){.magic = FT_HELLO_MAGIC, .status = rc};
+			ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, rc, tp->token);
 			if (l->connected)
 				ft__fab_ctl_post(l, C_ACK_TX);
 			ft__fab_link_shutdown(l, false, FAB_CLOSE_WAIT_MS);
@@ -406,11 +436,17 @@ int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int t
 	struct ft_link *l;
 
 	*out = NULL;
+	tp->auth_refused = false;
 	for (;;) {
 		ft__fab_drive(tp);
 		l = tp->msg ? accept_msg(tp, expect) : accept_rdm(tp, expect);
 		if (l != NULL)
 			break;
+		if (ft__ms_left(deadline) == 0 && tp->auth_refused) {
+			ft__error("fabric: rank %d's handshakes failed for their token, job or version",
+				  expect->from_rank);
+			return -FT_EAUTH;
+		}
 		if (ft__ms_left(deadline) == 0) {
 			ft__error("fabric: no valid handshake from rank %d within %d ms",
 				  expect->from_rank, timeout_ms);
@@ -421,7 +457,7 @@ int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int t
 		ft__fab_wait(tp, tp->interrupted != NULL && ft__ms_left(deadline) > 20
 			     ? 20 : ft__ms_left(deadline));
 	}
-	l->m.ack_tx = (struct ft_hello_ack){.magic = FT_HELLO_MAGIC, .status = 0};
+	ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, 0, tp->token);
 	l->want[C_ACK_TX] = true;
 	l->want[C_CLOSE_RX] = !tp->msg;
 	l->piece = (size_t)l->m.hello.piece;

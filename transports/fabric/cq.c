@@ -91,12 +91,14 @@ static void on_ctl(struct ft_link *l, int c, size_t len, int err)
 			l->hello_len = len;
 		break;
 	case C_ACK_RX:
-		if (len != sizeof(l->m.ack_rx) || l->m.ack_rx.magic != FT_HELLO_MAGIC) {
+		if (len != sizeof(l->m.ack_rx)) {
 			ft__fab_link_fail(l, -FT_EPROTO);
-		} else if (l->m.ack_rx.status != 0) {
-			int st = l->m.ack_rx.status;
+			break;
+		}
+		int st = ft_hello_ack_check(&l->m.ack_rx, l->m.hello.hello.nonce, l->tp->token);
+		if (st != 0) {
 			ft__error("fabric: rank %d refused our link: %s", l->peer, ft_strerror(st));
-			ft__fab_link_fail(l, st < 0 && st > -2 * FT_ERR_BASE ? st : -FT_EPROTO);
+			ft__fab_link_fail(l, st);
 		}
 		break;
 	case C_CLOSE_RX:

@@ -16,6 +16,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include "auth.h"
 #include "internal.h"
 #include "transport.h"
 
@@ -56,8 +57,12 @@
  *            answer (the acceptor may not know its address yet) and the
  *            connector's published endpoint name, node and pid. A valid
  *            hello for a newer generation than the accept waiting now is
- *            kept for the accept of its generation;
- *   ACK      acceptor -> connector: struct ft_hello_ack;
+ *            kept for the accept of its generation. The MAC of struct
+ *            ft_hello proves the token (transport.h); the fields around it
+ *            only route the answer and watch the peer, so a forged one can
+ *            break a link but never open one;
+ *   ACK      acceptor -> connector: struct ft_hello_ack, its MAC checked
+ *            against the connector's hello (a wrong token: -FT_EAUTH);
  *   HDR      connector -> acceptor: a frame header (abort frames too);
  *   DATA     connector -> acceptor: a frame's payload, in pieces of at most
  *            the provider's max_msg_size (the connector's, told in the hello);
@@ -313,6 +318,9 @@ struct ft_transport {
 	int rank, pid;
 	uint64_t node, next_id, mr_key;
 	char prov[64];
+	char token[FT_NAME_MAX];        /* the key of the hellos' MACs */
+	struct ft__auth_seen seen;      /* nonces of the hellos accepted */
+	bool auth_refused;              /* this accept refused the expected rank's hello for its token */
 	char addr[FAB_ADDR_MAX];
 	uint8_t name[FAB_NAME_MAX];
 	size_t namelen;

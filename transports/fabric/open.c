@@ -208,6 +208,7 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	tp->rank = p->rank;
 	tp->interrupted = p->interrupted;
 	tp->interrupt_arg = p->interrupt_arg;
+	snprintf(tp->token, sizeof(tp->token), "%s", p->token != NULL ? p->token : "");
 	tp->pid = (int)getpid();
 	tp->node = node_id();
 	tp->next_id = (ft__now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)tp->pid << 16) & TAG_ID_MASK;
