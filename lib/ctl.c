@@ -1,4 +1,5 @@
 /* ctl.c: control links: the listener, connect and accept, the hello, message framing, reading and writing. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +21,32 @@ struct ctl_hdr {
 	int32_t from;
 };
 
+/* MAC: over HELLO_LABEL, the message's header and every byte before mac. */
 struct ctl_hello {
 	char job_id[FT_NAME_MAX];
-	char token[FT_NAME_MAX];
 	int32_t to;
 	int32_t reserved;
+	uint8_t nonce[FT__AUTH_NONCE];
+	uint8_t mac[FT__AUTH_MAC];
 };
+
+/* MAC: over ACK_LABEL, the hello's nonce, the message's header and status, reserved. */
+struct ctl_ack {
+	int32_t status;         /* 0, or why the hello was refused */
+	uint32_t reserved;
+	uint8_t mac[FT__AUTH_MAC];
+};
+
+/* The MACs cover headers and bodies as sent: no padding may hide in them. */
+_Static_assert(sizeof(struct ctl_hdr) == 16 &&
+		       offsetof(struct ctl_hello, mac) + FT__AUTH_MAC == sizeof(struct ctl_hello) &&
+		       offsetof(struct ctl_ack, mac) == 8,
+	       "control messages have padding");
+_Static_assert(sizeof(struct ctl_hdr) + sizeof(struct ctl_ack) == FT__CTL_ACK_BYTES,
+	       "FT__CTL_ACK_BYTES is wrong");
+
+#define HELLO_LABEL "ftcc/2 control hello"
+#define ACK_LABEL "ftcc/2 control ack"
 
 /* Control links need no keepalive (heartbeats do that) nor large buffers. */
 static const struct ft__sock_opts ctl_sock_opts = {.keepalive = false, .buffer = 0};
@@ -93,30 +114,60 @@ static int link_new(struct ft__ctl *ctl, int fd, int peer, uint32_t gen)
 	return -1;
 }
 
+static struct ctl_hdr make_hdr(const struct ft__ctl *ctl, enum ft__ctl_type type, uint32_t gen,
+			       size_t len)
+{
+	return (struct ctl_hdr){.magic = CTL_MAGIC, .type = (uint16_t)type, .len = (uint16_t)len,
+				.gen = gen, .from = ctl->rank};
+}
+
 int ft__ctl_send(struct ft__ctl *ctl, int i, enum ft__ctl_type type, uint32_t gen,
 		 const void *payload, size_t len)
 {
-	struct ctl_hdr h = {.magic = CTL_MAGIC, .type = (uint16_t)type, .len = (uint16_t)len,
-			    .gen = gen, .from = ctl->rank};
-	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
-	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len > 0 ? 2 : 1};
+	struct ft__ctl_link *l = &ctl->links[i];
+	struct ctl_hdr h = make_hdr(ctl, type, gen, len);
+	struct iovec iov[3] = {{l->ack, sizeof(l->ack)}, {&h, sizeof(h)}, {(void *)payload, len}};
+	int skip = l->ack_owed ? 0 : 1;
+	struct msghdr mh = {.msg_iov = iov + skip, .msg_iovlen = (size_t)((len > 0 ? 3 : 2) - skip)};
+	size_t total = (skip ? 0 : sizeof(l->ack)) + sizeof(h) + len;
 	ssize_t n;
 
 	if (len > ctl->max_payload)
 		return -FT_EINVAL;
-	if (ctl->links[i].fd < 0)
+	if (l->fd < 0)
 		return -FT_EPEERFAILED;
 	do
-		n = sendmsg(ctl->links[i].fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		n = sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 	while (n < 0 && errno == EINTR);
-	return n == (ssize_t)(sizeof(h) + len) ? 0 : -FT_EPEERFAILED;
+	if (n != (ssize_t)total)
+		return -FT_EPEERFAILED;
+	l->ack_owed = false;
+	return 0;
+}
+
+/* The hello for link i to rank `to`, sealed under the token. */
+static int hello_seal(struct ft__ctl *ctl, int i, int to, uint32_t gen, struct ctl_hello *hello)
+{
+	struct ctl_hdr h = make_hdr(ctl, FT__CTL_HELLO, gen, sizeof(*hello));
+	struct iovec iov[2] = {{&h, sizeof(h)}, {hello, offsetof(struct ctl_hello, mac)}};
+	int rc;
+
+	memset(hello, 0, sizeof(*hello));
+	snprintf(hello->job_id, sizeof(hello->job_id), "%s", ctl->job_id);
+	hello->to = to;
+	if ((rc = ft__auth_random(hello->nonce, sizeof(hello->nonce))) != 0)
+		return rc;
+	ft__auth_mac(ctl->token, HELLO_LABEL, iov, 2, hello->mac);
+	memcpy(ctl->links[i].nonce, hello->nonce, sizeof(hello->nonce));
+	ctl->links[i].await_ack = true;
+	return 0;
 }
 
 int ft__ctl_connect(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen, int timeout_ms)
 {
 	struct ft__sock_addr a;
 	struct ctl_hello hello;
-	int fd, i;
+	int fd, i, rc;
 
 	if (ft__sock_resolve(addr, &a) != 0 ||
 	    ft__sock_connect(&a, &ctl_sock_opts, ft__now_ms() + timeout_ms, &fd) != 0)
@@ -124,10 +175,10 @@ int ft__ctl_connect(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen,
 	i = link_new(ctl, fd, to, gen);
 	if (i < 0)
 		return -FT_ENOMEM;
-	memset(&hello, 0, sizeof(hello));
-	snprintf(hello.job_id, sizeof(hello.job_id), "%s", ctl->job_id);
-	snprintf(hello.token, sizeof(hello.token), "%s", ctl->token);
-	hello.to = to;
+	if ((rc = hello_seal(ctl, i, to, gen, &hello)) != 0) {
+		ft__ctl_drop(ctl, i);
+		return rc;
+	}
 	if (ft__ctl_send(ctl, i, FT__CTL_HELLO, gen, &hello, sizeof(hello)) != 0) {
 		ft__ctl_drop(ctl, i);
 		return -FT_EPEERFAILED;
@@ -146,22 +197,74 @@ void ft__ctl_accept(struct ft__ctl *ctl)
 	}
 }
 
-/* Whether a hello may open a link to this rank. */
-static bool hello_ok(const struct ft__ctl *ctl, const struct ctl_hdr *h, const unsigned char *p)
+/* Whether a hello may open a link to this rank: 0, -FT_EAUTH (another job or
+ * token, or a nonce accepted before), -FT_EPROTO (not for this rank or world). */
+static int hello_verdict(struct ft__ctl *ctl, const struct ctl_hdr *h, const struct ctl_hello *hello)
+{
+	struct iovec iov[2] = {{(void *)h, sizeof(*h)},
+			       {(void *)hello, offsetof(struct ctl_hello, mac)}};
+
+	if (!ft__auth_mac_ok(ctl->token, HELLO_LABEL, iov, 2, hello->mac) ||
+	    strncmp(hello->job_id, ctl->job_id, sizeof(hello->job_id)) != 0)
+		return -FT_EAUTH;
+	if (h->from < 0 || h->from >= ctl->world_size || h->from == ctl->rank ||
+	    hello->to != ctl->rank)
+		return -FT_EPROTO;
+	return ft__auth_seen_add(&ctl->seen, hello->nonce);
+}
+
+/* Judges the first message of a link accepted here and answers it if it is
+ * a whole hello: 0 when the link may go on, else the link is closed. */
+static int take_hello(struct ft__ctl *ctl, int i, const struct ctl_hdr *h, const unsigned char *p)
 {
 	struct ctl_hello hello;
+	struct ctl_ack ack = {0};
+	struct ctl_hdr ah;
+	int rc;
 
-	if (h->type != FT__CTL_HELLO || h->len != sizeof(hello) || h->from < 0 ||
-	    h->from >= ctl->world_size || h->from == ctl->rank)
-		return false;
-	memcpy(&hello, p, sizeof(hello));
-	if (strncmp(hello.job_id, ctl->job_id, sizeof(hello.job_id)) != 0 ||
-	    strncmp(hello.token, ctl->token, sizeof(hello.token)) != 0 || hello.to != ctl->rank) {
-		ft__warn("detector: refused a control link claiming rank %d (wrong job, token or rank)",
-			 h->from);
-		return false;
+	if (h->type != FT__CTL_HELLO || h->len != sizeof(hello)) {
+		ft__warn("detector: refused a control link that opened with message type %u",
+			 h->type);
+		ft__ctl_drop(ctl, i);
+		return -FT_EPROTO;
 	}
-	return true;
+	memcpy(&hello, p, sizeof(hello));
+	ack.status = rc = hello_verdict(ctl, h, &hello);
+	ah = make_hdr(ctl, FT__CTL_ACK, h->gen, sizeof(ack));
+	struct iovec iov[3] = {{hello.nonce, sizeof(hello.nonce)}, {&ah, sizeof(ah)},
+			       {&ack, offsetof(struct ctl_ack, mac)}};
+	ft__auth_mac(ctl->token, ACK_LABEL, iov, 3, ack.mac);
+	if (rc == 0) {
+		memcpy(ctl->links[i].ack, &ah, sizeof(ah));
+		memcpy(ctl->links[i].ack + sizeof(ah), &ack, sizeof(ack));
+		ctl->links[i].ack_owed = true;
+		return 0;
+	}
+	(void)ft__ctl_send(ctl, i, FT__CTL_ACK, h->gen, &ack, sizeof(ack));
+	ft__warn("detector: refused a control link claiming rank %d: %s", h->from,
+		 rc == -FT_EAUTH ? "wrong job or token, or a replayed hello"
+				 : "not for this rank, or from outside the world");
+	ft__ctl_drop(ctl, i);
+	return rc;
+}
+
+/* The peer's answer to our hello on link i: its status, or -FT_EAUTH when it
+ * does not prove the token, -FT_EPROTO when it is no answer. */
+static int ack_verdict(const struct ft__ctl *ctl, int i, const struct ctl_hdr *h,
+		       const unsigned char *p)
+{
+	const struct ft__ctl_link *l = &ctl->links[i];
+	struct ctl_ack ack;
+
+	if (h->type != FT__CTL_ACK || h->len != sizeof(ack))
+		return -FT_EPROTO;
+	memcpy(&ack, p, sizeof(ack));
+	struct iovec iov[3] = {{(void *)l->nonce, sizeof(l->nonce)}, {(void *)h, sizeof(*h)},
+			       {&ack, offsetof(struct ctl_ack, mac)}};
+	if (!ft__auth_mac_ok(ctl->token, ACK_LABEL, iov, 3, ack.mac))
+		return -FT_EAUTH;
+	return ack.status == 0 || ack.status == -FT_EAUTH || ack.status == -FT_EPROTO ? ack.status
+											: -FT_EPROTO;
 }
 
 int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
@@ -189,12 +292,19 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 				l->used = sizeof(h) + h.len;
 				l->last_rx_ms = ft__now_ms();
 				if (l->peer < 0) {
-					if (!hello_ok(ctl, &h, p)) {
-						ft__ctl_drop(ctl, i);
+					if (take_hello(ctl, i, &h, p) != 0)
 						return 0;
-					}
 					l->peer = h.from;
 					l->gen = h.gen;
+				} else if (l->await_ack) {
+					int rc = ack_verdict(ctl, i, &h, p);
+					if (rc != 0) {
+						ft__warn("detector: rank %d refused our control link: %s",
+							 l->peer, ft_strerror(rc));
+						return rc;
+					}
+					l->await_ack = false;
+					continue;
 				}
 				*m = (struct ft__ctl_msg){.type = h.type, .gen = h.gen, .from = h.from,
 							  .len = h.len, .payload = p};

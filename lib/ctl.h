@@ -7,17 +7,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "ftcc.h"
 #include "membership.h"
 
 /*
  * Wire format: every message is a header (magic, type, payload length,
  * sender's generation and original rank) and len payload bytes. The side
- * that connects sends a HELLO first (job id, token, the rank it wants);
- * the accepting side takes no other message from a link until a HELLO
- * passes (same job and token, addressed to this rank, from another rank of
- * the world). A message longer than the largest this world can need, or
- * with a bad magic, ends the link.
+ * that connects sends a HELLO first (job id, the rank it wants, a fresh
+ * nonce and a MAC keyed with the token over the header and all that: the
+ * token itself never travels, lib/auth.h); the accepting side takes no
+ * other message from a link until a HELLO passes (same job, a MAC that
+ * checks out under its token, a nonce it has not accepted before,
+ * addressed to this rank, from another rank of the world) and answers
+ * every whole HELLO with an ACK (a status and a MAC over the hello's nonce):
+ * a refusal at once, an acceptance in front of the next message it sends on
+ * the link (one write, as before there were ACKs: a peer that said goodbye
+ * and closed at once must not see two writes, the second failing before its
+ * goodbye is read). The connecting side does not wait for the ACK before it
+ * sends (its peer may be connecting to its own neighbour), but takes no
+ * message from the link before an ACK of status 0 whose MAC checks out. A message longer
+ * than the largest this world can need, or with a bad magic, ends the link.
  *
  * Sending is all or nothing: messages are small and the socket buffer
  * large, so a message that does not fit means the peer has not read its
@@ -29,8 +39,9 @@
  */
 
 #define FT__CTL_LINKS 16
+#define FT__CTL_ACK_BYTES 56    /* an ACK message, header included */
 
-enum ft__ctl_type { FT__CTL_HELLO = 1, FT__CTL_HB, FT__CTL_NOTICE, FT__CTL_BYE };
+enum ft__ctl_type { FT__CTL_HELLO = 1, FT__CTL_HB, FT__CTL_NOTICE, FT__CTL_BYE, FT__CTL_ACK };
 
 struct ft__ctl_msg {
 	int type;                       /* enum ft__ctl_type */
@@ -49,6 +60,10 @@ struct ft__ctl_link {
 	int64_t last_rx_ms;     /* ... of the latest whole message */
 	size_t have, used;      /* bytes in `in`; bytes of it already returned */
 	unsigned char *in;
+	bool await_ack;         /* connected here: the peer has not proved the token yet */
+	uint8_t nonce[FT__AUTH_NONCE];  /* connected here: our hello's */
+	bool ack_owed;          /* accepted here: ack goes out with the next message */
+	uint8_t ack[FT__CTL_ACK_BYTES];
 };
 
 struct ft__ctl {
@@ -59,6 +74,7 @@ struct ft__ctl {
 	size_t msg_cap;                 /* largest message, header included */
 	size_t max_payload;             /* largest payload (at most UINT16_MAX) */
 	struct ft__ctl_link links[FT__CTL_LINKS];
+	struct ft__auth_seen seen;      /* nonces of the hellos accepted */
 };
 
 struct ft__ctl_params {
@@ -91,9 +107,11 @@ int ft__ctl_send(struct ft__ctl *ctl, int i, enum ft__ctl_type type, uint32_t ge
  * The next whole message of link i: 1 and *m, 0 when none is buffered (or
  * the link was refused and closed here: its fd is then -1), or an error
  * that ends the link, which the caller closes: -FT_EPEERFAILED (closed by
- * the peer), -FT_EIO (socket error), -FT_EPROTO (malformed message). A
- * HELLO that passes identifies the link and is returned for the owner to
- * decide; a HELLO that fails is logged and its link closed.
+ * the peer), -FT_EIO (socket error), -FT_EPROTO (malformed message), or on
+ * a link connected here, the peer's refusal or -FT_EAUTH when its ACK does
+ * not prove the token. A HELLO that passes identifies the link, is
+ * answered and is returned for the owner to decide; a HELLO that fails is
+ * answered, logged and its link closed. ACKs are never returned.
  */
 int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m);
 /* Closes link i (no goodbye). */

@@ -488,6 +488,7 @@ static void read_link(struct ft__det *d, int i)
 	if (rc < 0)
 		link_lost(d, i, rc == -FT_EPEERFAILED ? "its control link closed"
 				: rc == -FT_EPROTO    ? "it sent a malformed control message"
+				: rc == -FT_EAUTH     ? "it refused our token or could not prove it"
 						      : "its control link failed");
 }
 

@@ -1,6 +1,7 @@
 /* test_detect.c: the failure detector over real sockets: the failed set, notices both ways, exclusion, hostile peers and views. */
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -44,6 +45,7 @@ struct world {
 	uint64_t nonce;
 	int heartbeat_ms, timeout_ms;
 	int rcvbuf;                     /* nonzero: RIGHT's socket receive buffer */
+	const char *right_token;        /* non-NULL: RIGHT holds this token, not TOKEN */
 };
 
 static struct world w;
@@ -83,9 +85,11 @@ int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
 static void open_world(int heartbeat_ms, int timeout_ms)
 {
 	struct ft__view v = {0};
+	const char *right_token = w.right_token;
 	int all[W];
 
 	memset(&w, 0, sizeof(w));
+	w.right_token = right_token;
 	w.heartbeat_ms = heartbeat_ms;
 	w.timeout_ms = timeout_ms;
 	snprintf(w.root, sizeof(w.root), "%s/ftcc-det-XXXXXX",
@@ -99,7 +103,9 @@ static void open_world(int heartbeat_ms, int timeout_ms)
 	}
 	for (int r = LEFT; r <= RIGHT; r += RIGHT - LEFT) {
 		struct ft__ctl_params cp = {.rank = r, .world_size = W, .job_id = JOB,
-					    .token = TOKEN, .bind_host = "127.0.0.1"};
+					    .token = r == RIGHT && w.right_token != NULL ? w.right_token
+											 : TOKEN,
+					    .bind_host = "127.0.0.1"};
 		cr_assert_eq(ft__ctl_open(&w.ctl[r], &cp), 0);
 	}
 	struct ft__det_params dp = {
@@ -396,8 +402,10 @@ Test(detect, garbage_declares_its_sender, .timeout = 60)
 }
 
 /* Connects to the detector as `from` (a world of `world`, with token) and
- * expects the link to be refused; the detector goes on unharmed. */
-static void expect_refused(int from, int world, const char *token, int to, const char *what)
+ * expects the link to be refused with want (the detector's answer as the
+ * connector reads it); the detector goes on unharmed. */
+static void expect_refused(int from, int world, const char *token, int to, int want,
+			   const char *what)
 {
 	struct ft__ctl c;
 	struct ft__ctl_params cp = {.rank = from, .world_size = world, .job_id = JOB,
@@ -416,9 +424,132 @@ static void expect_refused(int from, int world, const char *token, int to, const
 		(void)poll(&p, 1, 10);
 		rc = ft__ctl_next(&c, i, &m);
 	} while ((rc == 0 || (rc == 1 && m.type == FT__CTL_HB)) && ft__now_ms() < end);
-	cr_expect_eq(rc, -FT_EPEERFAILED, "%s: the detector kept the link (%s)", what,
-		     ft_err_name(rc));
+	cr_expect_eq(rc, want, "%s: got %s, want %s", what, ft_err_name(rc), ft_err_name(want));
 	ft__ctl_close(&c);
+}
+
+/* Reads exactly n bytes of fd within WAIT_MS: 0, or -1 (end, error, deadline). */
+static int read_all(int fd, void *buf, size_t n)
+{
+	int64_t end = ft__now_ms() + WAIT_MS;
+	size_t got = 0;
+
+	while (got < n) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (ft__now_ms() >= end || poll(&p, 1, 10) < 0)
+			return -1;
+		ssize_t r = recv(fd, (char *)buf + got, n - got, MSG_DONTWAIT);
+		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+			return -1;
+		if (r > 0)
+			got += (size_t)r;
+	}
+	return 0;
+}
+
+/* One whole control message of fd (header of 16 bytes, then its length); its size. */
+static size_t read_msg(int fd, unsigned char *buf, size_t cap)
+{
+	uint16_t len;
+
+	cr_assert_eq(read_all(fd, buf, 16), 0, "no message header");
+	memcpy(&len, buf + 6, sizeof(len));
+	cr_assert_leq(16u + len, cap);
+	cr_assert_eq(read_all(fd, buf + 16, len), 0, "no message body");
+	return 16u + len;
+}
+
+static int dial(const char *addr)
+{
+	char host[64];
+	const char *colon = strrchr(addr, ':');
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	cr_assert_not_null(colon);
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
+	cr_assert_eq(inet_pton(AF_INET, host, &sa.sin_addr), 1);
+	sa.sin_port = htons((uint16_t)atoi(colon + 1));
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* The detector's answer to a hello written on a fresh connection: its status. */
+static int32_t answer_to(const unsigned char *hello, size_t len)
+{
+	unsigned char ack[256];
+	int32_t status;
+	uint16_t type;
+	int fd = dial(ft__det_addr(w.d));
+
+	cr_assert_eq(write(fd, hello, len), (ssize_t)len);
+	read_msg(fd, ack, sizeof(ack));
+	memcpy(&type, ack + 4, sizeof(type));
+	cr_expect_eq(type, FT__CTL_ACK);
+	memcpy(&status, ack + 16, sizeof(status));
+	close(fd);
+	return status;
+}
+
+/*
+ * A control hello seen on the wire (rank 4's, addressed to the detector) is
+ * sent again by someone without the token: the first copy opens a link,
+ * the second is refused, though its MAC is good.
+ */
+Test(detect, replayed_hello_refused, .timeout = 60)
+{
+	struct ft__ctl c;
+	struct ft__ctl_params cp = {.rank = 4, .world_size = W, .job_id = JOB, .token = TOKEN,
+				    .bind_host = "127.0.0.1"};
+	unsigned char hello[512];
+	size_t len;
+	int fd;
+
+	start_world(50, 30000);
+	/* capture: rank 4 dials its own listener, which the test reads raw */
+	cr_assert_eq(ft__ctl_open(&c, &cp), 0);
+	cr_assert_geq(ft__ctl_connect(&c, c.addr, ME, 0, WAIT_MS), 0);
+	fd = accept(c.listen_fd, NULL, NULL);
+	cr_assert_geq(fd, 0);
+	len = read_msg(fd, hello, sizeof(hello));
+	cr_expect_null(memmem(hello, len, TOKEN, strlen(TOKEN)), "the token is in the hello");
+	close(fd);
+	ft__ctl_close(&c);
+
+	cr_expect_eq(answer_to(hello, len), 0, "the first copy");
+	cr_expect_eq(answer_to(hello, len), -FT_EAUTH, "the copy sent again");
+	cr_expect(!ft__det_failed(w.d, 4));
+	close_world();
+}
+
+/* The detector's right neighbour holds another token: it refuses the
+ * detector's hello, whose answer cannot prove the detector's token, and the
+ * detector declares it failed (its control link refused our token). */
+Test(detect, neighbour_with_another_token, .timeout = 60)
+{
+	const int all[W] = {0, 1, 2, 3, 4};
+	int64_t end;
+
+	w.right_token = "another-token";
+	open_world(50, 30000);
+	w.right_token = NULL;
+	cr_assert_eq(ft__det_start(w.d, 0, all, W), 0);
+	end = ft__now_ms() + WAIT_MS;
+	while (!ft__det_failed(w.d, RIGHT) && ft__now_ms() < end) {
+		struct ft__ctl *c = &w.ctl[RIGHT];
+		struct pollfd p = {.fd = c->listen_fd, .events = POLLIN};
+		struct ft__ctl_msg m;
+		(void)poll(&p, 1, 10);
+		ft__ctl_accept(c);
+		for (int i = 0; i < FT__CTL_LINKS; i++) {
+			if (c->links[i].fd < 0)
+				continue;
+			cr_assert_leq(ft__ctl_next(c, i, &m), 0, "RIGHT took the detector's hello");
+			cr_assert_lt(c->links[i].peer, 0);
+		}
+	}
+	cr_expect(ft__det_failed(w.d, RIGHT), "the detector kept a neighbour without the token");
+	close_world();
 }
 
 Test(detect, bad_hellos_refused, .timeout = 60)
@@ -426,10 +557,12 @@ Test(detect, bad_hellos_refused, .timeout = 60)
 	const int32_t zero[] = {0};
 
 	start_world(50, 30000);
-	expect_refused(0, W, "wrong-token", ME, "wrong token");
-	expect_refused(0, W, TOKEN, RIGHT, "addressed to another rank");
-	expect_refused(ME, W, TOKEN, ME, "claiming the detector's own rank");
-	expect_refused(7, 8, TOKEN, ME, "from a rank outside the world");
+	/* its answer cannot prove our (wrong) token: EAUTH for both */
+	expect_refused(0, W, "wrong-token", ME, -FT_EAUTH, "wrong token");
+	expect_refused(0, W, "", ME, -FT_EAUTH, "the empty token");
+	expect_refused(0, W, TOKEN, RIGHT, -FT_EPROTO, "addressed to another rank");
+	expect_refused(ME, W, TOKEN, ME, -FT_EPROTO, "claiming the detector's own rank");
+	expect_refused(7, 8, TOKEN, ME, -FT_EPROTO, "from a rank outside the world");
 	cr_expect(!ft__det_failed(w.d, 0));
 	cr_expect(!ft__det_failed(w.d, 7));
 	send_notice(LEFT, zero, 1);
