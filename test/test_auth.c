@@ -234,3 +234,315 @@ Test(auth, seen_refuses_a_replay, .timeout = 20)
 	cr_expect_eq(ft__auth_seen_add(&s, n[0]), 0, "the oldest was forgotten");
 	cr_expect_eq(ft__auth_seen_add(&s, n[FT__AUTH_SEEN]), -FT_EAUTH);
 }
+
+/* ---------------------------------------------------------------------- */
+/* Part two: the token never crosses a socket */
+
+/*
+ * Real jobs (ftcc-run and examples/allreduce_check, built by make) run under
+ * strace, which records every byte the launcher and the ranks write to any
+ * file descriptor (write, send*, writev, pwrite*), in hexadecimal (-xx). The
+ * token must appear nowhere, neither as its bytes nor as hex text; the job
+ * id, which every hello carries in clear, must appear (else the trace saw
+ * no handshake and proves nothing). The shrink policy opens control links
+ * too. Skipped, and said so, without strace or where ptrace is refused.
+ */
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define JOB_DEADLINE_S 150
+
+extern char **environ;
+
+static const char *build_dir(void)
+{
+	const char *dir = getenv("FTCC_BUILD_DIR");
+
+	return dir != NULL && *dir != '\0' ? dir : "build";
+}
+
+/* Runs argv with the environment minus FTCC_* plus env (NAME=VALUE, NULL
+ * ended), stdout and stderr into out; its exit status, or -1 at the deadline. */
+static int run(char *const *argv, const char *const *env, const char *out)
+{
+	pid_t pid = fork();
+	int st;
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+			_exit(126);
+		setpgid(0, 0);
+		for (size_t i = 0; environ[i] != NULL;) {
+			char name[256];
+			const char *eq = strchr(environ[i], '=');
+			if (strncmp(environ[i], "FTCC_", 5) != 0 || eq == NULL ||
+			    (size_t)(eq - environ[i]) >= sizeof(name)) {
+				i++;
+				continue;
+			}
+			snprintf(name, sizeof(name), "%.*s", (int)(eq - environ[i]), environ[i]);
+			unsetenv(name);
+		}
+		for (const char *const *e = env; *e != NULL; e++)
+			putenv((char *)*e);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	for (long waited = 0; waited < JOB_DEADLINE_S * 100L; waited++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		struct timespec ts = {0, 10000000L};
+		nanosleep(&ts, NULL);
+	}
+	kill(-pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return -1;
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf;
+	long n;
+
+	cr_assert_not_null(f, "cannot open %s", path);
+	cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+	n = ftell(f);
+	cr_assert_geq(n, 0);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	cr_assert_not_null(buf);
+	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+/* s as strace -xx prints it: every byte \xHH. */
+static char *escaped(const char *s)
+{
+	size_t n = strlen(s);
+	char *out = malloc(4 * n + 1);
+
+	cr_assert_not_null(out);
+	for (size_t i = 0; i < n; i++)
+		snprintf(out + 4 * i, 5, "\\x%02x", (unsigned char)s[i]);
+	out[4 * n] = '\0';
+	return out;
+}
+
+/* s's bytes as hex text, in lower or upper case. */
+static char *hex_text(const char *s, bool upper)
+{
+	const char *digits = upper ? "0123456789ABCDEF" : "0123456789abcdef";
+	size_t n = strlen(s);
+	char *out = malloc(2 * n + 1);
+
+	cr_assert_not_null(out);
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[(unsigned char)s[i] >> 4];
+		out[2 * i + 1] = digits[(unsigned char)s[i] & 15];
+	}
+	out[2 * n] = '\0';
+	return out;
+}
+
+/* Neither the token nor its hex text, raw or as strace prints them. */
+static void expect_absent(const char *trace, const char *token, const char *what)
+{
+	char *forms[6] = {strdup(token), escaped(token), hex_text(token, false),
+			  hex_text(token, true)};
+
+	forms[4] = escaped(forms[2]);
+	forms[5] = escaped(forms[3]);
+	for (int i = 0; i < 6; i++) {
+		cr_assert_not_null(forms[i]);
+		cr_expect_null(strstr(trace, forms[i]), "%s: the token (form %d) was written: %s",
+			       what, i, forms[i]);
+		free(forms[i]);
+	}
+}
+
+static void skip_without_strace(void)
+{
+	char *argv[] = {"strace", "-f", "-qq", "-o", "/dev/null", "true", NULL};
+	const char *none[] = {NULL};
+	char out[] = "/tmp/ftcc-auth-strace-XXXXXX";
+	int fd = mkstemp(out), rc;
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	rc = run(argv, none, out);
+	unlink(out);
+	if (rc != 0) {
+		fprintf(stderr, "SKIPPED: strace is missing or cannot trace here (status %d); "
+				"install it (scripts/deps.sh)\n", rc);
+		cr_skip_test("strace is missing or cannot trace here");
+	}
+}
+
+static void skip_without_fabric(const char *prov)
+{
+	char cmd[128];
+
+	if (ft_transport_lookup("fabric") == NULL) {
+		fprintf(stderr, "SKIPPED: this build has no libfabric transport\n");
+		cr_skip_test("no libfabric transport in this build");
+	}
+	snprintf(cmd, sizeof(cmd), "fi_info -p '%s' >/dev/null 2>&1", prov);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "SKIPPED: libfabric provider '%s' is not available\n", prov);
+		cr_skip_test("libfabric provider %s is not available", prov);
+	}
+}
+
+struct traced {
+	char dir[128];
+	char *trace, *out;
+	int status;
+};
+
+/*
+ * A job of n ranks of allreduce_check under strace. transport: "tcp" or a
+ * libfabric provider; policy: FTCC_POLICY; wrong: NULL, or the token rank 1
+ * holds instead of token (through a wrapper script).
+ */
+static void traced_job(struct traced *t, const char *transport, const char *policy, int n,
+		       const char *token, const char *wrong)
+{
+	static char env[8][256];
+	const char *envp[9];
+	char ftrun[512], check[512], trace[256], out[256], wrap[256], nstr[8];
+	const char *b = build_dir();
+	int k = 0;
+
+	skip_without_strace();
+	snprintf(ftrun, sizeof(ftrun), "%s/ftcc-run", b);
+	snprintf(check, sizeof(check), "%s/examples/allreduce_check", b);
+	cr_assert_eq(access(ftrun, X_OK), 0, "%s is not built (make all)", ftrun);
+	cr_assert_eq(access(check, X_OK), 0, "%s is not built (make all)", check);
+	snprintf(t->dir, sizeof(t->dir), "%s/ftcc-auth-XXXXXX",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	cr_assert_not_null(mkdtemp(t->dir));
+	snprintf(trace, sizeof(trace), "%s/trace", t->dir);
+	snprintf(out, sizeof(out), "%s/out", t->dir);
+	snprintf(wrap, sizeof(wrap), "%s/wrong-token-for-rank-1.sh", t->dir);
+	snprintf(nstr, sizeof(nstr), "%d", n);
+
+	snprintf(env[k++], sizeof(env[0]), "FTCC_TOKEN=%s", token);
+	snprintf(env[k++], sizeof(env[0]), "FTCC_JOB_ID=auth-wire-%d-%s-%s", (int)getpid(),
+		 strcmp(transport, "tcp") == 0 ? "tcp" : "fabric", policy);
+	snprintf(env[k++], sizeof(env[0]), "FTCC_POLICY=%s", policy);
+	snprintf(env[k++], sizeof(env[0]), "FTCC_TRANSPORT=%s",
+		 strcmp(transport, "tcp") == 0 ? "tcp" : "fabric");
+	if (strcmp(transport, "tcp") != 0)
+		snprintf(env[k++], sizeof(env[0]), "FI_PROVIDER=%s", transport);
+	snprintf(env[k++], sizeof(env[0]), "FTCC_CONNECT_TIMEOUT_MS=%d",
+		 wrong != NULL ? 3000 : 30000);
+	if (wrong != NULL) {
+		FILE *f = fopen(wrap, "w");
+		cr_assert_not_null(f);
+		fprintf(f, "#!/bin/sh\nif [ \"$FTCC_RANK\" = 1 ]; then FTCC_TOKEN=\"$AUTH_WRONG\"; "
+			   "export FTCC_TOKEN; fi\nexec \"$@\"\n");
+		fclose(f);
+		cr_assert_eq(chmod(wrap, 0700), 0);
+		snprintf(env[k++], sizeof(env[0]), "AUTH_WRONG=%s", wrong);
+	}
+	for (int i = 0; i < k; i++)
+		envp[i] = env[i];
+	envp[k] = NULL;
+
+	char *argv[20] = {"strace", "-f", "-qq", "-e",
+			  "trace=write,sendto,sendmsg,sendmmsg,writev,pwrite64,pwritev,pwritev2",
+			  "-s", "1000000", "-xx", "-o", trace, ftrun, "-n", nstr};
+	int a = 13;
+	if (wrong != NULL)
+		argv[a++] = wrap;
+	argv[a++] = check;
+	argv[a++] = "1024";
+	argv[a++] = "3";
+	argv[a] = NULL;
+	t->status = run(argv, envp, out);
+	cr_assert_neq(t->status, -1, "the job did not end within %d s", JOB_DEADLINE_S);
+	t->trace = slurp(trace);
+	t->out = slurp(out);
+	/* the hellos went out, and the trace saw them */
+	char *job = escaped(env[1] + strlen("FTCC_JOB_ID="));
+	cr_expect_not_null(strstr(t->trace, job), "no hello in the trace; output:\n%s", t->out);
+	free(job);
+	expect_absent(t->trace, token, "the job's token");
+	if (wrong != NULL)
+		expect_absent(t->trace, wrong, "rank 1's wrong token");
+}
+
+static void traced_done(struct traced *t)
+{
+	char cmd[200];
+
+	free(t->trace);
+	free(t->out);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", t->dir);
+}
+
+#define SECRET "ftcc-secret-\x01\xfe-Zq7w"
+
+static void good_job(const char *transport)
+{
+	struct traced t;
+
+	traced_job(&t, transport, "shrink", 3, SECRET, NULL);
+	cr_expect_eq(t.status, 0, "the job failed:\n%s", t.out);
+	cr_expect_not_null(strstr(t.out, "correct"), "output:\n%s", t.out);
+	traced_done(&t);
+}
+
+/* Rank 1 holds another token: under abort, ft_init fails with FT_EAUTH on
+ * both ends of each link; under shrink the others go on without rank 1. */
+static void wrong_token_job(const char *transport, const char *policy)
+{
+	struct traced t;
+	char want[160];
+
+	traced_job(&t, transport, policy, strcmp(policy, "abort") == 0 ? 2 : 3, SECRET,
+		   "not-the-" SECRET);
+	cr_expect_neq(t.status, 0, "the job passed with a wrong token:\n%s", t.out);
+	for (int r = 0; r < 2 && strcmp(policy, "abort") == 0; r++) {
+		snprintf(want, sizeof(want), "[%d] ft_init: %s", r, ft_strerror(-FT_EAUTH));
+		cr_expect_not_null(strstr(t.out, want), "no '%s' in:\n%s", want, t.out);
+	}
+	traced_done(&t);
+}
+
+TestSuite(token_on_wire, .timeout = 2 * JOB_DEADLINE_S);
+
+Test(token_on_wire, tcp)
+{
+	good_job("tcp");
+}
+
+Test(token_on_wire, fabric_rxm)
+{
+	skip_without_fabric("tcp;ofi_rxm");
+	good_job("tcp;ofi_rxm");
+}
+
+Test(token_on_wire, wrong_token_tcp)
+{
+	wrong_token_job("tcp", "abort");
+	wrong_token_job("tcp", "shrink");
+}
+
+Test(token_on_wire, wrong_token_fabric_rxm)
+{
+	skip_without_fabric("tcp;ofi_rxm");
+	wrong_token_job("tcp;ofi_rxm", "abort");
+}
