@@ -306,6 +306,7 @@ static int comm_join(struct ft_comm *c)
 	int *cand, rc;
 
 	memset(&me, 0, sizeof(me));
+	ft__config_data_link_timeouts(&c->cfg, &params.keepalive_ms, &params.user_timeout_ms);
 	rc = ft__mb_open(&c->mb, &mp);
 	if (rc != 0)
 		return rc;

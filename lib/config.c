@@ -457,3 +457,26 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e)
 	e->shm_cma = cma < 0 ? -1 : !cma;
 	return 0;
 }
+
+/*
+ * With a detector (shrink, rejoin) its heartbeats find a vanished host
+ * within detect_timeout_ms whatever the data links do, and the survivors
+ * then close their links. So the data links only get keepalive at that
+ * pace (answered by the peer's kernel: a live rank never fails it) and no
+ * user timeout, which would fail a live rank that is merely late to read
+ * (a checkpoint, a slow step): its window stays closed meanwhile.
+ * Without one (abort) the kernel is the only detector: both follow the
+ * longest the library waits for a silent peer anyway, op_timeout_ms, or
+ * connect_timeout_ms when collectives never time out.
+ */
+void ft__config_data_link_timeouts(const struct ft_config *cfg, int *keepalive_ms,
+				   int *user_timeout_ms)
+{
+	if (cfg->policy != FT_POLICY_ABORT) {
+		*keepalive_ms = cfg->detect_timeout_ms;
+		*user_timeout_ms = 0;
+		return;
+	}
+	*keepalive_ms = cfg->op_timeout_ms > 0 ? cfg->op_timeout_ms : cfg->connect_timeout_ms;
+	*user_timeout_ms = *keepalive_ms;
+}

@@ -48,8 +48,6 @@ _Static_assert(sizeof(struct ctl_hdr) + sizeof(struct ctl_ack) == FT__CTL_ACK_BY
 #define HELLO_LABEL "ftcc/2 control hello"
 #define ACK_LABEL "ftcc/2 control ack"
 
-/* Control links need no keepalive (heartbeats do that) nor large buffers. */
-static const struct ft__sock_opts ctl_sock_opts = {.keepalive = false, .buffer = 0};
 
 int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 {
@@ -63,6 +61,11 @@ int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 	ctl->world_size = p->world_size;
 	snprintf(ctl->job_id, sizeof(ctl->job_id), "%s", p->job_id);
 	snprintf(ctl->token, sizeof(ctl->token), "%s", p->token);
+	/* Heartbeats keep these links busy and the detector reads them at
+	 * once, so data unacknowledged or a closed window for dead_ms means
+	 * what heartbeat silence means; no large buffers. */
+	ctl->sock_opts = (struct ft__sock_opts){.keepalive_ms = p->dead_ms,
+						.user_timeout_ms = p->dead_ms};
 	ctl->msg_cap = sizeof(struct ctl_hdr) + sizeof(struct ctl_hello) +
 		       (size_t)p->world_size * sizeof(int32_t);
 	if (ctl->msg_cap > sizeof(struct ctl_hdr) + UINT16_MAX)
@@ -170,7 +173,7 @@ int ft__ctl_connect(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen,
 	int fd, i, rc;
 
 	if (ft__sock_resolve(addr, &a) != 0 ||
-	    ft__sock_connect(&a, &ctl_sock_opts, ft__now_ms() + timeout_ms, &fd) != 0)
+	    ft__sock_connect(&a, &ctl->sock_opts, ft__now_ms() + timeout_ms, &fd) != 0)
 		return -FT_EPEERFAILED;
 	i = link_new(ctl, fd, to, gen);
 	if (i < 0)
@@ -192,7 +195,7 @@ void ft__ctl_accept(struct ft__ctl *ctl)
 		int fd = accept4(ctl->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
-		ft__sock_tune(fd, &ctl_sock_opts);
+		ft__sock_tune(fd, &ctl->sock_opts);
 		link_new(ctl, fd, -1, 0);
 	}
 }

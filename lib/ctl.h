@@ -10,6 +10,7 @@
 #include "auth.h"
 #include "ftcc.h"
 #include "membership.h"
+#include "sock.h"
 
 /*
  * Wire format: every message is a header (magic, type, payload length,
@@ -75,6 +76,7 @@ struct ft__ctl {
 	size_t max_payload;             /* largest payload (at most UINT16_MAX) */
 	struct ft__ctl_link links[FT__CTL_LINKS];
 	struct ft__auth_seen seen;      /* nonces of the hellos accepted */
+	struct ft__sock_opts sock_opts;
 };
 
 struct ft__ctl_params {
@@ -83,6 +85,7 @@ struct ft__ctl_params {
 	const char *job_id;
 	const char *token;
 	const char *bind_host;  /* "" or NULL: 127.0.0.1 */
+	int dead_ms;            /* the links' keepalive and TCP_USER_TIMEOUT (sock.h); 0: none */
 };
 
 /* Listens for control links. ft__ctl_close is safe after a failure. */

@@ -641,7 +641,7 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	struct ft__det *d = calloc(1, sizeof(*d));
 	struct ft__ctl_params cp = {.rank = p->rank, .world_size = p->world_size,
 				    .job_id = p->job_id, .token = p->token,
-				    .bind_host = p->bind_host};
+				    .bind_host = p->bind_host, .dead_ms = p->detect_timeout_ms};
 	pthread_condattr_t ca;
 	int rc;
 

@@ -109,22 +109,42 @@ int ft__sock_resolve(const char *addr, struct ft__sock_addr *out)
 	return 0;
 }
 
+#define KEEPALIVE_MAX_S 65532 /* idle = total - 3 * (total / 6) stays within the kernel's 32767 */
+
+void ft__sock_keepalive_for(int dead_ms, struct ft__sock_keepalive *k)
+{
+	int total = dead_ms / 1000 + (dead_ms % 1000 != 0);
+
+	if (total < 2)
+		total = 2;
+	if (total > KEEPALIVE_MAX_S)
+		total = KEEPALIVE_MAX_S;
+	k->cnt = total >= 4 ? 3 : total - 1;
+	k->intvl_s = total / (2 * k->cnt) > 1 ? total / (2 * k->cnt) : 1;
+	k->idle_s = total - k->cnt * k->intvl_s;
+}
+
 void ft__sock_tune(int fd, const struct ft__sock_opts *opts)
 {
 	int one = 1;
 
 	/* Every option here is an optimisation or an earlier notice of a dead
-	 * peer; a kernel that refuses one still carries the data correctly. */
+	 * peer; a kernel that refuses one still carries the data correctly. With
+	 * a user timeout the kernel ends an idle link once that much time has
+	 * passed and a probe went unanswered, so the two agree (callers give
+	 * both or keepalive alone). */
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (opts->keepalive) {
-		int idle = 5, intvl = 1, cnt = 5;
-		unsigned int user_timeout = 10000;
+	if (opts->keepalive_ms > 0) {
+		struct ft__sock_keepalive k;
+		ft__sock_keepalive_for(opts->keepalive_ms, &k);
 		(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout,
-				 sizeof(user_timeout));
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &k.idle_s, sizeof(k.idle_s));
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &k.intvl_s, sizeof(k.intvl_s));
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &k.cnt, sizeof(k.cnt));
+	}
+	if (opts->user_timeout_ms > 0) {
+		unsigned int ut = (unsigned int)opts->user_timeout_ms;
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
 	}
 	if (opts->buffer > 0) {
 		int bytes = opts->buffer > INT_MAX ? INT_MAX : (int)opts->buffer;

@@ -20,11 +20,43 @@ struct ft__sock_addr {
 	socklen_t len;
 };
 
-/* Options set on a connected socket (TCP_NODELAY always). */
+/*
+ * Options set on a connected socket (TCP_NODELAY always). A peer whose host
+ * vanishes without a FIN or RST is found by the kernel only through these
+ * two (else after about 15 minutes of retransmissions, or never on an idle
+ * link), which is why they follow the configured timeouts (config.c,
+ * ft__config_data_link_timeouts, and ctl.c).
+ */
 struct ft__sock_opts {
-	bool keepalive;         /* keepalive probes and TCP_USER_TIMEOUT: dead hosts are noticed */
+	/* Keepalive: an idle link (nothing in flight) whose peer's kernel stops
+	 * answering probes fails about this long after the peer's last word. A
+	 * live peer's kernel answers them whatever its process does, so this can
+	 * be short. 0: no keepalive. */
+	int keepalive_ms;
+	/* TCP_USER_TIMEOUT: data left unacknowledged this long fails the link,
+	 * and so does a window the peer keeps closed this long, its zero-window
+	 * probes answered or not (recent kernels; measured on 6.18): a live peer
+	 * that does not read for that long loses the link. 0: the kernel's
+	 * default. */
+	int user_timeout_ms;
 	size_t buffer;          /* SO_SNDBUF and SO_RCVBUF; 0: the kernel's autotuning */
 };
+
+/* Keepalive in the kernel's units (whole seconds; a count of probes). */
+struct ft__sock_keepalive {
+	int idle_s;             /* TCP_KEEPIDLE: silence before the first probe */
+	int intvl_s;            /* TCP_KEEPINTVL: between probes */
+	int cnt;                /* TCP_KEEPCNT: unanswered probes that fail the link */
+};
+
+/*
+ * Probes that give up on a silent peer idle_s + cnt * intvl_s seconds after
+ * its last word: dead_ms rounded up to whole seconds, at least 2 s (the
+ * shortest idle and interval are 1 s each) and at most 65532 s (18 h: the
+ * kernel takes no longer idle time). Up to 3 probes, spread over the second
+ * half of that time, so one lost probe fails nothing.
+ */
+void ft__sock_keepalive_for(int dead_ms, struct ft__sock_keepalive *k);
 
 /*
  * Listens on bind_host (NULL or "": 127.0.0.1) at a port the kernel picks

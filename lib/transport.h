@@ -177,6 +177,11 @@ struct ft_tp_params {
 	const char *token;
 	size_t max_payload;     /* largest frame payload the engine will post (0: not known yet) */
 	int log_level;
+	/* Sockets the transport makes itself (tcp; libfabric's providers keep
+	 * their own): keepalive and TCP_USER_TIMEOUT, 0 the kernel's (sock.h,
+	 * ft__config_data_link_timeouts). */
+	int keepalive_ms;
+	int user_timeout_ms;
 	/* Optional: a blocking accept returns -FT_EABORTED within about 20 ms
 	 * once interrupted(interrupt_arg) is true (a failure is being handled). */
 	bool (*interrupted)(void *arg);

@@ -1167,3 +1167,28 @@ Test(config, transport_knobs, .timeout = 20)
 	cr_expect_eq(e.local_ranks, 3, "Open MPI's local size first");
 	unsetenv("MPI_LOCALNRANKS");
 }
+
+/* The data links' keepalive and user timeout follow the configured timeouts. */
+Test(config, data_link_timeouts, .timeout = 20)
+{
+	struct ft_config cfg = FT_CONFIG_INIT;
+	int ka = -1, ut = -1;
+
+	/* abort: the kernel is the detector; collectives never time out by default */
+	cfg.connect_timeout_ms = 30000;
+	ft__config_data_link_timeouts(&cfg, &ka, &ut);
+	cr_expect_eq(ka, 30000);
+	cr_expect_eq(ut, 30000);
+	cfg.op_timeout_ms = 5000;
+	ft__config_data_link_timeouts(&cfg, &ka, &ut);
+	cr_expect_eq(ka, 5000, "the op timeout when set");
+	cr_expect_eq(ut, 5000);
+	/* shrink and rejoin: keepalive at the detector's pace, no user timeout */
+	for (int p = FT_POLICY_SHRINK; p <= FT_POLICY_REJOIN; p++) {
+		cfg.policy = (enum ft_policy)p;
+		cfg.detect_timeout_ms = 1500;
+		ft__config_data_link_timeouts(&cfg, &ka, &ut);
+		cr_expect_eq(ka, 1500, "policy %d", p);
+		cr_expect_eq(ut, 0, "policy %d: a late reader must not lose its links", p);
+	}
+}

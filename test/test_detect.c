@@ -2,6 +2,8 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -588,6 +590,24 @@ static int peer_fd(int fd)
 	}
 	cr_assert_fail("no socket of this process is the other end of fd %d", fd);
 	return -1;
+}
+
+/* The detector's control links, connected and accepted, give up on a silent
+ * peer at its detection timeout (sock.h: keepalive and TCP_USER_TIMEOUT). */
+Test(detect, links_follow_the_detect_timeout, .timeout = 60)
+{
+	start_world(50, 7000);
+	for (int r = LEFT; r <= RIGHT; r += RIGHT - LEFT) {
+		int fd = peer_fd(w.ctl[r].links[w.link[r]].fd), v = -1;
+		socklen_t l = sizeof(v);
+		cr_assert_eq(getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, &l), 0);
+		cr_expect_eq(v, 7000, "link with rank %d: user timeout %d", r, v);
+		cr_assert_eq(getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &v, &l), 0);
+		cr_expect_eq(v, 1, "link with rank %d: no keepalive", r);
+		cr_assert_eq(getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &v, &l), 0);
+		cr_expect_eq(v, 4, "link with rank %d: keepalive idle %d s", r, v);
+	}
+	close_world();
 }
 
 /*

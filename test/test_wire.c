@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 
 #include "config.h"
 #include "crc32c.h"
+#include "sock.h"
 #include "ftcc.h"
 #include "transport.h"
 #include "internal.h"
@@ -395,6 +397,9 @@ static const struct ft_transport_ops *tcp_ops(void)
 	return ops;
 }
 
+/* The keepalive and user timeout transports are opened with (ms; 0: none). */
+static int tp_keepalive_ms, tp_user_timeout_ms;
+
 static struct ft_transport *tp_open_keyed(int rank, const char *token)
 {
 	/* the knobs a test sets (FTCC_TCP_BUFFER) reach the transport as in the
@@ -408,6 +413,8 @@ static struct ft_transport *tp_open_keyed(int rank, const char *token)
 		.token = token,
 		.max_payload = 4u << 20,
 		.log_level = 0,
+		.keepalive_ms = tp_keepalive_ms,
+		.user_timeout_ms = tp_user_timeout_ms,
 		.env = &env,
 	};
 	struct ft_transport *tp = NULL;
@@ -1492,6 +1499,75 @@ Test(tcp, replayed_hello_refused, .timeout = 20)
 	close(again);
 	close(first);
 	tcp_ops()->close(rx);
+}
+
+/* The other end of fd, a socket of this process (same addresses, crossed). */
+static int peer_fd(int fd)
+{
+	struct sockaddr_storage a, b, c, d;
+	socklen_t la = sizeof(a), lb = sizeof(b);
+
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &la), 0);
+	cr_assert_eq(getpeername(fd, (struct sockaddr *)&b, &lb), 0);
+	for (int cand = 3; cand < 4096; cand++) {
+		socklen_t lc = sizeof(c), ld = sizeof(d);
+		if (cand == fd || getsockname(cand, (struct sockaddr *)&c, &lc) != 0 ||
+		    getpeername(cand, (struct sockaddr *)&d, &ld) != 0)
+			continue;
+		if (lc == lb && ld == la && memcmp(&c, &b, lc) == 0 && memcmp(&d, &a, ld) == 0)
+			return cand;
+	}
+	cr_assert_fail("no socket of this process is the other end of fd %d", fd);
+	return -1;
+}
+
+static void expect_liveness(int fd, int keepalive, int idle, int user_timeout, const char *what)
+{
+	int v;
+	socklen_t l = sizeof(v);
+
+	cr_assert_eq(getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &v, &l), 0);
+	cr_expect_eq(v, keepalive, "%s: keepalive %d", what, v);
+	cr_assert_eq(getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &v, &l), 0);
+	cr_expect(!keepalive || v == idle, "%s: keepalive idle %d s", what, v);
+	cr_assert_eq(getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, &l), 0);
+	cr_expect_eq(v, user_timeout, "%s: user timeout %d ms", what, v);
+}
+
+/* Both ends of a data link carry the keepalive and user timeout given at open. */
+Test(tcp, links_follow_the_timeouts, .timeout = 20)
+{
+	struct ft_transport *rx, *tx;
+	struct ft_link *rl = NULL, *sl = NULL;
+	struct ft_hello h = good_hello();
+	char addr[64];
+	int raw, lfd = -1, fd;
+
+	tp_keepalive_ms = 30000;
+	tp_user_timeout_ms = 30000;
+	rx = tp_open(0);
+	tx = tp_open(1);
+	raw = raw_peer(rx, &rl);
+	expect_liveness(peer_fd(raw), 1, 15, 30000, "accepted");
+	cr_assert_eq(ft__sock_listen("test", "127.0.0.1", 4, &lfd, addr, sizeof(addr)), 0);
+	cr_assert_eq(tcp_ops()->connect(tx, addr, &h, WAIT_MS, &sl), 0);
+	fd = accept(lfd, NULL, NULL);
+	cr_assert_geq(fd, 0);
+	expect_liveness(peer_fd(fd), 1, 15, 30000, "connected");
+	close(fd);
+	close(raw);
+	tcp_ops()->close(tx);
+	tcp_ops()->close(rx);
+
+	/* a detector runs: keepalive only */
+	tp_keepalive_ms = 1000;
+	tp_user_timeout_ms = 0;
+	rx = tp_open(0);
+	raw = raw_peer(rx, &rl);
+	expect_liveness(peer_fd(raw), 1, 1, 0, "accepted, keepalive only");
+	close(raw);
+	tcp_ops()->close(rx);
+	close(lfd);
 }
 
 /* The refusal is reported as such even when a frame is already queued on the link. */

@@ -84,7 +84,7 @@ struct ft_transport {
 	int nearly;
 	struct pending_conn *pend;      /* connections still short of a handshake */
 	int npend;
-	struct ft__sock_opts sock_opts; /* keepalive, FTCC_TCP_BUFFER */
+	struct ft__sock_opts sock_opts; /* keepalive, user timeout, FTCC_TCP_BUFFER */
 	char token[FT_NAME_MAX];        /* the key of the hellos' MACs */
 	struct ft__auth_seen seen;      /* nonces of the hellos accepted */
 	bool auth_refused;              /* this accept refused the expected rank's hello for its token */
@@ -104,7 +104,9 @@ static int tcp_open(const struct ft_tp_params *p, struct ft_transport **out)
 	tp->interrupted = p->interrupted;
 	tp->interrupt_arg = p->interrupt_arg;
 	snprintf(tp->token, sizeof(tp->token), "%s", p->token != NULL ? p->token : "");
-	tp->sock_opts = (struct ft__sock_opts){.keepalive = true, .buffer = p->env->tcp_buffer};
+	tp->sock_opts = (struct ft__sock_opts){.keepalive_ms = p->keepalive_ms,
+					       .user_timeout_ms = p->user_timeout_ms,
+					       .buffer = p->env->tcp_buffer};
 	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (tp->epfd < 0) {
 		rc = -FT_EIO;
