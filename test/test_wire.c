@@ -204,7 +204,7 @@ Test(frame, malformed_abort, .timeout = 20)
 {
 	struct ft_frame e = data_frame(), g;
 	static const int bad_status[] = {
-		0, FT_EPEERFAILED, FT_EABORTED, 1, -1, -FT_ERR_BASE, -(FT_ERR_BASE + 12),
+		0, FT_EPEERFAILED, FT_EABORTED, 1, -1, -FT_ERR_BASE, -(FT_ERR_BASE + 99),
 		-100000, INT32_MIN + 1, INT32_MIN, INT32_MAX,
 	};
 
