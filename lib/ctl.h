@@ -94,9 +94,10 @@ int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p);
 void ft__ctl_close(struct ft__ctl *ctl);
 /*
  * Connects to original rank `to` at addr and sends the hello, waiting up to
- * timeout_ms for the connection: the link's index, -FT_EPEERFAILED (or
- * -FT_ECONNREFUSED, -FT_ETIMEDOUT) when the peer cannot be reached or took
- * no hello, -FT_ENOMEM when every link slot is taken.
+ * timeout_ms for the connection (not for the ACK): the link's index,
+ * -FT_EPEERFAILED (or -FT_ECONNREFUSED, -FT_ETIMEDOUT) when the peer cannot
+ * be reached or took no hello, -FT_ENOMEM when every link slot is taken,
+ * -FT_EIO when the kernel gives no random bytes for the nonce.
  */
 int ft__ctl_connect(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen, int timeout_ms);
 /* Accepts every pending connection as an unidentified link. */
