@@ -129,6 +129,18 @@ static void link_lost(struct ft__det *d, int i, const char *why)
 		declare(d, &peer, 1, why);
 }
 
+/* The same when the peer's kernel closed the link (or refused it): its
+ * death is certain, which membership counts out of quorums. */
+static void link_closed(struct ft__det *d, int i, const char *why)
+{
+	bool watched = i == d->left_ci || i == d->right_ci;
+	int32_t peer = d->ctl.links[i].peer;
+
+	if (watched && !d->left_bye && !d->right_bye)
+		ft__mb_certain(d->p.mb, peer);
+	link_lost(d, i, why);
+}
+
 static void failed_list(struct ft__det *d, int32_t *out, int *n)
 {
 	*n = 0;
@@ -193,7 +205,7 @@ static void set_excluded(struct ft__det *d, const char *why)
 	d->target = 0;
 	d->out = true;
 	d->left = d->right = -1;
-	for (int i = 0; i < FT__CTL_LINKS; i++)
+	for (int i = 0; i < d->ctl.nlinks; i++)
 		link_close(d, i);
 }
 
@@ -224,7 +236,7 @@ static void rewire(struct ft__det *d)
 	d->left_ci = d->right_ci = -1;
 	d->left_bye = d->right_bye = false;
 	d->view_ms = ft__now_ms();
-	for (int i = 0; i < FT__CTL_LINKS; i++) {
+	for (int i = 0; i < d->ctl.nlinks; i++) {
 		struct ft__ctl_link *l = &d->ctl.links[i];
 		if (l->fd < 0 || l->peer < 0)
 			continue;
@@ -243,6 +255,8 @@ static void rewire(struct ft__det *d)
 			send_failed_set(d, i);
 		} else {
 			int32_t r = d->right;
+			if (i == -FT_ECONNREFUSED)
+				ft__mb_certain(d->p.mb, r);
 			declare(d, &r, 1, "its control address refused us");
 		}
 	}
@@ -346,6 +360,13 @@ static void recovery_step(struct ft__det *d)
 		pthread_cond_broadcast(&d->cond);
 		unlock(d);
 		d->target = 0;
+		if (rc == -FT_EPARTITIONED) {
+			/* the other side goes on: this rank takes no further part */
+			d->out = true;
+			d->left = d->right = -1;
+			for (int i = 0; i < d->ctl.nlinks; i++)
+				link_close(d, i);
+		}
 	}
 }
 
@@ -386,7 +407,7 @@ static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t 
 		set_excluded(d, "the other ranks declared it failed");
 		return;
 	}
-	for (int i = 0; i < FT__CTL_LINKS; i++) {
+	for (int i = 0; i < d->ctl.nlinks; i++) {
 		struct ft__ctl_link *l = &d->ctl.links[i];
 		if (l->fd < 0 || l->peer < 0)
 			continue;
@@ -485,10 +506,11 @@ static void read_link(struct ft__det *d, int i)
 		if (d->ctl.links[i].fd < 0 || d->out)
 			return;
 	}
-	if (rc < 0)
-		link_lost(d, i, rc == -FT_EPEERFAILED ? "its control link closed"
-				: rc == -FT_EPROTO    ? "it sent a malformed control message"
-						      : "its control link failed");
+	if (rc == -FT_EPEERFAILED)
+		link_closed(d, i, "its control link closed");
+	else if (rc < 0)
+		link_lost(d, i, rc == -FT_EPROTO ? "it sent a malformed control message"
+						 : "its control link failed");
 }
 
 /* Silence, a missing left link, hello-less strangers; returns ms to the next check. */
@@ -497,7 +519,7 @@ static int check_time(struct ft__det *d, int64_t now)
 	int64_t next = d->next_hb_ms;
 	int64_t to = d->p.detect_timeout_ms;
 
-	for (int i = 0; i < FT__CTL_LINKS; i++) {
+	for (int i = 0; i < d->ctl.nlinks; i++) {
 		struct ft__ctl_link *l = &d->ctl.links[i];
 		if (l->fd < 0)
 			continue;
@@ -554,9 +576,20 @@ static void drain_cmd(struct ft__det *d)
 static void *det_main(void *arg)
 {
 	struct ft__det *d = arg;
-	struct pollfd pfd[2 + FT__CTL_LINKS];
-	int idx[FT__CTL_LINKS];
+	int nmb = ft__mb_max_pollfds(d->p.mb);
+	struct pollfd *pfd = calloc((size_t)(2 + d->ctl.nlinks + nmb), sizeof(*pfd));
+	int *idx = calloc((size_t)d->ctl.nlinks + 1, sizeof(int));
 
+	if (pfd == NULL || idx == NULL) {
+		ft__error("detector: out of memory: it cannot watch");
+		lock(d);
+		d->fatal = -FT_ENOMEM;
+		pthread_cond_broadcast(&d->cond);
+		unlock(d);
+		free(pfd);
+		free(idx);
+		return NULL;
+	}
 	d->next_hb_ms = ft__now_ms();
 	ft__trace_thread(d->p.trace, 1, "detector");
 	for (;;) {
@@ -575,7 +608,7 @@ static void *det_main(void *arg)
 			continue;
 		}
 		if (now >= d->next_hb_ms) {
-			for (int i = 0; i < FT__CTL_LINKS && !d->out; i++) {
+			for (int i = 0; i < d->ctl.nlinks && !d->out; i++) {
 				struct ft__ctl_link *l = &d->ctl.links[i];
 				if (l->fd >= 0 && l->peer >= 0 && l->gen >= d->gen &&
 				    ft__ctl_send(&d->ctl, i, FT__CTL_HB, d->gen, NULL, 0) != 0)
@@ -592,7 +625,8 @@ static void *det_main(void *arg)
 			continue;
 		pfd[0] = (struct pollfd){.fd = d->cmd[0], .events = POLLIN};
 		n = 1 + ft__ctl_pollfds(&d->ctl, pfd + 1, idx);
-		if (poll(pfd, (nfds_t)n, timeout) < 0) {
+		int nm = ft__mb_pollfds(d->p.mb, pfd + n, nmb);
+		if (poll(pfd, (nfds_t)(n + nm), timeout) < 0) {
 			if (errno == EINTR)
 				continue;
 			ft__error("detector: poll failed: %s", strerror(errno));
@@ -619,8 +653,22 @@ static void *det_main(void *arg)
 		for (int j = 0; j + 2 < n && !d->out; j++)
 			if (pfd[2 + j].revents != 0)
 				read_link(d, idx[j]);
+		bool mb_ready = false;
+		for (int j = 0; j < nm; j++)
+			mb_ready |= pfd[n + j].revents != 0;
+		if (mb_ready && !d->out) {
+			/* another rank asks about a newer generation: a failure
+			 * this rank has not heard of yet */
+			uint32_t asked = ft__mb_pump(d->p.mb);
+			if (asked > d->gen && d->target == 0) {
+				ft__info("detector: rank asked about generation %u: recovering", asked);
+				start_recovery(d);
+			}
+		}
 	}
-	for (int i = 0; i < FT__CTL_LINKS; i++) {
+	free(pfd);
+	free(idx);
+	for (int i = 0; i < d->ctl.nlinks; i++) {
 		if (d->ctl.links[i].fd >= 0 && d->ctl.links[i].peer >= 0)
 			send_bye(d, i);
 		link_close(d, i);

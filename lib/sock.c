@@ -28,6 +28,12 @@ int ft__sock_error(int err)
 int ft__sock_listen(const char *who, const char *bind_host, int backlog, int *fd_out, char *addr,
 		    size_t addrlen)
 {
+	return ft__sock_listen_port(who, bind_host, "0", backlog, fd_out, addr, addrlen);
+}
+
+int ft__sock_listen_port(const char *who, const char *bind_host, const char *port_wanted,
+			 int backlog, int *fd_out, char *addr, size_t addrlen)
+{
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
 	struct addrinfo *ai = NULL;
@@ -38,7 +44,7 @@ int ft__sock_listen(const char *who, const char *bind_host, int backlog, int *fd
 	int fd, one = 1, n;
 
 	*fd_out = -1;
-	if (getaddrinfo(h, "0", &hints, &ai) != 0) {
+	if (getaddrinfo(h, port_wanted, &hints, &ai) != 0) {
 		ft__error("%s: cannot resolve bind address '%s'", who, h);
 		return -FT_EINVAL;
 	}
