@@ -77,6 +77,7 @@ struct ft__det {
 	int left, right;        /* original ranks of the neighbours, -1 none */
 	int left_ci, right_ci;  /* their control links in ctl.links[], -1 none */
 	bool left_bye, right_bye;
+	bool *owe;              /* by link: a direct notice waits for it to connect */
 	int64_t view_ms, next_hb_ms;
 	uint32_t target;        /* generation being settled, 0 none */
 	int64_t recover_ms;
@@ -100,6 +101,8 @@ static void unlock(struct ft__det *d)
 static void link_close(struct ft__det *d, int i)
 {
 	ft__ctl_drop(&d->ctl, i);
+	if (d->owe != NULL)
+		d->owe[i] = false;
 	if (d->left_ci == i)
 		d->left_ci = -1;
 	if (d->right_ci == i)
@@ -116,7 +119,7 @@ static void send_bye(struct ft__det *d, int i)
 
 static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *why);
 static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t gen,
-		       const char *why);
+		       const char *why, bool direct);
 
 /* Link i is gone: its peer is failed if it was a neighbour this rank watches. */
 static void link_lost(struct ft__det *d, int i, const char *why)
@@ -370,15 +373,47 @@ static void recovery_step(struct ft__det *d)
 	}
 }
 
-/* Marks ranks failed; what is new is noticed to both neighbours. */
+/* Marks ranks failed on this rank's own evidence: what is new goes to both
+ * neighbours and straight to every other member. */
 static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *why)
 {
-	declare_at(d, ranks, n, d->gen, why);
+	declare_at(d, ranks, n, d->gen, why, true);
 }
 
-/* The same, for news from generation gen: a rank that came back after gen is not named by it. */
+/*
+ * Direct notices: the rank that saw a failure tells every member itself,
+ * so that news reaches each in one hop, however busy the detectors on the
+ * ring between them are. Links are opened without waiting; a notice waits
+ * for its link to connect (owe[]). A member that cannot be reached this
+ * way still learns around the ring.
+ */
+static void notice_members(struct ft__det *d)
+{
+	for (int k = 0; k < d->size && !d->out; k++) {
+		int m = d->members[k], link = -1;
+		struct ft__member rec;
+		if (m == d->p.rank || m == d->left || m == d->right || ft__det_failed(d, m))
+			continue;
+		for (int i = 0; i < d->ctl.nlinks && link < 0; i++) {
+			const struct ft__ctl_link *l = &d->ctl.links[i];
+			if (l->fd >= 0 && l->peer == m && l->gen >= d->gen)
+				link = i;
+		}
+		if (link < 0 && ft__mb_lookup(d->p.mb, d->gen, m, &rec) == 0 && rec.ctrl[0] != '\0')
+			link = ft__ctl_connect_start(&d->ctl, rec.ctrl, m, d->gen);
+		if (link < 0)
+			continue;
+		if (d->ctl.links[link].connecting)
+			d->owe[link] = true;
+		else
+			send_failed_set(d, link);
+	}
+}
+
+/* The same, for news from generation gen: a rank that came back after gen is
+ * not named by it. direct: this rank's own evidence (notice_members). */
 static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t gen,
-		       const char *why)
+		       const char *why, bool direct)
 {
 	int added = 0;
 	bool self = false, member = false;
@@ -421,6 +456,8 @@ static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t 
 		if (d->out)
 			return;
 	}
+	if (direct && member)
+		notice_members(d);
 	/* a rank already outside this view (news arriving late) changes nothing */
 	if (member)
 		start_recovery(d);
@@ -472,7 +509,7 @@ static void on_msg(struct ft__det *d, int i, const struct ft__ctl_msg *m, bool f
 		for (size_t k = 0; k < n && d->ctl.links[i].fd >= 0; k += FT__ARRAY_SIZE(r)) {
 			size_t c = n - k < FT__ARRAY_SIZE(r) ? n - k : FT__ARRAY_SIZE(r);
 			memcpy(r, m->payload + k * sizeof(int32_t), c * sizeof(int32_t));
-			declare_at(d, r, (int)c, m->gen, why);
+			declare_at(d, r, (int)c, m->gen, why, false);
 		}
 		break;
 	}
@@ -496,6 +533,21 @@ static void read_link(struct ft__det *d, int i)
 {
 	struct ft__ctl_msg m;
 	int rc;
+
+	if (d->owe[i] && d->ctl.links[i].connecting) {
+		rc = ft__ctl_next(&d->ctl, i, &m); /* finishes the connect */
+		if (rc < 0) {
+			link_lost(d, i, "its control link failed");
+			return;
+		}
+		if (!d->ctl.links[i].connecting) {
+			d->owe[i] = false;
+			send_failed_set(d, i);
+		}
+		if (rc == 0 || d->ctl.links[i].fd < 0)
+			return;
+		on_msg(d, i, &m, false);
+	}
 
 	for (;;) {
 		bool first = d->ctl.links[i].peer < 0;
@@ -610,7 +662,7 @@ static void *det_main(void *arg)
 		if (now >= d->next_hb_ms) {
 			for (int i = 0; i < d->ctl.nlinks && !d->out; i++) {
 				struct ft__ctl_link *l = &d->ctl.links[i];
-				if (l->fd >= 0 && l->peer >= 0 && l->gen >= d->gen &&
+				if (l->fd >= 0 && l->peer >= 0 && l->gen >= d->gen && !l->connecting &&
 				    ft__ctl_send(&d->ctl, i, FT__CTL_HB, d->gen, NULL, 0) != 0)
 					link_lost(d, i, "its control link cannot take a heartbeat");
 			}
@@ -669,7 +721,8 @@ static void *det_main(void *arg)
 	free(pfd);
 	free(idx);
 	for (int i = 0; i < d->ctl.nlinks; i++) {
-		if (d->ctl.links[i].fd >= 0 && d->ctl.links[i].peer >= 0)
+		if (d->ctl.links[i].fd >= 0 && d->ctl.links[i].peer >= 0 &&
+		    !d->ctl.links[i].connecting)
 			send_bye(d, i);
 		link_close(d, i);
 	}
@@ -688,7 +741,9 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	struct ft__det *d = calloc(1, sizeof(*d));
 	struct ft__ctl_params cp = {.rank = p->rank, .world_size = p->world_size,
 				    .job_id = p->job_id, .token = p->token,
-				    .bind_host = p->bind_host};
+				    .bind_host = p->bind_host,
+				    /* both neighbours, a direct link to every member, strangers */
+				    .links = 2 * p->world_size + FT__CTL_LINKS};
 	pthread_condattr_t ca;
 	int rc;
 
@@ -727,6 +782,8 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	}
 	d->ctl_opened = true;
 	rc = ft__ctl_open(&d->ctl, &cp);
+	if (rc == 0 && (d->owe = calloc((size_t)d->ctl.nlinks, sizeof(bool))) == NULL)
+		rc = -FT_ENOMEM;
 	if (rc != 0) {
 		ft__det_destroy(d);
 		return rc;
@@ -794,6 +851,7 @@ void ft__det_destroy(struct ft__det *d)
 	free(d->members);
 	free(d->failed);
 	free(d->since);
+	free(d->owe);
 	free(d);
 }
 

@@ -56,11 +56,13 @@ int ft__sock_listen_port(const char *who, const char *bind_host, const char *por
 	    getsockname(fd, (struct sockaddr *)&ss, &sl) != 0 ||
 	    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
 			NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-		ft__error("%s: cannot listen on %s: %s", who, h, strerror(errno));
+		int err = errno;
+		ft__error("%s: cannot listen on %s: %s", who, h, strerror(err));
 		if (fd >= 0)
 			close(fd);
 		freeaddrinfo(ai);
-		return -FT_EIO;
+		/* a given port another process holds: this rank runs already */
+		return err == EADDRINUSE ? -FT_EBUSY : -FT_EIO;
 	}
 	freeaddrinfo(ai);
 	n = snprintf(addr, addrlen, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);

@@ -29,7 +29,8 @@ struct ft__sock_opts {
 /*
  * Listens on bind_host (NULL or "": 127.0.0.1) at a port the kernel picks
  * and writes the address to publish into addr. who names the caller in the
- * error it logs. -FT_EINVAL: bind_host does not resolve; -FT_EIO otherwise.
+ * error it logs. -FT_EINVAL: bind_host does not resolve; -FT_EBUSY: the port
+ * is taken; -FT_EIO otherwise.
  */
 int ft__sock_listen(const char *who, const char *bind_host, int backlog, int *fd, char *addr,
 		    size_t addrlen);
