@@ -344,8 +344,8 @@ static void link_failed(struct inband *b, int i, int rc)
 	bool mine = peer >= 0 && b->r[peer].link == i;
 
 	drop(b, i);
-	if (peer < 0)
-		return;
+	if (peer < 0 || !mine)
+		return; /* only a link to its listener says the rank is gone */
 	if (view_of(b, 0) == NULL) {
 		/* generation 0: a rank not yet listening; try again soon */
 		if (mine)
@@ -392,7 +392,7 @@ static int send_to(struct inband *b, int r, enum ft__ctl_type type, const struct
 	if (w->bad)
 		return -FT_EINVAL;
 	if (ft__ctl_send(&b->ctl, i, type, b->gen, w->p, w->len) != 0) {
-		link_failed(b, i, -FT_EPEERFAILED);
+		link_failed(b, i, -FT_EIO); /* perhaps only full: no certainty */
 		return -FT_EPEERFAILED;
 	}
 	return 0;
@@ -408,7 +408,7 @@ static void reply(struct inband *b, int i, uint32_t gen, enum ft__ctl_type type,
 	if (i < 0 || b->ctl.links[i].fd < 0 || w->bad)
 		return;
 	if (ft__ctl_send(&b->ctl, i, type, gen, w->p, w->len) != 0)
-		link_failed(b, i, -FT_EPEERFAILED);
+		link_failed(b, i, -FT_EIO);
 }
 
 static void record_msg(struct inband *b, struct wbuf *w, uint64_t ballot)
@@ -724,7 +724,7 @@ static void on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 			on_nack(b, &r);
 		break;
 	case FT__CTL_MB_BOOK:
-		if (m->gen == 0)
+		if (m->gen == 0 && view_of(b, 0) == NULL) /* before the job's first view only */
 			on_book(b, &r);
 		break;
 	case FT__CTL_MB_COMMIT:
@@ -1120,8 +1120,11 @@ static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int n
 	if (done == NULL && b->active && b->gen == gen && ncand > 0) {
 		if (b->noquorum) {
 			rc = -FT_EPARTITIONED;
-		} else if (b->published && (cand[0] == b->rank || (force && gen > 0))) {
-			/* the coordinator, or anyone once it waited long enough */
+		} else if (b->published &&
+			   (cand[0] == b->rank || b->ballot != 0 ||
+			    (force && gen > 0 && b->promised == 0))) {
+			/* the coordinator, or, once the detector waited long
+			 * enough, a candidate no coordinator has reached */
 			rc = coordinate(b, cand, ncand, force);
 			done = view_of(b, gen);
 		}
