@@ -187,3 +187,47 @@ int ft__sock_write_full(int fd, const void *buf, size_t len, int64_t deadline_ms
 	}
 	return 0;
 }
+
+int ft__sock_listen_at(const char *who, const char *host, const char *port, int backlog,
+		       int *fd_out, char *addr, size_t addrlen)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	struct addrinfo *ai = NULL;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char h[NI_MAXHOST], p[NI_MAXSERV];
+	const char *bind_host = host != NULL && host[0] != '\0' ? host : "0.0.0.0";
+	int fd, one = 1, n, rc;
+
+	*fd_out = -1;
+	if ((rc = getaddrinfo(bind_host, port, &hints, &ai)) != 0) {
+		ft__error("%s: cannot resolve '%s' port '%s': %s", who, bind_host, port,
+			  gai_strerror(rc));
+		return -FT_EINVAL;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	/* a restarted server may take its port back from TIME_WAIT at once */
+	if (fd >= 0)
+		(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, backlog) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&ss, &sl) != 0 ||
+	    getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
+			NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+		ft__error("%s: cannot listen on %s port %s: %s", who, bind_host, port,
+			  strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(ai);
+		return -FT_EIO;
+	}
+	freeaddrinfo(ai);
+	n = snprintf(addr, addrlen, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", h, p);
+	if (n < 0 || (size_t)n >= addrlen) {
+		ft__error("%s: address %s:%s does not fit in %zu bytes", who, h, p, addrlen);
+		close(fd);
+		return -FT_EINVAL;
+	}
+	*fd_out = fd;
+	return 0;
+}
