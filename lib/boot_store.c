@@ -172,27 +172,28 @@ static int parse_book(const unsigned char *b, size_t len, const struct ft__book_
 	return 0;
 }
 
-/* A refusal: the store's reason, logged; a configuration error. */
-static int refused(int fd, const struct ft__book_params *p, uint32_t code, uint32_t len,
-		   int64_t deadline_ms)
+/*
+ * A refusal: the store's reason into why. -FT_EBUSY when waiting may help
+ * (the rank is held by a connection the store still thinks alive, e.g. the
+ * one of this rank's earlier incarnation on a host that vanished, or the
+ * store is full); -FT_ECONFIG otherwise.
+ */
+static int refused(int fd, uint32_t code, uint32_t len, int64_t deadline_ms, char *why)
 {
-	char why[FT__STORE_WHY_MAX];
-
-	if (len >= sizeof(why) || read_full(fd, why, len, deadline_ms) != 0)
+	if (len >= FT__STORE_WHY_MAX || read_full(fd, why, len, deadline_ms) != 0)
 		len = 0;
 	why[len] = '\0';
 	for (uint32_t i = 0; i < len; i++)
 		if (!isprint((unsigned char)why[i]))
 			why[i] = '?';
-	ft__error("store %s refused rank %d of job %s: %s (%s)", p->store, p->rank, p->job_id,
-		  len > 0 ? why : "no reason given",
-		  code < 1u << 16 ? ft_err_name(-(int)code) : "?");
-	return -FT_ECONFIG;
+	if (len == 0)
+		snprintf(why, FT__STORE_WHY_MAX, "no reason given");
+	return code == FT_EBUSY ? -FT_EBUSY : -FT_ECONFIG;
 }
 
-/* One answer on fd: 0 and the book, -FT_ECONFIG (refused), -FT_EIO (malformed), or a socket error. */
+/* One answer on fd: 0 and the book, a refusal (why says it), -FT_EIO (malformed), or a socket error. */
 static int read_answer(int fd, const struct ft__book_params *p, const char *mine,
-		       char (*book)[FT__BOOK_ENTRY_MAX], int64_t deadline_ms)
+		       char (*book)[FT__BOOK_ENTRY_MAX], int64_t deadline_ms, char *why)
 {
 	unsigned char hdr[FT__STORE_ANSWER_HDR], *body;
 	uint32_t type, value, len;
@@ -209,7 +210,7 @@ static int read_answer(int fd, const struct ft__book_params *p, const char *mine
 		return -FT_EIO;
 	}
 	if (type == FT__STORE_REFUSED)
-		return refused(fd, p, value, len, deadline_ms);
+		return refused(fd, value, len, deadline_ms, why);
 	if (value != (uint32_t)p->world_size || len > (uint32_t)p->world_size * FT__BOOK_ENTRY_MAX) {
 		ft__error("store %s: a book of %u ranks (%u bytes) for a job of %d", p->store,
 			  value, len, p->world_size);
@@ -227,7 +228,7 @@ static int read_answer(int fd, const struct ft__book_params *p, const char *mine
 /* One attempt: connect, join, wait for the answer. */
 static int store_try(const struct ft__sock_addr *to, const unsigned char *join, size_t jlen,
 		     const struct ft__book_params *p, const char *mine,
-		     char (*book)[FT__BOOK_ENTRY_MAX], int64_t deadline_ms)
+		     char (*book)[FT__BOOK_ENTRY_MAX], int64_t deadline_ms, char *why)
 {
 	/* keepalive: a store host that vanishes is noticed while this rank waits */
 	const struct ft__sock_opts opts = {.keepalive = true};
@@ -238,15 +239,16 @@ static int store_try(const struct ft__sock_addr *to, const unsigned char *join, 
 		return rc;
 	rc = ft__sock_write_full(fd, join, jlen, deadline_ms);
 	if (rc == 0)
-		rc = read_answer(fd, p, mine, book, deadline_ms);
+		rc = read_answer(fd, p, mine, book, deadline_ms, why);
 	close(fd);
 	return rc;
 }
 
 /*
- * Tries until the deadline while the store cannot be reached or drops the
- * connection (it may not be up yet, or restarting): it counts a rank once
- * whatever the number of its connections. Its answers are final.
+ * Tries until the deadline while the store cannot be reached, drops the
+ * connection (it may not be up yet, or restarting) or says to wait: it
+ * counts a rank once whatever the number of its connections. Its other
+ * answers are final.
  */
 int ft__boot_store_book(const struct ft__book_params *p, const char *mine,
 			char (*book)[FT__BOOK_ENTRY_MAX])
@@ -254,6 +256,7 @@ int ft__boot_store_book(const struct ft__book_params *p, const char *mine,
 	int64_t deadline = ft__now_ms() + p->timeout_ms;
 	struct ft__store_join j = {.rank = (uint32_t)p->rank, .world_size = (uint32_t)p->world_size};
 	unsigned char join[FT__STORE_JOIN_MAX];
+	char why[FT__STORE_WHY_MAX] = "";
 	struct ft__sock_addr to;
 	size_t jlen;
 	int rc, pause_ms = 10;
@@ -273,12 +276,18 @@ int ft__boot_store_book(const struct ft__book_params *p, const char *mine,
 	snprintf(j.entry, sizeof(j.entry), "%s", mine);
 	jlen = ft__store_join_encode(&j, join);
 	for (;;) {
-		rc = store_try(&to, join, jlen, p, mine, book, deadline);
-		if (rc == 0 || rc == -FT_ECONFIG || rc == -FT_EIO || rc == -FT_ENOMEM)
+		rc = store_try(&to, join, jlen, p, mine, book, deadline, why);
+		if (rc == 0 || rc == -FT_EIO || rc == -FT_ENOMEM)
 			return rc;
+		if (rc == -FT_ECONFIG || (rc == -FT_EBUSY && ft__ms_left(deadline) == 0)) {
+			ft__error("store %s refused rank %d of job %s: %s", p->store, p->rank,
+				  p->job_id, why);
+			return -FT_ECONFIG;
+		}
 		if (ft__ms_left(deadline) == 0)
 			break;
-		ft__debug("store %s: %s; trying again", p->store, ft_strerror(rc));
+		ft__debug("store %s: %s; trying again", p->store,
+			  rc == -FT_EBUSY ? why : ft_strerror(rc));
 		(void)poll(NULL, 0, pause_ms < ft__ms_left(deadline) ? pause_ms : ft__ms_left(deadline));
 		pause_ms = pause_ms < 500 ? pause_ms * 2 : 1000;
 	}

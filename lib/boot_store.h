@@ -24,9 +24,12 @@
  *
  * The store answers a join once every rank of its job has joined, all at
  * once, with the same book; or at once with a refusal when the join does
- * not fit the job (another world size, a rank out of range, a rank held by
- * a live connection with another entry). A rank whose connection closes
- * before then has left: its place is free again. After the book is
+ * not fit the job (another world size, a rank out of range), or must wait
+ * (FT_EBUSY: a rank held by a live connection with another entry, which
+ * may be its earlier incarnation's on a host that vanished, until
+ * keepalive closes it; or no room for another job): the client tries
+ * again until its deadline. A rank whose connection closes before the
+ * book is complete has left: its place is free again. After the book is
  * settled, a rank that joins again (a restarted rank, with its new
  * listener) gets the book at once, with its own entry replaced; the store
  * keeps it, so a later restart sees it too. The survivors keep the book

@@ -295,6 +295,8 @@ static pid_t client(const char *store, const char *job, int rank, int n, int tim
 	cr_assert(pid >= 0);
 	if (pid > 0)
 		return pid;
+	/* none of the test's raw connections stays open through this rank */
+	close_range(3, ~0u, 0);
 	struct ft__book_params p = {.how = "store", .store = store, .job_id = job,
 				    .rank = rank, .world_size = n, .timeout_ms = timeout_ms};
 	char (*book)[FT__BOOK_ENTRY_MAX] = calloc((size_t)n, sizeof(*book));
@@ -527,6 +529,26 @@ Test(store, random_bytes_from_many_clients, .timeout = 60)
 	b = client(s.addr, "t-rand", 1, 2, 20000);
 	cr_expect_eq(wait_ms(a, 30000), 0);
 	cr_expect_eq(wait_ms(b, 30000), 0);
+	store_stop(&s);
+}
+
+/* A rank held by another address (its earlier incarnation, not yet known dead) is waited for. */
+Test(store, a_held_rank_is_waited_for, .timeout = 60)
+{
+	struct store_proc s;
+	pid_t pids[3];
+	int holder;
+
+	store_start(&s);
+	holder = raw_connect(s.addr);
+	raw_join(holder, "t-held", 1, 3, "10.9.9.9:9");
+	pids[0] = client(s.addr, "t-held", 0, 3, 20000);
+	pids[1] = client(s.addr, "t-held", 1, 3, 20000);
+	cr_expect_eq(wait_ms(pids[1], 300), -1, "rank 1 gave up while its place was held");
+	close(holder);
+	pids[2] = client(s.addr, "t-held", 2, 3, 20000);
+	for (int r = 0; r < 3; r++)
+		cr_expect_eq(wait_ms(pids[r], 30000), 0, "rank %d", r);
 	store_stop(&s);
 }
 

@@ -467,6 +467,8 @@ static void accept_all(struct store *s)
 			close(fd);
 			continue;
 		}
+		/* keepalive: a waiting rank whose host vanished frees its place (in ~10 s) */
+		ft__sock_tune(fd, &(struct ft__sock_opts){.keepalive = true});
 		c->fd = fd;
 		c->state = READING;
 		c->deadline_ms = ft__now_ms() + JOIN_MS;
