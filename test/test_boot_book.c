@@ -684,7 +684,10 @@ Test(pmix, with_mpi_in_any_order, .timeout = 180)
 	for (size_t i = 0; i < sizeof(orders) / sizeof(orders[0]); i++) {
 		const char *o = orders[i];
 		int books = count(o, "b"), mpi = strchr(o, 'a') != NULL;
-		snprintf(cmd, sizeof(cmd), MPIRUN "-np 4 %s %s", path, o);
+		/* under make asan: Open MPI's own allocations (hwloc, opal, unloaded
+		 * components) outlive MPI_Finalize; leaks of ours show in the tests above */
+		snprintf(cmd, sizeof(cmd), "ASAN_OPTIONS=detect_leaks=0 " MPIRUN "-np 4 %s %s",
+			 path, o);
 		cr_expect_eq(run(cmd, out, sizeof(out)), 0, "%s:\n%s", o, out);
 		cr_expect_eq(count(out, "book of 4 ok: " BOOK4 "\n"), 4 * books, "%s:\n%s", o, out);
 		cr_expect_eq(count(out, "allreduce ok"), 4 * mpi, "%s:\n%s", o, out);
