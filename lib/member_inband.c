@@ -90,6 +90,8 @@ struct inband {
 	char (*book)[FT__BOOK_ENTRY_MAX];
 	struct ib_rank *r;
 	bool departed;
+	struct ft__book_params book_params;     /* ended at close (bootstrap.h) */
+	bool book_taken;
 
 	/* views settled here, by generation, and the values they came from */
 	struct ft__view *views;
@@ -1068,6 +1070,7 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 		if (ft__sock_split(b->book[b->rank], host, sizeof(host), port, sizeof(port)) != 0)
 			return -FT_ECONFIG;
 		cp.port = port;
+		cp.bind_host = host;
 	}
 	rc = ft__ctl_open(&b->ctl, &cp);
 	b->ctl_open = true;
@@ -1078,6 +1081,8 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 		if (rc != 0)
 			return rc;
 	}
+	b->book_params = p->book;
+	b->book_taken = true;
 	snprintf(mb->where, sizeof(mb->where), "(in-band, listening at %s)", b->ctl.addr);
 	return 0;
 }
@@ -1199,6 +1204,8 @@ static void ib_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 		return;
 	if (b->ctl_open)
 		ft__ctl_close(&b->ctl);
+	if (b->book_taken)
+		ft__boot_book_end(&b->book_params);
 	for (uint32_t g = 0; g < b->nviews; g++) {
 		ft__view_free(&b->views[g]);
 		free(b->values[g].next_ops);

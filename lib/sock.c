@@ -195,3 +195,10 @@ int ft__sock_write_full(int fd, const void *buf, size_t len, int64_t deadline_ms
 	}
 	return 0;
 }
+
+int ft__sock_listen_at(const char *who, const char *host, const char *port, int backlog,
+		       int *fd_out, char *addr, size_t addrlen)
+{
+	return ft__sock_listen_port(who, host != NULL && host[0] != '\0' ? host : "0.0.0.0", port,
+				    backlog, fd_out, addr, addrlen);
+}

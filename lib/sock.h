@@ -37,6 +37,13 @@ int ft__sock_listen(const char *who, const char *bind_host, int backlog, int *fd
 /* The same at a given port ("0": the kernel picks). */
 int ft__sock_listen_port(const char *who, const char *bind_host, const char *port, int backlog,
 			 int *fd, char *addr, size_t addrlen);
+/*
+ * Listens on host (NULL or "": every IPv4 interface) at port (a number; "0":
+ * the kernel picks), as ft__sock_listen does otherwise; for a server whose
+ * port is given (ftcc-run --store).
+ */
+int ft__sock_listen_at(const char *who, const char *host, const char *port, int backlog, int *fd,
+		       char *addr, size_t addrlen);
 /* Splits "host:port" or "[v6]:port" (brackets removed); -FT_EINVAL if malformed or too long. */
 int ft__sock_split(const char *addr, char *host, size_t hlen, char *port, size_t plen);
 /* Resolves a numeric-port address; -FT_EINVAL when it is malformed or does not resolve. */
