@@ -38,6 +38,13 @@ else
 NO_URING := HAVE_URING=$(HAVE_URING) was set by hand
 endif
 
+ifeq ($(origin HAVE_PMIX),undefined)
+HAVE_PMIX := $(call pc_exists,pmix)
+NO_PMIX := $(call pc_missing,pmix,libpmix-dev)
+else
+NO_PMIX := HAVE_PMIX=$(HAVE_PMIX) was set by hand
+endif
+
 ifeq ($(origin HAVE_ZLIB),undefined)
 HAVE_ZLIB := $(call pc_exists,zlib)
 NO_ZLIB := $(call pc_missing,zlib,zlib1g-dev)
@@ -56,6 +63,10 @@ endif
 ifeq ($(HAVE_URING),1)
 FEATURES += -DFTCC_HAVE_URING=1
 LIB_LDLIBS += $(shell $(PKG_CONFIG) --libs liburing)
+endif
+ifeq ($(HAVE_PMIX),1)
+FEATURES += -DFTCC_HAVE_PMIX=1 $(shell $(PKG_CONFIG) --cflags pmix)
+LIB_LDLIBS += $(shell $(PKG_CONFIG) --libs pmix)
 endif
 # ar keeps one member per file name: two sources with one name would lose one.
 ifneq ($(words $(notdir $(LIB_SRC))),$(words $(sort $(notdir $(LIB_SRC)))))
@@ -84,6 +95,10 @@ EXAMPLES := $(filter-out $(ZLIB_EXAMPLES),$(EXAMPLES))
 endif
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
+# Programs the tests run: a rank that builds the address book, and the same
+# rank with MPI calls (when Open MPI's compiler is installed).
+MPICC_OPENMPI := $(shell command -v mpicc.openmpi 2>/dev/null)
+TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mpi)
 
 .PHONY: all lib tools examples test fuzz fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
@@ -98,6 +113,7 @@ $(FLAGS): FORCE
 	@mkdir -p $(B)
 	@$(if $(filter 1,$(HAVE_FABRIC)),,echo 'ftcc: building without the libfabric transport: $(NO_FABRIC)')
 	@$(if $(filter 1,$(HAVE_URING)),,echo 'ftcc: building without io_uring (logs will use pwrite): $(NO_URING)')
+	@$(if $(filter 1,$(HAVE_PMIX)),,echo 'ftcc: building without PMIx (bootstrap "pmix" will fail with FT_ENOSYS): $(NO_PMIX)')
 	@$(if $(filter 1,$(HAVE_ZLIB)),,echo 'ftcc: building without examples/train_fmnist: $(NO_ZLIB)')
 	@printf '%s\n' '$(subst ','\'',$(FLAGS_TEXT))' > $(FLAGS).new; \
 	if cmp -s $(FLAGS).new $(FLAGS); then rm -f $(FLAGS).new; else \
@@ -116,9 +132,10 @@ $(SHARED): $(LIB_OBJ)
 	$(CC) -shared -Wl,-z,defs -Wl,-soname,libftcc.so.0 -o $@ $^ $(LIB_LDLIBS) $(LDFLAGS)
 	ln -sf libftcc.so $(B)/libftcc.so.0
 
-$(B)/ftcc-run: tools/ftcc-run.c $(FLAGS)
+# ftcc-run serves the address store: its server, and lib's messages and sockets.
+$(B)/ftcc-run: tools/ftcc-run.c tools/store_server.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ tools/ftcc-run.c tools/store_server.c $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
 $(B)/ftcc-log: tools/ftcc-log.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
@@ -155,6 +172,14 @@ $(B)/test/%: test/%.c $(STATIC) test/testutil.h $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LIB_LDLIBS) -lcriterion $(LDFLAGS)
 
+$(B)/test/boot_rank: test/boot_rank.c $(STATIC) $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+
+$(B)/test/boot_rank_mpi: test/boot_rank.c $(STATIC) $(FLAGS)
+	@mkdir -p $(dir $@)
+	mpicc.openmpi $(ALL_CFLAGS) -DFTCC_TEST_MPI -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+
 # A rank program for make tsan: no Criterion (its runner cannot start under TSan).
 $(B)/test/tsan_rank: test/tsan_rank.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
@@ -185,7 +210,7 @@ fuzz:
 
 # Every test binary runs under a deadline; a hang is a failure.
 test: deps
-	$(MAKE) all $(TESTS) $(B)/fuzz/fuzz_log_replay
+	$(MAKE) all $(TESTS) $(TEST_HELPERS) $(B)/fuzz/fuzz_log_replay
 	@scripts/run-tests.sh $(B) $(TESTS)
 
 demo: deps
@@ -268,8 +293,9 @@ help:
 	@echo "     | experiment [EXPERIMENT_FULL=1]"
 	@echo "     | bench-compare | bench-recovery | campaign | rejoin-campaign"
 	@echo "     | install PREFIX=... | asan | tsan | deps | clean"
-	@echo "optional parts are detected with pkg-config; force with HAVE_FABRIC=1 / HAVE_URING=1,"
-	@echo "leave out with HAVE_FABRIC= / HAVE_URING=; a change of flags or parts rebuilds."
+	@echo "optional parts are detected with pkg-config; force with HAVE_FABRIC=1 / HAVE_URING=1 /"
+	@echo "HAVE_PMIX=1, leave out with HAVE_FABRIC= / HAVE_URING= / HAVE_PMIX=; a change of flags"
+	@echo "or parts rebuilds."
 
 -include $(wildcard $(LIB_OBJ:.o=.d) $(B)/*.d $(B)/test/*.d $(B)/examples/*.d $(B)/fuzz/*.d)
 

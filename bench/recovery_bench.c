@@ -1,6 +1,9 @@
 /* recovery_bench.c: time from SIGKILL (or SIGSTOP) of one rank to every survivor knowing, and to the interrupted op returning. */
 #include <ftcc.h>
+#include <arpa/inet.h>
 #include <getopt.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -35,8 +38,29 @@ struct opts {
 	int n, trials, detect_ms, heartbeat_ms;
 	size_t size;
 	bool stop;
+	bool inband;            /* in-band membership, a peer list of ports held here */
 	char dir[256];
+	char peers[256 * 24];
 };
+
+/* Holds a loopback port per rank (bound, not listening) and lists them. */
+static int reserve_ports(struct opts *o, int *fds)
+{
+	o->peers[0] = '\0';
+	for (int r = 0; r < o->n; r++) {
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		socklen_t al = sizeof(a);
+		int one = 1;
+		fds[r] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fds[r] < 0 || setsockopt(fds[r], SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+		    bind(fds[r], (struct sockaddr *)&a, sizeof(a)) != 0 ||
+		    getsockname(fds[r], (struct sockaddr *)&a, &al) != 0)
+			return -1;
+		snprintf(o->peers + strlen(o->peers), sizeof(o->peers) - strlen(o->peers),
+			 "%s127.0.0.1:%d", r ? "," : "", ntohs(a.sin_port));
+	}
+	return 0;
+}
 
 static int rank_main(const struct opts *o, int rank, int trial)
 {
@@ -62,6 +86,11 @@ static int rank_main(const struct opts *o, int rank, int trial)
 	snprintf(cfg.rendezvous, sizeof(cfg.rendezvous), "%s", o->dir);
 	snprintf(cfg.job_id, sizeof(cfg.job_id), "rb-%d-%d", (int)getppid(), trial);
 	snprintf(cfg.token, sizeof(cfg.token), "bench");
+	if (o->inband) {
+		snprintf(cfg.membership, sizeof(cfg.membership), "inband");
+		snprintf(cfg.bootstrap, sizeof(cfg.bootstrap), "peers");
+		snprintf(cfg.peers, sizeof(cfg.peers), "%s", o->peers);
+	}
 	if (in == NULL || out == NULL || (rc = ft_init(&cfg, &comm)) != 0)
 		return 1;
 	for (size_t j = 0; j < count; j++)
@@ -86,7 +115,8 @@ static int rank_main(const struct opts *o, int rank, int trial)
 	f = fopen(path, "w");
 	if (f == NULL)
 		return 3;
-	fprintf(f, "%llu %d\n", (unsigned long long)st.failure_known_ns, i < KEEP ? i : KEEP);
+	fprintf(f, "%llu %llu %d\n", (unsigned long long)st.failure_known_ns,
+		(unsigned long long)st.view_settled_ns, i < KEEP ? i : KEEP);
 	for (int k = i < KEEP ? 0 : i - KEEP; k < i; k++)
 		fprintf(f, "%lld %lld\n", t_start[k % KEEP], t_end[k % KEEP]);
 	fclose(f);
@@ -100,9 +130,9 @@ static int cmp_ll(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* One trial: returns 0 and the two delays (ms), the op time (ms). */
-static int trial_run(const struct opts *o, int trial, double *know_ms, double *return_ms,
-		     double *op_ms)
+/* One trial: returns 0 and the three delays (ms), the op time (ms). */
+static int trial_run(const struct opts *o, int trial, double *know_ms, double *settle_ms,
+		     double *return_ms, double *op_ms)
 {
 	pid_t pids[256];
 	int victim = rand() % o->n;
@@ -129,7 +159,7 @@ static int trial_run(const struct opts *o, int trial, double *know_ms, double *r
 	usleep((useconds_t)(rand() % 50000));
 	t_kill = now_ns();
 	kill(pids[victim], o->stop ? SIGSTOP : SIGKILL);
-	long long known = 0, ret = 0, durs[KEEP];
+	long long known = 0, settled = 0, ret = 0, durs[KEEP];
 	int ndurs = 0, bad = 0;
 	for (int r = 0; r < o->n; r++) {
 		int st;
@@ -143,9 +173,9 @@ static int trial_run(const struct opts *o, int trial, double *know_ms, double *r
 		}
 		snprintf(path, sizeof(path), "%s/result-%d-%d", o->dir, trial, r);
 		FILE *f = fopen(path, "r");
-		unsigned long long k;
+		unsigned long long k, sv;
 		int nops;
-		if (f == NULL || fscanf(f, "%llu %d", &k, &nops) != 2) {
+		if (f == NULL || fscanf(f, "%llu %llu %d", &k, &sv, &nops) != 3) {
 			bad++;
 			if (f != NULL)
 				fclose(f);
@@ -153,6 +183,8 @@ static int trial_run(const struct opts *o, int trial, double *know_ms, double *r
 		}
 		if ((long long)k > known)
 			known = (long long)k;
+		if ((long long)sv > settled)
+			settled = (long long)sv;
 		long long end_of_interrupted = 0;
 		for (int q = 0; q < nops; q++) {
 			long long s, e;
@@ -178,6 +210,7 @@ static int trial_run(const struct opts *o, int trial, double *know_ms, double *r
 		return -1;
 	qsort(durs, (size_t)ndurs, sizeof(durs[0]), cmp_ll);
 	*know_ms = (double)(known - t_kill) / 1e6;
+	*settle_ms = (double)(settled - t_kill) / 1e6;
 	*return_ms = (double)(ret - t_kill) / 1e6;
 	*op_ms = (double)durs[ndurs / 2] / 1e6;
 	return 0;
@@ -196,11 +229,12 @@ int main(int argc, char **argv)
 		{"ranks", required_argument, NULL, 'n'}, {"size", required_argument, NULL, 's'},
 		{"trials", required_argument, NULL, 't'}, {"stop", no_argument, NULL, 'S'},
 		{"detect-ms", required_argument, NULL, 'd'}, {"heartbeat-ms", required_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0}};
-	double know[1000], ret[1000], op[1000];
+		{"inband", no_argument, NULL, 'I'}, {NULL, 0, NULL, 0}};
+	double know[1000], settle[1000], ret[1000], op[1000];
+	int port_fds[256];
 	int c, ok = 0;
 
-	while ((c = getopt_long(argc, argv, "n:s:t:Sd:h:", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "n:s:t:Sd:h:I", lo, NULL)) != -1) {
 		switch (c) {
 		case 'n': o.n = atoi(optarg); break;
 		case 's': o.size = strtoull(optarg, NULL, 10); break;
@@ -208,9 +242,10 @@ int main(int argc, char **argv)
 		case 'S': o.stop = true; break;
 		case 'd': o.detect_ms = atoi(optarg); break;
 		case 'h': o.heartbeat_ms = atoi(optarg); break;
+		case 'I': o.inband = true; break;
 		default:
 			fprintf(stderr, "usage: recovery_bench [-n RANKS] [-s BYTES] [-t TRIALS] [--stop] "
-					"[--detect-ms MS] [--heartbeat-ms MS]\n");
+					"[--detect-ms MS] [--heartbeat-ms MS] [--inband]\n");
 			return 2;
 		}
 	}
@@ -224,8 +259,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	srand((unsigned)now_ns());
+	if (o.inband && reserve_ports(&o, port_fds) != 0) {
+		perror("recovery_bench: reserving ports");
+		return 1;
+	}
 	for (int t = 0; t < o.trials; t++)
-		if (trial_run(&o, t, &know[ok], &ret[ok], &op[ok]) == 0)
+		if (trial_run(&o, t, &know[ok], &settle[ok], &ret[ok], &op[ok]) == 0)
 			ok++;
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", o.dir);
@@ -237,10 +276,12 @@ int main(int argc, char **argv)
 	}
 	qsort(know, (size_t)ok, sizeof(double), cmp_d);
 	qsort(ret, (size_t)ok, sizeof(double), cmp_d);
+	qsort(settle, (size_t)ok, sizeof(double), cmp_d);
 	qsort(op, (size_t)ok, sizeof(double), cmp_d);
-	printf("| %s | ranks | size | trials ok | all know: median / max ms | interrupted op returned: median / max ms | op alone ms |\n",
+	printf("| %s | membership | ranks | size | trials ok | all know: median / max ms | all settled: median / max ms | interrupted op returned: median / max ms | op alone ms |\n",
 	       o.stop ? "SIGSTOP" : "SIGKILL");
-	printf("| | %d | %zu | %d/%d | %.2f / %.2f | %.2f / %.2f | %.2f |\n", o.n, o.size, ok,
-	       o.trials, know[ok / 2], know[ok - 1], ret[ok / 2], ret[ok - 1], op[ok / 2]);
+	printf("| | %s | %d | %zu | %d/%d | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.2f |\n",
+	       o.inband ? "inband" : "file", o.n, o.size, ok, o.trials, know[ok / 2], know[ok - 1],
+	       settle[ok / 2], settle[ok - 1], ret[ok / 2], ret[ok - 1], op[ok / 2]);
 	return ok == o.trials ? 0 : 1;
 }

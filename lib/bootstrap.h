@@ -49,15 +49,30 @@ int ft__boot_local_ranks(ft__env_fn *env, void *arg);
 /*
  * The first address book of in-band membership (membership.h): one entry
  * per rank, the host:port of its membership listener, at most
- * FT__BOOK_ENTRY_MAX bytes with the NUL.
+ * FT__BOOK_ENTRY_MAX bytes with the NUL. Three sources (README, "Across
+ * hosts"; config.c chooses one):
  *   "peers": the list itself is the book; mine is ignored and the rank
  *            listens where its own entry says.
  *   "pmix":  mine is put in the launcher's PMIx store, a fence waits for
- *            every rank, and every entry is read back.
- *   "store": the same through the small store ftcc-run serves at p->store.
- * 0 and book[0..world_size-1] filled and checked (each a host:port), or
- * -FT_ECONFIG (a malformed list or address), -FT_ENOSYS (PMIx not built
- * in), -FT_ETIMEDOUT, -FT_EIO.
+ *            every rank, and every entry is read back (boot_pmix.c).
+ *   "store": the same through the small store ftcc-run serves at p->store
+ *            (boot_store.c; the server is tools/store_server.c).
+ * Blocks up to p->timeout_ms. 0 and book[0..world_size-1] filled and
+ * checked (each a host:port), or -FT_ECONFIG (a malformed list or address,
+ * a store that refused this rank, no PMIx server), -FT_ENOSYS (PMIx not
+ * built in), -FT_ETIMEDOUT, -FT_EIO; the reason is logged.
+ *
+ * No secret travels: a book holds addresses only, and the in-band hellos
+ * on the links it leads to check the job's token (keyed, never in clear).
+ *
+ * After a 0, ft__boot_book_end(p) once the communicator is done with it
+ * (ft_finalize): "pmix" keeps its PMIx client open until then, because
+ * Open MPI 4.1's MPI_Init fails in a process whose PMIx client was opened
+ * and fully closed before ("getting local rank failed"); PMIx counts the
+ * opens, so an MPI_Init before or after, and an MPI_Finalize before or
+ * after ft_finalize, all work. An application that calls MPI_Init after
+ * ft_finalize still fails, and one that exits without ft_finalize is
+ * reported by mpirun as "exiting improperly" (as one without MPI_Finalize).
  */
 #define FT__BOOK_ENTRY_MAX 64
 struct ft__book_params {
@@ -70,5 +85,20 @@ struct ft__book_params {
 };
 int ft__boot_book(const struct ft__book_params *p, const char *mine,
 		  char (*book)[FT__BOOK_ENTRY_MAX]);
+void ft__boot_book_end(const struct ft__book_params *p);
+/*
+ * Checks one entry, len bytes at s (no NUL needed): a host name, an IPv4
+ * address or a bracketed IPv6 one ("[::1]"), ':', and a port 1..65535, in
+ * fewer than FT__BOOK_ENTRY_MAX bytes. 0, or -FT_ECONFIG and *why says what
+ * is wrong (a static string).
+ */
+int ft__boot_entry_check(const char *s, size_t len, const char **why);
+
+/* The sources behind ft__boot_book, one file each; p is checked already. */
+int ft__boot_pmix_book(const struct ft__book_params *p, const char *mine,
+		       char (*book)[FT__BOOK_ENTRY_MAX]);
+void ft__boot_pmix_end(void);
+int ft__boot_store_book(const struct ft__book_params *p, const char *mine,
+			char (*book)[FT__BOOK_ENTRY_MAX]);
 
 #endif

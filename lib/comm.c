@@ -300,6 +300,12 @@ static int comm_join(struct ft_comm *c)
 				 : c->cfg.rejoin_timeout_ms < c->cfg.connect_timeout_ms / 2
 				       ? c->cfg.rejoin_timeout_ms
 				       : c->cfg.connect_timeout_ms / 2,
+		.token = c->cfg.token,
+		.bind_host = c->cfg.bind_host,
+		.book = {.how = c->cfg.bootstrap, .store = c->cfg.store, .peers = c->cfg.peers,
+			 .job_id = c->cfg.job_id, .rank = c->cfg.rank,
+			 .world_size = c->cfg.world_size, .timeout_ms = c->cfg.connect_timeout_ms},
+		.reply_wait_ms = c->cfg.detect_timeout_ms,
 	};
 	struct ft__view view = {0};
 	struct ft__member me;
@@ -307,6 +313,11 @@ static int comm_join(struct ft_comm *c)
 
 	memset(&me, 0, sizeof(me));
 	ft__config_data_link_timeouts(&c->cfg, &params.keepalive_ms, &params.user_timeout_ms);
+	if (c->cfg.policy == FT_POLICY_REJOIN && strcmp(c->cfg.membership, "inband") == 0) {
+		ft__error("the rejoin policy needs the file rendezvous (FTCC_MEMBERSHIP=file): a "
+			  "restarted rank finds its job there");
+		return -FT_ENOSYS;
+	}
 	rc = ft__mb_open(&c->mb, &mp);
 	if (rc != 0)
 		return rc;

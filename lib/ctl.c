@@ -1,4 +1,5 @@
 /* ctl.c: control links: the listener, connect and accept, the hello, message framing, reading and writing. */
+#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,8 +56,15 @@ int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 
 	memset(ctl, 0, sizeof(*ctl));
 	ctl->listen_fd = -1;
-	for (int i = 0; i < FT__CTL_LINKS; i++)
-		ctl->links[i].fd = -1;
+	ctl->who = p->who != NULL ? p->who : "detector";
+	ctl->nlinks = p->links > 0 ? p->links : FT__CTL_LINKS;
+	ctl->links = calloc((size_t)ctl->nlinks, sizeof(*ctl->links));
+	if (ctl->links == NULL) {
+		ctl->nlinks = 0;
+		return -FT_ENOMEM;
+	}
+	for (int i = 0; i < ctl->nlinks; i++)
+		ctl->links[i] = (struct ft__ctl_link){.fd = -1, .peer = -1};
 	ctl->rank = p->rank;
 	ctl->world_size = p->world_size;
 	snprintf(ctl->job_id, sizeof(ctl->job_id), "%s", p->job_id);
@@ -68,11 +76,13 @@ int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 						.user_timeout_ms = p->dead_ms};
 	ctl->msg_cap = sizeof(struct ctl_hdr) + sizeof(struct ctl_hello) +
 		       (size_t)p->world_size * sizeof(int32_t);
+	if (ctl->msg_cap < sizeof(struct ctl_hdr) + p->min_payload)
+		ctl->msg_cap = sizeof(struct ctl_hdr) + p->min_payload;
 	if (ctl->msg_cap > sizeof(struct ctl_hdr) + UINT16_MAX)
 		ctl->msg_cap = sizeof(struct ctl_hdr) + UINT16_MAX;
 	ctl->max_payload = ctl->msg_cap - sizeof(struct ctl_hdr);
-	rc = ft__sock_listen("detector", p->bind_host, 64, &ctl->listen_fd, ctl->addr,
-			     sizeof(ctl->addr));
+	rc = ft__sock_listen_port(ctl->who, p->bind_host, p->port != NULL ? p->port : "0", 64,
+				  &ctl->listen_fd, ctl->addr, sizeof(ctl->addr));
 	/* an unresolvable bind host is the configuration's fault */
 	return rc == -FT_EINVAL ? -FT_ECONFIG : rc;
 }
@@ -90,8 +100,11 @@ void ft__ctl_drop(struct ft__ctl *ctl, int i)
 
 void ft__ctl_close(struct ft__ctl *ctl)
 {
-	for (int i = 0; i < FT__CTL_LINKS; i++)
+	for (int i = 0; i < ctl->nlinks; i++)
 		ft__ctl_drop(ctl, i);
+	free(ctl->links);
+	ctl->links = NULL;
+	ctl->nlinks = 0;
 	if (ctl->listen_fd >= 0)
 		close(ctl->listen_fd);
 	ctl->listen_fd = -1;
@@ -102,7 +115,7 @@ static int link_new(struct ft__ctl *ctl, int fd, int peer, uint32_t gen)
 {
 	int64_t now = ft__now_ms();
 
-	for (int i = 0; i < FT__CTL_LINKS; i++) {
+	for (int i = 0; i < ctl->nlinks; i++) {
 		unsigned char *in;
 		if (ctl->links[i].fd >= 0)
 			continue;
@@ -137,7 +150,7 @@ int ft__ctl_send(struct ft__ctl *ctl, int i, enum ft__ctl_type type, uint32_t ge
 
 	if (len > ctl->max_payload)
 		return -FT_EINVAL;
-	if (l->fd < 0)
+	if (l->fd < 0 || l->connecting)
 		return -FT_EPEERFAILED;
 	do
 		n = sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -148,45 +161,85 @@ int ft__ctl_send(struct ft__ctl *ctl, int i, enum ft__ctl_type type, uint32_t ge
 	return 0;
 }
 
-/* The hello for link i to rank `to`, sealed under the token. */
-static int hello_seal(struct ft__ctl *ctl, int i, int to, uint32_t gen, struct ctl_hello *hello)
+/* The connecting side's hello on link i, to original rank `to`, sealed under the token. */
+static int send_hello(struct ft__ctl *ctl, int i, int to, uint32_t gen)
 {
-	struct ctl_hdr h = make_hdr(ctl, FT__CTL_HELLO, gen, sizeof(*hello));
-	struct iovec iov[2] = {{&h, sizeof(h)}, {hello, offsetof(struct ctl_hello, mac)}};
+	struct ctl_hello hello;
+	struct ctl_hdr h = make_hdr(ctl, FT__CTL_HELLO, gen, sizeof(hello));
+	struct iovec iov[2] = {{&h, sizeof(h)}, {&hello, offsetof(struct ctl_hello, mac)}};
 	int rc;
 
-	memset(hello, 0, sizeof(*hello));
-	snprintf(hello->job_id, sizeof(hello->job_id), "%s", ctl->job_id);
-	hello->to = to;
-	if ((rc = ft__auth_random(hello->nonce, sizeof(hello->nonce))) != 0)
+	memset(&hello, 0, sizeof(hello));
+	snprintf(hello.job_id, sizeof(hello.job_id), "%s", ctl->job_id);
+	hello.to = to;
+	if ((rc = ft__auth_random(hello.nonce, sizeof(hello.nonce))) != 0)
 		return rc;
-	ft__auth_mac(ctl->token, HELLO_LABEL, iov, 2, hello->mac);
-	memcpy(ctl->links[i].nonce, hello->nonce, sizeof(hello->nonce));
+	ft__auth_mac(ctl->token, HELLO_LABEL, iov, 2, hello.mac);
+	memcpy(ctl->links[i].nonce, hello.nonce, sizeof(hello.nonce));
 	ctl->links[i].await_ack = true;
-	return 0;
+	return ft__ctl_send(ctl, i, FT__CTL_HELLO, gen, &hello, sizeof(hello));
 }
 
 int ft__ctl_connect(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen, int timeout_ms)
 {
 	struct ft__sock_addr a;
-	struct ctl_hello hello;
 	int fd, i, rc;
 
-	if (ft__sock_resolve(addr, &a) != 0 ||
-	    ft__sock_connect(&a, &ctl->sock_opts, ft__now_ms() + timeout_ms, &fd) != 0)
+	if (ft__sock_resolve(addr, &a) != 0)
 		return -FT_EPEERFAILED;
+	rc = ft__sock_connect(&a, &ctl->sock_opts, ft__now_ms() + timeout_ms, &fd);
+	if (rc != 0)
+		return rc == -FT_ECONNREFUSED || rc == -FT_ETIMEDOUT ? rc : -FT_EPEERFAILED;
 	i = link_new(ctl, fd, to, gen);
 	if (i < 0)
 		return -FT_ENOMEM;
-	if ((rc = hello_seal(ctl, i, to, gen, &hello)) != 0) {
+	if ((rc = send_hello(ctl, i, to, gen)) != 0) {
 		ft__ctl_drop(ctl, i);
-		return rc;
-	}
-	if (ft__ctl_send(ctl, i, FT__CTL_HELLO, gen, &hello, sizeof(hello)) != 0) {
-		ft__ctl_drop(ctl, i);
-		return -FT_EPEERFAILED;
+		return rc == -FT_EIO ? rc : -FT_EPEERFAILED;
 	}
 	return i;
+}
+
+int ft__ctl_connect_start(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen)
+{
+	struct ft__sock_addr a;
+	int fd, i;
+
+	if (ft__sock_resolve(addr, &a) != 0)
+		return -FT_EPEERFAILED;
+	fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -FT_EPEERFAILED;
+	ft__sock_tune(fd, &ctl->sock_opts);
+	if (connect(fd, (const struct sockaddr *)&a.ss, a.len) != 0 && errno != EINPROGRESS) {
+		int rc = ft__sock_error(errno);
+		close(fd);
+		return rc;
+	}
+	i = link_new(ctl, fd, to, gen);
+	if (i < 0)
+		return -FT_ENOMEM;
+	ctl->links[i].connecting = true;
+	return i;
+}
+
+/* A connecting link: 1 once connected (hello sent), 0 not yet, or the error. */
+static int finish_connect(struct ft__ctl *ctl, int i)
+{
+	struct ft__ctl_link *l = &ctl->links[i];
+	struct pollfd pfd = {.fd = l->fd, .events = POLLOUT};
+	int err = 0;
+	socklen_t el = sizeof(err);
+
+	if (poll(&pfd, 1, 0) != 1)
+		return 0;
+	if (getsockopt(l->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
+		err = errno;
+	if (err != 0)
+		return ft__sock_error(err);
+	l->connecting = false;
+	l->opened_ms = l->last_rx_ms = ft__now_ms();
+	return send_hello(ctl, i, l->peer, l->gen) == 0 ? 1 : -FT_EPEERFAILED;
 }
 
 void ft__ctl_accept(struct ft__ctl *ctl)
@@ -226,7 +279,7 @@ static int take_hello(struct ft__ctl *ctl, int i, const struct ctl_hdr *h, const
 	int rc;
 
 	if (h->type != FT__CTL_HELLO || h->len != sizeof(hello)) {
-		ft__warn("detector: refused a control link that opened with message type %u",
+		ft__warn("%s: refused a control link that opened with message type %u", ctl->who,
 			 h->type);
 		ft__ctl_drop(ctl, i);
 		return -FT_EPROTO;
@@ -244,7 +297,7 @@ static int take_hello(struct ft__ctl *ctl, int i, const struct ctl_hdr *h, const
 		return 0;
 	}
 	(void)ft__ctl_send(ctl, i, FT__CTL_ACK, h->gen, &ack, sizeof(ack));
-	ft__warn("detector: refused a control link claiming rank %d: %s", h->from,
+	ft__warn("%s: refused a control link claiming rank %d: %s", ctl->who, h->from,
 		 rc == -FT_EAUTH ? "wrong job or token, or a replayed hello"
 				 : "not for this rank, or from outside the world");
 	ft__ctl_drop(ctl, i);
@@ -274,6 +327,11 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 {
 	struct ft__ctl_link *l = &ctl->links[i];
 
+	if (l->fd >= 0 && l->connecting) {
+		int rc = finish_connect(ctl, i);
+		if (rc <= 0)
+			return rc;
+	}
 	for (;;) {
 		struct ctl_hdr h;
 		ssize_t n;
@@ -302,8 +360,8 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 				} else if (l->await_ack) {
 					int rc = ack_verdict(ctl, i, &h, p);
 					if (rc != 0) {
-						ft__warn("detector: rank %d refused our control link: %s",
-							 l->peer, ft_strerror(rc));
+						ft__warn("%s: rank %d refused our control link: %s",
+							 ctl->who, l->peer, ft_strerror(rc));
 						return rc;
 					}
 					l->await_ack = false;
@@ -320,6 +378,8 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
+			if (errno == ECONNRESET)
+				return -FT_EPEERFAILED; /* closed by the peer's kernel */
 			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -FT_EIO;
 		}
 		l->have += (size_t)n;
@@ -331,10 +391,13 @@ int ft__ctl_pollfds(const struct ft__ctl *ctl, struct pollfd *pfd, int *idx)
 	int n = 0;
 
 	pfd[n++] = (struct pollfd){.fd = ctl->listen_fd, .events = POLLIN};
-	for (int i = 0; i < FT__CTL_LINKS; i++)
+	for (int i = 0; i < ctl->nlinks; i++)
 		if (ctl->links[i].fd >= 0) {
-			idx[n - 1] = i;
-			pfd[n++] = (struct pollfd){.fd = ctl->links[i].fd, .events = POLLIN};
+			if (idx != NULL)
+				idx[n - 1] = i;
+			pfd[n++] = (struct pollfd){.fd = ctl->links[i].fd,
+						   .events = ctl->links[i].connecting ? POLLOUT
+										      : POLLIN};
 		}
 	return n;
 }

@@ -39,10 +39,16 @@
  * One thread owns a struct ft__ctl; nothing here locks.
  */
 
-#define FT__CTL_LINKS 16
+#define FT__CTL_LINKS 16     /* links when ft__ctl_params.links is 0 */
 #define FT__CTL_ACK_BYTES 56    /* an ACK message, header included */
 
-enum ft__ctl_type { FT__CTL_HELLO = 1, FT__CTL_HB, FT__CTL_NOTICE, FT__CTL_BYE, FT__CTL_ACK };
+enum ft__ctl_type {
+	FT__CTL_HELLO = 1, FT__CTL_HB, FT__CTL_NOTICE, FT__CTL_BYE,
+	FT__CTL_ACK,    /* the answer to a hello; ctl.c's own, never returned */
+	/* in-band membership (member_inband.c) */
+	FT__CTL_MB_COLLECT = 16, FT__CTL_MB_RECORD, FT__CTL_MB_PROPOSE, FT__CTL_MB_ACCEPT,
+	FT__CTL_MB_NACK, FT__CTL_MB_BOOK, FT__CTL_MB_COMMIT, FT__CTL_MB_NOQUORUM
+};
 
 struct ft__ctl_msg {
 	int type;                       /* enum ft__ctl_type */
@@ -59,6 +65,7 @@ struct ft__ctl_link {
 	uint32_t gen;           /* generation its hello named (or ours, when we connected) */
 	int64_t opened_ms;      /* ft__now_ms() at connect or accept */
 	int64_t last_rx_ms;     /* ... of the latest whole message */
+	bool connecting;        /* ft__ctl_connect_start: not yet connected, hello not sent */
 	size_t have, used;      /* bytes in `in`; bytes of it already returned */
 	unsigned char *in;
 	bool await_ack;         /* connected here: the peer has not proved the token yet */
@@ -74,7 +81,9 @@ struct ft__ctl {
 	char addr[FT__CTRL_MAX];        /* to publish */
 	size_t msg_cap;                 /* largest message, header included */
 	size_t max_payload;             /* largest payload (at most UINT16_MAX) */
-	struct ft__ctl_link links[FT__CTL_LINKS];
+	const char *who;                /* names the owner in messages */
+	int nlinks;
+	struct ft__ctl_link *links;     /* nlinks of them */
 	struct ft__auth_seen seen;      /* nonces of the hellos accepted */
 	struct ft__sock_opts sock_opts;
 };
@@ -85,6 +94,11 @@ struct ft__ctl_params {
 	const char *job_id;
 	const char *token;
 	const char *bind_host;  /* "" or NULL: 127.0.0.1 */
+	const char *port;       /* port to listen on; NULL: the kernel picks */
+	int links;              /* link slots; 0: FT__CTL_LINKS */
+	size_t min_payload;     /* messages at least this large are carried (the largest
+				 * is what the world needs, at most UINT16_MAX) */
+	const char *who;        /* "detector" when NULL */
 	int dead_ms;            /* the links' keepalive and TCP_USER_TIMEOUT (sock.h); 0: none */
 };
 
@@ -100,6 +114,13 @@ void ft__ctl_close(struct ft__ctl *ctl);
  * -FT_EIO when the kernel gives no random bytes for the nonce.
  */
 int ft__ctl_connect(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen, int timeout_ms);
+/*
+ * Starts connecting to original rank `to` at addr without waiting: the
+ * link's index (connecting; ft__ctl_next finishes the connect and sends
+ * the hello, or reports -FT_ECONNREFUSED or -FT_EPEERFAILED), or
+ * -FT_EPEERFAILED, -FT_ENOMEM.
+ */
+int ft__ctl_connect_start(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen);
 /* Accepts every pending connection as an unidentified link. */
 void ft__ctl_accept(struct ft__ctl *ctl);
 /* Sends one message: 0, -FT_EPEERFAILED when the link cannot carry it
@@ -120,9 +141,9 @@ int ft__ctl_send(struct ft__ctl *ctl, int i, enum ft__ctl_type type, uint32_t ge
 int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m);
 /* Closes link i (no goodbye). */
 void ft__ctl_drop(struct ft__ctl *ctl, int i);
-/* Fills pfd with the listener (first) and every open link, idx with the
- * links' indices; returns the number of pollfds written (at most
- * 1 + FT__CTL_LINKS). */
+/* Fills pfd with the listener (first) and every open link (a connecting
+ * one waits for POLLOUT), idx with the links' indices; returns the number
+ * of pollfds written (at most 1 + ctl->nlinks). */
 int ft__ctl_pollfds(const struct ft__ctl *ctl, struct pollfd *pfd, int *idx);
 
 #endif

@@ -77,6 +77,7 @@ struct ft__det {
 	int left, right;        /* original ranks of the neighbours, -1 none */
 	int left_ci, right_ci;  /* their control links in ctl.links[], -1 none */
 	bool left_bye, right_bye;
+	bool *owe;              /* by link: a direct notice waits for it to connect */
 	int64_t view_ms, next_hb_ms;
 	uint32_t target;        /* generation being settled, 0 none */
 	int64_t recover_ms;
@@ -100,6 +101,8 @@ static void unlock(struct ft__det *d)
 static void link_close(struct ft__det *d, int i)
 {
 	ft__ctl_drop(&d->ctl, i);
+	if (d->owe != NULL)
+		d->owe[i] = false;
 	if (d->left_ci == i)
 		d->left_ci = -1;
 	if (d->right_ci == i)
@@ -116,7 +119,7 @@ static void send_bye(struct ft__det *d, int i)
 
 static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *why);
 static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t gen,
-		       const char *why);
+		       const char *why, bool direct);
 
 /* Link i is gone: its peer is failed if it was a neighbour this rank watches. */
 static void link_lost(struct ft__det *d, int i, const char *why)
@@ -127,6 +130,18 @@ static void link_lost(struct ft__det *d, int i, const char *why)
 	link_close(d, i);
 	if (watched)
 		declare(d, &peer, 1, why);
+}
+
+/* The same when the peer's kernel closed the link (or refused it): its
+ * death is certain, which membership counts out of quorums. */
+static void link_closed(struct ft__det *d, int i, const char *why)
+{
+	bool watched = i == d->left_ci || i == d->right_ci;
+	int32_t peer = d->ctl.links[i].peer;
+
+	if (watched && !d->left_bye && !d->right_bye)
+		ft__mb_certain(d->p.mb, peer);
+	link_lost(d, i, why);
 }
 
 static void failed_list(struct ft__det *d, int32_t *out, int *n)
@@ -193,7 +208,7 @@ static void set_excluded(struct ft__det *d, const char *why)
 	d->target = 0;
 	d->out = true;
 	d->left = d->right = -1;
-	for (int i = 0; i < FT__CTL_LINKS; i++)
+	for (int i = 0; i < d->ctl.nlinks; i++)
 		link_close(d, i);
 }
 
@@ -224,7 +239,7 @@ static void rewire(struct ft__det *d)
 	d->left_ci = d->right_ci = -1;
 	d->left_bye = d->right_bye = false;
 	d->view_ms = ft__now_ms();
-	for (int i = 0; i < FT__CTL_LINKS; i++) {
+	for (int i = 0; i < d->ctl.nlinks; i++) {
 		struct ft__ctl_link *l = &d->ctl.links[i];
 		if (l->fd < 0 || l->peer < 0)
 			continue;
@@ -243,6 +258,8 @@ static void rewire(struct ft__det *d)
 			send_failed_set(d, i);
 		} else {
 			int32_t r = d->right;
+			if (i == -FT_ECONNREFUSED)
+				ft__mb_certain(d->p.mb, r);
 			declare(d, &r, 1, "its control address refused us");
 		}
 	}
@@ -346,18 +363,57 @@ static void recovery_step(struct ft__det *d)
 		pthread_cond_broadcast(&d->cond);
 		unlock(d);
 		d->target = 0;
+		if (rc == -FT_EPARTITIONED) {
+			/* the other side goes on: this rank takes no further part */
+			d->out = true;
+			d->left = d->right = -1;
+			for (int i = 0; i < d->ctl.nlinks; i++)
+				link_close(d, i);
+		}
 	}
 }
 
-/* Marks ranks failed; what is new is noticed to both neighbours. */
+/* Marks ranks failed on this rank's own evidence: what is new goes to both
+ * neighbours and straight to every other member. */
 static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *why)
 {
-	declare_at(d, ranks, n, d->gen, why);
+	declare_at(d, ranks, n, d->gen, why, true);
 }
 
-/* The same, for news from generation gen: a rank that came back after gen is not named by it. */
+/*
+ * Direct notices: the rank that saw a failure tells every member itself,
+ * so that news reaches each in one hop, however busy the detectors on the
+ * ring between them are. Links are opened without waiting; a notice waits
+ * for its link to connect (owe[]). A member that cannot be reached this
+ * way still learns around the ring.
+ */
+static void notice_members(struct ft__det *d)
+{
+	for (int k = 0; k < d->size && !d->out; k++) {
+		int m = d->members[k], link = -1;
+		struct ft__member rec;
+		if (m == d->p.rank || m == d->left || m == d->right || ft__det_failed(d, m))
+			continue;
+		for (int i = 0; i < d->ctl.nlinks && link < 0; i++) {
+			const struct ft__ctl_link *l = &d->ctl.links[i];
+			if (l->fd >= 0 && l->peer == m && l->gen >= d->gen)
+				link = i;
+		}
+		if (link < 0 && ft__mb_lookup(d->p.mb, d->gen, m, &rec) == 0 && rec.ctrl[0] != '\0')
+			link = ft__ctl_connect_start(&d->ctl, rec.ctrl, m, d->gen);
+		if (link < 0)
+			continue;
+		if (d->ctl.links[link].connecting)
+			d->owe[link] = true;
+		else
+			send_failed_set(d, link);
+	}
+}
+
+/* The same, for news from generation gen: a rank that came back after gen is
+ * not named by it. direct: this rank's own evidence (notice_members). */
 static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t gen,
-		       const char *why)
+		       const char *why, bool direct)
 {
 	int added = 0;
 	bool self = false, member = false;
@@ -386,7 +442,7 @@ static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t 
 		set_excluded(d, "the other ranks declared it failed");
 		return;
 	}
-	for (int i = 0; i < FT__CTL_LINKS; i++) {
+	for (int i = 0; i < d->ctl.nlinks; i++) {
 		struct ft__ctl_link *l = &d->ctl.links[i];
 		if (l->fd < 0 || l->peer < 0)
 			continue;
@@ -400,6 +456,8 @@ static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t 
 		if (d->out)
 			return;
 	}
+	if (direct && member)
+		notice_members(d);
 	/* a rank already outside this view (news arriving late) changes nothing */
 	if (member)
 		start_recovery(d);
@@ -451,7 +509,7 @@ static void on_msg(struct ft__det *d, int i, const struct ft__ctl_msg *m, bool f
 		for (size_t k = 0; k < n && d->ctl.links[i].fd >= 0; k += FT__ARRAY_SIZE(r)) {
 			size_t c = n - k < FT__ARRAY_SIZE(r) ? n - k : FT__ARRAY_SIZE(r);
 			memcpy(r, m->payload + k * sizeof(int32_t), c * sizeof(int32_t));
-			declare_at(d, r, (int)c, m->gen, why);
+			declare_at(d, r, (int)c, m->gen, why, false);
 		}
 		break;
 	}
@@ -476,6 +534,21 @@ static void read_link(struct ft__det *d, int i)
 	struct ft__ctl_msg m;
 	int rc;
 
+	if (d->owe[i] && d->ctl.links[i].connecting) {
+		rc = ft__ctl_next(&d->ctl, i, &m); /* finishes the connect */
+		if (rc < 0) {
+			link_lost(d, i, "its control link failed");
+			return;
+		}
+		if (!d->ctl.links[i].connecting) {
+			d->owe[i] = false;
+			send_failed_set(d, i);
+		}
+		if (rc == 0 || d->ctl.links[i].fd < 0)
+			return;
+		on_msg(d, i, &m, false);
+	}
+
 	for (;;) {
 		bool first = d->ctl.links[i].peer < 0;
 		rc = ft__ctl_next(&d->ctl, i, &m);
@@ -485,11 +558,12 @@ static void read_link(struct ft__det *d, int i)
 		if (d->ctl.links[i].fd < 0 || d->out)
 			return;
 	}
-	if (rc < 0)
-		link_lost(d, i, rc == -FT_EPEERFAILED ? "its control link closed"
-				: rc == -FT_EPROTO    ? "it sent a malformed control message"
-				: rc == -FT_EAUTH     ? "it refused our token or could not prove it"
-						      : "its control link failed");
+	if (rc == -FT_EPEERFAILED)
+		link_closed(d, i, "its control link closed");
+	else if (rc < 0)
+		link_lost(d, i, rc == -FT_EPROTO  ? "it sent a malformed control message"
+				: rc == -FT_EAUTH ? "it refused our token or could not prove it"
+						  : "its control link failed");
 }
 
 /* Silence, a missing left link, hello-less strangers; returns ms to the next check. */
@@ -498,7 +572,7 @@ static int check_time(struct ft__det *d, int64_t now)
 	int64_t next = d->next_hb_ms;
 	int64_t to = d->p.detect_timeout_ms;
 
-	for (int i = 0; i < FT__CTL_LINKS; i++) {
+	for (int i = 0; i < d->ctl.nlinks; i++) {
 		struct ft__ctl_link *l = &d->ctl.links[i];
 		if (l->fd < 0)
 			continue;
@@ -555,9 +629,20 @@ static void drain_cmd(struct ft__det *d)
 static void *det_main(void *arg)
 {
 	struct ft__det *d = arg;
-	struct pollfd pfd[2 + FT__CTL_LINKS];
-	int idx[FT__CTL_LINKS];
+	int nmb = ft__mb_max_pollfds(d->p.mb);
+	struct pollfd *pfd = calloc((size_t)(2 + d->ctl.nlinks + nmb), sizeof(*pfd));
+	int *idx = calloc((size_t)d->ctl.nlinks + 1, sizeof(int));
 
+	if (pfd == NULL || idx == NULL) {
+		ft__error("detector: out of memory: it cannot watch");
+		lock(d);
+		d->fatal = -FT_ENOMEM;
+		pthread_cond_broadcast(&d->cond);
+		unlock(d);
+		free(pfd);
+		free(idx);
+		return NULL;
+	}
 	d->next_hb_ms = ft__now_ms();
 	ft__trace_thread(d->p.trace, 1, "detector");
 	for (;;) {
@@ -576,9 +661,9 @@ static void *det_main(void *arg)
 			continue;
 		}
 		if (now >= d->next_hb_ms) {
-			for (int i = 0; i < FT__CTL_LINKS && !d->out; i++) {
+			for (int i = 0; i < d->ctl.nlinks && !d->out; i++) {
 				struct ft__ctl_link *l = &d->ctl.links[i];
-				if (l->fd >= 0 && l->peer >= 0 && l->gen >= d->gen &&
+				if (l->fd >= 0 && l->peer >= 0 && l->gen >= d->gen && !l->connecting &&
 				    ft__ctl_send(&d->ctl, i, FT__CTL_HB, d->gen, NULL, 0) != 0)
 					link_lost(d, i, "its control link cannot take a heartbeat");
 			}
@@ -593,7 +678,8 @@ static void *det_main(void *arg)
 			continue;
 		pfd[0] = (struct pollfd){.fd = d->cmd[0], .events = POLLIN};
 		n = 1 + ft__ctl_pollfds(&d->ctl, pfd + 1, idx);
-		if (poll(pfd, (nfds_t)n, timeout) < 0) {
+		int nm = ft__mb_pollfds(d->p.mb, pfd + n, nmb);
+		if (poll(pfd, (nfds_t)(n + nm), timeout) < 0) {
 			if (errno == EINTR)
 				continue;
 			ft__error("detector: poll failed: %s", strerror(errno));
@@ -620,9 +706,24 @@ static void *det_main(void *arg)
 		for (int j = 0; j + 2 < n && !d->out; j++)
 			if (pfd[2 + j].revents != 0)
 				read_link(d, idx[j]);
+		bool mb_ready = false;
+		for (int j = 0; j < nm; j++)
+			mb_ready |= pfd[n + j].revents != 0;
+		if (mb_ready && !d->out) {
+			/* another rank asks about a newer generation: a failure
+			 * this rank has not heard of yet */
+			uint32_t asked = ft__mb_pump(d->p.mb);
+			if (asked > d->gen && d->target == 0) {
+				ft__info("detector: rank asked about generation %u: recovering", asked);
+				start_recovery(d);
+			}
+		}
 	}
-	for (int i = 0; i < FT__CTL_LINKS; i++) {
-		if (d->ctl.links[i].fd >= 0 && d->ctl.links[i].peer >= 0)
+	free(pfd);
+	free(idx);
+	for (int i = 0; i < d->ctl.nlinks; i++) {
+		if (d->ctl.links[i].fd >= 0 && d->ctl.links[i].peer >= 0 &&
+		    !d->ctl.links[i].connecting)
 			send_bye(d, i);
 		link_close(d, i);
 	}
@@ -641,7 +742,9 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	struct ft__det *d = calloc(1, sizeof(*d));
 	struct ft__ctl_params cp = {.rank = p->rank, .world_size = p->world_size,
 				    .job_id = p->job_id, .token = p->token,
-				    .bind_host = p->bind_host, .dead_ms = p->detect_timeout_ms};
+				    .bind_host = p->bind_host, .dead_ms = p->detect_timeout_ms,
+				    /* both neighbours, a direct link to every member, strangers */
+				    .links = 2 * p->world_size + FT__CTL_LINKS};
 	pthread_condattr_t ca;
 	int rc;
 
@@ -680,6 +783,8 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	}
 	d->ctl_opened = true;
 	rc = ft__ctl_open(&d->ctl, &cp);
+	if (rc == 0 && (d->owe = calloc((size_t)d->ctl.nlinks, sizeof(bool))) == NULL)
+		rc = -FT_ENOMEM;
 	if (rc != 0) {
 		ft__det_destroy(d);
 		return rc;
@@ -747,6 +852,7 @@ void ft__det_destroy(struct ft__det *d)
 	free(d->members);
 	free(d->failed);
 	free(d->since);
+	free(d->owe);
 	free(d);
 }
 

@@ -1,12 +1,13 @@
 /* membership.c: picks a membership backend, checks what it returns, and waits for a view to settle. */
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <time.h>
 
 #include "internal.h"
 #include "membership.h"
 
-static const struct ft__mb_ops *const backends[] = {&ft__mb_file_ops};
+static const struct ft__mb_ops *const backends[] = {&ft__mb_file_ops, &ft__mb_inband_ops};
 
 int ft__mb_open(struct ft__mb *mb, const struct ft__mb_params *p)
 {
@@ -84,11 +85,21 @@ int ft__mb_try_settle_back(struct ft__mb *mb, uint32_t gen, const int *cand, int
 	return rc;
 }
 
-static void backoff_sleep(int *us)
+/* Sleeps (backing off), woken early by the backend's messages if it has any. */
+static void backoff_sleep(struct ft__mb *mb, int *us)
 {
-	struct timespec ts = {0, (long)*us * 1000};
+	int cap = ft__mb_max_pollfds(mb), n = 0;
+	struct pollfd *pfd = cap > 0 ? calloc((size_t)cap, sizeof(*pfd)) : NULL;
 
-	nanosleep(&ts, NULL);
+	if (pfd != NULL)
+		n = ft__mb_pollfds(mb, pfd, cap);
+	if (n > 0) {
+		(void)poll(pfd, (nfds_t)n, *us / 1000 > 0 ? *us / 1000 : 1);
+	} else {
+		struct timespec ts = {0, (long)*us * 1000};
+		nanosleep(&ts, NULL);
+	}
+	free(pfd);
 	if (*us < 20000)
 		*us *= 2;
 }
@@ -110,7 +121,7 @@ int ft__mb_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, i
 		}
 		if (ft__now_ms() >= deadline)
 			break;
-		backoff_sleep(&sleep_us);
+		backoff_sleep(mb, &sleep_us);
 	}
 	if (ncand > 0 && mb->rank == cand[0]) {
 		for (int i = 0; i < ncand; i++) {
@@ -136,6 +147,27 @@ int ft__mb_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__member *
 int ft__mb_depart(struct ft__mb *mb, uint64_t next_op)
 {
 	return mb->ops->depart(mb, next_op);
+}
+
+int ft__mb_max_pollfds(struct ft__mb *mb)
+{
+	return mb->ops != NULL && mb->ops->max_pollfds != NULL ? mb->ops->max_pollfds(mb) : 0;
+}
+
+int ft__mb_pollfds(struct ft__mb *mb, struct pollfd *pfd, int cap)
+{
+	return mb->ops != NULL && mb->ops->pollfds != NULL ? mb->ops->pollfds(mb, pfd, cap) : 0;
+}
+
+uint32_t ft__mb_pump(struct ft__mb *mb)
+{
+	return mb->ops != NULL && mb->ops->pump != NULL ? mb->ops->pump(mb) : 0;
+}
+
+void ft__mb_certain(struct ft__mb *mb, int orig)
+{
+	if (mb->ops != NULL && mb->ops->certain != NULL && orig >= 0 && orig < mb->world_size)
+		mb->ops->certain(mb, orig);
 }
 
 void ft__mb_close(struct ft__mb *mb, uint32_t gen, bool remove_view)

@@ -5,6 +5,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <poll.h>
+
+#include "bootstrap.h"
 
 /*
  * A view is (generation, ascending original ranks). Generation 0 is the
@@ -14,10 +17,9 @@
  * exactly once: every rank that settles generation g gets the same view.
  *
  * Backends: "file" (member_file.c), a rendezvous directory every rank can
- * reach (one host, or NFS). An in-band backend, settling over the control
- * links for hosts without a shared file system, is to come; it will take
- * the control links and the launcher's address book through
- * ft__mb_params, and plugs in through the same table.
+ * reach (one host, or NFS); "inband" (member_inband.c), views settled among
+ * the ranks over links of their own, from an address book the launcher
+ * gives (bootstrap.h), for hosts without a shared file system.
  *
  * Contract of every backend (checked by membership.c where it can be):
  * - A view it returns has 1 <= size <= world_size and members strictly
@@ -66,6 +68,12 @@ struct ft__mb_params {
 	 * without it (rejoin policy: a rank killed inside ft_init comes back);
 	 * 0: taken as gone at once. */
 	int start_wait_ms;
+	/* inband */
+	const char *token;
+	const char *bind_host;  /* where its listener listens (without a peer list) */
+	struct ft__book_params book;    /* where the first address book comes from */
+	int reply_wait_ms;      /* a settle that waited long enough (force) waits this long
+				 * for answers before going on without the silent */
 };
 
 struct ft__mb;
@@ -116,6 +124,19 @@ struct ft__mb_ops {
 	/* Removes this rank's records up to generation gen (and the views when
 	 * remove_view), frees mb->be. */
 	void (*close)(struct ft__mb *mb, uint32_t gen, bool remove_view);
+	/*
+	 * Backends that talk to the other ranks (NULL in those that do not):
+	 * the most pollfds pollfds writes; the descriptors to wait on for
+	 * their messages; handling every message waiting (returns the newest
+	 * generation another rank asked this one about: the detector starts
+	 * recovering when it is ahead of its own); and news that original
+	 * rank orig is gone for certain (its kernel closed its link), which
+	 * counts it out of quorums.
+	 */
+	int (*max_pollfds)(struct ft__mb *mb);
+	int (*pollfds)(struct ft__mb *mb, struct pollfd *pfd, int cap);
+	uint32_t (*pump)(struct ft__mb *mb);
+	void (*certain)(struct ft__mb *mb, int orig);
 };
 
 /* A membership handle: a backend and its state. Zeroed: not open. */
@@ -128,6 +149,7 @@ struct ft__mb {
 };
 
 extern const struct ft__mb_ops ft__mb_file_ops;
+extern const struct ft__mb_ops ft__mb_inband_ops;
 
 int ft__mb_open(struct ft__mb *mb, const struct ft__mb_params *p);
 int ft__mb_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member *m);
@@ -144,6 +166,11 @@ int ft__mb_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, i
 		  struct ft__view *view);
 int ft__mb_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__member *m);
 int ft__mb_depart(struct ft__mb *mb, uint64_t next_op);
+/* See max_pollfds, pollfds, pump and certain above; harmless for backends without them. */
+int ft__mb_max_pollfds(struct ft__mb *mb);
+int ft__mb_pollfds(struct ft__mb *mb, struct pollfd *pfd, int cap);
+uint32_t ft__mb_pump(struct ft__mb *mb);
+void ft__mb_certain(struct ft__mb *mb, int orig);
 /* Safe on a zeroed or closed handle. */
 void ft__mb_close(struct ft__mb *mb, uint32_t gen, bool remove_view);
 

@@ -28,6 +28,12 @@ int ft__sock_error(int err)
 int ft__sock_listen(const char *who, const char *bind_host, int backlog, int *fd_out, char *addr,
 		    size_t addrlen)
 {
+	return ft__sock_listen_port(who, bind_host, "0", backlog, fd_out, addr, addrlen);
+}
+
+int ft__sock_listen_port(const char *who, const char *bind_host, const char *port_wanted,
+			 int backlog, int *fd_out, char *addr, size_t addrlen)
+{
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
 	struct addrinfo *ai = NULL;
@@ -38,7 +44,7 @@ int ft__sock_listen(const char *who, const char *bind_host, int backlog, int *fd
 	int fd, one = 1, n;
 
 	*fd_out = -1;
-	if (getaddrinfo(h, "0", &hints, &ai) != 0) {
+	if (getaddrinfo(h, port_wanted, &hints, &ai) != 0) {
 		ft__error("%s: cannot resolve bind address '%s'", who, h);
 		return -FT_EINVAL;
 	}
@@ -50,11 +56,13 @@ int ft__sock_listen(const char *who, const char *bind_host, int backlog, int *fd
 	    getsockname(fd, (struct sockaddr *)&ss, &sl) != 0 ||
 	    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
 			NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-		ft__error("%s: cannot listen on %s: %s", who, h, strerror(errno));
+		int err = errno;
+		ft__error("%s: cannot listen on %s: %s", who, h, strerror(err));
 		if (fd >= 0)
 			close(fd);
 		freeaddrinfo(ai);
-		return -FT_EIO;
+		/* a given port another process holds: this rank runs already */
+		return err == EADDRINUSE ? -FT_EBUSY : -FT_EIO;
 	}
 	freeaddrinfo(ai);
 	n = snprintf(addr, addrlen, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
@@ -206,4 +214,11 @@ int ft__sock_write_full(int fd, const void *buf, size_t len, int64_t deadline_ms
 		(void)poll(&pfd, 1, ft__ms_left(deadline_ms)); /* woken or timed out: the loop decides */
 	}
 	return 0;
+}
+
+int ft__sock_listen_at(const char *who, const char *host, const char *port, int backlog,
+		       int *fd_out, char *addr, size_t addrlen)
+{
+	return ft__sock_listen_port(who, host != NULL && host[0] != '\0' ? host : "0.0.0.0", port,
+				    backlog, fd_out, addr, addrlen);
 }

@@ -61,10 +61,21 @@ void ft__sock_keepalive_for(int dead_ms, struct ft__sock_keepalive *k);
 /*
  * Listens on bind_host (NULL or "": 127.0.0.1) at a port the kernel picks
  * and writes the address to publish into addr. who names the caller in the
- * error it logs. -FT_EINVAL: bind_host does not resolve; -FT_EIO otherwise.
+ * error it logs. -FT_EINVAL: bind_host does not resolve; -FT_EBUSY: the port
+ * is taken; -FT_EIO otherwise.
  */
 int ft__sock_listen(const char *who, const char *bind_host, int backlog, int *fd, char *addr,
 		    size_t addrlen);
+/* The same at a given port ("0": the kernel picks). */
+int ft__sock_listen_port(const char *who, const char *bind_host, const char *port, int backlog,
+			 int *fd, char *addr, size_t addrlen);
+/*
+ * Listens on host (NULL or "": every IPv4 interface) at port (a number; "0":
+ * the kernel picks), as ft__sock_listen does otherwise; for a server whose
+ * port is given (ftcc-run --store).
+ */
+int ft__sock_listen_at(const char *who, const char *host, const char *port, int backlog, int *fd,
+		       char *addr, size_t addrlen);
 /* Splits "host:port" or "[v6]:port" (brackets removed); -FT_EINVAL if malformed or too long. */
 int ft__sock_split(const char *addr, char *host, size_t hlen, char *port, size_t plen);
 /* Resolves a numeric-port address; -FT_EINVAL when it is malformed or does not resolve. */

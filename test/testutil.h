@@ -2,7 +2,10 @@
 #ifndef FTCC_TESTUTIL_H
 #define FTCC_TESTUTIL_H
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <ftcc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,6 +24,10 @@ struct tu_job {
 	int n;
 	pid_t pids[64];
 	int status[64];
+	/* FTCC_TEST_MEMBERSHIP=inband: each rank's membership port, held
+	 * bound (not listening) by the test so that no other socket takes it */
+	char peers[4096];
+	int port_fd[64];
 };
 
 static inline long tu_now_ms(void)
@@ -50,6 +57,11 @@ static inline void tu_config(const struct tu_job *job, int rank, struct ft_confi
 	snprintf(cfg->token, sizeof(cfg->token), "test-token");
 	if (tp != NULL)
 		snprintf(cfg->transport, sizeof(cfg->transport), "%s", tp);
+	if (job->peers[0] != '\0') {
+		snprintf(cfg->membership, sizeof(cfg->membership), "inband");
+		snprintf(cfg->bootstrap, sizeof(cfg->bootstrap), "peers");
+		snprintf(cfg->peers, sizeof(cfg->peers), "%s", job->peers);
+	}
 	cfg->connect_timeout_ms = 20000;
 	cfg->log_level = 0;
 }
@@ -67,6 +79,25 @@ static inline void tu_job_init(struct tu_job *job, int n)
 		exit(2);
 	}
 	snprintf(job->job_id, sizeof(job->job_id), "t%d-%d", (int)getpid(), seq++);
+	for (int r = 0; r < 64; r++)
+		job->port_fd[r] = -1;
+	const char *mb = getenv("FTCC_TEST_MEMBERSHIP");
+	if (mb == NULL || strcmp(mb, "inband") != 0)
+		return;
+	for (int r = 0; r < n && r < 64; r++) {
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		socklen_t al = sizeof(a);
+		int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+		    bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+		    getsockname(fd, (struct sockaddr *)&a, &al) != 0) {
+			perror("tu_job_init: a membership port");
+			exit(2);
+		}
+		job->port_fd[r] = fd;
+		snprintf(job->peers + strlen(job->peers), sizeof(job->peers) - strlen(job->peers),
+			 "%s127.0.0.1:%d", r ? "," : "", ntohs(a.sin_port));
+	}
 }
 
 /* Starts rank r as a child that runs fn after ft_init (exit status = fn's result). */
@@ -173,6 +204,11 @@ static inline int tu_wait(struct tu_job *job, long deadline_ms, const int *expec
 static inline void tu_job_cleanup(struct tu_job *job)
 {
 	char cmd[300];
+	for (int r = 0; r < 64; r++)
+		if (job->port_fd[r] >= 0) {
+			close(job->port_fd[r]);
+			job->port_fd[r] = -1;
+		}
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", job->dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "cannot remove %s\n", job->dir);

@@ -47,6 +47,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ftcc.h"
+#include "sock.h"
+#include "store_server.h"
+
 #define PROG "ftcc-run"
 #define MAX_RANKS 1024
 #define DEFAULT_MAX_RESTARTS 3
@@ -102,7 +106,8 @@ struct options {
 	double timeout;            /* 0 = none */
 	struct kill_event *kills;
 	size_t nkills;
-	char **argv;               /* PROGRAM ARGS... */
+	const char *store;         /* --store [HOST:]PORT, or NULL */
+	char **argv;               /* PROGRAM ARGS...; NULL: serve the store only */
 };
 
 struct buf {
@@ -126,6 +131,7 @@ struct launcher {
 	int stop_signals;          /* INT/TERM/HUP received */
 	unsigned long deaths;
 	bool out_closed[3];        /* our stdout/stderr hit EPIPE: drop further output */
+	struct store *store;       /* the address store we serve, or NULL */
 };
 
 static int sig_pipe[2] = { -1, -1 };
@@ -271,6 +277,7 @@ static int setup_signals(void)
 static void usage(FILE *f)
 {
 	fputs("Usage: " PROG " -n N [OPTIONS] [--] PROGRAM [ARGS...]\n"
+	      "       " PROG " --store [HOST:]PORT [--timeout T]\n"
 	      "\n"
 	      "Start N local ranks of PROGRAM for ftcc, prefix every line they print with\n"
 	      "\"[RANK] \", and exit with the worst rank's status.\n"
@@ -289,6 +296,11 @@ static void usage(FILE *f)
 	      "                        the exit status\n"
 	      "      --timeout T       after T seconds SIGKILL every rank and exit 124\n"
 	      "      --tag             longer prefix: \"[RANK.INCARNATION +SECONDS] \"\n"
+	      "      --store [HOST:]PORT  serve the address store (README, \"Across hosts\")\n"
+	      "                        at HOST (default every interface) and PORT (0: any);\n"
+	      "                        with no PROGRAM, serve only, for ranks started by\n"
+	      "                        something else: print FTCC_STORE=HOST:PORT on stdout and\n"
+	      "                        serve until SIGINT or SIGTERM (exit 0) or --timeout\n"
 	      "  -h, --help            show this help\n"
 	      "\n"
 	      "Environment of each rank: FTCC_RANK, FTCC_WORLD_SIZE, FTCC_INCARNATION (0, +1 on\n"
@@ -296,6 +308,9 @@ static void usage(FILE *f)
 	      "and removed at exit), FTCC_JOB_ID (run-PID-HEX) and FTCC_TOKEN (32 random hex\n"
 	      "digits). FTCC_RENDEZVOUS, FTCC_JOB_ID and FTCC_TOKEN already set are passed on\n"
 	      "unchanged (and a rendezvous directory given that way is not removed).\n"
+	      "With FTCC_MEMBERSHIP=inband and neither FTCC_PEERS nor FTCC_STORE set (nor\n"
+	      "FTCC_BOOTSTRAP other than store), or with --store, the ranks get FTCC_STORE:\n"
+	      "the address store this launcher serves (on 127.0.0.1 unless --store says).\n"
 	      "FI_SHM_DISABLE_CMA=1 unless set: libfabric's shm provider then copies through\n"
 	      "its own buffers, not CMA (see the README). The /dev/shm files of libfabric shm\n"
 	      "endpoints that a rank leaves behind (killed, or exiting without ft_finalize)\n"
@@ -397,7 +412,10 @@ static void parse_kill(const char *spec, struct kill_event *ev)
 	ev->done = false;
 }
 
-enum { OPT_RESTART = 256, OPT_MAX_RESTARTS, OPT_KILL, OPT_TIMEOUT, OPT_TAG, OPT_IGNORE_KILLED };
+enum {
+	OPT_RESTART = 256, OPT_MAX_RESTARTS, OPT_KILL, OPT_TIMEOUT, OPT_TAG, OPT_IGNORE_KILLED,
+	OPT_STORE
+};
 
 static void parse_args(int argc, char **argv, struct options *o)
 {
@@ -409,6 +427,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 		{ "tag", no_argument, NULL, OPT_TAG },
 		{ "ignore-killed", no_argument, NULL, OPT_IGNORE_KILLED },
+		{ "store", required_argument, NULL, OPT_STORE },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -459,6 +478,9 @@ static void parse_args(int argc, char **argv, struct options *o)
 		case OPT_IGNORE_KILLED:
 			o->ignore_killed = true;
 			break;
+		case OPT_STORE:
+			o->store = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -470,6 +492,11 @@ static void parse_args(int argc, char **argv, struct options *o)
 				usage_error("unknown option '-%c'", optopt);
 			usage_error("unknown option '%s'", argv[optind - 1]);
 		}
+	}
+	if (o->store != NULL && o->nranks < 0 && optind >= argc) {
+		if (o->restart || o->nkills > 0 || o->ignore_killed || o->tag)
+			usage_error("--store with no PROGRAM serves the store only: no rank options");
+		return;
 	}
 	if (o->nranks < 0)
 		usage_error("missing -n N (number of ranks)");
@@ -620,7 +647,8 @@ static void remove_rendezvous(struct launcher *L)
 static void raise_fd_limit(struct launcher *L)
 {
 	struct rlimit rl;
-	rlim_t need = (rlim_t)L->opt.nranks * 2 + 64;
+	/* two pipes per rank, and a connection per rank to the store we may serve */
+	rlim_t need = L->opt.nranks > 0 ? (rlim_t)L->opt.nranks * 3 + 64 : 65536 + 64;
 
 	if (getrlimit(RLIMIT_NOFILE, &L->orig_nofile) < 0)
 		return;
@@ -629,6 +657,132 @@ static void raise_fd_limit(struct launcher *L)
 		rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need) ? need : rl.rlim_max;
 		(void)setrlimit(RLIMIT_NOFILE, &rl);
 	}
+}
+
+/* ---- the address store ---------------------------------------------------------- */
+
+static void store_say(void *arg, const char *line)
+{
+	msg(arg, "%s", line);
+}
+
+/* Ranks we launch get a store when they are to use one and name none. */
+static bool store_wanted(const struct launcher *L)
+{
+	const char *m = getenv("FTCC_MEMBERSHIP"), *b = getenv("FTCC_BOOTSTRAP");
+
+	if (L->opt.store != NULL)
+		return true;
+	return m != NULL && strcmp(m, "inband") == 0 && !env_set("FTCC_PEERS") &&
+	       !env_set("FTCC_STORE") && (b == NULL || *b == '\0' || strcmp(b, "store") == 0);
+}
+
+/* --store [HOST:]PORT into host and port. */
+static void store_arg(const char *arg, char *host, size_t hlen, char *port, size_t plen)
+{
+	const char *p = strrchr(arg, ':');
+	long v;
+
+	host[0] = '\0';
+	if (p == NULL)
+		snprintf(port, plen, "%s", arg);
+	else if (p == arg)
+		snprintf(port, plen, "%s", arg + 1);
+	else if (ft__sock_split(arg, host, hlen, port, plen) != 0)
+		usage_error("--store %s: expected [HOST:]PORT, e.g. 0.0.0.0:5000 or [::1]:0", arg);
+	if (strlen(port) >= plen - 1 || !parse_int(port, 0, 65535, &v))
+		usage_error("--store %s: the port must be a number from 0 to 65535", arg);
+}
+
+/* The address to give for addr: a wildcard host becomes this host's name. */
+static void store_shown(const char *addr, char *out, size_t cap)
+{
+	char host[256], port[16], name[256];
+
+	if (ft__sock_split(addr, host, sizeof(host), port, sizeof(port)) == 0 &&
+	    (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0) &&
+	    gethostname(name, sizeof(name)) == 0) {
+		name[sizeof(name) - 1] = '\0';
+		snprintf(out, cap, "%s:%s", name, port);
+	} else {
+		snprintf(out, cap, "%s", addr);
+	}
+}
+
+/*
+ * Serves the store: at --store's address, else (for ranks we launch) at
+ * 127.0.0.1 on a port the kernel picks. Ranks we launch find it in
+ * FTCC_STORE; with no ranks, its address goes to stdout.
+ */
+static int start_store(struct launcher *L)
+{
+	char host[256] = "127.0.0.1", port[16] = "0", addr[320], shown[320];
+	int rc;
+
+	if (L->opt.store != NULL)
+		store_arg(L->opt.store, host, sizeof(host), port, sizeof(port));
+	rc = store_open(&L->store, host, port, L->opt.argv == NULL, store_say, L, addr,
+			sizeof(addr));
+	if (rc < 0) {
+		msg(L, "cannot serve the address store at %s: %s",
+		    L->opt.store != NULL ? L->opt.store : "127.0.0.1", ft_strerror(rc));
+		return -EADDRNOTAVAIL;
+	}
+	store_shown(addr, shown, sizeof(shown));
+	if (L->opt.argv != NULL)
+		return setenv("FTCC_STORE", shown, 1) < 0 ? -ENOMEM : 0;
+	msg(L, "serving the address store on %s", addr);
+	char line[400];
+	int n = snprintf(line, sizeof(line), "FTCC_STORE=%s\n", shown);
+	write_all(L, STDOUT_FILENO, line, (size_t)n);
+	return 0;
+}
+
+/* Serving the store is all we do: until a stop signal (0) or --timeout (124). */
+static int serve_store_only(struct launcher *L)
+{
+	struct pollfd *pfds = NULL;
+	size_t cap = 0;
+	int status = 0;
+
+	while (L->stop_signals == 0) {
+		size_t need = 1 + store_poll_count(L->store), n;
+		int wait = store_poll_timeout(L->store);
+		if (need > cap) {
+			struct pollfd *p = realloc(pfds, need * sizeof(*p));
+			if (p == NULL) {
+				msg(L, "out of memory: the store stops");
+				status = EXIT_LAUNCHER;
+				break;
+			}
+			pfds = p;
+			cap = need;
+		}
+		if (L->opt.timeout > 0) {
+			double left = L->opt.timeout - elapsed(L);
+			if (left <= 0) {
+				msg(L, "timeout after %g s: the store stops", L->opt.timeout);
+				status = EXIT_TIMEOUT;
+				break;
+			}
+			if (wait < 0 || left * 1000 < wait)
+				wait = (int)(left * 1000) + 1;
+		}
+		pfds[0] = (struct pollfd){ .fd = sig_pipe[0], .events = POLLIN };
+		n = store_poll_fill(L->store, pfds + 1);
+		for (size_t i = 0; i < 1 + n; i++)
+			pfds[i].revents = 0;
+		if (poll(pfds, 1 + n, wait) < 0 && errno != EINTR)
+			break;
+		store_handle(L->store, pfds + 1, n);
+		unsigned char sigs[64];
+		ssize_t k;
+		while ((k = read(sig_pipe[0], sigs, sizeof(sigs))) > 0)
+			for (ssize_t i = 0; i < k; i++)
+				L->stop_signals += sigs[i] != SIGCHLD;
+	}
+	free(pfds);
+	return status;
 }
 
 /* A closed fd 0/1/2 would be reused by a pipe, and dup2(fd, fd) keeps O_CLOEXEC. */
@@ -1126,18 +1280,28 @@ static int event_loop(struct launcher *L)
 		if (!any_running(L))
 			break;
 
-		if (pcap < L->nstreams + 1) {
-			struct pollfd *p = realloc(pfds, (L->nstreams + 1) * sizeof(*p));
+		size_t need = L->nstreams + 1 + (L->store ? store_poll_count(L->store) : 0);
+		if (pcap < need) {
+			struct pollfd *p = realloc(pfds, need * sizeof(*p));
 			if (!p) {
 				free(pfds);
 				return -ENOMEM;
 			}
 			pfds = p;
-			pcap = L->nstreams + 1;
+			pcap = need;
 		}
 		pfds[0] = (struct pollfd){ .fd = sig_pipe[0], .events = POLLIN };
 		for (size_t i = 0; i < L->nstreams; i++)
 			pfds[i + 1] = (struct pollfd){ .fd = L->streams[i].fd, .events = POLLIN };
+		/* the store's pollfds follow the streams' (and stay there: streams may be added) */
+		size_t nfds = L->nstreams + 1, sfirst = nfds, nstore = 0;
+		if (L->store) {
+			int ms = store_poll_timeout(L->store);
+			nstore = store_poll_fill(L->store, pfds + sfirst);
+			nfds += nstore;
+			if (ms >= 0 && (wait < 0 || ms / 1000.0 < wait))
+				wait = ms / 1000.0;
+		}
 
 		struct timespec ts, *tsp = NULL;
 		if (wait >= 0) {
@@ -1150,17 +1314,20 @@ static int event_loop(struct launcher *L)
 			}
 			tsp = &ts;
 		}
-		size_t nfds = L->nstreams + 1;
+		for (size_t i = 0; i < nfds; i++)
+			pfds[i].revents = 0;
 		int n = ppoll(pfds, nfds, tsp, NULL);
 		if (n < 0 && errno != EINTR) {
 			int err = -errno;
 			free(pfds);
 			return err;
 		}
+		if (L->store)
+			store_handle(L->store, pfds + sfirst, nstore); /* its deadlines, too */
 		if (n <= 0)
 			continue;
 		/* Output first, then deaths: reaping drains, so nothing is lost either way. */
-		for (size_t i = 1; i < nfds; i++) {
+		for (size_t i = 1; i < sfirst; i++) {
 			struct stream *s = &L->streams[i - 1];
 			if (pfds[i].revents && s->fd >= 0)
 				stream_read(L, s, false);
@@ -1209,6 +1376,20 @@ int main(int argc, char **argv)
 	memset(L, 0, sizeof(*L));
 	parse_args(argc, argv, &L->opt);
 	ensure_std_fds();
+	if (L->opt.argv == NULL) {
+		/* --store alone */
+		raise_fd_limit(L);
+		clock_gettime(CLOCK_MONOTONIC, &L->t0);
+		if ((err = setup_signals()) < 0) {
+			msg(L, "cannot set up signal handling: %s", strerror(-err));
+			return EXIT_LAUNCHER;
+		}
+		if (start_store(L) < 0)
+			return EXIT_LAUNCHER;
+		err = serve_store_only(L);
+		store_close(L->store);
+		return err;
+	}
 
 	L->ranks = calloc((size_t)L->opt.nranks, sizeof(*L->ranks));
 	if (!L->ranks) {
@@ -1224,9 +1405,12 @@ int main(int argc, char **argv)
 		return EXIT_LAUNCHER;
 	}
 	err = setup_job_env(L);
+	if (err == 0 && store_wanted(L))
+		err = start_store(L);
 	if (err < 0) {
 		msg(L, "cannot set up the job environment: %s", strerror(-err));
 		remove_rendezvous(L);
+		store_close(L->store);
 		return EXIT_LAUNCHER;
 	}
 
@@ -1281,6 +1465,7 @@ int main(int argc, char **argv)
 			stream_close(L, s);
 	}
 	remove_rendezvous(L);
+	store_close(L->store);
 
 	int status = exit_status(L);
 	free(L->streams);

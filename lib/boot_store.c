@@ -1,0 +1,299 @@
+/* boot_store.c: the address store's messages (boot_store.h) and its client: join, wait for the book, check it. */
+#include <ctype.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "boot_store.h"
+#include "internal.h"
+#include "sock.h"
+
+static void put16(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)(v >> 8);
+	p[1] = (unsigned char)v;
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	put16(p, v >> 16);
+	put16(p + 2, v);
+}
+
+static uint32_t get16(const unsigned char *p)
+{
+	return (uint32_t)p[0] << 8 | p[1];
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+	return get16(p) << 16 | get16(p + 2);
+}
+
+int ft__store_job_check(const char *s, size_t len)
+{
+	if (len == 0 || len >= FT__STORE_JOB_MAX)
+		return -FT_EINVAL;
+	for (size_t i = 0; i < len; i++)
+		if (!isalnum((unsigned char)s[i]) && strchr("-_.@:", s[i]) == NULL)
+			return -FT_EINVAL;
+	return 0;
+}
+
+size_t ft__store_join_encode(const struct ft__store_join *j, unsigned char *buf)
+{
+	size_t jl = strlen(j->job), el = strlen(j->entry);
+
+	put32(buf, FT__STORE_MAGIC);
+	put16(buf + 4, FT__STORE_VERSION);
+	put16(buf + 6, FT__STORE_JOIN);
+	put32(buf + 8, j->rank);
+	put32(buf + 12, j->world_size);
+	put16(buf + 16, (uint32_t)jl);
+	put16(buf + 18, (uint32_t)el);
+	memcpy(buf + FT__STORE_JOIN_HDR, j->job, jl);
+	memcpy(buf + FT__STORE_JOIN_HDR + jl, j->entry, el);
+	return FT__STORE_JOIN_HDR + jl + el;
+}
+
+static ssize_t invalid(const char **why, const char *reason)
+{
+	*why = reason;
+	return -FT_EINVAL;
+}
+
+ssize_t ft__store_join_parse(const unsigned char *buf, size_t len, struct ft__store_join *j,
+			     const char **why)
+{
+	uint32_t jl, el;
+
+	*why = "not an ftcc store join";
+	if (len >= 4 && get32(buf) != FT__STORE_MAGIC)
+		return -FT_EPROTO;
+	if (len < FT__STORE_JOIN_HDR)
+		return 0;
+	if (get16(buf + 4) != FT__STORE_VERSION || get16(buf + 6) != FT__STORE_JOIN)
+		return invalid(why, "another version of the store's protocol");
+	j->rank = get32(buf + 8);
+	j->world_size = get32(buf + 12);
+	jl = get16(buf + 16);
+	el = get16(buf + 18);
+	if (j->world_size < 1 || j->world_size > FT__STORE_MAX_RANKS)
+		return invalid(why, "world size out of range (1..65536)");
+	if (j->rank >= j->world_size)
+		return invalid(why, "rank out of range (0..world size - 1)");
+	if (jl == 0 || jl >= FT__STORE_JOB_MAX || el == 0 || el >= FT__BOOK_ENTRY_MAX)
+		return invalid(why, "job id or address length out of range");
+	if (len < FT__STORE_JOIN_HDR + jl + el)
+		return 0;
+	if (ft__store_job_check((const char *)buf + FT__STORE_JOIN_HDR, jl) != 0)
+		return invalid(why, "a job id holds only letters, digits and -_.@:");
+	if (ft__boot_entry_check((const char *)buf + FT__STORE_JOIN_HDR + jl, el, why) != 0)
+		return -FT_EINVAL;
+	memcpy(j->job, buf + FT__STORE_JOIN_HDR, jl);
+	j->job[jl] = '\0';
+	memcpy(j->entry, buf + FT__STORE_JOIN_HDR + jl, el);
+	j->entry[el] = '\0';
+	return (ssize_t)(FT__STORE_JOIN_HDR + jl + el);
+}
+
+void ft__store_answer_header(unsigned char *hdr, unsigned type, uint32_t value, uint32_t body_len)
+{
+	put32(hdr, FT__STORE_MAGIC);
+	put16(hdr + 4, FT__STORE_VERSION);
+	put16(hdr + 6, type);
+	put32(hdr + 8, value);
+	put32(hdr + 12, body_len);
+}
+
+size_t ft__store_book_put(unsigned char *buf, const char *e)
+{
+	size_t n = strlen(e);
+
+	buf[0] = (unsigned char)n;
+	memcpy(buf + 1, e, n);
+	return 1 + n;
+}
+
+/* ---- the client -------------------------------------------------------------- */
+
+/* Reads len bytes before deadline_ms: 0, -FT_ETIMEDOUT, or -FT_EPEERFAILED at EOF or reset. */
+static int read_full(int fd, void *buf, size_t len, int64_t deadline_ms)
+{
+	char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = recv(fd, p, len, 0);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -FT_EPEERFAILED;
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return ft__sock_error(errno);
+		if (errno == EINTR)
+			continue;
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		if (ft__ms_left(deadline_ms) == 0)
+			return -FT_ETIMEDOUT;
+		(void)poll(&pfd, 1, ft__ms_left(deadline_ms)); /* the loop decides */
+	}
+	return 0;
+}
+
+/* The book's body: world_size entries, each checked; mine must be at my rank. */
+static int parse_book(const unsigned char *b, size_t len, const struct ft__book_params *p,
+		      const char *mine, char (*book)[FT__BOOK_ENTRY_MAX])
+{
+	const char *why;
+	size_t at = 0;
+
+	for (int r = 0; r < p->world_size; r++) {
+		size_t n = at < len ? b[at] : 0;
+		if (at >= len || n > len - at - 1 ||
+		    ft__boot_entry_check((const char *)b + at + 1, n, &why) != 0) {
+			ft__error("store %s: rank %d's address in the book is malformed", p->store,
+				  r);
+			return -FT_EIO;
+		}
+		memcpy(book[r], b + at + 1, n);
+		book[r][n] = '\0';
+		at += 1 + n;
+	}
+	if (at != len || strcmp(book[p->rank], mine) != 0) {
+		ft__error("store %s: the book does not match this job (%s)", p->store,
+			  at != len ? "trailing bytes" : "this rank's own address differs");
+		return -FT_EIO;
+	}
+	return 0;
+}
+
+/*
+ * A refusal: the store's reason into why. -FT_EBUSY when waiting may help
+ * (the rank is held by a connection the store still thinks alive, e.g. the
+ * one of this rank's earlier incarnation on a host that vanished, or the
+ * store is full); -FT_ECONFIG otherwise.
+ */
+static int refused(int fd, uint32_t code, uint32_t len, int64_t deadline_ms, char *why)
+{
+	if (len >= FT__STORE_WHY_MAX || read_full(fd, why, len, deadline_ms) != 0)
+		len = 0;
+	why[len] = '\0';
+	for (uint32_t i = 0; i < len; i++)
+		if (!isprint((unsigned char)why[i]))
+			why[i] = '?';
+	if (len == 0)
+		snprintf(why, FT__STORE_WHY_MAX, "no reason given");
+	return code == FT_EBUSY ? -FT_EBUSY : -FT_ECONFIG;
+}
+
+/* One answer on fd: 0 and the book, a refusal (why says it), -FT_EIO (malformed), or a socket error. */
+static int read_answer(int fd, const struct ft__book_params *p, const char *mine,
+		       char (*book)[FT__BOOK_ENTRY_MAX], int64_t deadline_ms, char *why)
+{
+	unsigned char hdr[FT__STORE_ANSWER_HDR], *body;
+	uint32_t type, value, len;
+	int rc = read_full(fd, hdr, sizeof(hdr), deadline_ms);
+
+	if (rc != 0)
+		return rc;
+	type = get16(hdr + 6);
+	value = get32(hdr + 8);
+	len = get32(hdr + 12);
+	if (get32(hdr) != FT__STORE_MAGIC || get16(hdr + 4) != FT__STORE_VERSION ||
+	    (type != FT__STORE_BOOK && type != FT__STORE_REFUSED)) {
+		ft__error("store %s: not an ftcc store, or another version", p->store);
+		return -FT_EIO;
+	}
+	if (type == FT__STORE_REFUSED)
+		return refused(fd, value, len, deadline_ms, why);
+	if (value != (uint32_t)p->world_size || len > (uint32_t)p->world_size * FT__BOOK_ENTRY_MAX) {
+		ft__error("store %s: a book of %u ranks (%u bytes) for a job of %d", p->store,
+			  value, len, p->world_size);
+		return -FT_EIO;
+	}
+	if ((body = malloc(len > 0 ? len : 1)) == NULL)
+		return -FT_ENOMEM;
+	rc = read_full(fd, body, len, deadline_ms);
+	if (rc == 0)
+		rc = parse_book(body, len, p, mine, book);
+	free(body);
+	return rc;
+}
+
+/* One attempt: connect, join, wait for the answer. */
+static int store_try(const struct ft__sock_addr *to, const unsigned char *join, size_t jlen,
+		     const struct ft__book_params *p, const char *mine,
+		     char (*book)[FT__BOOK_ENTRY_MAX], int64_t deadline_ms, char *why)
+{
+	/* keepalive: a store host that vanishes is noticed while this rank waits */
+	const struct ft__sock_opts opts = {.keepalive_ms = FT__STORE_DEAD_MS,
+					   .user_timeout_ms = FT__STORE_DEAD_MS};
+	int fd, rc;
+
+	rc = ft__sock_connect(to, &opts, deadline_ms, &fd);
+	if (rc != 0)
+		return rc;
+	rc = ft__sock_write_full(fd, join, jlen, deadline_ms);
+	if (rc == 0)
+		rc = read_answer(fd, p, mine, book, deadline_ms, why);
+	close(fd);
+	return rc;
+}
+
+/*
+ * Tries until the deadline while the store cannot be reached, drops the
+ * connection (it may not be up yet, or restarting) or says to wait: it
+ * counts a rank once whatever the number of its connections. Its other
+ * answers are final.
+ */
+int ft__boot_store_book(const struct ft__book_params *p, const char *mine,
+			char (*book)[FT__BOOK_ENTRY_MAX])
+{
+	int64_t deadline = ft__now_ms() + p->timeout_ms;
+	struct ft__store_join j = {.rank = (uint32_t)p->rank, .world_size = (uint32_t)p->world_size};
+	unsigned char join[FT__STORE_JOIN_MAX];
+	char why[FT__STORE_WHY_MAX] = "";
+	struct ft__sock_addr to;
+	size_t jlen;
+	int rc, pause_ms = 10;
+
+	if (p->world_size > FT__STORE_MAX_RANKS ||
+	    ft__store_job_check(p->job_id, strlen(p->job_id)) != 0) {
+		ft__error("store bootstrap: a store serves jobs of at most %d ranks with a job id "
+			  "of letters, digits and -_.@: (job '%s', %d ranks)", FT__STORE_MAX_RANKS,
+			  p->job_id, p->world_size);
+		return -FT_ECONFIG;
+	}
+	if (ft__sock_resolve(p->store, &to) != 0) {
+		ft__error("FTCC_STORE='%s': not a host:port that resolves", p->store);
+		return -FT_ECONFIG;
+	}
+	snprintf(j.job, sizeof(j.job), "%s", p->job_id);
+	snprintf(j.entry, sizeof(j.entry), "%s", mine);
+	jlen = ft__store_join_encode(&j, join);
+	for (;;) {
+		rc = store_try(&to, join, jlen, p, mine, book, deadline, why);
+		if (rc == 0 || rc == -FT_EIO || rc == -FT_ENOMEM)
+			return rc;
+		if (rc == -FT_ECONFIG || (rc == -FT_EBUSY && ft__ms_left(deadline) == 0)) {
+			ft__error("store %s refused rank %d of job %s: %s", p->store, p->rank,
+				  p->job_id, why);
+			return -FT_ECONFIG;
+		}
+		if (ft__ms_left(deadline) == 0)
+			break;
+		ft__debug("store %s: %s; trying again", p->store,
+			  rc == -FT_EBUSY ? why : ft_strerror(rc));
+		(void)poll(NULL, 0, pause_ms < ft__ms_left(deadline) ? pause_ms : ft__ms_left(deadline));
+		pause_ms = pause_ms < 500 ? pause_ms * 2 : 1000;
+	}
+	ft__error("store %s: no book for job %s within %d ms (%s): did every one of its %d ranks "
+		  "start and reach the store?", p->store, p->job_id, p->timeout_ms,
+		  ft_strerror(rc), p->world_size);
+	return -FT_ETIMEDOUT;
+}

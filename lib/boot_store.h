@@ -1,0 +1,83 @@
+/* boot_store.h: the address store's messages, shared by its client (boot_store.c) and its server (tools/store_server.c). */
+#ifndef FTCC_BOOT_STORE_H
+#define FTCC_BOOT_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "bootstrap.h"
+#include "ftcc.h"
+
+/*
+ * One exchange per connection; integers are big-endian.
+ *
+ *   join (rank to store): a header, then the job id and the entry
+ *     u32 magic "FTBS", u16 version 1, u16 type 1,
+ *     u32 rank, u32 world size, u16 job id length, u16 entry length
+ *   answer (store to rank): a header, then the body
+ *     u32 magic, u16 version, u16 type 2 (book) or 3 (refused),
+ *     u32 world size (book) or a positive FT_E* code (refused),
+ *     u32 body length
+ *     book:    for each rank in order, u8 length and its entry
+ *     refused: why, in words
+ *
+ * The store answers a join once every rank of its job has joined, all at
+ * once, with the same book; or at once with a refusal when the join does
+ * not fit the job (another world size, a rank out of range), or must wait
+ * (FT_EBUSY: a rank held by a live connection with another entry, which
+ * may be its earlier incarnation's on a host that vanished, until
+ * keepalive closes it; or no room for another job): the client tries
+ * again until its deadline. A rank whose connection closes before the
+ * book is complete has left: its place is free again. After the book is
+ * settled, a rank that joins again (a restarted rank, with its new
+ * listener) gets the book at once, with its own entry replaced; the store
+ * keeps it, so a later restart sees it too. The survivors keep the book
+ * they got; the new incarnation's hello tells them where it is.
+ *
+ * Nothing here is secret: the book holds addresses, and the links they
+ * lead to check the job's token in their own handshake. So the store needs
+ * no token and none is sent.
+ *
+ * Both ends check every field they read; the sizes below bound what
+ * either will accept.
+ */
+#define FT__STORE_MAGIC 0x46544253u /* "FTBS" */
+#define FT__STORE_VERSION 1
+enum { FT__STORE_JOIN = 1, FT__STORE_BOOK = 2, FT__STORE_REFUSED = 3 };
+#define FT__STORE_JOIN_HDR 20
+#define FT__STORE_ANSWER_HDR 16
+#define FT__STORE_JOB_MAX FT_NAME_MAX /* job id, NUL included */
+#define FT__STORE_JOIN_MAX (FT__STORE_JOIN_HDR + FT__STORE_JOB_MAX + FT__BOOK_ENTRY_MAX)
+#define FT__STORE_MAX_RANKS 65536
+#define FT__STORE_WHY_MAX 256
+/* Both ends give up on a silent peer after this long (keepalive and
+ * TCP_USER_TIMEOUT, sock.h): a store host or a waiting rank's host that
+ * vanished. No configuration reaches the store, so one fixed value. */
+#define FT__STORE_DEAD_MS 10000
+
+struct ft__store_join {
+	uint32_t rank, world_size;
+	char job[FT__STORE_JOB_MAX];
+	char entry[FT__BOOK_ENTRY_MAX];
+};
+
+/* Encodes j into buf (FT__STORE_JOIN_MAX bytes at least); returns its length. */
+size_t ft__store_join_encode(const struct ft__store_join *j, unsigned char *buf);
+/*
+ * Parses a join from the first len bytes at buf: its length when complete
+ * and valid, 0 while more bytes are needed, -FT_EPROTO when the magic is
+ * wrong (not this protocol: no answer is due), -FT_EINVAL when a field is
+ * out of range (*why says which; an answer is due).
+ */
+ssize_t ft__store_join_parse(const unsigned char *buf, size_t len, struct ft__store_join *j,
+			     const char **why);
+/* A job id: 1..FT__STORE_JOB_MAX-1 of the characters FTCC_JOB_ID allows. */
+int ft__store_job_check(const char *s, size_t len);
+/* Writes an answer's header. */
+void ft__store_answer_header(unsigned char *hdr, unsigned type, uint32_t value,
+			     uint32_t body_len);
+/* Appends entry e to a book body at buf; returns the bytes written (1 + its length). */
+size_t ft__store_book_put(unsigned char *buf, const char *e);
+
+#endif

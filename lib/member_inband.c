@@ -1,0 +1,1281 @@
+/* member_inband.c: the in-band membership backend: views settled among the ranks over control links, no shared file system. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "ctl.h"
+#include "sock.h"
+#include "internal.h"
+#include "membership.h"
+
+/*
+ * Every rank listens for membership links at the address the bootstrap
+ * gave it (bootstrap.h: a peer list, PMIx or ftcc-run's store), so each
+ * rank holds every rank's membership address from the start: the address
+ * book. A generation's view is settled by a single-decree Paxos among the
+ * members of the previous view (the acceptors):
+ *
+ * - The coordinator, the lowest candidate (a member not known failed), or
+ *   any candidate once the detector says it waited long enough (force),
+ *   picks a ballot (round << 16 | rank) above any it has seen and sends
+ *   COLLECT to every candidate.
+ * - A candidate that has published its record for the generation answers
+ *   RECORD: its next op, its addresses, the ranks whose death it knows to
+ *   be certain, and the view it accepted or saw committed, if any; it
+ *   promises to take no lower ballot (a lower one gets NACK).
+ * - Once every candidate answered (or, under force, after a reply window),
+ *   the coordinator picks the value: a committed view if one was reported,
+ *   else the accepted view of the highest ballot, else a new view of those
+ *   that answered. It must have a quorum (below), else under force it tells
+ *   those that answered NOQUORUM and every one of them, itself included,
+ *   stops with -FT_EPARTITIONED.
+ * - PROPOSE goes to the acceptors that answered; each ACCEPTs unless it
+ *   promised a higher ballot. When every one of them accepted (or lost its
+ *   link, having a quorum all the same), COMMIT goes to every candidate
+ *   that answered; the view of generation 0 is preceded by BOOK messages
+ *   holding every member's data and control addresses (later generations
+ *   keep the addresses of generation 0: a live process keeps its
+ *   listeners).
+ *
+ * Quorum: the acceptors in favour must be more than half of the previous
+ * view's members whose death is not certain, or exactly half when they
+ * include the lowest such member. A death is certain when a kernel said so:
+ * a connection closed by the peer's kernel, or refused (the listener is
+ * gone) after generation 0. Certain deaths are true, so two sides of a
+ * partition never both have a quorum; crashes alone can shrink the job to
+ * one rank.
+ *
+ * Generation 0 needs every rank (no force): a refused connection then only
+ * means the rank has not started yet, and is tried again.
+ *
+ * Threads: one mutex guards everything; the detector thread pumps and
+ * settles, the main thread looks up addresses.
+ */
+
+#define MB_VERSION 1
+#define MAX_WORLD 4096
+#define RETRY_MS 20
+
+struct ib_rank {
+	int link;               /* index in ctl.links, -1 none */
+	int64_t retry_ms;       /* generation 0: when to connect again */
+	bool certain;           /* its death is certain */
+	/* the generation being settled, coordinator's side */
+	bool asked, replied, proposed, accepted, told;
+	uint64_t next_op;
+	/* addresses (of generation 0) */
+	bool have_addr;
+	char addr[FT__ADDR_MAX];
+	char ctrl[FT__CTRL_MAX];
+};
+
+struct ib_value {
+	uint64_t ballot;        /* 0: none */
+	uint64_t first_op, nonce;
+	int n;
+	int *members;
+	uint64_t *next_ops;     /* each member's first op it lacks a result of */
+};
+
+struct inband {
+	pthread_mutex_t lock;
+	struct ft__ctl ctl;
+	bool ctl_open;
+	int rank, world;
+	int reply_wait_ms;
+	char (*book)[FT__BOOK_ENTRY_MAX];
+	struct ib_rank *r;
+	bool departed;
+	struct ft__book_params book_params;     /* ended at close (bootstrap.h) */
+	bool book_taken;
+
+	/* views settled here, by generation, and the values they came from */
+	struct ft__view *views;
+	struct ib_value *values;
+	uint32_t nviews;
+
+	/* the generation being settled (0 with !active: none) */
+	bool active;
+	uint32_t gen;
+	bool published;
+	struct ft__member mine;
+	uint64_t promised;
+	struct ib_value accepted;
+	int owed_to;            /* a COLLECT to answer once published, -1 none */
+	int owed_link;
+	uint64_t owed_ballot;
+	uint32_t newest_asked;  /* highest generation a peer asked this rank about */
+	uint32_t future_gen;    /* ... and the COLLECT to answer when it begins it */
+	int future_from, future_link;
+	uint64_t future_ballot;
+	bool noquorum;
+
+	/* coordinating it */
+	uint64_t ballot;        /* 0: not coordinating */
+	int phase;              /* 1 collect, 2 propose */
+	int64_t phase_ms;
+	uint64_t max_round;     /* highest round seen in any ballot */
+	struct ib_value best;   /* best reported value (committed wins) */
+	bool best_committed;
+	struct ib_value proposal;
+};
+
+static struct inband *IB(struct ft__mb *mb)
+{
+	return mb->be;
+}
+
+static void value_free(struct ib_value *v)
+{
+	free(v->members);
+	free(v->next_ops);
+	*v = (struct ib_value){0};
+}
+
+static int value_alloc(struct ib_value *v, int n)
+{
+	v->members = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+	v->next_ops = malloc((size_t)(n > 0 ? n : 1) * sizeof(uint64_t));
+	if (v->members == NULL || v->next_ops == NULL) {
+		value_free(v);
+		return -FT_ENOMEM;
+	}
+	return 0;
+}
+
+static int value_copy(struct ib_value *dst, const struct ib_value *src)
+{
+	struct ib_value v = *src;
+
+	if (value_alloc(&v, src->n) != 0)
+		return -FT_ENOMEM;
+	memcpy(v.members, src->members, (size_t)src->n * sizeof(int));
+	memcpy(v.next_ops, src->next_ops, (size_t)src->n * sizeof(uint64_t));
+	value_free(dst);
+	*dst = v;
+	return 0;
+}
+
+static const struct ft__view *view_of(const struct inband *b, uint32_t gen)
+{
+	if (gen >= b->nviews || b->views[gen].members == NULL)
+		return NULL;
+	return &b->views[gen];
+}
+
+/* The committed value of generation gen (NULL: none). */
+static const struct ib_value *value_of(const struct inband *b, uint32_t gen)
+{
+	return view_of(b, gen) != NULL ? &b->values[gen] : NULL;
+}
+
+/* ---- the wire ---- */
+
+/* A little writer and reader over a payload; a short read poisons the reader. */
+struct wbuf {
+	unsigned char *p;
+	size_t len, cap;
+	bool bad;
+};
+
+static void put(struct wbuf *w, const void *v, size_t n)
+{
+	if (w->len + n > w->cap) {
+		w->bad = true;
+		return;
+	}
+	memcpy(w->p + w->len, v, n);
+	w->len += n;
+}
+
+static void put_u64(struct wbuf *w, uint64_t v)
+{
+	put(w, &v, sizeof(v));
+}
+
+static void put_i32(struct wbuf *w, int32_t v)
+{
+	put(w, &v, sizeof(v));
+}
+
+static void put_str(struct wbuf *w, const char *s)
+{
+	size_t n = strlen(s);
+	uint16_t l = (uint16_t)n;
+
+	put(w, &l, sizeof(l));
+	put(w, s, n);
+}
+
+struct rbuf {
+	const unsigned char *p;
+	size_t len, off;
+	bool bad;
+};
+
+static void get(struct rbuf *r, void *v, size_t n)
+{
+	if (r->bad || r->off + n > r->len) {
+		r->bad = true;
+		memset(v, 0, n);
+		return;
+	}
+	memcpy(v, r->p + r->off, n);
+	r->off += n;
+}
+
+static uint64_t get_u64(struct rbuf *r)
+{
+	uint64_t v;
+
+	get(r, &v, sizeof(v));
+	return v;
+}
+
+static int32_t get_i32(struct rbuf *r)
+{
+	int32_t v;
+
+	get(r, &v, sizeof(v));
+	return v;
+}
+
+/* A string into dst (cap with the NUL); too long or holding a NUL: bad. */
+static void get_str(struct rbuf *r, char *dst, size_t cap)
+{
+	uint16_t l;
+
+	get(r, &l, sizeof(l));
+	if (r->bad || l >= cap || r->off + l > r->len || memchr(r->p + r->off, 0, l) != NULL) {
+		r->bad = true;
+		dst[0] = '\0';
+		return;
+	}
+	memcpy(dst, r->p + r->off, l);
+	dst[l] = '\0';
+	r->off += l;
+}
+
+/* n members, strictly ascending ranks of the world; bad otherwise. */
+static int *get_members(struct rbuf *r, int world, int *n_out)
+{
+	int32_t n = get_i32(r);
+	int *m;
+
+	*n_out = 0;
+	if (r->bad || n < 1 || n > world || (size_t)n * 4 > r->len - r->off) {
+		r->bad = true;
+		return NULL;
+	}
+	m = malloc((size_t)n * sizeof(int));
+	if (m == NULL) {
+		r->bad = true;
+		return NULL;
+	}
+	for (int i = 0; i < n; i++) {
+		m[i] = get_i32(r);
+		if (m[i] < 0 || m[i] >= world || (i > 0 && m[i] <= m[i - 1]))
+			r->bad = true;
+	}
+	if (r->bad) {
+		free(m);
+		return NULL;
+	}
+	*n_out = n;
+	return m;
+}
+
+static void put_value(struct wbuf *w, const struct ib_value *v)
+{
+	put_u64(w, v->ballot);
+	put_u64(w, v->first_op);
+	put_u64(w, v->nonce);
+	put_i32(w, v->n);
+	for (int i = 0; i < v->n; i++)
+		put_i32(w, v->members[i]);
+	for (int i = 0; i < v->n; i++)
+		put_u64(w, v->next_ops[i]);
+}
+
+static void get_value(struct rbuf *r, int world, struct ib_value *v)
+{
+	v->ballot = get_u64(r);
+	v->first_op = get_u64(r);
+	v->nonce = get_u64(r);
+	v->members = get_members(r, world, &v->n);
+	if (r->bad)
+		return;
+	v->next_ops = malloc((size_t)v->n * sizeof(uint64_t));
+	if (v->next_ops == NULL)
+		r->bad = true;
+	for (int i = 0; i < v->n && !r->bad; i++)
+		v->next_ops[i] = get_u64(r);
+	if (r->bad)
+		value_free(v);
+}
+
+/* ---- links ---- */
+
+#define NOT_YET 1
+
+static void drop(struct inband *b, int i)
+{
+	ft__ctl_drop(&b->ctl, i);
+	for (int r = 0; r < b->world; r++)
+		if (b->r[r].link == i)
+			b->r[r].link = -1;
+}
+
+/* A kernel said rank r is gone (after generation 0): it counts out of quorums. */
+static void mark_certain(struct inband *b, int r, const char *why)
+{
+	if (r < 0 || r >= b->world || r == b->rank || b->r[r].certain)
+		return;
+	b->r[r].certain = true;
+	ft__info("membership: rank %d is gone for certain (%s)", r, why);
+}
+
+/* Link i ended with error rc: the rank it reached may be gone for certain. */
+static void link_failed(struct inband *b, int i, int rc)
+{
+	int peer = b->ctl.links[i].peer;
+	bool mine = peer >= 0 && b->r[peer].link == i;
+
+	drop(b, i);
+	if (peer < 0 || !mine)
+		return; /* only a link to its listener says the rank is gone */
+	if (view_of(b, 0) == NULL) {
+		/* generation 0: a rank not yet listening; try again soon */
+		if (mine)
+			b->r[peer].retry_ms = ft__now_ms() + RETRY_MS;
+		return;
+	}
+	if (rc == -FT_ECONNREFUSED || rc == -FT_EPEERFAILED)
+		mark_certain(b, peer, rc == -FT_ECONNREFUSED ? "its membership listener is closed"
+							      : "its membership link was closed");
+	else if (mine)
+		b->r[peer].retry_ms = ft__now_ms() + RETRY_MS;
+}
+
+/* The link to rank r, connecting it if there is none: its index once
+ * connected, -1 while connecting or when it cannot be made now. */
+static int link_to(struct inband *b, int r)
+{
+	struct ib_rank *p = &b->r[r];
+	int64_t now = ft__now_ms();
+	int i;
+
+	if (p->link >= 0)
+		return b->ctl.links[p->link].connecting ? -1 : p->link;
+	if (p->certain || now < p->retry_ms)
+		return -1;
+	i = ft__ctl_connect_start(&b->ctl, b->book[r], r, b->gen);
+	if (i < 0) {
+		if (i == -FT_ECONNREFUSED && view_of(b, 0) != NULL)
+			mark_certain(b, r, "its membership listener is closed");
+		p->retry_ms = now + RETRY_MS;
+		return -1;
+	}
+	p->link = i;
+	return -1;
+}
+
+/* 0 sent, NOT_YET (connecting), or < 0 (the link failed). */
+static int send_to(struct inband *b, int r, enum ft__ctl_type type, const struct wbuf *w)
+{
+	int i = link_to(b, r);
+
+	if (i < 0)
+		return NOT_YET;
+	if (w->bad)
+		return -FT_EINVAL;
+	if (ft__ctl_send(&b->ctl, i, type, b->gen, w->p, w->len) != 0) {
+		link_failed(b, i, -FT_EIO); /* perhaps only full: no certainty */
+		return -FT_EPEERFAILED;
+	}
+	return 0;
+}
+
+/* ---- the acceptor's side ---- */
+
+/* Answers on link i, where the question came from (connected, unlike a
+ * link of this rank's own that may still be connecting). */
+static void reply(struct inband *b, int i, uint32_t gen, enum ft__ctl_type type,
+		  const struct wbuf *w)
+{
+	if (i < 0 || b->ctl.links[i].fd < 0 || w->bad)
+		return;
+	if (ft__ctl_send(&b->ctl, i, type, gen, w->p, w->len) != 0)
+		link_failed(b, i, -FT_EIO);
+}
+
+static void record_msg(struct inband *b, struct wbuf *w, uint64_t ballot)
+{
+	const struct ft__view *done = view_of(b, b->gen);
+	int ncertain = 0;
+
+	put_u64(w, ballot);
+	put_u64(w, b->mine.next_op);
+	put_str(w, b->mine.addr);
+	put_str(w, b->mine.ctrl);
+	for (int r = 0; r < b->world; r++)
+		ncertain += b->r[r].certain;
+	put_i32(w, ncertain);
+	for (int r = 0; r < b->world; r++)
+		if (b->r[r].certain)
+			put_i32(w, r);
+	if (done != NULL) {
+		struct ib_value v = *value_of(b, b->gen);
+		v.ballot = UINT64_MAX;
+		put_i32(w, 2); /* committed */
+		put_value(w, &v);
+	} else if (b->accepted.ballot != 0) {
+		put_i32(w, 1);
+		put_value(w, &b->accepted);
+	} else {
+		put_i32(w, 0);
+	}
+}
+
+static void answer_collect(struct inband *b, int from, int link, uint64_t ballot)
+{
+	unsigned char buf[65536];
+	struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
+
+	if (!b->published) {
+		b->owed_to = from; /* answered once this rank publishes */
+		b->owed_link = link;
+		b->owed_ballot = ballot;
+		return;
+	}
+	b->owed_to = -1;
+	if (link < 0 || b->ctl.links[link].peer != from)
+		return; /* its link is gone: it asks again or is gone */
+	record_msg(b, &w, ballot);
+	reply(b, link, b->gen, FT__CTL_MB_RECORD, &w);
+}
+
+static void answer_ballot(struct inband *b, int link, enum ft__ctl_type type, uint64_t ballot)
+{
+	unsigned char buf[8];
+	struct wbuf w = {.p = buf, .cap = sizeof(buf)};
+
+	put_u64(&w, ballot);
+	reply(b, link, b->gen, type, &w);
+}
+
+static void send_ballot(struct inband *b, int to, enum ft__ctl_type type, uint64_t ballot)
+{
+	unsigned char buf[8];
+	struct wbuf w = {.p = buf, .cap = sizeof(buf)};
+
+	put_u64(&w, ballot);
+	(void)send_to(b, to, type, &w);
+}
+
+static void note_ballot(struct inband *b, uint64_t ballot)
+{
+	if (ballot >> 16 > b->max_round)
+		b->max_round = ballot >> 16;
+}
+
+static void on_collect(struct inband *b, int from, int link, struct rbuf *r)
+{
+	uint64_t ballot = get_u64(r);
+
+	if (r->bad)
+		return;
+	note_ballot(b, ballot);
+	if (ballot < b->promised && view_of(b, b->gen) == NULL) {
+		answer_ballot(b, link, FT__CTL_MB_NACK, b->promised);
+		return;
+	}
+	b->promised = ballot;
+	answer_collect(b, from, link, ballot);
+}
+
+static void on_propose(struct inband *b, int link, struct rbuf *r)
+{
+	struct ib_value v = {0};
+
+	get_value(r, b->world, &v);
+	if (r->bad)
+		return;
+	note_ballot(b, v.ballot);
+	if (v.ballot < b->promised) {
+		answer_ballot(b, link, FT__CTL_MB_NACK, b->promised);
+		value_free(&v);
+		return;
+	}
+	b->promised = v.ballot;
+	value_free(&b->accepted);
+	b->accepted = v;
+	answer_ballot(b, link, FT__CTL_MB_ACCEPT, v.ballot);
+}
+
+/* Takes a committed view for the generation being settled (v's members move). */
+static int commit(struct inband *b, uint32_t gen, struct ib_value *v)
+{
+	struct ft__view *views;
+
+	if (view_of(b, gen) != NULL) {
+		value_free(v);
+		return 0;
+	}
+	if (gen >= b->nviews) {
+		struct ib_value *values;
+		size_t more = (size_t)gen + 8 - b->nviews;
+		views = realloc(b->views, ((size_t)gen + 8) * sizeof(*views));
+		if (views != NULL)
+			b->views = views;
+		values = realloc(b->values, ((size_t)gen + 8) * sizeof(*values));
+		if (values != NULL)
+			b->values = values;
+		if (views == NULL || values == NULL) {
+			value_free(v);
+			return -FT_ENOMEM;
+		}
+		memset(b->views + b->nviews, 0, more * sizeof(*views));
+		memset(b->values + b->nviews, 0, more * sizeof(*values));
+		b->nviews = gen + 8;
+	}
+	b->views[gen] = (struct ft__view){.generation = gen, .size = v->n, .members = v->members,
+					  .first_op = v->first_op, .nonce = v->nonce};
+	b->values[gen] = *v;    /* shares members with the view */
+	*v = (struct ib_value){0};
+	return 0;
+}
+
+static void on_commit(struct inband *b, uint32_t gen, struct rbuf *r)
+{
+	struct ib_value v = {0};
+
+	get_value(r, b->world, &v);
+	if (r->bad)
+		return;
+	for (int i = 0; i < v.n; i++)
+		if (gen == 0 && !b->r[v.members[i]].have_addr) {
+			ft__warn("membership: the view of generation 0 came without rank %d's "
+				 "addresses: ignored", v.members[i]);
+			value_free(&v);
+			return;
+		}
+	(void)commit(b, gen, &v);
+}
+
+static void on_book(struct inband *b, struct rbuf *r)
+{
+	int32_t n = get_i32(r);
+
+	for (int32_t k = 0; k < n && !r->bad; k++) {
+		int32_t rank = get_i32(r);
+		char addr[FT__ADDR_MAX], ctrl[FT__CTRL_MAX];
+		get_str(r, addr, sizeof(addr));
+		get_str(r, ctrl, sizeof(ctrl));
+		if (r->bad || rank < 0 || rank >= b->world || addr[0] == '\0') {
+			r->bad = true;
+			break;
+		}
+		snprintf(b->r[rank].addr, sizeof(b->r[rank].addr), "%s", addr);
+		snprintf(b->r[rank].ctrl, sizeof(b->r[rank].ctrl), "%s", ctrl);
+		b->r[rank].have_addr = true;
+	}
+}
+
+/* ---- the coordinator's side ---- */
+
+static void on_record(struct inband *b, int from, struct rbuf *r)
+{
+	uint64_t ballot = get_u64(r), next_op = get_u64(r);
+	char addr[FT__ADDR_MAX], ctrl[FT__CTRL_MAX];
+	int32_t ncertain, kind;
+	struct ib_value v = {0};
+
+	get_str(r, addr, sizeof(addr));
+	get_str(r, ctrl, sizeof(ctrl));
+	ncertain = get_i32(r);
+	if (r->bad || ncertain < 0 || ncertain > b->world)
+		return;
+	for (int32_t k = 0; k < ncertain; k++) {
+		int32_t c = get_i32(r);
+		if (!r->bad && c >= 0 && c < b->world && c != b->rank)
+			mark_certain(b, c, "another rank saw it gone");
+	}
+	kind = get_i32(r);
+	if (kind == 1 || kind == 2)
+		get_value(r, b->world, &v);
+	if (r->bad || kind < 0 || kind > 2 || ballot != b->ballot || b->phase != 1 ||
+	    addr[0] == '\0') {
+		value_free(&v);
+		return;
+	}
+	struct ib_rank *p = &b->r[from];
+	p->replied = true;
+	p->next_op = next_op;
+	if (b->gen == 0) {
+		snprintf(p->addr, sizeof(p->addr), "%s", addr);
+		snprintf(p->ctrl, sizeof(p->ctrl), "%s", ctrl);
+		p->have_addr = true;
+	}
+	if (kind == 2 && !b->best_committed) {
+		b->best_committed = true;
+		value_free(&b->best);
+		b->best = v;
+	} else if (kind == 1 && !b->best_committed && v.ballot > b->best.ballot) {
+		value_free(&b->best);
+		b->best = v;
+	} else {
+		value_free(&v);
+	}
+}
+
+static void restart_round(struct inband *b)
+{
+	b->ballot = 0;
+	b->phase = 0;
+}
+
+static void on_accept(struct inband *b, int from, struct rbuf *r)
+{
+	uint64_t ballot = get_u64(r);
+
+	if (!r->bad && b->phase == 2 && ballot == b->ballot)
+		b->r[from].accepted = true;
+}
+
+static void on_nack(struct inband *b, struct rbuf *r)
+{
+	uint64_t promised = get_u64(r);
+
+	if (r->bad)
+		return;
+	note_ballot(b, promised);
+	if (b->ballot != 0 && promised > b->ballot)
+		restart_round(b);
+}
+
+/* A COLLECT about a generation other than the one being settled here. */
+static void on_other_collect(struct inband *b, uint32_t gen, int from, int link, struct rbuf *r)
+{
+	uint64_t ballot = get_u64(r);
+	uint32_t cur = b->gen;
+
+	if (r->bad)
+		return;
+	note_ballot(b, ballot);
+	if (gen > b->gen || !b->active) {
+		/* a failure this rank has not heard of: answered once it
+		 * begins that generation (the detector is told, see pump) */
+		if (gen > b->future_gen || ballot > b->future_ballot) {
+			b->future_gen = gen;
+			b->future_from = from;
+			b->future_link = link;
+			b->future_ballot = ballot;
+		}
+		return;
+	}
+	if (view_of(b, gen) == NULL)
+		return; /* an old generation this rank was not part of */
+	b->gen = gen; /* a late coordinator: tell it what was committed */
+	{
+		unsigned char buf[65536];
+		struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
+		struct ft__member mine = b->mine;
+		record_msg(b, &w, ballot);
+		b->mine = mine;
+		reply(b, link, gen, FT__CTL_MB_RECORD, &w);
+	}
+	b->gen = cur;
+}
+
+/* Handles one message. */
+static void on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
+{
+	struct rbuf r = {.p = m->payload, .len = m->len};
+	bool current = b->active && m->gen == b->gen;
+
+	if (m->from < 0 || m->from >= b->world)
+		return;
+	if (m->type == FT__CTL_MB_COLLECT && m->gen > b->newest_asked)
+		b->newest_asked = m->gen;
+	switch (m->type) {
+	case FT__CTL_MB_COLLECT:
+		if (current)
+			on_collect(b, m->from, link, &r);
+		else
+			on_other_collect(b, m->gen, m->from, link, &r);
+		break;
+	case FT__CTL_MB_RECORD:
+		if (current)
+			on_record(b, m->from, &r);
+		break;
+	case FT__CTL_MB_PROPOSE:
+		if (current)
+			on_propose(b, link, &r);
+		break;
+	case FT__CTL_MB_ACCEPT:
+		if (current)
+			on_accept(b, m->from, &r);
+		break;
+	case FT__CTL_MB_NACK:
+		if (current)
+			on_nack(b, &r);
+		break;
+	case FT__CTL_MB_BOOK:
+		if (m->gen == 0 && view_of(b, 0) == NULL) /* before the job's first view only */
+			on_book(b, &r);
+		break;
+	case FT__CTL_MB_COMMIT:
+		/* any generation: one this rank has not begun yet may leave it out */
+		on_commit(b, m->gen, &r);
+		break;
+	case FT__CTL_MB_NOQUORUM:
+		if (current)
+			b->noquorum = true;
+		break;
+	default:
+		break;
+	}
+	if (r.bad)
+		ft__warn("membership: dropped a malformed message (type %d) from rank %d", m->type,
+			 m->from);
+}
+
+/* Reads every link; returns after everything buffered was handled. */
+static void pump(struct inband *b)
+{
+	ft__ctl_accept(&b->ctl);
+	for (int i = 0; i < b->ctl.nlinks; i++) {
+		struct ft__ctl_msg m;
+		int rc = 0;
+		while (b->ctl.links[i].fd >= 0 && (rc = ft__ctl_next(&b->ctl, i, &m)) == 1) {
+			/* the header's sender must be the one the hello named */
+			if (m.type == FT__CTL_HELLO || m.from != b->ctl.links[i].peer)
+				continue;
+			on_msg(b, i, &m);
+		}
+		if (b->ctl.links[i].fd >= 0 && rc < 0)
+			link_failed(b, i, rc);
+	}
+}
+
+/* The previous view's members in favour (votes[r]) make a quorum (see the top). */
+static bool quorum(const struct inband *b, const bool *votes)
+{
+	const struct ft__view *prev = b->gen > 0 ? view_of(b, b->gen - 1) : NULL;
+	int alive = 0, yes = 0, lowest = -1;
+
+	if (prev == NULL)
+		return false;
+	for (int i = 0; i < prev->size; i++) {
+		int r = prev->members[i];
+		if (b->r[r].certain && !votes[r])
+			continue;
+		alive++;
+		yes += votes[r];
+		if (lowest < 0)
+			lowest = r;
+	}
+	return 2 * yes > alive || (2 * yes == alive && lowest >= 0 && votes[lowest]);
+}
+
+/* The value to propose once the candidates answered: 0, or -FT_ENOMEM. */
+static int choose(struct inband *b)
+{
+	int n = 0;
+
+	value_free(&b->proposal);
+	if (b->best.ballot != 0 || b->best_committed)
+		return value_copy(&b->proposal, &b->best);
+	if (value_alloc(&b->proposal, b->world) != 0)
+		return -FT_ENOMEM;
+	b->proposal.first_op = b->mine.next_op;
+	for (int r = 0; r < b->world; r++) {
+		if (r != b->rank && !b->r[r].replied)
+			continue;
+		b->proposal.members[n] = r; /* ascending already */
+		b->proposal.next_ops[n++] = r == b->rank ? b->mine.next_op : b->r[r].next_op;
+		if (r != b->rank && b->r[r].next_op < b->proposal.first_op)
+			b->proposal.first_op = b->r[r].next_op;
+	}
+	b->proposal.n = n;
+	if (b->gen == 0) {
+		if (getrandom(&b->proposal.nonce, sizeof(b->proposal.nonce), 0) !=
+		    (ssize_t)sizeof(b->proposal.nonce))
+			b->proposal.nonce = (uint64_t)ft__now_ns() ^ ((uint64_t)getpid() << 32);
+	} else {
+		b->proposal.nonce = view_of(b, b->gen - 1)->nonce;
+	}
+	return 0;
+}
+
+static int send_value(struct inband *b, int to, enum ft__ctl_type type, const struct ib_value *v)
+{
+	unsigned char buf[65536];
+	struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
+
+	put_value(&w, v);
+	return send_to(b, to, type, &w);
+}
+
+/* Every member's addresses to rank `to`, in as many BOOK messages as they need. */
+static void send_book(struct inband *b, int to, const struct ib_value *v)
+{
+	unsigned char buf[65536];
+	int k = 0;
+
+	while (k < v->n) {
+		struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
+		int count = 0;
+		size_t at;
+		put_i32(&w, 0);
+		for (; k < v->n; k++, count++) {
+			const struct ib_rank *p = &b->r[v->members[k]];
+			size_t need = 8 + strlen(p->addr) + strlen(p->ctrl);
+			if (w.len + need > w.cap && count > 0)
+				break;
+			put_i32(&w, v->members[k]);
+			put_str(&w, p->addr);
+			put_str(&w, p->ctrl);
+		}
+		at = w.len;
+		w.len = 0;
+		put_i32(&w, count);
+		w.len = at;
+		if (send_to(b, to, FT__CTL_MB_BOOK, &w) != 0)
+			return;
+	}
+}
+
+/*
+ * One step of coordinating the generation: 1 when committed here, 0 not
+ * yet, -FT_EPARTITIONED when no quorum can be had.
+ */
+static int coordinate(struct inband *b, const int *cand, int ncand, bool force)
+{
+	int64_t now = ft__now_ms();
+	bool *votes;
+	int rc = 0;
+
+	if (b->ballot == 0) {
+		/* a new round, above every ballot seen */
+		uint64_t round = b->max_round + 1;
+		b->ballot = round << 16 | (uint64_t)b->rank;
+		b->max_round = round;
+		b->phase = 1;
+		b->phase_ms = now;
+		b->best_committed = false;
+		value_free(&b->best);
+		for (int r = 0; r < b->world; r++)
+			b->r[r].asked = b->r[r].replied = b->r[r].proposed = b->r[r].accepted =
+				b->r[r].told = false;
+		/* this rank answers itself */
+		if (b->ballot < b->promised) {
+			restart_round(b);
+			return 0;
+		}
+		b->promised = b->ballot;
+		if (value_of(b, b->gen) != NULL) {
+			b->best_committed = true;
+			if (value_copy(&b->best, value_of(b, b->gen)) != 0)
+				return -FT_ENOMEM;
+			b->best.ballot = UINT64_MAX;
+		} else if (b->accepted.ballot != 0 && value_copy(&b->best, &b->accepted) != 0) {
+			return -FT_ENOMEM;
+		}
+	}
+	votes = calloc((size_t)b->world, sizeof(bool));
+	if (votes == NULL)
+		return -FT_ENOMEM;
+	votes[b->rank] = true;
+	if (b->phase == 1) {
+		bool all = true;
+		for (int k = 0; k < ncand; k++) {
+			int r = cand[k];
+			if (r == b->rank || b->r[r].replied)
+				continue;
+			if (b->r[r].certain)
+				continue;
+			all = false;
+			if (!b->r[r].asked) {
+				unsigned char buf[8];
+				struct wbuf w = {.p = buf, .cap = sizeof(buf)};
+				put_u64(&w, b->ballot);
+				if (send_to(b, r, FT__CTL_MB_COLLECT, &w) == 0)
+					b->r[r].asked = true;
+			}
+		}
+		for (int r = 0; r < b->world; r++)
+			votes[r] |= b->r[r].replied;
+		bool window = force && now - b->phase_ms >= b->reply_wait_ms;
+		if (!all && !window)
+			goto out;
+		if (b->gen > 0 && !quorum(b, votes)) {
+			if (!window)
+				goto out;
+			ft__error("membership: generation %u has no quorum on this side (%s): this "
+				  "rank stops", b->gen, "a network partition, or most ranks lost");
+			for (int r = 0; r < b->world; r++)
+				if (b->r[r].replied) /* they stop too */
+					send_ballot(b, r, FT__CTL_MB_NOQUORUM, b->ballot);
+			rc = -FT_EPARTITIONED;
+			goto out;
+		}
+		if ((rc = choose(b)) != 0)
+			goto out;
+		if (b->best_committed) {
+			b->phase = 3;
+		} else {
+			b->phase = 2;
+			b->phase_ms = now;
+			value_free(&b->accepted);
+			if ((rc = value_copy(&b->accepted, &b->proposal)) != 0)
+				goto out;
+			b->accepted.ballot = b->proposal.ballot = b->ballot;
+		}
+	}
+	if (b->phase == 2) {
+		bool all = true;
+		memset(votes, 0, (size_t)b->world * sizeof(bool));
+		votes[b->rank] = true;
+		for (int r = 0; r < b->world; r++) {
+			struct ib_rank *p = &b->r[r];
+			if (r == b->rank || !p->replied)
+				continue;
+			if (!p->proposed && !p->certain &&
+			    send_value(b, r, FT__CTL_MB_PROPOSE, &b->proposal) == 0)
+				p->proposed = true;
+			votes[r] = p->accepted;
+			if (!p->accepted && !p->certain)
+				all = false;
+		}
+		if (!all || (b->gen > 0 && !quorum(b, votes)))
+			goto out;
+		b->phase = 3;
+	}
+	if (b->phase == 3) {
+		struct ib_value v = {0};
+		if (b->gen == 0) {
+			snprintf(b->r[b->rank].addr, sizeof(b->r[b->rank].addr), "%s", b->mine.addr);
+			snprintf(b->r[b->rank].ctrl, sizeof(b->r[b->rank].ctrl), "%s", b->mine.ctrl);
+			b->r[b->rank].have_addr = true;
+		}
+		for (int r = 0; r < b->world; r++) {
+			if (r == b->rank || !b->r[r].replied || b->r[r].told)
+				continue;
+			if (b->gen == 0)
+				send_book(b, r, &b->proposal);
+			(void)send_value(b, r, FT__CTL_MB_COMMIT, &b->proposal);
+			b->r[r].told = true;
+		}
+		for (int k = 0; k < ncand; k++)
+			if (cand[k] != b->rank && !b->r[cand[k]].told && b->r[cand[k]].link >= 0)
+				(void)send_value(b, cand[k], FT__CTL_MB_COMMIT, &b->proposal);
+		if ((rc = value_copy(&v, &b->proposal)) == 0)
+			rc = commit(b, b->gen, &v);
+		if (rc == 0)
+			rc = 1;
+	}
+out:
+	free(votes);
+	return rc;
+}
+
+/* ---- the backend's operations ---- */
+
+static void lock_ib(struct inband *b)
+{
+	pthread_mutex_lock(&b->lock);
+}
+
+static void unlock_ib(struct inband *b)
+{
+	pthread_mutex_unlock(&b->lock);
+}
+
+/* Starts settling generation gen here (forgetting the one before). */
+static void begin(struct inband *b, uint32_t gen)
+{
+	if (b->active && b->gen == gen)
+		return;
+	b->active = true;
+	b->gen = gen;
+	b->published = false;
+	b->promised = 0;
+	value_free(&b->accepted);
+	value_free(&b->best);
+	value_free(&b->proposal);
+	b->owed_to = -1;
+	if (b->future_gen == gen && gen > 0) {
+		b->owed_to = b->future_from;
+		b->owed_link = b->future_link;
+		b->owed_ballot = b->future_ballot;
+		b->promised = b->future_ballot;
+	}
+	b->noquorum = false;
+	b->ballot = 0;
+	b->phase = 0;
+	for (int r = 0; r < b->world; r++)
+		b->r[r].asked = b->r[r].replied = b->r[r].proposed = b->r[r].accepted =
+			b->r[r].told = false;
+}
+
+static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
+{
+	struct ft__ctl_params cp = {.rank = p->rank, .world_size = p->world_size,
+				    .job_id = p->job_id, .token = p->token,
+				    .bind_host = p->bind_host, .links = 2 * p->world_size + 8,
+				    .who = "membership"};
+	char host[FT__BOOK_ENTRY_MAX], port[16];
+	struct inband *b;
+	int rc;
+
+	if (p->world_size > MAX_WORLD) {
+		ft__error("membership: in-band membership takes at most %d ranks", MAX_WORLD);
+		return -FT_ECONFIG;
+	}
+	b = calloc(1, sizeof(*b));
+	if (b == NULL)
+		return -FT_ENOMEM;
+	mb->be = b;
+	b->rank = p->rank;
+	b->world = p->world_size;
+	b->owed_to = -1;
+	b->reply_wait_ms = p->reply_wait_ms > 0 ? p->reply_wait_ms : 1000;
+	if ((rc = pthread_mutex_init(&b->lock, NULL)) != 0) {
+		mb->be = NULL;
+		free(b);
+		return -FT_ENOMEM;
+	}
+	b->book = calloc((size_t)b->world, sizeof(*b->book));
+	b->r = calloc((size_t)b->world, sizeof(*b->r));
+	if (b->book == NULL || b->r == NULL)
+		return -FT_ENOMEM;
+	for (int r = 0; r < b->world; r++)
+		b->r[r].link = -1;
+	/* the largest message: a RECORD naming every rank twice, or a book chunk */
+	cp.min_payload = 512 + 8 * (size_t)b->world + FT__ADDR_MAX + FT__CTRL_MAX;
+	if (cp.min_payload < 4096)
+		cp.min_payload = 4096;
+	/* with a peer list, this rank listens at its own entry's port */
+	snprintf(port, sizeof(port), "0");
+	if (strcmp(p->book.how, "peers") == 0) {
+		rc = ft__boot_book(&p->book, "", b->book);
+		if (rc != 0)
+			return rc;
+		if (ft__sock_split(b->book[b->rank], host, sizeof(host), port, sizeof(port)) != 0)
+			return -FT_ECONFIG;
+		cp.port = port;
+		cp.bind_host = host;
+	}
+	rc = ft__ctl_open(&b->ctl, &cp);
+	b->ctl_open = true;
+	if (rc != 0)
+		return rc;
+	if (strcmp(p->book.how, "peers") != 0) {
+		rc = ft__boot_book(&p->book, b->ctl.addr, b->book);
+		if (rc != 0)
+			return rc;
+	}
+	b->book_params = p->book;
+	b->book_taken = true;
+	snprintf(mb->where, sizeof(mb->where), "(in-band, listening at %s)", b->ctl.addr);
+	return 0;
+}
+
+static int ib_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member *m)
+{
+	struct inband *b = IB(mb);
+
+	lock_ib(b);
+	if (b->departed) {
+		unlock_ib(b);
+		return -FT_EINVAL;
+	}
+	begin(b, gen);
+	b->mine = *m;
+	b->published = true;
+	pump(b);
+	if (b->owed_to >= 0)
+		answer_collect(b, b->owed_to, b->owed_link, b->owed_ballot);
+	unlock_ib(b);
+	return 0;
+}
+
+static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,
+			 const int *back, int nback, bool force, struct ft__view *view)
+{
+	struct inband *b = IB(mb);
+	const struct ft__view *done;
+	int rc = 0;
+
+	(void)back;
+	(void)nback;
+	lock_ib(b);
+	if (ncand > 0 && !(b->active && b->gen > gen))
+		begin(b, gen);
+	pump(b);
+	if (ncand > 0 && b->owed_to >= 0 && b->published)
+		answer_collect(b, b->owed_to, b->owed_link, b->owed_ballot);
+	done = view_of(b, gen);
+	if (done == NULL && b->active && b->gen == gen && ncand > 0) {
+		if (b->noquorum) {
+			rc = -FT_EPARTITIONED;
+		} else if (b->published &&
+			   (cand[0] == b->rank || b->ballot != 0 ||
+			    (force && gen > 0 && b->promised == 0))) {
+			/* the coordinator, or, once the detector waited long
+			 * enough, a candidate no coordinator has reached */
+			rc = coordinate(b, cand, ncand, force);
+			done = view_of(b, gen);
+		}
+	}
+	if (done != NULL) {
+		*view = *done;
+		view->members = malloc((size_t)done->size * sizeof(int));
+		if (view->members == NULL) {
+			rc = -FT_ENOMEM;
+		} else {
+			memcpy(view->members, done->members, (size_t)done->size * sizeof(int));
+			rc = 1;
+		}
+	}
+	unlock_ib(b);
+	return rc;
+}
+
+static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
+{
+	(void)mb;
+	(void)latest;
+	return 0; /* a new incarnation (rejoin) needs the file rendezvous: comm.c refuses it */
+}
+
+static int ib_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__member *m)
+{
+	struct inband *b = IB(mb);
+	const struct ft__view *v;
+	int rc = -FT_EPEERFAILED;
+
+	lock_ib(b);
+	v = view_of(b, gen);
+	if (v == NULL && gen == b->gen && orig == b->rank && b->published) {
+		*m = b->mine;
+		rc = 0;
+	}
+	for (int i = 0; v != NULL && i < v->size; i++)
+		if (v->members[i] == orig && b->r[orig].have_addr) {
+			memset(m, 0, sizeof(*m));
+			snprintf(m->addr, sizeof(m->addr), "%s", b->r[orig].addr);
+			snprintf(m->ctrl, sizeof(m->ctrl), "%s", b->r[orig].ctrl);
+			m->next_op = value_of(b, gen)->next_ops[i];
+			rc = 0;
+		}
+	unlock_ib(b);
+	return rc;
+}
+
+/* Leaving: the listener and every link close, which the others' kernels
+ * report: a settle in progress counts this rank out at once. */
+static int ib_depart(struct ft__mb *mb, uint64_t next_op)
+{
+	struct inband *b = IB(mb);
+
+	(void)next_op;
+	lock_ib(b);
+	b->departed = true;
+	ft__ctl_close(&b->ctl);
+	b->ctl_open = false;
+	unlock_ib(b);
+	return 0;
+}
+
+static void ib_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
+{
+	struct inband *b = IB(mb);
+
+	(void)gen;
+	(void)remove_view;
+	if (b == NULL)
+		return;
+	if (b->ctl_open)
+		ft__ctl_close(&b->ctl);
+	if (b->book_taken)
+		ft__boot_book_end(&b->book_params);
+	for (uint32_t g = 0; g < b->nviews; g++) {
+		ft__view_free(&b->views[g]);
+		free(b->values[g].next_ops);
+	}
+	free(b->views);
+	free(b->values);
+	value_free(&b->accepted);
+	value_free(&b->best);
+	value_free(&b->proposal);
+	free(b->book);
+	free(b->r);
+	pthread_mutex_destroy(&b->lock);
+	free(b);
+	mb->be = NULL;
+}
+
+static int ib_pollfds(struct ft__mb *mb, struct pollfd *pfd, int cap)
+{
+	struct inband *b = IB(mb);
+	int n;
+
+	lock_ib(b);
+	if (!b->ctl_open || cap < 1 + b->ctl.nlinks) {
+		unlock_ib(b);
+		return 0;
+	}
+	n = ft__ctl_pollfds(&b->ctl, pfd, NULL);
+	unlock_ib(b);
+	return n;
+}
+
+static uint32_t ib_pump(struct ft__mb *mb)
+{
+	struct inband *b = IB(mb);
+	uint32_t asked;
+
+	lock_ib(b);
+	if (b->ctl_open)
+		pump(b);
+	asked = b->newest_asked;
+	unlock_ib(b);
+	return asked;
+}
+
+static void ib_certain(struct ft__mb *mb, int orig)
+{
+	struct inband *b = IB(mb);
+
+	lock_ib(b);
+	mark_certain(b, orig, "its detector link was closed by its kernel");
+	unlock_ib(b);
+}
+
+static int ib_max_pollfds(struct ft__mb *mb)
+{
+	return 1 + IB(mb)->ctl.nlinks;
+}
+
+const struct ft__mb_ops ft__mb_inband_ops = {
+	.size = sizeof(struct ft__mb_ops),
+	.name = "inband",
+	.open = ib_open,
+	.publish = ib_publish,
+	.try_settle = ib_try_settle,
+	.resume = ib_resume,
+	.lookup = ib_lookup,
+	.depart = ib_depart,
+	.close = ib_close,
+	.max_pollfds = ib_max_pollfds,
+	.pollfds = ib_pollfds,
+	.pump = ib_pump,
+	.certain = ib_certain,
+};

@@ -1,0 +1,322 @@
+/* test_inband.c: the in-band membership backend through the membership interface: settles, quorums, partitions, a coordinator lost mid-settle, hostile messages. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "internal.h"
+#include "membership.h"
+#include "testutil.h"
+
+/*
+ * The ranks of a job are membership handles opened side by side in the
+ * test process, each listening on a loopback port the test holds bound
+ * (not listening) so that nothing else takes it. The backend never blocks,
+ * so one thread drives every handle in turn, as each rank's detector would.
+ * A partition is made by the candidates each side names: a side only ever
+ * speaks to its own candidates.
+ */
+
+#define N_MAX 8
+
+static struct ft__mb mb[N_MAX];
+static bool open_[N_MAX];
+static int port_fd[N_MAX];
+static char peers[N_MAX * 24];
+static int n;
+
+static void quiet(void)
+{
+	ft__log_level = -1;
+}
+
+static void job(int size)
+{
+	n = size;
+	peers[0] = '\0';
+	for (int r = 0; r < n; r++) {
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		socklen_t al = sizeof(a);
+		int one = 1;
+		port_fd[r] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		cr_assert_geq(port_fd[r], 0);
+		cr_assert_eq(setsockopt(port_fd[r], SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+		cr_assert_eq(bind(port_fd[r], (struct sockaddr *)&a, sizeof(a)), 0);
+		cr_assert_eq(getsockname(port_fd[r], (struct sockaddr *)&a, &al), 0);
+		snprintf(peers + strlen(peers), sizeof(peers) - strlen(peers), "%s127.0.0.1:%d",
+			 r ? "," : "", ntohs(a.sin_port));
+	}
+	for (int r = 0; r < n; r++) {
+		struct ft__mb_params p = {.backend = "inband", .job_id = "ib", .rank = r,
+					  .world_size = n, .token = "tok", .reply_wait_ms = 100,
+					  .book = {.how = "peers", .peers = peers, .job_id = "ib",
+						   .rank = r, .world_size = n, .timeout_ms = 5000}};
+		cr_assert_eq(ft__mb_open(&mb[r], &p), 0, "rank %d: open", r);
+		open_[r] = true;
+	}
+}
+
+static void end_job(void)
+{
+	for (int r = 0; r < n; r++) {
+		if (open_[r])
+			ft__mb_close(&mb[r], 0, false);
+		open_[r] = false;
+		close(port_fd[r]);
+	}
+}
+
+static void publish(int r, uint32_t gen, uint64_t next_op)
+{
+	struct ft__member m;
+
+	memset(&m, 0, sizeof(m));
+	snprintf(m.addr, sizeof(m.addr), "127.0.0.1:%d", 7000 + r);
+	snprintf(m.ctrl, sizeof(m.ctrl), "127.0.0.1:%d", 8000 + r);
+	m.next_op = next_op;
+	cr_assert_eq(ft__mb_publish(&mb[r], gen, &m), 0, "rank %d: publish %u", r, gen);
+}
+
+/*
+ * Drives the ranks in who[] (cand[] their candidates, the same for all)
+ * until each has a result or the deadline passes: rc[i] is try_settle's
+ * last answer (1 settled, < 0 an error), views[i] its view. force: the
+ * detector waited long enough.
+ */
+static void drive(const int *who, int nwho, const int *cand, int ncand, bool force, int *rc,
+		  struct ft__view *views, long deadline_ms)
+{
+	long end = tu_now_ms() + deadline_ms;
+	int left = nwho;
+
+	for (int i = 0; i < nwho; i++)
+		rc[i] = 0;
+	while (left > 0 && tu_now_ms() < end) {
+		for (int i = 0; i < nwho; i++) {
+			if (rc[i] != 0)
+				continue;
+			rc[i] = ft__mb_try_settle(&mb[who[i]], views[i].generation, cand, ncand, force,
+						  &views[i]);
+			if (rc[i] != 0)
+				left--;
+		}
+		tu_sleep_ms(1);
+	}
+}
+
+static void settle_all(const int *who, int nwho, const int *cand, int ncand, uint32_t gen,
+		       bool force, int *rc, struct ft__view *views)
+{
+	for (int i = 0; i < nwho; i++)
+		views[i] = (struct ft__view){.generation = gen};
+	drive(who, nwho, cand, ncand, force, rc, views, 5000);
+}
+
+static void expect_view(const struct ft__view *v, const int *members, int size, const char *what)
+{
+	cr_assert_eq(v->size, size, "%s: %d members, want %d", what, v->size, size);
+	for (int i = 0; i < size; i++)
+		cr_assert_eq(v->members[i], members[i], "%s: member %d is %d, want %d", what, i,
+			     v->members[i], members[i]);
+}
+
+/* Generation 0 among all n ranks; returns its nonce. */
+static uint64_t start(int size)
+{
+	int all[N_MAX], rc[N_MAX];
+	struct ft__view v[N_MAX];
+
+	job(size);
+	for (int r = 0; r < n; r++) {
+		all[r] = r;
+		publish(r, 0, 0);
+	}
+	settle_all(all, n, all, n, 0, false, rc, v);
+	for (int r = 0; r < n; r++) {
+		cr_assert_eq(rc[r], 1, "rank %d: generation 0 not settled (%d)", r, rc[r]);
+		expect_view(&v[r], all, n, "generation 0");
+		cr_assert_eq(v[r].nonce, v[0].nonce);
+		ft__view_free(&v[r]);
+	}
+	/* every rank knows every address from generation 0 on */
+	for (int r = 0; r < n; r++)
+		for (int q = 0; q < n; q++) {
+			struct ft__member m;
+			char want[32];
+			cr_assert_eq(ft__mb_lookup(&mb[r], 0, q, &m), 0);
+			snprintf(want, sizeof(want), "127.0.0.1:%d", 7000 + q);
+			cr_assert_str_eq(m.addr, want);
+		}
+	return v[0].nonce;
+}
+
+TestSuite(inband, .init = quiet, .fini = end_job);
+
+Test(inband, generation_0_and_a_shrink)
+{
+	uint64_t nonce = start(4);
+	int who[3] = {0, 1, 3}, rc[3];
+	struct ft__view v[3];
+
+	/* rank 2 is gone (silent: suspicion only); 3 of 4 are a majority */
+	for (int i = 0; i < 3; i++)
+		publish(who[i], 1, 10 + (uint64_t)who[i]);
+	settle_all(who, 3, who, 3, 1, false, rc, v);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(rc[i], 1, "rank %d: generation 1 (%d)", who[i], rc[i]);
+		expect_view(&v[i], who, 3, "generation 1");
+		cr_assert_eq(v[i].first_op, 10, "the lowest next op");
+		cr_assert_eq(v[i].nonce, nonce, "the job's nonce carries over");
+		ft__view_free(&v[i]);
+	}
+	/* each member's own next op, for the result holders */
+	struct ft__member m;
+	cr_assert_eq(ft__mb_lookup(&mb[1], 1, 3, &m), 0);
+	cr_assert_eq(m.next_op, 13);
+	cr_assert_neq(ft__mb_lookup(&mb[1], 1, 2, &m), 0, "rank 2 is not in generation 1");
+}
+
+/* A side without a majority of the previous view stops, with the error, under force. */
+Test(inband, minority_stops)
+{
+	start(4);
+	int alone[1] = {3}, rc[1];
+	struct ft__view v[1];
+
+	publish(3, 1, 5);
+	v[0] = (struct ft__view){.generation = 1};
+	drive(alone, 1, alone, 1, false, rc, v, 300);
+	cr_assert_eq(rc[0], 0, "no view, and no verdict, before the detector has waited");
+	drive(alone, 1, alone, 1, true, rc, v, 5000);
+	cr_assert_eq(rc[0], -FT_EPARTITIONED, "one of four alone: %d", rc[0]);
+}
+
+/* 2 | 2: the side holding the lowest rank of the previous view goes on, the other stops. */
+Test(inband, even_split_goes_to_the_lowest)
+{
+	start(4);
+	int a[2] = {0, 1}, b[2] = {2, 3}, rca[2], rcb[2];
+	struct ft__view va[2], vb[2];
+
+	for (int r = 0; r < 4; r++)
+		publish(r, 1, 7);
+	settle_all(b, 2, b, 2, 1, true, rcb, vb);
+	settle_all(a, 2, a, 2, 1, true, rca, va);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(rcb[i], -FT_EPARTITIONED, "rank %d of {2,3}: %d", b[i], rcb[i]);
+		cr_assert_eq(rca[i], 1, "rank %d of {0,1}: %d", a[i], rca[i]);
+		expect_view(&va[i], a, 2, "{0,1}");
+		ft__view_free(&va[i]);
+	}
+}
+
+/* Deaths a kernel reported do not count: one rank left of four goes on. */
+Test(inband, certain_deaths_let_the_last_rank_go_on)
+{
+	start(4);
+	int alone[1] = {1}, rc[1];
+	struct ft__view v[1];
+
+	for (int r = 0; r < 4; r++)
+		if (r != 1) {
+			ft__mb_close(&mb[r], 0, false); /* its listener closes: refused from now on */
+			open_[r] = false;
+		}
+	ft__mb_certain(&mb[1], 0);
+	ft__mb_certain(&mb[1], 2);
+	publish(1, 1, 3);
+	/* rank 3: no word from the detector; the refused connection is enough */
+	int cand[2] = {1, 3};
+	v[0] = (struct ft__view){.generation = 1};
+	drive(alone, 1, cand, 2, true, rc, v, 5000);
+	cr_assert_eq(rc[0], 1, "the last rank: %d", rc[0]);
+	expect_view(&v[0], alone, 1, "alone");
+	ft__view_free(&v[0]);
+}
+
+/* The coordinator dies once the others accepted its proposal: the next one commits the same view. */
+Test(inband, coordinator_lost_mid_settle)
+{
+	start(4);
+	int three[3] = {0, 1, 2}, rest[2] = {1, 2}, rc[3];
+	struct ft__view v[3];
+
+	for (int i = 0; i < 3; i++)
+		publish(three[i], 1, 4);
+	/* rank 0 collects and proposes; 1 and 2 accept; rank 0 dies before
+	 * it commits: drive until both accepted, then close it */
+	for (int i = 0; i < 3; i++)
+		v[i] = (struct ft__view){.generation = 1};
+	for (int step = 0; step < 200; step++) {
+		int r0 = ft__mb_try_settle(&mb[0], 1, three, 3, false, &v[0]);
+		if (r0 == 1) {
+			ft__view_free(&v[0]);
+			break; /* it got there first: the others must adopt the same */
+		}
+		for (int i = 1; i < 3; i++)
+			(void)ft__mb_try_settle(&mb[three[i]], 1, three, 3, false, &v[i]);
+		tu_sleep_ms(1);
+	}
+	ft__mb_close(&mb[0], 0, false);
+	open_[0] = false;
+	ft__mb_certain(&mb[1], 0);
+	ft__mb_certain(&mb[2], 0);
+	drive(rest, 2, rest, 2, true, rc, v + 1, 5000);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(rc[i], 1, "rank %d: %d", rest[i], rc[i]);
+	cr_assert_eq(v[1].size, v[2].size, "both adopt one view");
+	for (int k = 0; k < v[1].size; k++)
+		cr_assert_eq(v[1].members[k], v[2].members[k]);
+	ft__view_free(&v[1]);
+	ft__view_free(&v[2]);
+}
+
+/* Malformed membership messages from an authenticated peer change nothing. */
+Test(inband, hostile_messages)
+{
+	start(3);
+	struct ft__ctl ctl;
+	struct ft__ctl_params cp = {.rank = 2, .world_size = 3, .job_id = "ib", .token = "tok",
+				    .who = "hostile", .min_payload = 4096};
+	unsigned char junk[600];
+	struct ft__member m;
+	int i;
+
+	cr_assert_eq(ft__ctl_open(&ctl, &cp), 0);
+	/* as rank 2, to rank 0's membership listener */
+	char addr[64];
+	const char *p = peers;
+	snprintf(addr, sizeof(addr), "%.*s", (int)(strchr(p, ',') - p), p);
+	i = ft__ctl_connect(&ctl, addr, 0, 0, 2000);
+	cr_assert_geq(i, 0);
+	srand(7);
+	for (int type = FT__CTL_MB_COLLECT; type <= FT__CTL_MB_NOQUORUM; type++)
+		for (int k = 0; k < 40; k++) {
+			size_t len = (size_t)(rand() % (int)sizeof(junk));
+			for (size_t j = 0; j < len; j++)
+				junk[j] = (unsigned char)(k < 20 ? rand() : (j % 8 == 0 ? 0xff : 0));
+			(void)ft__ctl_send(&ctl, i, type, (uint32_t)(rand() % 3), junk, len);
+		}
+	tu_sleep_ms(50);
+	(void)ft__mb_pump(&mb[0]);
+	ft__ctl_close(&ctl);
+	/* rank 0 still holds generation 0 as it was, and settles the next one */
+	cr_assert_eq(ft__mb_lookup(&mb[0], 0, 1, &m), 0);
+	cr_assert_str_eq(m.addr, "127.0.0.1:7001");
+	int all[3] = {0, 1, 2}, rc[3];
+	struct ft__view v[3];
+	for (int r = 0; r < 3; r++)
+		publish(r, 1, 2);
+	settle_all(all, 3, all, 3, 1, false, rc, v);
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(rc[r], 1, "rank %d: %d", r, rc[r]);
+		expect_view(&v[r], all, 3, "after the junk");
+		ft__view_free(&v[r]);
+	}
+}

@@ -1,0 +1,590 @@
+/* store_server.c: the address store: jobs, their ranks' entries, and the connections waiting for the book. */
+
+/*
+ * A connection goes through three states and is closed:
+ *
+ *   READING  its join, which must arrive within JOIN_MS (a client that
+ *            connects and says nothing cannot hold a descriptor for long);
+ *   WAITING  it holds its rank's place in a job until every rank has
+ *            joined; it may wait as long as it likes (its own deadline
+ *            closes it), and when it closes the place is free again;
+ *   SENDING  an answer (the book, or a refusal), taken within SEND_MS.
+ *
+ * When the last rank of a job joins, the book is built once and every
+ * waiting connection of the job sends it (one buffer, counted references).
+ * A settled job keeps its book for ranks that join again (restarted ones:
+ * lib/boot_store.h), until MAX_JOBS newer jobs push it out.
+ *
+ * Everything a client sends is checked by ft__store_join_parse before it
+ * is used; every buffer is bounded by the protocol's limits; a client that
+ * breaks the protocol is answered (when it spoke it at all) and closed.
+ * Memory: at most MAX_JOBS jobs of 16 bytes per rank, plus a connection's
+ * few hundred bytes; the kernel's descriptor limit bounds the connections,
+ * and running out of descriptors pauses accepting for a moment.
+ */
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "boot_store.h"
+#include "internal.h"
+#include "sock.h"
+#include "store_server.h"
+
+#define JOIN_MS 10000
+#define SEND_MS 30000
+#define MAX_JOBS 16
+#define ACCEPT_PAUSE_MS 100
+
+struct answer {
+	size_t refs, len;
+	unsigned char data[];
+};
+
+struct job {
+	char id[FT__STORE_JOB_MAX];
+	uint32_t world_size, joined;
+	struct conn **holder;   /* before the book: the connection holding each rank */
+	char **entry;           /* each rank's address, once it joined */
+	struct answer *book;    /* once every rank has joined */
+	int64_t used_ms;        /* last join: the oldest settled job leaves first */
+};
+
+enum conn_state { READING, WAITING, SENDING, CLOSED };
+
+struct conn {
+	int fd;
+	enum conn_state state;
+	int64_t deadline_ms;    /* READING and SENDING */
+	unsigned char in[FT__STORE_JOIN_MAX];
+	size_t in_len;
+	struct job *job;        /* WAITING: the job and the rank it holds */
+	uint32_t rank;
+	struct answer *out;     /* SENDING */
+	size_t out_off;
+	char peer[NI_MAXHOST + NI_MAXSERV + 4];
+};
+
+struct store {
+	int fd;
+	int64_t accept_at_ms;   /* out of descriptors: accept again from then */
+	struct conn **conns;
+	size_t nconns, cap;
+	struct job *jobs[MAX_JOBS];
+	size_t njobs;
+	int verbose;
+	store_say_fn *say_fn;
+	void *arg;
+};
+
+__attribute__((format(printf, 2, 3))) static void say(struct store *s, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	memcpy(line, "store: ", 7);
+	va_start(ap, fmt);
+	vsnprintf(line + 7, sizeof(line) - 7, fmt, ap);
+	va_end(ap);
+	s->say_fn(s->arg, line);
+}
+
+static struct answer *answer_new(size_t len)
+{
+	struct answer *a = malloc(sizeof(*a) + len);
+
+	if (a != NULL) {
+		a->refs = 1;
+		a->len = len;
+	}
+	return a;
+}
+
+static void answer_put(struct answer *a)
+{
+	if (a != NULL && --a->refs == 0)
+		free(a);
+}
+
+/* ---- jobs --------------------------------------------------------------------- */
+
+static void job_free(struct store *s, struct job *j)
+{
+	for (size_t i = 0; i < s->njobs; i++)
+		if (s->jobs[i] == j) {
+			s->jobs[i] = s->jobs[--s->njobs];
+			break;
+		}
+	for (uint32_t r = 0; r < j->world_size; r++)
+		free(j->entry[r]);
+	free(j->entry);
+	free(j->holder);
+	answer_put(j->book);
+	free(j);
+}
+
+static struct job *job_find(struct store *s, const char *id)
+{
+	for (size_t i = 0; i < s->njobs; i++)
+		if (strcmp(s->jobs[i]->id, id) == 0)
+			return s->jobs[i];
+	return NULL;
+}
+
+/* A new job; when the table is full the settled job least recently joined leaves. */
+static struct job *job_new(struct store *s, const char *id, uint32_t world_size)
+{
+	struct job *j, *oldest = NULL;
+
+	for (size_t i = 0; s->njobs == MAX_JOBS && i < s->njobs; i++)
+		if (s->jobs[i]->book != NULL &&
+		    (oldest == NULL || s->jobs[i]->used_ms < oldest->used_ms))
+			oldest = s->jobs[i];
+	if (s->njobs == MAX_JOBS && oldest == NULL)
+		return NULL;
+	if (oldest != NULL)
+		job_free(s, oldest);
+	j = calloc(1, sizeof(*j));
+	if (j == NULL)
+		return NULL;
+	j->holder = calloc(world_size, sizeof(*j->holder));
+	j->entry = calloc(world_size, sizeof(*j->entry));
+	if (j->holder == NULL || j->entry == NULL) {
+		free(j->holder);
+		free(j->entry);
+		free(j);
+		return NULL;
+	}
+	snprintf(j->id, sizeof(j->id), "%s", id);
+	j->world_size = world_size;
+	s->jobs[s->njobs++] = j;
+	return j;
+}
+
+/* The book, as every rank of j gets it. */
+static struct answer *book_build(const struct job *j)
+{
+	size_t len = 0, at = FT__STORE_ANSWER_HDR;
+	struct answer *a;
+
+	for (uint32_t r = 0; r < j->world_size; r++)
+		len += 1 + strlen(j->entry[r]);
+	a = answer_new(FT__STORE_ANSWER_HDR + len);
+	if (a == NULL)
+		return NULL;
+	ft__store_answer_header(a->data, FT__STORE_BOOK, j->world_size, (uint32_t)len);
+	for (uint32_t r = 0; r < j->world_size; r++)
+		at += ft__store_book_put(a->data + at, j->entry[r]);
+	return a;
+}
+
+/* ---- connections ---------------------------------------------------------------- */
+
+static void conn_close(struct store *s, struct conn *c);
+
+/* A waiting connection leaves its job: its rank's place is free again. */
+static void job_leave(struct store *s, struct conn *c)
+{
+	struct job *j = c->job;
+
+	c->job = NULL;
+	if (j == NULL || j->holder[c->rank] != c)
+		return;
+	j->holder[c->rank] = NULL;
+	free(j->entry[c->rank]);
+	j->entry[c->rank] = NULL;
+	if (--j->joined == 0 && j->book == NULL)
+		job_free(s, j);
+}
+
+static void conn_write(struct store *s, struct conn *c)
+{
+	while (c->out_off < c->out->len) {
+		ssize_t n = send(c->fd, c->out->data + c->out_off, c->out->len - c->out_off,
+				 MSG_NOSIGNAL);
+		if (n > 0) {
+			c->out_off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		break; /* the client went away: nothing more to do for it */
+	}
+	conn_close(s, c);
+}
+
+static void send_answer(struct store *s, struct conn *c, struct answer *a)
+{
+	c->state = SENDING;
+	c->job = NULL;
+	c->out = a;
+	a->refs++;
+	c->out_off = 0;
+	c->deadline_ms = ft__now_ms() + SEND_MS;
+	conn_write(s, c);
+}
+
+__attribute__((format(printf, 4, 5))) static void refuse(struct store *s, struct conn *c,
+							 int code, const char *fmt, ...)
+{
+	char why[FT__STORE_WHY_MAX];
+	struct answer *a;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		n = 0;
+	if ((size_t)n >= sizeof(why))
+		n = sizeof(why) - 1;
+	say(s, "refused %s: %s", c->peer, why);
+	a = answer_new(FT__STORE_ANSWER_HDR + (size_t)n);
+	if (a == NULL) {
+		conn_close(s, c);
+		return;
+	}
+	ft__store_answer_header(a->data, FT__STORE_REFUSED, (uint32_t)code, (uint32_t)n);
+	memcpy(a->data + FT__STORE_ANSWER_HDR, why, (size_t)n);
+	send_answer(s, c, a);
+	answer_put(a);
+}
+
+static void conn_close(struct store *s, struct conn *c)
+{
+	if (c->state == CLOSED)
+		return;
+	if (c->state == WAITING)
+		job_leave(s, c);
+	answer_put(c->out);
+	c->out = NULL;
+	close(c->fd);
+	c->fd = -1;
+	c->state = CLOSED;
+}
+
+static void settle(struct store *s, struct job *j)
+{
+	j->book = book_build(j);
+	if (j->book == NULL) {
+		/* no memory for it now: the ranks time out and try again */
+		for (uint32_t r = 0; r < j->world_size; r++)
+			if (j->holder[r] != NULL)
+				conn_close(s, j->holder[r]); /* the last close frees j */
+		return;
+	}
+	if (s->verbose)
+		say(s, "job %s: every one of its %u ranks joined; book sent", j->id,
+		    j->world_size);
+	for (uint32_t r = 0; r < j->world_size; r++) {
+		struct conn *c = j->holder[r];
+		j->holder[r] = NULL;
+		send_answer(s, c, j->book);
+	}
+}
+
+/* A join to a settled job: a restarted rank (or a retry); its entry is the newest. */
+static void rejoin(struct store *s, struct job *j, struct conn *c, const struct ft__store_join *m)
+{
+	char *e = j->entry[m->rank];
+
+	if (strcmp(e, m->entry) != 0) {
+		struct answer *a;
+		char *copy = strdup(m->entry);
+		if (copy == NULL) {
+			refuse(s, c, FT_ENOMEM, "out of memory");
+			return;
+		}
+		j->entry[m->rank] = copy;
+		a = book_build(j);
+		if (a == NULL) {
+			j->entry[m->rank] = e;
+			free(copy);
+			refuse(s, c, FT_ENOMEM, "out of memory");
+			return;
+		}
+		say(s, "job %s: rank %u joined again at %s (was %s)", j->id, m->rank, m->entry, e);
+		free(e);
+		answer_put(j->book);
+		j->book = a;
+	}
+	send_answer(s, c, j->book);
+}
+
+/* Whether join m fits job j: NULL, or why not (and the code to answer). */
+static const char *misfit(const struct job *j, const struct ft__store_join *m, int *code,
+			  char *why, size_t cap)
+{
+	*code = j == NULL ? FT_EBUSY : m->world_size != j->world_size ? FT_EMISMATCH : 0;
+	if (j == NULL)
+		snprintf(why, cap, "no room for job %s (%d jobs assembling, or out of memory)",
+			 m->job, MAX_JOBS);
+	else if (m->world_size != j->world_size)
+		snprintf(why, cap, "rank %u says job %s has %u ranks; it has %u", m->rank, m->job,
+			 m->world_size, j->world_size);
+	else if (j->book == NULL && j->holder[m->rank] != NULL &&
+		 strcmp(j->entry[m->rank], m->entry) != 0) {
+		*code = FT_EBUSY;
+		snprintf(why, cap, "rank %u of job %s is held by a live process at %s", m->rank,
+			 m->job, j->entry[m->rank]);
+	}
+	return *code != 0 ? why : NULL;
+}
+
+/* The job takes c as the holder of rank m->rank; the book goes out when it is full. */
+static void hold(struct store *s, struct job *j, struct conn *c, const struct ft__store_join *m)
+{
+	struct conn *old = j->holder[m->rank];
+
+	if (old != NULL) {
+		/* the same rank and address again (a retry): the newest connection waits */
+		old->job = NULL;
+		conn_close(s, old);
+	} else if ((j->entry[m->rank] = strdup(m->entry)) == NULL) {
+		if (j->joined == 0)
+			job_free(s, j);
+		refuse(s, c, FT_ENOMEM, "out of memory");
+		return;
+	} else {
+		j->joined++;
+	}
+	j->holder[m->rank] = c;
+	c->state = WAITING;
+	c->job = j;
+	c->rank = m->rank;
+	if (j->joined == j->world_size)
+		settle(s, j);
+}
+
+static void on_join(struct store *s, struct conn *c, const struct ft__store_join *m)
+{
+	struct job *j = job_find(s, m->job);
+	char why[FT__STORE_WHY_MAX];
+	int code;
+
+	if (j == NULL)
+		j = job_new(s, m->job, m->world_size);
+	if (misfit(j, m, &code, why, sizeof(why)) != NULL) {
+		refuse(s, c, code, "%s", why);
+		return;
+	}
+	j->used_ms = ft__now_ms();
+	if (j->book != NULL)
+		rejoin(s, j, c, m);
+	else
+		hold(s, j, c, m);
+}
+
+static void read_join(struct store *s, struct conn *c)
+{
+	struct ft__store_join m;
+	const char *why;
+	ssize_t n = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, 0);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (n <= 0) {
+		conn_close(s, c);
+		return;
+	}
+	c->in_len += (size_t)n;
+	n = ft__store_join_parse(c->in, c->in_len, &m, &why);
+	if (n == -FT_EPROTO) {
+		say(s, "closed %s: %s", c->peer, why);
+		conn_close(s, c);
+	} else if (n == -FT_EINVAL) {
+		refuse(s, c, FT_EINVAL, "%s", why);
+	} else if (n > 0 && (size_t)n != c->in_len) {
+		refuse(s, c, FT_EPROTO, "bytes after the join");
+	} else if (n > 0) {
+		on_join(s, c, &m);
+	}
+}
+
+/* A waiting connection says nothing more: anything it sends is its end. */
+static void read_waiting(struct store *s, struct conn *c)
+{
+	unsigned char b;
+	ssize_t n = recv(c->fd, &b, 1, 0);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (n > 0)
+		say(s, "closed %s: bytes after its join", c->peer);
+	conn_close(s, c);
+}
+
+static void conn_event(struct store *s, struct conn *c, short revents)
+{
+	if (c->state == SENDING && (revents & (POLLOUT | POLLERR | POLLHUP)))
+		conn_write(s, c);
+	else if (c->state == READING && (revents & (POLLIN | POLLERR | POLLHUP)))
+		read_join(s, c);
+	else if (c->state == WAITING && (revents & (POLLIN | POLLERR | POLLHUP)))
+		read_waiting(s, c);
+}
+
+static void accept_all(struct store *s)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		char host[NI_MAXHOST], port[NI_MAXSERV];
+		struct conn *c;
+		int fd = accept4(s->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			       errno == ENOMEM)) {
+			say(s, "cannot accept (%s): pausing %d ms", strerror(errno), ACCEPT_PAUSE_MS);
+			s->accept_at_ms = ft__now_ms() + ACCEPT_PAUSE_MS;
+			return;
+		}
+		if (fd < 0 && (errno == EINTR || errno == ECONNABORTED || errno == EPROTO))
+			continue;
+		if (fd < 0)
+			return; /* EAGAIN: no more waiting */
+		if (s->nconns == s->cap) {
+			size_t cap = s->cap ? 2 * s->cap : 64;
+			struct conn **p = realloc(s->conns, cap * sizeof(*p));
+			if (p == NULL) {
+				close(fd);
+				continue;
+			}
+			s->conns = p;
+			s->cap = cap;
+		}
+		if ((c = calloc(1, sizeof(*c))) == NULL) {
+			close(fd);
+			continue;
+		}
+		/* keepalive: a waiting rank whose host vanished frees its place (in ~10 s) */
+		ft__sock_tune(fd, &(struct ft__sock_opts){.keepalive_ms = FT__STORE_DEAD_MS,
+							  .user_timeout_ms = FT__STORE_DEAD_MS});
+		c->fd = fd;
+		c->state = READING;
+		c->deadline_ms = ft__now_ms() + JOIN_MS;
+		if (getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+				NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+			snprintf(c->peer, sizeof(c->peer), "%s:%s", host, port);
+		else
+			snprintf(c->peer, sizeof(c->peer), "a client");
+		s->conns[s->nconns++] = c;
+	}
+}
+
+/* ---- the interface ---------------------------------------------------------------- */
+
+int store_open(struct store **sp, const char *host, const char *port, int verbose,
+	       store_say_fn *say_fn, void *arg, char *addr, size_t addrlen)
+{
+	struct store *s = calloc(1, sizeof(*s));
+	int rc;
+
+	*sp = NULL;
+	if (s == NULL)
+		return -FT_ENOMEM;
+	rc = ft__sock_listen_at("store", host, port, 1024, &s->fd, addr, addrlen);
+	if (rc != 0) {
+		free(s);
+		return rc;
+	}
+	s->verbose = verbose;
+	s->say_fn = say_fn;
+	s->arg = arg;
+	*sp = s;
+	return 0;
+}
+
+size_t store_poll_count(const struct store *s)
+{
+	return 1 + s->nconns;
+}
+
+size_t store_poll_fill(struct store *s, struct pollfd *pfds)
+{
+	pfds[0] = (struct pollfd){.fd = s->accept_at_ms == 0 ? s->fd : -1, .events = POLLIN};
+	for (size_t i = 0; i < s->nconns; i++) {
+		const struct conn *c = s->conns[i];
+		pfds[1 + i] = (struct pollfd){.fd = c->fd,
+					      .events = c->state == SENDING ? POLLOUT : POLLIN};
+	}
+	return 1 + s->nconns;
+}
+
+int store_poll_timeout(const struct store *s)
+{
+	int64_t next = s->accept_at_ms;
+
+	for (size_t i = 0; i < s->nconns; i++) {
+		const struct conn *c = s->conns[i];
+		if ((c->state == READING || c->state == SENDING) &&
+		    (next == 0 || c->deadline_ms < next))
+			next = c->deadline_ms;
+	}
+	return next == 0 ? -1 : ft__ms_left(next);
+}
+
+static void expire(struct store *s, int64_t now)
+{
+	for (size_t i = 0; i < s->nconns; i++) {
+		struct conn *c = s->conns[i];
+		if (c->state == READING && now >= c->deadline_ms)
+			say(s, "closed %s: no join within %d ms", c->peer, JOIN_MS);
+		else if (c->state == SENDING && now >= c->deadline_ms)
+			say(s, "closed %s: it did not take its answer within %d ms", c->peer,
+			    SEND_MS);
+		else
+			continue;
+		conn_close(s, c);
+	}
+}
+
+void store_handle(struct store *s, const struct pollfd *pfds, size_t n)
+{
+	size_t j = 0;
+	int64_t now = ft__now_ms();
+
+	/* pfds[1 + i] is conns[i] as store_poll_fill saw them: new ones come after */
+	for (size_t i = 1; i < n && i - 1 < s->nconns; i++) {
+		struct conn *c = s->conns[i - 1];
+		if (c->state != CLOSED && pfds[i].fd == c->fd && pfds[i].revents != 0)
+			conn_event(s, c, pfds[i].revents);
+	}
+	expire(s, now);
+	if (s->accept_at_ms != 0 && now >= s->accept_at_ms)
+		s->accept_at_ms = 0;
+	else if (n > 0 && pfds[0].fd == s->fd && (pfds[0].revents & POLLIN))
+		accept_all(s);
+	for (size_t i = 0; i < s->nconns; i++) {
+		if (s->conns[i]->state == CLOSED)
+			free(s->conns[i]);
+		else
+			s->conns[j++] = s->conns[i];
+	}
+	s->nconns = j;
+}
+
+void store_close(struct store *s)
+{
+	if (s == NULL)
+		return;
+	for (size_t i = 0; i < s->nconns; i++) {
+		conn_close(s, s->conns[i]);
+		free(s->conns[i]);
+	}
+	while (s->njobs > 0)
+		job_free(s, s->jobs[0]);
+	free(s->conns);
+	close(s->fd);
+	free(s);
+}

@@ -1,0 +1,37 @@
+/* store_server.h: the address store ftcc-run serves (protocol in lib/boot_store.h), driven by the caller's poll loop. */
+#ifndef FTCC_STORE_SERVER_H
+#define FTCC_STORE_SERVER_H
+
+#include <poll.h>
+#include <stddef.h>
+
+struct store;
+
+/* Where the store's messages go (one line, no newline). */
+typedef void store_say_fn(void *arg, const char *line);
+
+/*
+ * Listens on host (NULL or "": every IPv4 interface) and port ("0": the
+ * kernel picks); addr gets the address bound ("0.0.0.0:PORT" for every
+ * interface). The store says what it refuses and which ranks join again;
+ * with verbose, also each book it settles. 0, or a negative FT_E* code
+ * (the reason is said).
+ */
+int store_open(struct store **s, const char *host, const char *port, int verbose,
+	       store_say_fn *say, void *arg, char *addr, size_t addrlen);
+/* How many pollfds store_poll_fill may fill (at most). */
+size_t store_poll_count(const struct store *s);
+/* Fills pfds with what the store waits for; returns how many it filled. */
+size_t store_poll_fill(struct store *s, struct pollfd *pfds);
+/* Milliseconds until the store's next deadline, -1 for none. */
+int store_poll_timeout(const struct store *s);
+/*
+ * Does what the n pollfds store_poll_fill filled (and ppoll answered) ask,
+ * and what deadlines have passed. Call it after every wake-up. Never
+ * blocks; nothing a client sends can make it fail.
+ */
+void store_handle(struct store *s, const struct pollfd *pfds, size_t n);
+/* Closes every connection and the listener; NULL is fine. */
+void store_close(struct store *s);
+
+#endif
