@@ -245,7 +245,8 @@ Test(auth, seen_refuses_a_replay, .timeout = 20)
  * token must appear nowhere, neither as its bytes nor as hex text; the job
  * id, which every hello carries in clear, must appear (else the trace saw
  * no handshake and proves nothing). The shrink policy opens control links
- * too. Skipped, and said so, without strace or where ptrace is refused.
+ * too, and so does in-band membership (with ftcc-run's address store).
+ * Skipped, and said so, without strace or where ptrace is refused.
  */
 
 #include <fcntl.h>
@@ -411,14 +412,15 @@ struct traced {
 
 /*
  * A job of n ranks of allreduce_check under strace. transport: "tcp" or a
- * libfabric provider; policy: FTCC_POLICY; wrong: NULL, or the token rank 1
- * holds instead of token (through a wrapper script).
+ * libfabric provider; policy: FTCC_POLICY; membership: FTCC_MEMBERSHIP
+ * ("inband": over control links, its book from ftcc-run's store); wrong:
+ * NULL, or the token rank 1 holds instead of token (through a wrapper).
  */
-static void traced_job(struct traced *t, const char *transport, const char *policy, int n,
-		       const char *token, const char *wrong)
+static void traced_job(struct traced *t, const char *transport, const char *policy,
+		       const char *membership, int n, const char *token, const char *wrong)
 {
-	static char env[8][256];
-	const char *envp[9];
+	static char env[9][256];
+	const char *envp[10];
 	char ftrun[512], check[512], trace[256], out[256], wrap[256], nstr[8];
 	const char *b = build_dir();
 	int k = 0;
@@ -437,9 +439,10 @@ static void traced_job(struct traced *t, const char *transport, const char *poli
 	snprintf(nstr, sizeof(nstr), "%d", n);
 
 	snprintf(env[k++], sizeof(env[0]), "FTCC_TOKEN=%s", token);
-	snprintf(env[k++], sizeof(env[0]), "FTCC_JOB_ID=auth-wire-%d-%s-%s", (int)getpid(),
-		 strcmp(transport, "tcp") == 0 ? "tcp" : "fabric", policy);
+	snprintf(env[k++], sizeof(env[0]), "FTCC_JOB_ID=auth-wire-%d-%s-%s-%s", (int)getpid(),
+		 strcmp(transport, "tcp") == 0 ? "tcp" : "fabric", policy, membership);
 	snprintf(env[k++], sizeof(env[0]), "FTCC_POLICY=%s", policy);
+	snprintf(env[k++], sizeof(env[0]), "FTCC_MEMBERSHIP=%s", membership);
 	snprintf(env[k++], sizeof(env[0]), "FTCC_TRANSPORT=%s",
 		 strcmp(transport, "tcp") == 0 ? "tcp" : "fabric");
 	if (strcmp(transport, "tcp") != 0)
@@ -495,11 +498,11 @@ static void traced_done(struct traced *t)
 
 #define SECRET "ftcc-secret-\x01\xfe-Zq7w"
 
-static void good_job(const char *transport)
+static void good_job(const char *transport, const char *membership)
 {
 	struct traced t;
 
-	traced_job(&t, transport, "shrink", 3, SECRET, NULL);
+	traced_job(&t, transport, "shrink", membership, 3, SECRET, NULL);
 	cr_expect_eq(t.status, 0, "the job failed:\n%s", t.out);
 	cr_expect_not_null(strstr(t.out, "correct"), "output:\n%s", t.out);
 	traced_done(&t);
@@ -512,7 +515,7 @@ static void wrong_token_job(const char *transport, const char *policy)
 	struct traced t;
 	char want[160];
 
-	traced_job(&t, transport, policy, strcmp(policy, "abort") == 0 ? 2 : 3, SECRET,
+	traced_job(&t, transport, policy, "file", strcmp(policy, "abort") == 0 ? 2 : 3, SECRET,
 		   "not-the-" SECRET);
 	cr_expect_neq(t.status, 0, "the job passed with a wrong token:\n%s", t.out);
 	for (int r = 0; r < 2 && strcmp(policy, "abort") == 0; r++) {
@@ -526,13 +529,19 @@ TestSuite(token_on_wire, .timeout = 2 * JOB_DEADLINE_S);
 
 Test(token_on_wire, tcp)
 {
-	good_job("tcp");
+	good_job("tcp", "file");
+}
+
+/* membership over control links too, and ftcc-run's address store */
+Test(token_on_wire, tcp_inband)
+{
+	good_job("tcp", "inband");
 }
 
 Test(token_on_wire, fabric_rxm)
 {
 	skip_without_fabric("tcp;ofi_rxm");
-	good_job("tcp;ofi_rxm");
+	good_job("tcp;ofi_rxm", "file");
 }
 
 Test(token_on_wire, wrong_token_tcp)
