@@ -49,7 +49,6 @@ _Static_assert(sizeof(struct ctl_hdr) + sizeof(struct ctl_ack) == FT__CTL_ACK_BY
 #define HELLO_LABEL "ftcc/2 control hello"
 #define ACK_LABEL "ftcc/2 control ack"
 
-
 int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 {
 	int rc;
@@ -69,9 +68,10 @@ int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 	ctl->world_size = p->world_size;
 	snprintf(ctl->job_id, sizeof(ctl->job_id), "%s", p->job_id);
 	snprintf(ctl->token, sizeof(ctl->token), "%s", p->token);
-	/* Heartbeats keep these links busy and the detector reads them at
-	 * once, so data unacknowledged or a closed window for dead_ms means
-	 * what heartbeat silence means; no large buffers. */
+	/* The detector's dead_ms is its detect timeout: its heartbeats keep its
+	 * links busy and it reads them at once, so data unacknowledged or a
+	 * closed window that long means what heartbeat silence means. No
+	 * large buffers: the messages are small. */
 	ctl->sock_opts = (struct ft__sock_opts){.keepalive_ms = p->dead_ms,
 						.user_timeout_ms = p->dead_ms};
 	ctl->msg_cap = sizeof(struct ctl_hdr) + sizeof(struct ctl_hello) +
