@@ -596,7 +596,19 @@ static int peer_fd(int fd)
  * peer at its detection timeout (sock.h: keepalive and TCP_USER_TIMEOUT). */
 Test(detect, links_follow_the_detect_timeout, .timeout = 60)
 {
+	struct ft__ctl_msg m;
+	int64_t end;
+	int rc;
+
 	start_world(50, 7000);
+	/* a heartbeat from the detector on LEFT's link: it has accepted it */
+	end = ft__now_ms() + WAIT_MS;
+	do {
+		struct pollfd p = {.fd = w.ctl[LEFT].links[w.link[LEFT]].fd, .events = POLLIN};
+		(void)poll(&p, 1, 10);
+		rc = ft__ctl_next(&w.ctl[LEFT], w.link[LEFT], &m);
+	} while (rc == 0 && ft__now_ms() < end);
+	cr_assert_eq(rc, 1, "no heartbeat from the detector (%s)", ft_err_name(rc));
 	for (int r = LEFT; r <= RIGHT; r += RIGHT - LEFT) {
 		int fd = peer_fd(w.ctl[r].links[w.link[r]].fd), v = -1;
 		socklen_t l = sizeof(v);
