@@ -4,7 +4,7 @@
 # Runs apt-get as root or through sudo, and says what it installs.
 set -eu
 PKGS="build-essential pkg-config libfabric-dev libfabric-bin liburing-dev libcriterion-dev
-openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev gnuplot-nox"
+openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev gnuplot-nox iproute2"
 [ $# -gt 0 ] && PKGS="$*"
 missing=""
 for p in $PKGS; do
