@@ -67,6 +67,7 @@ struct ft__ctl_params {
 	const char *job_id;
 	const char *token;
 	const char *bind_host;  /* "" or NULL: 127.0.0.1 */
+	const char *publish_host; /* "" or NULL: the bound address */
 };
 
 /* Listens for control links. ft__ctl_close is safe after a failure. */

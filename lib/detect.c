@@ -640,7 +640,7 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	struct ft__det *d = calloc(1, sizeof(*d));
 	struct ft__ctl_params cp = {.rank = p->rank, .world_size = p->world_size,
 				    .job_id = p->job_id, .token = p->token,
-				    .bind_host = p->bind_host};
+				    .bind_host = p->bind_host, .publish_host = p->publish_host};
 	pthread_condattr_t ca;
 	int rc;
 

@@ -274,10 +274,7 @@ mpirun)
 	"$0" "$DIR" hostfile "${SLOTS:-2}" >"$DIR/hostfile"
 	exec "$0" "$DIR" exec 1 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 		mpirun --hostfile "$DIR/hostfile" \
-		--mca plm_rsh_agent "$HERE/rsh-agent.sh $DIR" \
-		--mca plm_rsh_no_tree_spawn 1 \
-		--mca oob_tcp_if_include "$NET.0/24" --mca btl_tcp_if_include "$NET.0/24" \
-		"$@"
+		--mca plm_rsh_agent "$HERE/rsh-agent.sh $DIR" "$@"
 	;;
 pids)
 	load
