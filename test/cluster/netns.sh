@@ -6,7 +6,8 @@
 # port of the bridge br0 in a namespace of its own, PREFIX-sw: nothing of it
 # lives in the root namespace, and nothing routes out of it. Host I has the
 # address NET.I in the private subnet NET.0/24. PREFIX and NET come from the
-# creating shell's pid, so that clusters made by parallel runs do not collide.
+# pid of the netns.sh that creates it, so that clusters made by parallel runs
+# do not collide.
 # DIR holds the cluster's state (DIR/cluster, sourced by every command; the
 # rsh agent reads it too); `create` makes it, `destroy` removes everything.
 #
