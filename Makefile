@@ -100,7 +100,7 @@ TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
 MPICC_OPENMPI := $(shell command -v mpicc.openmpi 2>/dev/null)
 TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mpi)
 
-.PHONY: all lib tools examples test fuzz fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools examples test fuzz fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
 
 lib: $(STATIC) $(SHARED)
@@ -252,6 +252,11 @@ campaign: all $(B)/test/test_shrink
 rejoin-campaign: all
 	test/rejoin_tests.sh $(B) campaign
 
+# ftcc across hosts made of network namespaces (root; SKIPPED otherwise):
+# mpirun over 4 hosts x 2 ranks, tcp and libfabric, a whole host killed.
+cluster-test: all $(B)/test/tsan_rank
+	test/cluster/cluster_test.sh $(B)
+
 # Failure detection and recovery times; shrink-policy overhead against abort.
 bench-recovery: all
 	@scripts/bench-recovery.sh $(B)
@@ -291,7 +296,7 @@ clean:
 help:
 	@echo "make [all] | test | fuzz [FUZZ_SECONDS=60] | fuzz-corpus | demo | trace-demo | bench"
 	@echo "     | experiment [EXPERIMENT_FULL=1]"
-	@echo "     | bench-compare | bench-recovery | campaign | rejoin-campaign"
+	@echo "     | bench-compare | bench-recovery | campaign | rejoin-campaign | cluster-test"
 	@echo "     | install PREFIX=... | asan | tsan | deps | clean"
 	@echo "optional parts are detected with pkg-config; force with HAVE_FABRIC=1 / HAVE_URING=1 /"
 	@echo "HAVE_PMIX=1, leave out with HAVE_FABRIC= / HAVE_URING= / HAVE_PMIX=; a change of flags"

@@ -102,7 +102,8 @@ struct ft_config {
 	char job_id[FT_NAME_MAX];       /* job identity, same on every rank */
 	char token[FT_NAME_MAX];        /* shared secret checked in every handshake */
 	char transport[32];             /* "tcp" or "fabric" */
-	char bind_host[64];             /* address to listen on, "" = 127.0.0.1 */
+	char bind_host[64];             /* address or interface to listen on; "" = chosen
+					 * (README, "Across hosts") */
 	enum ft_policy policy;
 	char log_dir[FT_PATH_MAX];
 	enum ft_durability log_durability;

@@ -1,4 +1,5 @@
 /* bootstrap.c: the launchers ftcc knows (ftcc-run, Open MPI, MPICH's Hydra) and what each tells a rank. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,4 +81,63 @@ int ft__boot_local_ranks(ft__env_fn *env, void *arg)
 			return atoi(s);
 	}
 	return 0;
+}
+
+/* Appends "host:port" ("[host]:port" for IPv6) to the comma-separated list in dst. */
+static void add_addr(char *dst, size_t cap, const char *host, size_t hlen, const char *port,
+		     size_t plen)
+{
+	size_t used = strlen(dst);
+	bool v6 = memchr(host, ':', hlen) != NULL && host[0] != '[';
+	int n;
+
+	if (hlen == 0 || plen == 0)
+		return;
+	n = snprintf(dst + used, cap - used, "%s%s%.*s%s:%.*s", used > 0 ? "," : "", v6 ? "[" : "",
+		     (int)hlen, host, v6 ? "]" : "", (int)plen, port);
+	if (n < 0 || (size_t)n >= cap - used)
+		dst[used] = '\0'; /* no room for it: leave it out whole */
+}
+
+/* The addresses of an ORTE contact URI: "JOB.VPID;tcp://A,B:PORT;tcp6://[C]:PORT". */
+static void orte_uri_addrs(const char *uri, char *dst, size_t cap)
+{
+	const char *p = strchr(uri, ';');
+
+	while (p != NULL) {
+		const char *seg = p + 1, *end = strchr(seg, ';'), *colon, *a;
+		size_t len = end != NULL ? (size_t)(end - seg) : strlen(seg);
+		p = end;
+		if (strncmp(seg, "tcp://", 6) == 0)
+			seg += 6, len -= 6;
+		else if (strncmp(seg, "tcp6://", 7) == 0)
+			seg += 7, len -= 7;
+		else
+			continue;
+		for (colon = seg + len; colon > seg && colon[-1] != ':'; colon--)
+			;
+		if (colon == seg)
+			continue;
+		for (a = seg; a < colon - 1;) {
+			size_t n = strcspn(a, ",");
+			if (a + n > colon - 1)
+				n = (size_t)(colon - 1 - a);
+			add_addr(dst, cap, a, n, colon, (size_t)(seg + len - colon));
+			a += n + 1;
+		}
+	}
+}
+
+void ft__boot_launcher_addrs(ft__env_fn *env, void *arg, char *dst, size_t cap)
+{
+	static const char *const vars[] = {"OMPI_MCA_orte_hnp_uri", "OMPI_MCA_orte_local_daemon_uri"};
+
+	if (cap == 0)
+		return;
+	dst[0] = '\0';
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]) && dst[0] == '\0'; i++) {
+		const char *uri = env(vars[i], arg);
+		if (uri != NULL)
+			orte_uri_addrs(uri, dst, cap);
+	}
 }

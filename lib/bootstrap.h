@@ -45,6 +45,15 @@ void ft__boot_job_id(const struct ft__boot *b, ft__env_fn *env, void *arg, char 
 		     size_t cap);
 /* Ranks on this host per the launcher; 0: not known. */
 int ft__boot_local_ranks(ft__env_fn *env, void *arg);
+/*
+ * Where the launcher's own process listens, as comma-separated host:port
+ * into dst ("" when not known): a rank that routes toward it finds the
+ * interface that reaches the other hosts. Open MPI: mpirun's (the HNP's)
+ * out-of-band address, OMPI_MCA_orte_hnp_uri ("JOB.VPID;tcp://A,B:PORT;
+ * tcp6://[C]:PORT"), else the local daemon's (OMPI_MCA_orte_local_daemon_uri,
+ * which is this host's own address on that interface).
+ */
+void ft__boot_launcher_addrs(ft__env_fn *env, void *arg, char *dst, size_t cap);
 
 /*
  * The first address book of in-band membership (membership.h): one entry

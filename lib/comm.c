@@ -270,6 +270,40 @@ static size_t default_segment(struct ft_comm *c)
 	return s >= 4096 && s <= FT_FRAME_MAX_PAYLOAD ? s : DEFAULT_SEGMENT;
 }
 
+/*
+ * Where this rank listens, for the transport and the detector alike
+ * (lib/sock.h): with nothing named, loopback when the launcher puts every
+ * rank on this host, else the interface that reaches the peers (this
+ * rank's own entry in the peer list first, then the others), the store or
+ * the launcher.
+ */
+static int choose_host(struct ft_comm *c)
+{
+	const struct ft_config *cfg = &c->cfg;
+	size_t cap = strlen(cfg->peers) * 2 + sizeof(cfg->store) + sizeof(c->tp_env.launcher_addrs) + 4;
+	char *toward = malloc(cap);
+	const char *mine = cfg->peers;
+	int local, rc;
+
+	if (toward == NULL)
+		return -FT_ENOMEM;
+	for (int r = 0; r < cfg->rank && mine != NULL; r++) {
+		mine = strchr(mine, ',');
+		mine = mine != NULL ? mine + 1 : NULL;
+	}
+	snprintf(toward, cap, "%.*s,%s,%s,%s", mine != NULL ? (int)strcspn(mine, ",") : 0,
+		 mine != NULL ? mine : "", cfg->peers, cfg->store, c->tp_env.launcher_addrs);
+	local = cfg->world_size == 1 ? 1
+		: c->tp_env.local_ranks > 0 ? c->tp_env.local_ranks >= cfg->world_size
+		: -1;
+	rc = ft__sock_choose_host(cfg->bind_host, local, toward, &c->host);
+	free(toward);
+	if (rc == 0)
+		ft__info("listening on %s, publishing %s (%s)", c->host.listen,
+			 c->host.publish[0] != '\0' ? c->host.publish : c->host.listen, c->host.why);
+	return rc;
+}
+
 static bool comm_interrupted(void *arg)
 {
 	struct ft_comm *c = arg;
@@ -281,7 +315,8 @@ static int comm_join(struct ft_comm *c)
 {
 	struct ft_tp_params params = {
 		.rank = c->cfg.rank,
-		.bind_host = c->cfg.bind_host,
+		.bind_host = c->host.listen,
+		.publish_host = c->host.publish,
 		.job_id = c->cfg.job_id,
 		.token = c->cfg.token,
 		.max_payload = c->cfg.segment_bytes,
@@ -301,7 +336,8 @@ static int comm_join(struct ft_comm *c)
 				       ? c->cfg.rejoin_timeout_ms
 				       : c->cfg.connect_timeout_ms / 2,
 		.token = c->cfg.token,
-		.bind_host = c->cfg.bind_host,
+		.bind_host = c->host.listen,
+		.publish_host = c->host.publish,
 		.book = {.how = c->cfg.bootstrap, .store = c->cfg.store, .peers = c->cfg.peers,
 			 .job_id = c->cfg.job_id, .rank = c->cfg.rank,
 			 .world_size = c->cfg.world_size, .timeout_ms = c->cfg.connect_timeout_ms},
@@ -318,6 +354,8 @@ static int comm_join(struct ft_comm *c)
 			  "restarted rank finds its job there");
 		return -FT_ENOSYS;
 	}
+	if ((rc = choose_host(c)) != 0)
+		return rc;
 	rc = ft__mb_open(&c->mb, &mp);
 	if (rc != 0)
 		return rc;
@@ -339,7 +377,8 @@ static int comm_join(struct ft_comm *c)
 			.rank = c->cfg.rank,
 			.job_id = c->cfg.job_id,
 			.token = c->cfg.token,
-			.bind_host = c->cfg.bind_host,
+			.bind_host = c->host.listen,
+			.publish_host = c->host.publish,
 			.heartbeat_ms = c->cfg.heartbeat_ms,
 			.detect_timeout_ms = c->cfg.detect_timeout_ms,
 			.rejoin = c->cfg.policy == FT_POLICY_REJOIN,

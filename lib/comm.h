@@ -11,6 +11,7 @@
 #include "detect.h"
 #include "fault.h"
 #include "membership.h"
+#include "sock.h"
 #include "log.h"
 #include "trace.h"
 
@@ -29,6 +30,7 @@ struct ft_comm {
 	uint32_t magic;                 /* FT__COMM_MAGIC while usable */
 	struct ft_config cfg;
 	struct ft_tp_env tp_env;        /* transport knobs, read once at init */
+	struct ft__sock_host host;      /* where the transport and the detector listen */
 	bool finalized;
 
 	/* membership: members[i] is the original rank of dense rank i */

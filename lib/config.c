@@ -412,6 +412,7 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e)
 	memset(e, 0, sizeof(*e));
 	e->world_size = cfg->world_size;
 	e->local_ranks = ft__boot_local_ranks(process_env, NULL);
+	ft__boot_launcher_addrs(process_env, NULL, e->launcher_addrs, sizeof(e->launcher_addrs));
 	s = getenv("FTCC_SPIN_US");
 	e->spin_us = s != NULL ? strtol(s, NULL, 10) : -1;
 	if ((s = getenv("FTCC_TCP_BUFFER")) != NULL && atoi(s) > 0)

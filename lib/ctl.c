@@ -81,8 +81,9 @@ int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 	if (ctl->msg_cap > sizeof(struct ctl_hdr) + UINT16_MAX)
 		ctl->msg_cap = sizeof(struct ctl_hdr) + UINT16_MAX;
 	ctl->max_payload = ctl->msg_cap - sizeof(struct ctl_hdr);
-	rc = ft__sock_listen_port(ctl->who, p->bind_host, p->port != NULL ? p->port : "0", 64,
-				  &ctl->listen_fd, ctl->addr, sizeof(ctl->addr));
+	rc = ft__sock_listen_port(ctl->who, p->bind_host, p->publish_host,
+				  p->port != NULL ? p->port : "0", 64, &ctl->listen_fd, ctl->addr,
+				  sizeof(ctl->addr));
 	/* an unresolvable bind host is the configuration's fault */
 	return rc == -FT_EINVAL ? -FT_ECONFIG : rc;
 }

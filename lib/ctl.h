@@ -100,6 +100,7 @@ struct ft__ctl_params {
 				 * is what the world needs, at most UINT16_MAX) */
 	const char *who;        /* "detector" when NULL */
 	int dead_ms;            /* the links' keepalive and TCP_USER_TIMEOUT (sock.h); 0: none */
+	const char *publish_host; /* "" or NULL: the bound address */
 };
 
 /* Listens for control links. ft__ctl_close is safe after a failure. */

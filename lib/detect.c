@@ -742,7 +742,8 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	struct ft__det *d = calloc(1, sizeof(*d));
 	struct ft__ctl_params cp = {.rank = p->rank, .world_size = p->world_size,
 				    .job_id = p->job_id, .token = p->token,
-				    .bind_host = p->bind_host, .dead_ms = p->detect_timeout_ms,
+				    .bind_host = p->bind_host, .publish_host = p->publish_host,
+				    .dead_ms = p->detect_timeout_ms,
 				    /* both neighbours, a direct link to every member, strangers */
 				    .links = 2 * p->world_size + FT__CTL_LINKS};
 	pthread_condattr_t ca;

@@ -1028,7 +1028,8 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 {
 	struct ft__ctl_params cp = {.rank = p->rank, .world_size = p->world_size,
 				    .job_id = p->job_id, .token = p->token,
-				    .bind_host = p->bind_host, .links = 2 * p->world_size + 8,
+				    .bind_host = p->bind_host, .publish_host = p->publish_host,
+				    .links = 2 * p->world_size + 8,
 				    .who = "membership"};
 	char host[FT__BOOK_ENTRY_MAX], port[16];
 	struct inband *b;
@@ -1071,6 +1072,7 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 			return -FT_ECONFIG;
 		cp.port = port;
 		cp.bind_host = host;
+		cp.publish_host = NULL;
 	}
 	rc = ft__ctl_open(&b->ctl, &cp);
 	b->ctl_open = true;

@@ -71,6 +71,7 @@ struct ft__mb_params {
 	/* inband */
 	const char *token;
 	const char *bind_host;  /* where its listener listens (without a peer list) */
+	const char *publish_host; /* ... and the address it gives out ("": the bound one) */
 	struct ft__book_params book;    /* where the first address book comes from */
 	int reply_wait_ms;      /* a settle that waited long enough (force) waits this long
 				 * for answers before going on without the silent */

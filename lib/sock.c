@@ -1,4 +1,7 @@
-/* sock.c: socket helpers shared by the TCP transport and the control links: listen, resolve, connect, tune, write. */
+/* sock.c: socket helpers shared by the TCP transport and the control links: where to listen, listen, resolve, connect, tune, write. */
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,14 +28,231 @@ int ft__sock_error(int err)
 	}
 }
 
-int ft__sock_listen(const char *who, const char *bind_host, int backlog, int *fd_out, char *addr,
-		    size_t addrlen)
+bool ft__sock_is_wildcard(const char *host)
 {
-	return ft__sock_listen_port(who, bind_host, "0", backlog, fd_out, addr, addrlen);
+	struct in6_addr a6;
+	struct in_addr a4;
+
+	if (host == NULL)
+		return false;
+	if (strcmp(host, "*") == 0)
+		return true;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return a4.s_addr == htonl(INADDR_ANY);
+	return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_UNSPECIFIED(&a6);
 }
 
-int ft__sock_listen_port(const char *who, const char *bind_host, const char *port_wanted,
-			 int backlog, int *fd_out, char *addr, size_t addrlen)
+/* The numeric text of an address; false for one peers cannot use (link-local IPv6). */
+static bool numeric(const struct sockaddr *sa, socklen_t len, char *out, size_t cap)
+{
+	if (sa->sa_family == AF_INET6 &&
+	    IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr))
+		return false;
+	return (sa->sa_family == AF_INET || sa->sa_family == AF_INET6) &&
+	       getnameinfo(sa, len, out, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) == 0;
+}
+
+static bool loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr) >> 24) ==
+		       127;
+	return sa->sa_family == AF_INET6 &&
+	       IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr);
+}
+
+/*
+ * The source address the kernel would use toward host:port: a UDP socket
+ * connected there (a route lookup; nothing is sent).
+ */
+static bool route_source(const char *hostport, char *out, size_t cap)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM,
+				 .ai_flags = AI_NUMERICSERV};
+	struct addrinfo *ai = NULL;
+	char host[NI_MAXHOST], port[NI_MAXSERV];
+	bool found = false;
+
+	if (ft__sock_split(hostport, host, sizeof(host), port, sizeof(port)) != 0)
+		return false;
+	if (strcmp(port, "0") == 0)
+		snprintf(port, sizeof(port), "9"); /* a route is a route, whatever the port */
+	if (getaddrinfo(host, port, &hints, &ai) != 0)
+		return false;
+	for (struct addrinfo *a = ai; a != NULL && !found; a = a->ai_next) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		found = connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+			getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+			numeric((struct sockaddr *)&ss, sl, out, cap);
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return found;
+}
+
+/* Whether every address host:port resolves to is a loopback address. */
+static bool loopback_host(const char *hostport)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_NUMERICSERV};
+	struct addrinfo *ai = NULL;
+	char host[NI_MAXHOST], port[NI_MAXSERV];
+	bool all = true;
+
+	if (ft__sock_split(hostport, host, sizeof(host), port, sizeof(port)) != 0 ||
+	    getaddrinfo(host, NULL, &hints, &ai) != 0)
+		return false;
+	for (struct addrinfo *a = ai; a != NULL; a = a->ai_next)
+		all = all && loopback(a->ai_addr);
+	freeaddrinfo(ai);
+	return all;
+}
+
+/* Calls fn on each comma-separated entry of list (at most 255 bytes each) until it returns true. */
+static bool each_entry(const char *list, bool (*fn)(const char *entry, void *arg), void *arg)
+{
+	char entry[256];
+
+	while (list != NULL && *list != '\0') {
+		size_t n = strcspn(list, ",");
+		if (n > 0 && n < sizeof(entry)) {
+			memcpy(entry, list, n);
+			entry[n] = '\0';
+			if (fn(entry, arg))
+				return true;
+		}
+		list += n + (list[n] == ',');
+	}
+	return false;
+}
+
+static bool not_loopback_entry(const char *entry, void *arg)
+{
+	(void)arg;
+	return !loopback_host(entry);
+}
+
+struct route_arg {
+	char *out;
+	size_t cap;
+};
+
+static bool route_entry(const char *entry, void *arg)
+{
+	struct route_arg *r = arg;
+
+	return route_source(entry, r->out, r->cap);
+}
+
+/*
+ * An address of interface name (want == NULL), or of the first interface
+ * that is up and not loopback: IPv4 first, else IPv6 that is not
+ * link-local. 1 found, 0 not, -1 no interface of that name.
+ */
+static int iface_addr(const char *want, char *out, size_t cap)
+{
+	struct ifaddrs *ifs = NULL;
+	int found = 0, named = 0;
+
+	if (getifaddrs(&ifs) != 0)
+		return want != NULL ? -1 : 0;
+	for (int family = AF_INET; !found; family = AF_INET6) {
+		for (struct ifaddrs *i = ifs; i != NULL && !found; i = i->ifa_next) {
+			bool mine = want != NULL ? strcmp(i->ifa_name, want) == 0
+						 : (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK);
+			if (!mine)
+				continue;
+			named = 1;
+			if (i->ifa_addr == NULL || i->ifa_addr->sa_family != family)
+				continue;
+			found = numeric(i->ifa_addr, family == AF_INET ? sizeof(struct sockaddr_in)
+								      : sizeof(struct sockaddr_in6),
+					out, cap);
+		}
+		if (family == AF_INET6)
+			break;
+	}
+	freeifaddrs(ifs);
+	return found ? 1 : want != NULL && !named ? -1 : 0;
+}
+
+/* The address that reaches the peers: toward them, the default route, an interface. */
+static const char *reaching(const char *toward, char *out, size_t cap)
+{
+	struct route_arg r = {.out = out, .cap = cap};
+
+	if (each_entry(toward, route_entry, &r))
+		return "the interface toward the peers or the launcher";
+	/* documentation addresses (RFC 5737, 3849): only the route to them matters */
+	if (route_source("192.0.2.1:9", out, cap) || route_source("[2001:db8::1]:9", out, cap))
+		return "the interface of the default route";
+	if (iface_addr(NULL, out, cap) == 1)
+		return "the first interface that is up";
+	return NULL;
+}
+
+int ft__sock_choose_host(const char *bind_host, int local, const char *toward,
+			 struct ft__sock_host *out)
+{
+	const char *b = bind_host != NULL ? bind_host : "";
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (strlen(b) >= sizeof(out->listen)) {
+		ft__error("FTCC_BIND_HOST='%s' is too long", b);
+		return -FT_ECONFIG;
+	}
+	if (local < 0)
+		local = !each_entry(toward, not_loopback_entry, NULL);
+	if (b[0] == '\0' && local) {
+		snprintf(out->listen, sizeof(out->listen), "127.0.0.1");
+		out->why = "every rank on this host";
+		return 0;
+	}
+	if (b[0] == '\0' || ft__sock_is_wildcard(b)) {
+		out->why = reaching(toward, out->publish, sizeof(out->publish));
+		if (out->why == NULL) {
+			if (b[0] != '\0') {
+				ft__error("FTCC_BIND_HOST=%s: no interface address to publish instead "
+					  "of the wildcard", b);
+				return -FT_ECONFIG;
+			}
+			ft__warn("no network interface reaches other hosts: listening on 127.0.0.1");
+			snprintf(out->publish, sizeof(out->publish), "127.0.0.1");
+			out->why = "no other interface";
+		}
+		snprintf(out->listen, sizeof(out->listen), "%s",
+			 b[0] == '\0' ? out->publish : strcmp(b, "*") == 0 ? "0.0.0.0" : b);
+		return 0;
+	}
+	rc = iface_addr(b, out->listen, sizeof(out->listen));
+	if (rc == 0) {
+		ft__error("FTCC_BIND_HOST=%s: the interface has no address peers can reach", b);
+		return -FT_ECONFIG;
+	}
+	if (rc == 1) {
+		snprintf(out->publish, sizeof(out->publish), "%s", out->listen);
+		out->why = "the interface FTCC_BIND_HOST names";
+		return 0;
+	}
+	snprintf(out->listen, sizeof(out->listen), "%s", b);
+	out->why = "FTCC_BIND_HOST";
+	return 0;
+}
+
+int ft__sock_listen(const char *who, const char *bind_host, const char *publish_host, int backlog,
+		    int *fd_out, char *addr, size_t addrlen)
+{
+	return ft__sock_listen_port(who, bind_host, publish_host, "0", backlog, fd_out, addr,
+				    addrlen);
+}
+
+int ft__sock_listen_port(const char *who, const char *bind_host, const char *publish_host,
+			 const char *port_wanted, int backlog, int *fd_out, char *addr, size_t addrlen)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -65,7 +285,14 @@ int ft__sock_listen_port(const char *who, const char *bind_host, const char *por
 		return err == EADDRINUSE ? -FT_EBUSY : -FT_EIO;
 	}
 	freeaddrinfo(ai);
-	n = snprintf(addr, addrlen, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+	if (publish_host != NULL && publish_host[0] != '\0')
+		snprintf(host, sizeof(host), "%s", publish_host);
+	else if (ft__sock_is_wildcard(host)) {
+		ft__error("%s: listening on the wildcard %s with no address to publish", who, h);
+		close(fd);
+		return -FT_EINVAL;
+	}
+	n = snprintf(addr, addrlen, strchr(host, ':') != NULL ? "[%s]:%s" : "%s:%s", host, port);
 	if (n < 0 || (size_t)n >= addrlen) {
 		ft__error("%s: address %s:%s does not fit in %zu bytes", who, host, port, addrlen);
 		close(fd);
@@ -219,6 +446,12 @@ int ft__sock_write_full(int fd, const void *buf, size_t len, int64_t deadline_ms
 int ft__sock_listen_at(const char *who, const char *host, const char *port, int backlog,
 		       int *fd_out, char *addr, size_t addrlen)
 {
-	return ft__sock_listen_port(who, host != NULL && host[0] != '\0' ? host : "0.0.0.0", port,
-				    backlog, fd_out, addr, addrlen);
+	const char *h = host != NULL && host[0] != '\0' ? host : "0.0.0.0";
+	char publish[NI_MAXHOST] = "";
+
+	/* a wildcard publishes this host's name (ftcc-run --store prints it) */
+	if (ft__sock_is_wildcard(h) && gethostname(publish, sizeof(publish)) != 0)
+		publish[0] = '\0';
+	publish[sizeof(publish) - 1] = '\0';
+	return ft__sock_listen_port(who, h, publish, port, backlog, fd_out, addr, addrlen);
 }

@@ -59,20 +59,52 @@ struct ft__sock_keepalive {
 void ft__sock_keepalive_for(int dead_ms, struct ft__sock_keepalive *k);
 
 /*
- * Listens on bind_host (NULL or "": 127.0.0.1) at a port the kernel picks
- * and writes the address to publish into addr. who names the caller in the
- * error it logs. -FT_EINVAL: bind_host does not resolve; -FT_EBUSY: the port
- * is taken; -FT_EIO otherwise.
+ * Where a rank listens and what it publishes, chosen once per communicator
+ * (README, "Across hosts") and given to the transports and the control
+ * links alike. bind_host (FTCC_BIND_HOST) is:
+ *   ""            loopback when every rank is on this host (local), else
+ *                 the address of the interface that reaches the peers:
+ *                 the source address the kernel picks toward the first of
+ *                 `toward` that routes (a connected UDP socket: nothing is
+ *                 sent), else toward the default route, else the first up
+ *                 non-loopback interface's IPv4 address;
+ *   a wildcard    ("0.0.0.0", "::", "*"): listen on every interface, publish
+ *                 the address "" would choose, never the wildcard;
+ *   an interface  (e.g. "eth0"): its IPv4 address, else its first IPv6
+ *                 address that is not link-local;
+ *   anything else an address or host name, as given.
+ * local: 1 every rank is on this host, 0 not, -1 not known (then: local
+ * when every entry of toward is a loopback address, or toward is empty).
+ * toward: comma-separated host:port ("[v6]:port") of peers or of the
+ * launcher, most telling first; NULL or "" for none.
+ * 0, or -FT_ECONFIG (with an error logged) when bind_host names an
+ * interface without a usable address or a wildcard nothing can replace.
  */
-int ft__sock_listen(const char *who, const char *bind_host, int backlog, int *fd, char *addr,
-		    size_t addrlen);
-/* The same at a given port ("0": the kernel picks). */
-int ft__sock_listen_port(const char *who, const char *bind_host, const char *port, int backlog,
-			 int *fd, char *addr, size_t addrlen);
+struct ft__sock_host {
+	char listen[64];        /* to bind: an address, a host name or a wildcard */
+	char publish[64];       /* the concrete address peers reach; "": the bound one */
+	const char *why;        /* how it was chosen, for the log (a static string) */
+};
+int ft__sock_choose_host(const char *bind_host, int local, const char *toward,
+			 struct ft__sock_host *out);
+/* Whether a host text (no port) is a wildcard address ("0.0.0.0", "::", "*"). */
+bool ft__sock_is_wildcard(const char *host);
 /*
- * Listens on host (NULL or "": every IPv4 interface) at port (a number; "0":
- * the kernel picks), as ft__sock_listen does otherwise; for a server whose
- * port is given (ftcc-run --store).
+ * Listens on bind_host (NULL or "": 127.0.0.1) at a port the kernel picks
+ * and writes the address to publish into addr: publish_host with that port,
+ * or (publish_host NULL or "") the bound address. who names the caller in
+ * the error it logs. -FT_EINVAL: bind_host does not resolve, or a wildcard
+ * with no publish_host; -FT_EIO otherwise.
+ */
+int ft__sock_listen(const char *who, const char *bind_host, const char *publish_host, int backlog,
+		    int *fd, char *addr, size_t addrlen);
+/* The same at a given port ("0": the kernel picks); -FT_EBUSY: the port is taken. */
+int ft__sock_listen_port(const char *who, const char *bind_host, const char *publish_host,
+			 const char *port, int backlog, int *fd, char *addr, size_t addrlen);
+/*
+ * Listens on host (NULL or "": every IPv4 interface, publishing this host's
+ * name) at port (a number; "0": the kernel picks); for a server whose port
+ * is given (ftcc-run --store).
  */
 int ft__sock_listen_at(const char *who, const char *host, const char *port, int backlog, int *fd,
 		       char *addr, size_t addrlen);

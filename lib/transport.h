@@ -168,11 +168,18 @@ struct ft_tp_env {
 	int log_pwrite;             /* FTCC_LOG_ENGINE=pwrite: the pairwise log without io_uring */
 	char default_log_root[512];    /* where logs go when FTCC_LOG_DIR is unset */
 	char ckpt_dir[512];         /* FTCC_CKPT_DIR: checkpoints' base directory; "": the log's */
+	char launcher_addrs[256];   /* host:port of the launcher (Open MPI's mpirun), comma-
+				     * separated: where a rank looks for its interface; "" */
 };
 
 struct ft_tp_params {
 	int rank;               /* original rank */
+	/* Where to listen and the address to publish (ft__sock_choose_host in
+	 * lib/sock.h): bind_host NULL or "": 127.0.0.1; publish_host NULL or
+	 * "": the bound address. A transport that cannot listen on a wildcard
+	 * binds publish_host. */
 	const char *bind_host;
+	const char *publish_host;
 	const char *job_id;
 	const char *token;
 	size_t max_payload;     /* largest frame payload the engine will post (0: not known yet) */

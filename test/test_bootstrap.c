@@ -108,3 +108,26 @@ Test(bootstrap, local_ranks, .timeout = 10)
 	cr_expect_eq(ft__boot_local_ranks(table, (void *)both), 4, "Open MPI's first");
 	cr_expect_eq(ft__boot_local_ranks(table, (void *)junk), 0, "no usable value: not known");
 }
+
+Test(bootstrap, launcher_addrs, .timeout = 10)
+{
+	const char *hnp[] = {"OMPI_MCA_orte_hnp_uri=3879862272.0;tcp://10.1.2.1,172.17.0.1:53433;"
+			     "tcp6://[fd00::1]:53434",
+			     "OMPI_MCA_orte_local_daemon_uri=3879862272.1;tcp://10.1.2.2:51413", NULL};
+	const char *daemon[] = {"OMPI_MCA_orte_local_daemon_uri=3879862272.1;tcp://10.1.2.2:51413",
+				NULL};
+	const char *junk[] = {"OMPI_MCA_orte_hnp_uri=1.0;usock://x;tcp://nocolon", NULL};
+	const char *none[] = {NULL};
+	char a[256], tiny[24];
+
+	ft__boot_launcher_addrs(table, (void *)hnp, a, sizeof(a));
+	cr_expect_str_eq(a, "10.1.2.1:53433,172.17.0.1:53433,[fd00::1]:53434", "mpirun's first");
+	ft__boot_launcher_addrs(table, (void *)daemon, a, sizeof(a));
+	cr_expect_str_eq(a, "10.1.2.2:51413", "else the local daemon's");
+	ft__boot_launcher_addrs(table, (void *)junk, a, sizeof(a));
+	cr_expect_str_eq(a, "", "nothing usable: nothing");
+	ft__boot_launcher_addrs(table, (void *)none, a, sizeof(a));
+	cr_expect_str_eq(a, "");
+	ft__boot_launcher_addrs(table, (void *)hnp, tiny, sizeof(tiny));
+	cr_expect_str_eq(tiny, "10.1.2.1:53433", "what does not fit is left out whole");
+}

@@ -68,7 +68,7 @@ static int listener(char *addr, size_t len)
 {
 	int fd = -1;
 
-	cr_assert_eq(ft__sock_listen("test", "127.0.0.1", 4, &fd, addr, len), 0);
+	cr_assert_eq(ft__sock_listen("test", "127.0.0.1", NULL, 4, &fd, addr, len), 0);
 	return fd;
 }
 

@@ -1549,7 +1549,7 @@ Test(tcp, links_follow_the_timeouts, .timeout = 20)
 	tx = tp_open(1);
 	raw = raw_peer(rx, &rl);
 	expect_liveness(peer_fd(raw), 1, 15, 30000, "accepted");
-	cr_assert_eq(ft__sock_listen("test", "127.0.0.1", 4, &lfd, addr, sizeof(addr)), 0);
+	cr_assert_eq(ft__sock_listen("test", "127.0.0.1", NULL, 4, &lfd, addr, sizeof(addr)), 0);
 	cr_assert_eq(tcp_ops()->connect(tx, addr, &h, WAIT_MS, &sl), 0);
 	fd = accept(lfd, NULL, NULL);
 	cr_assert_geq(fd, 0);

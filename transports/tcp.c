@@ -112,7 +112,8 @@ static int tcp_open(const struct ft_tp_params *p, struct ft_transport **out)
 		rc = -FT_EIO;
 		goto fail;
 	}
-	rc = ft__sock_listen("tcp", p->bind_host, 128, &tp->listen_fd, tp->addr, sizeof(tp->addr));
+	rc = ft__sock_listen("tcp", p->bind_host, p->publish_host, 128, &tp->listen_fd, tp->addr,
+			     sizeof(tp->addr));
 	if (rc != 0)
 		goto fail;
 	*out = tp;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "fabric.h"
+#include "sock.h"
 
 static bool is_loopback(const char *h)
 {
@@ -114,8 +115,12 @@ struct fi_info *ft__fab_choose_info(const struct ft_tp_params *p)
 	}
 	if (pick == NULL)
 		return NULL;
-	/* IP providers listen where the tcp transport would: bind_host or loopback. */
-	node = p->bind_host != NULL && p->bind_host[0] != '\0' ? p->bind_host : "127.0.0.1";
+	/* IP providers listen where the tcp transport would, but on one address:
+	 * the endpoint's name is what peers connect to, so never a wildcard */
+	node = p->publish_host != NULL && p->publish_host[0] != '\0' ? p->publish_host
+	       : p->bind_host != NULL && p->bind_host[0] != '\0' && !ft__sock_is_wildcard(p->bind_host)
+		       ? p->bind_host
+		       : "127.0.0.1";
 	if (ip_format(pick->addr_format)) {
 		char prov[64];
 		snprintf(prov, sizeof(prov), "%s", pick->fabric_attr->prov_name);
