@@ -18,7 +18,7 @@
  *                                               failure_known_ns in
  *                                               CLOCK_REALTIME)
  *   ok part rank O size S gen G ops N last T    finished; T: the last good op
- *   err part rank O ops N last T: MESSAGE       an op failed
+ *   err part rank O ops N last T at T2: MESSAGE an op failed at T2
  *   WRONG rank O op I element J got X want Y size S
  * Exit: 0 ok, 43 -FT_EPARTITIONED, 42 -FT_EEXCLUDED, 2 a wrong result,
  * 1 any other error.
@@ -76,7 +76,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	rc = ft_init(NULL, &comm);
 	if (rc != 0) {
-		printf("err part rank ? ops 0 last 0: ft_init: %s\n", ft_strerror(rc));
+		printf("err part rank ? ops 0 last 0 at 0: ft_init: %s\n", ft_strerror(rc));
 		return rc == -FT_EPARTITIONED ? 43 : rc == -FT_EEXCLUDED ? 42 : 1;
 	}
 	orig = ft_orig_rank(comm, ft_rank(comm));
@@ -91,8 +91,9 @@ int main(int argc, char **argv)
 		buf[count] = now_ns(CLOCK_MONOTONIC) - t0 > (uint64_t)(seconds * 1e9) ? 1.0f : 0.0f;
 		rc = ft_allreduce(comm, FT_IN_PLACE, buf, count + 1, FT_FLOAT32, FT_SUM, &info);
 		if (rc != 0) {
-			printf("err part rank %d ops %d last %llu: %s\n", orig, ops,
-			       (unsigned long long)last, ft_strerror(rc));
+			printf("err part rank %d ops %d last %llu at %llu: %s\n", orig, ops,
+			       (unsigned long long)last,
+			       (unsigned long long)now_ns(CLOCK_REALTIME), ft_strerror(rc));
 			_exit(rc == -FT_EPARTITIONED ? 43 : rc == -FT_EEXCLUDED ? 42 : 1);
 		}
 		size = ft_size(comm);
