@@ -35,7 +35,7 @@
 #       no new view.
 # CLUSTER_ROWS picks rows (default all of them but fabric-check, the fabric
 # allreduce_check row: fabric jobs take some 8 s in the namespaces, and the
-# matrix covers allreduce; the whole default run takes ~100 s), CLUSTER_KILL_TRIALS
+# matrix covers allreduce; the whole default run takes ~90 s), CLUSTER_KILL_TRIALS
 # repeats the kill row (1), CLUSTER_DEADLINE is each job's deadline in s (40).
 # Membership: CLUSTER_MEMBERSHIP=file (default) gives the ranks a shared
 # rendezvous directory (namespaces share the file system); inband sets
