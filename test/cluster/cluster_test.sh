@@ -193,6 +193,7 @@ fi
 
 # ---- in-band rows ----
 # A rank's own TMPDIR, empty, per host (the rank's host name is hI).
+# shellcheck disable=SC2016
 PERHOST='d=$0.$(hostname); mkdir -p "$d"; TMPDIR=$d exec "$@"'
 IB="-x FTCC_MEMBERSHIP=inband"
 with_memb() { # MEMB-value command...: the command with MEMB set to the value
