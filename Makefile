@@ -185,6 +185,11 @@ $(B)/test/tsan_rank: test/tsan_rank.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
+# The cluster test's link-down and partition rank program.
+$(B)/test/part_rank: test/cluster/part_rank.c $(STATIC) $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+
 deps:
 	@scripts/deps.sh
 
@@ -254,7 +259,7 @@ rejoin-campaign: all
 
 # ftcc across hosts made of network namespaces (root; SKIPPED otherwise):
 # mpirun over 4 hosts x 2 ranks, tcp and libfabric, a whole host killed.
-cluster-test: all $(B)/test/tsan_rank
+cluster-test: all $(B)/test/tsan_rank $(B)/test/part_rank
 	test/cluster/cluster_test.sh $(B)
 
 # Failure detection and recovery times; shrink-policy overhead against abort.
