@@ -534,25 +534,14 @@ static void read_link(struct ft__det *d, int i)
 	struct ft__ctl_msg m;
 	int rc;
 
-	if (d->owe[i] && d->ctl.links[i].connecting) {
-		rc = ft__ctl_next(&d->ctl, i, &m); /* finishes the connect */
-		if (rc < 0) {
-			link_lost(d, i, "its control link failed");
-			return;
-		}
-		if (!d->ctl.links[i].connecting) {
-			d->owe[i] = false;
-			send_failed_set(d, i);
-		}
-		if (rc == 0 || d->ctl.links[i].fd < 0)
-			return;
-		on_msg(d, i, &m, false);
-	}
-
 	for (;;) {
 		bool first = d->ctl.links[i].peer < 0;
-		rc = ft__ctl_next(&d->ctl, i, &m);
-		if (rc <= 0)
+		rc = ft__ctl_next(&d->ctl, i, &m); /* finishes a connect first */
+		if (rc >= 0 && d->owe[i] && !d->ctl.links[i].connecting) {
+			d->owe[i] = false; /* a direct notice waited for the connect */
+			send_failed_set(d, i);
+		}
+		if (rc <= 0 || d->ctl.links[i].fd < 0)
 			break;
 		on_msg(d, i, &m, first);
 		if (d->ctl.links[i].fd < 0 || d->out)

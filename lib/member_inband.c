@@ -413,9 +413,11 @@ static void reply(struct inband *b, int i, uint32_t gen, enum ft__ctl_type type,
 		link_failed(b, i, -FT_EIO);
 }
 
-static void record_msg(struct inband *b, struct wbuf *w, uint64_t ballot)
+/* This rank's answer about generation gen (the one being settled, or one
+ * committed here that a late coordinator asks about). */
+static void record_msg(struct inband *b, struct wbuf *w, uint32_t gen, uint64_t ballot)
 {
-	const struct ft__view *done = view_of(b, b->gen);
+	const struct ft__view *done = view_of(b, gen);
 	int ncertain = 0;
 
 	put_u64(w, ballot);
@@ -429,7 +431,7 @@ static void record_msg(struct inband *b, struct wbuf *w, uint64_t ballot)
 		if (b->r[r].certain)
 			put_i32(w, r);
 	if (done != NULL) {
-		struct ib_value v = *value_of(b, b->gen);
+		struct ib_value v = *value_of(b, gen);
 		v.ballot = UINT64_MAX;
 		put_i32(w, 2); /* committed */
 		put_value(w, &v);
@@ -455,7 +457,7 @@ static void answer_collect(struct inband *b, int from, int link, uint64_t ballot
 	b->owed_to = -1;
 	if (link < 0 || b->ctl.links[link].peer != from)
 		return; /* its link is gone: it asks again or is gone */
-	record_msg(b, &w, ballot);
+	record_msg(b, &w, b->gen, ballot);
 	reply(b, link, b->gen, FT__CTL_MB_RECORD, &w);
 }
 
@@ -662,7 +664,8 @@ static void on_nack(struct inband *b, struct rbuf *r)
 static void on_other_collect(struct inband *b, uint32_t gen, int from, int link, struct rbuf *r)
 {
 	uint64_t ballot = get_u64(r);
-	uint32_t cur = b->gen;
+	unsigned char buf[65536];
+	struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
 
 	if (r->bad)
 		return;
@@ -680,16 +683,8 @@ static void on_other_collect(struct inband *b, uint32_t gen, int from, int link,
 	}
 	if (view_of(b, gen) == NULL)
 		return; /* an old generation this rank was not part of */
-	b->gen = gen; /* a late coordinator: tell it what was committed */
-	{
-		unsigned char buf[65536];
-		struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
-		struct ft__member mine = b->mine;
-		record_msg(b, &w, ballot);
-		b->mine = mine;
-		reply(b, link, gen, FT__CTL_MB_RECORD, &w);
-	}
-	b->gen = cur;
+	record_msg(b, &w, gen, ballot); /* a late coordinator: tell it what was committed */
+	reply(b, link, gen, FT__CTL_MB_RECORD, &w);
 }
 
 /* Handles one message. */
