@@ -45,6 +45,10 @@ int ft__comm_connect_ring(struct ft_comm *c)
 
 	if (c->size == 1 || (c->send_link != NULL && c->recv_link != NULL))
 		return 0;
+	if (c->send_link == NULL && c->addrs[right][0] == '\0') {
+		ft__det_suspect(c->det, right); /* load_view: only with a detector */
+		return -FT_EPEERFAILED;
+	}
 	if (c->send_link == NULL) {
 		fill_hello(c, &hello, me, right);
 		if ((rc = ft_hello_seal(&hello, c->cfg.token)) != 0)
@@ -218,6 +222,14 @@ int ft__comm_load_view(struct ft_comm *c, struct ft__view *v)
 	for (int i = 0; i < v->size; i++) {
 		struct ft__member m;
 		rc = ft__mb_lookup(&c->mb, v->generation, v->members[i], &m);
+		if (rc == -FT_EPEERFAILED && c->det != NULL && v->members[i] != c->cfg.rank) {
+			/* gone since the view settled (a new incarnation took its
+			 * place): no address; the link to it fails and the
+			 * detector settles the next view */
+			ft__info("rank %d left the view of generation %u before this rank loaded it",
+				 v->members[i], v->generation);
+			continue;
+		}
 		if (rc != 0) {
 			ft__error("no address for rank %d in the rendezvous (generation %u)",
 				  v->members[i], v->generation);
