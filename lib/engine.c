@@ -56,6 +56,30 @@ static void send_broken(struct ft__coll *co, int err)
  * drop closes the data links with no word to the neighbours, as a cut
  * cable would, and fails the op here.
  */
+/*
+ * Before a hang, the frames this rank already queued go out (up to 1 s): a
+ * hung rank stops at the point named, with what it sent before it on the
+ * wire, not with a batch of earlier sends stuck in its own queue. What the
+ * transport reports meanwhile is dropped; this rank never returns.
+ */
+static void flush_before_hang(struct ft__coll *co)
+{
+	struct ft_comm *c = co->c;
+	struct ft_tp_event ev[FT__EV_MAX];
+	int64_t end = ft__now_ms() + 1000;
+
+	while (co->send_done < co->send_posted && ft__ms_left(end) > 0) {
+		int nev = c->tp_ops->progress(c->tp, 10, ev, FT__EV_MAX);
+		if (nev < 0)
+			return;
+		for (int i = 0; i < nev; i++)
+			if (ev[i].type == FT_TP_SEND_DONE)
+				co->send_done++;
+			else if (ev[i].type == FT_TP_LINK_ERROR)
+				return;
+	}
+}
+
 static int inject_at(struct ft__coll *co, enum ft__fault_phase phase, uint32_t step, uint32_t seg,
 		     enum ft__fault_at at)
 {
@@ -67,6 +91,8 @@ static int inject_at(struct ft__coll *co, enum ft__fault_phase phase, uint32_t s
 	    (hit = ft__fault_due(&c->fault, c->cfg.rank, c->generation, co->tmpl.op_seq, phase,
 				   step, seg, at)) == NULL)
 		return 0;
+	if (hit->action == FT__FAULT_HANG)
+		flush_before_hang(co);
 	ft__fault_act(hit);
 	if (c->send_link != NULL)
 		c->tp_ops->link_close(c->send_link);

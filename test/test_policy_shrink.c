@@ -6,16 +6,18 @@
 
 /*
  * Four ranks run `ops` small in-place int64 sums (8000 bytes: no commit
- * steps). Rank 3 kills itself about to send its last allgather frame of
- * user op `victim_op` (sequence victim_op + 1: sequence 0 is the barrier in
- * ft_init), so its right neighbour, rank 0, lacks that op's result, while
- * ranks further on may hold it and have returned it already (which ones
- * depends on how fast the failure is noticed). Either some survivor returned
- * it, and then every survivor returns it with the four-rank sum,
- * contributors 4 and the membership still showing four ranks (the others
- * got it from a holder), the next op showing three; or none did, and every
- * survivor runs it again among three. Each survivor writes what it saw; the
- * test checks they all saw the same, and that the hand-over happened.
+ * steps). Rank 3 stops (FTCC_FAULT action=hang) about to send its last
+ * allgather frame of user op `victim_op` (sequence victim_op + 1: sequence 0
+ * is the barrier in ft_init), so its right neighbour, rank 0, lacks that
+ * op's result while ranks 1 and 2 hold it and return it. Once both have
+ * returned it (each writes a marker), the test SIGKILLs rank 3. Every
+ * survivor must then return that op with the four-rank sum, contributors 4
+ * and the membership still showing four ranks (rank 0 got it from a holder),
+ * the next op showing three. Each survivor writes what it saw; the test
+ * checks they all saw the same, and that the hand-over happened. (The
+ * order is forced, not left to chance: a self-kill there lets the survivors
+ * hear of the failure before they return the op in some runs and not in
+ * others.)
  */
 #define COUNT 1000
 
@@ -29,7 +31,7 @@ static void tweak(struct ft_config *cfg, int rank)
 		cfg->log_level = atoi(getenv("FTCC_TEST_LOG"));
 	if (rank == 3)
 		snprintf(cfg->fault, sizeof(cfg->fault),
-			 "rank=3,op=%d,phase=allgather,step=2,seg=0", victim_op + 1);
+			 "rank=3,op=%d,phase=allgather,step=2,seg=0,action=hang", victim_op + 1);
 }
 
 #define CHECK(cond, ...)                                                        \
@@ -70,6 +72,10 @@ static int worker(struct ft_comm *comm, int orig, int n, void *arg)
 		if (i < victim_op)
 			CHECK(size == 4 && info.failed == 0, "size %d, failed %d", size, info.failed);
 		if (i == victim_op) {
+			snprintf(path, sizeof(path), "%s/returned-%d", dir, orig);
+			f = fopen(path, "w");
+			if (f != NULL)
+				fclose(f);
 			victim_size = size;
 			held = info.recovery_ms == 0;
 			CHECK(size == 4 ? info.failed == 0 : size == 3 && info.failed == 1,
@@ -91,53 +97,69 @@ static int worker(struct ft_comm *comm, int orig, int n, void *arg)
 	return 0;
 }
 
-/* Runs the job `trials` times; returns in how many a survivor held the result. */
-static int run(int nops, int vop, int trials)
+/* Waits until `path` exists; false at the deadline. */
+static bool wait_file(const char *path, long deadline_ms)
 {
-	int handovers = 0;
+	long end = tu_now_ms() + deadline_ms;
+
+	while (access(path, F_OK) != 0) {
+		if (tu_now_ms() >= end)
+			return false;
+		tu_sleep_ms(5);
+	}
+	return true;
+}
+
+/* Runs the job once; checks that the survivors agree and the holders handed the result over. */
+static void run(int nops, int vop)
+{
+	struct tu_job job;
+	int expect_killed[4] = {0, 0, 0, 1}, sizes[3], held[3];
+	char path[400];
 
 	ops = nops;
 	victim_op = vop;
-	for (int t = 0; t < trials; t++) {
-		struct tu_job job;
-		int expect_killed[4] = {0, 0, 0, 1}, sizes[3], holders = 0;
-		tu_job_init(&job, 4);
-		snprintf(dir, sizeof(dir), "%s", job.dir);
-		for (int r = 0; r < 4; r++)
-			tu_spawn(&job, r, worker, NULL, tweak);
-		cr_assert_eq(tu_wait(&job, 60000, expect_killed), 0, "a survivor failed or hung");
-		cr_assert(WIFSIGNALED(job.status[3]), "rank 3 did not die");
-		for (int r = 0; r < 3; r++) {
-			char path[400];
-			int held = 0;
-			snprintf(path, sizeof(path), "%s/seen-%d", dir, r);
-			FILE *f = fopen(path, "r");
-			cr_assert_not_null(f, "rank %d wrote nothing", r);
-			cr_assert_eq(fscanf(f, "%d %d", &sizes[r], &held), 2);
-			fclose(f);
-			holders += held;
+	tu_job_init(&job, 4);
+	snprintf(dir, sizeof(dir), "%s", job.dir);
+	for (int r = 0; r < 4; r++)
+		tu_spawn(&job, r, worker, NULL, tweak);
+	for (int r = 1; r <= 2; r++) {
+		snprintf(path, sizeof(path), "%s/returned-%d", dir, r);
+		if (!wait_file(path, 60000)) {
+			tu_wait(&job, 0, NULL); /* kills and reports the ranks */
+			cr_assert_fail("rank %d never returned op %d while rank 3 hung", r, vop);
 		}
-		cr_assert(sizes[0] == sizes[1] && sizes[1] == sizes[2],
-			  "survivors disagree on the op's membership: %d %d %d", sizes[0], sizes[1],
-			  sizes[2]);
-		cr_assert(holders == 0 || sizes[0] == 4,
-			  "%d survivors returned the op, yet it ran again", holders);
-		handovers += sizes[0] == 4;
-		tu_job_cleanup(&job);
 	}
-	return handovers;
+	snprintf(path, sizeof(path), "%s/returned-0", dir);
+	cr_assert(access(path, F_OK) != 0, "rank 0 returned op %d without rank 3's frame", vop);
+	kill(job.pids[3], SIGKILL);
+	cr_assert_eq(tu_wait(&job, 60000, expect_killed), 0, "a survivor failed or hung");
+	cr_assert(WIFSIGNALED(job.status[3]), "rank 3 did not die");
+	for (int r = 0; r < 3; r++) {
+		snprintf(path, sizeof(path), "%s/seen-%d", dir, r);
+		FILE *f = fopen(path, "r");
+		cr_assert_not_null(f, "rank %d wrote nothing", r);
+		cr_assert_eq(fscanf(f, "%d %d", &sizes[r], &held[r]), 2);
+		fclose(f);
+	}
+	cr_assert(sizes[0] == 4 && sizes[1] == 4 && sizes[2] == 4,
+		  "the op was not handed over: the survivors saw %d %d %d ranks", sizes[0], sizes[1],
+		  sizes[2]);
+	cr_assert(!held[0] && held[1] && held[2], "holders %d %d %d, want 0 1 1", held[0], held[1],
+		  held[2]);
+	tu_job_cleanup(&job);
 }
 
 /* The holders learn of the failure in their next op, and hand the result over there. */
 Test(policy_shrink, handover_holders_in_next_op, .timeout = 300)
 {
-	cr_assert_gt(run(6, 2, 4), 0, "no trial had a survivor holding the result");
+	run(6, 2);
 }
 
 /* The op was the last: the holders hand the result over in ft_finalize. */
 Test(policy_shrink, handover_holders_finalizing, .timeout = 300)
 {
-	cr_assert_gt(run(3, 2, 4), 0, "no trial had a survivor holding the result");
+	run(3, 2);
 }
 
 /*
