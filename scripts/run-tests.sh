@@ -33,6 +33,7 @@ item() {
 	echo "== $name: $verdict in $(($(date +%s) - t0)) s"
 }
 item check-lib 300 "$(dirname "$0")/check-lib.sh" "$B"
+item check-build 300 "$(dirname "$0")/check-build.sh"
 # Exact rejoin: real processes killed from outside and at injection points,
 # every result against a failure-free run; the fallbacks (test/rejoin_tests.sh).
 if [ -x "$B/examples/train_rejoin" ] && [ -z "${FTCC_SKIP_REJOIN:-}" ]; then
