@@ -228,8 +228,11 @@ static int released(struct ft_comm *comm, int orig, int *rc)
 static int shrink(struct ft_comm *comm, int n, int expect_lost, int after_ops, size_t count)
 {
 	uint32_t gen = ft_generation(comm);
-	/* a rank lost in ft_init changed the membership before op 0 */
-	int orig = ft_orig_rank(comm, ft_rank(comm)), changed_at = gen > 0 ? 0 : -1, i, rc = 0;
+	/* a rank lost in ft_init changed the membership before op 0: a later
+	 * generation, or (killed before the first view settled) a first view
+	 * without it */
+	int orig = ft_orig_rank(comm, ft_rank(comm)), i, rc = 0;
+	int changed_at = gen > 0 || ft_size(comm) < n ? 0 : -1;
 	void *in = malloc(count * 8 + 8), *out = malloc(count * 8 + 8);
 
 	if (in == NULL || out == NULL)
