@@ -58,7 +58,9 @@ FEATURES :=
 ifeq ($(HAVE_FABRIC),1)
 LIB_SRC += $(FABRIC_SRC)
 FEATURES += -DFTCC_HAVE_FABRIC=1
-LIB_LDLIBS += $(shell $(PKG_CONFIG) --libs libfabric)
+# libfabric is loaded at run time when a fabric transport opens (dl.c): only its headers here
+LIB_LDLIBS += -ldl
+FEATURES += $(shell $(PKG_CONFIG) --cflags libfabric)
 endif
 ifeq ($(HAVE_URING),1)
 FEATURES += -DFTCC_HAVE_URING=1

@@ -4,6 +4,7 @@
 # - No object changes process-global state that the application's threads share:
 #   setenv/putenv/unsetenv/clearenv, atexit/on_exit.
 # - libftcc.so exports the functions include/ftcc.h declares, and nothing else.
+# - libftcc.so does not link libfabric (loaded at run time, by the fabric transport).
 set -u
 B=${1:?usage: scripts/check-lib.sh BUILD_DIR}
 bad=0
@@ -25,5 +26,12 @@ if [ -n "$internal" ]; then
 	echo "check-lib: libftcc.so exports more than the API: $internal"
 	bad=1
 fi
-[ "$bad" -eq 0 ] && echo "check-lib: environment read in config.c only; no setenv/atexit; only the API exported"
+# libfabric is loaded when a fabric transport opens (transports/fabric/dl.c):
+# linked, it would start libpsm's constructors (0.2 s of sleep) and crash
+# handlers in every program that links ftcc.
+if readelf -d "$B/libftcc.so" | grep -q 'NEEDED.*libfabric'; then
+	echo "check-lib: libftcc.so links libfabric; it must be loaded only when a fabric transport opens"
+	bad=1
+fi
+[ "$bad" -eq 0 ] && echo "check-lib: environment read in config.c only; no setenv/atexit; only the API exported; libfabric not linked"
 exit "$bad"

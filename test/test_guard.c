@@ -13,8 +13,6 @@
 #include "testutil.h"
 
 #ifdef FTCC_HAVE_FABRIC
-#include <rdma/fabric.h>
-
 #include "../transports/fabric/fabric.h"
 
 /*

@@ -203,6 +203,10 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	*out = NULL;
 	if (tp == NULL)
 		return -FT_ENOMEM;
+	if ((rc = ft__fab_load()) != 0) {
+		free(tp);
+		return rc;
+	}
 	pthread_mutex_init(&tp->lock, NULL);
 	tp->cq_fd = tp->eq_fd = -1;
 	tp->rank = p->rank;
