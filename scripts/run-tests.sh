@@ -34,6 +34,7 @@ item() {
 }
 item check-lib 300 "$(dirname "$0")/check-lib.sh" "$B"
 item check-build 300 "$(dirname "$0")/check-build.sh"
+item check-install 300 "$(dirname "$0")/check-install.sh" "$B"
 # Exact rejoin: real processes killed from outside and at injection points,
 # every result against a failure-free run; the fallbacks (test/rejoin_tests.sh).
 if [ -x "$B/examples/train_rejoin" ] && [ -z "${FTCC_SKIP_REJOIN:-}" ]; then
