@@ -97,19 +97,6 @@ static int worker(struct ft_comm *comm, int orig, int n, void *arg)
 	return 0;
 }
 
-/* Waits until `path` exists; false at the deadline. */
-static bool wait_file(const char *path, long deadline_ms)
-{
-	long end = tu_now_ms() + deadline_ms;
-
-	while (access(path, F_OK) != 0) {
-		if (tu_now_ms() >= end)
-			return false;
-		tu_sleep_ms(5);
-	}
-	return true;
-}
-
 /* Runs the job once; checks that the survivors agree and the holders handed the result over. */
 static void run(int nops, int vop)
 {
@@ -125,7 +112,7 @@ static void run(int nops, int vop)
 		tu_spawn(&job, r, worker, NULL, tweak);
 	for (int r = 1; r <= 2; r++) {
 		snprintf(path, sizeof(path), "%s/returned-%d", dir, r);
-		if (!wait_file(path, 60000)) {
+		if (!tu_wait_file(path, tu_now_ms() + 60000)) {
 			tu_wait(&job, 0, NULL); /* kills and reports the ranks */
 			cr_assert_fail("rank %d never returned op %d while rank 3 hung", r, vop);
 		}

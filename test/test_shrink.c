@@ -342,11 +342,8 @@ static bool wait_marks(const char *name, const int *skip, long deadline_ms)
 		if (skip != NULL && skip[r])
 			continue;
 		snprintf(path, sizeof(path), "%s/%s-%d", sc.dir, name, r);
-		while (access(path, F_OK) != 0) {
-			if (tu_now_ms() >= end)
-				return false;
-			tu_sleep_ms(2);
-		}
+		if (!tu_wait_file(path, end))
+			return false;
 	}
 	return true;
 }

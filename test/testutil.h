@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <ftcc.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,17 @@ static inline void tu_job_cleanup(struct tu_job *job)
 		fprintf(stderr, "cannot remove %s\n", job->dir);
 }
 
+/* Waits until `path` exists, polling every 2 ms; false once tu_now_ms() reaches end_ms. */
+static inline bool tu_wait_file(const char *path, long end_ms)
+{
+	while (access(path, F_OK) != 0) {
+		if (tu_now_ms() >= end_ms)
+			return false;
+		tu_sleep_ms(2);
+	}
+	return true;
+}
+
 /* Waits until every rank of job has passed ft_init; 0, or -1 at the deadline. */
 static inline int tu_wait_ready(const struct tu_job *job, long deadline_ms)
 {
@@ -222,11 +234,8 @@ static inline int tu_wait_ready(const struct tu_job *job, long deadline_ms)
 	for (int r = 0; r < job->n; r++) {
 		char path[300];
 		snprintf(path, sizeof(path), "%s/ready-%d", job->dir, r);
-		while (access(path, F_OK) != 0) {
-			if (tu_now_ms() >= end)
-				return -1;
-			tu_sleep_ms(5);
-		}
+		if (!tu_wait_file(path, end))
+			return -1;
 	}
 	return 0;
 }

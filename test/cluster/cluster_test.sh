@@ -87,12 +87,18 @@ row() { # description expected-ok-lines mpirun-args...
 	# shellcheck disable=SC2086
 	timeout -k 5 "$DEADLINE" "$NETNS" "$C" mpirun -np 8 $MEMB "$@" >"$OUT" 2>&1 || st=$?
 	got=$(grep -c "^ok \|: correct," "$OUT" || true)
-	if [ "$st" -eq 0 ] && [ "$got" -eq "$want" ]; then
+	[ "$st" -eq 0 ] && [ "$got" -eq "$want" ]
+	verdict $? "" "$got of $want ok lines"
+}
+# verdict STATUS OK-DETAIL FAIL-DETAIL: counts row $d (0: passed), prints its
+# line (and the tail of $OUT when it failed), empties the rendezvous
+verdict() {
+	if [ "$1" -eq 0 ]; then
 		pass=$((pass + 1))
-		echo "ok   $d ($(($(date +%s) - t0)) s)"
+		echo "ok   $d$2 ($(($(date +%s) - t0)) s)"
 	else
 		fail=$((fail + 1))
-		echo "FAIL $d: exit $st$([ "$st" -eq 124 ] && echo " (deadline)"), $got of $want ok lines ($(($(date +%s) - t0)) s)"
+		echo "FAIL $d: exit $st$([ "$st" -eq 124 ] && echo " (deadline)"), $3 ($(($(date +%s) - t0)) s)"
 		sed 's/^/     /' "$OUT" | tail -40
 	fi
 	rm -rf "${RDV:?}"/*; [ -z "${CLUSTER_KEEP:-}" ] || cp "$OUT" "$CLUSTER_KEEP.$pass.$fail"
@@ -169,15 +175,9 @@ kill_row() { # description extra-mpirun-args...
 	wait "$job" || st=$?
 	got=$(grep -c "^ok shrink rank [0-5] size 6 " "$OUT" || true)
 	# mpirun reports the lost host's ranks and exits nonzero: judge the survivors
-	if [ "$got" -eq 6 ] && [ -n "$left" ] && [ "$started" -eq 8 ]; then
-		pass=$((pass + 1))
-		echo "ok   $d: 6 survivors exact (host killed $((waited / 10)).$((waited % 10)) s after the start, survivors gone $left ms after the kill; mpirun exit $st$note, $(($(date +%s) - t0)) s)"
-	else
-		fail=$((fail + 1))
-		echo "FAIL $d: exit $st$([ "$st" -eq 124 ] && echo " (deadline)"), $got of 6 survivors ok, killed after $((waited / 10)) s with $started of 8 ranks running ($(($(date +%s) - t0)) s)"
-		sed 's/^/     /' "$OUT" | tail -40
-	fi
-	rm -rf "${RDV:?}"/*; [ -z "${CLUSTER_KEEP:-}" ] || cp "$OUT" "$CLUSTER_KEEP.$pass.$fail"
+	[ "$got" -eq 6 ] && [ -n "$left" ] && [ "$started" -eq 8 ]
+	verdict $? ": 6 survivors exact (host killed $((waited / 10)).$((waited % 10)) s after the start, survivors gone $left ms after the kill; mpirun exit $st$note)" \
+		"$got of 6 survivors ok, killed after $((waited / 10)) s with $started of 8 ranks running"
 }
 if want kill; then
 	i=0

@@ -247,19 +247,13 @@ ns)
 	host "$1"
 	echo "$PREFIX-h$I"
 	;;
-hosts)
+hosts | hostfile)
 	load
+	# hostfile: the same addresses with Open MPI's slot count
+	suffix=$([ "$CMD" = hostfile ] && echo " slots=${1:-1}")
 	i=1
 	while [ "$i" -le "$N" ]; do
-		echo "$NET.$i"
-		i=$((i + 1))
-	done
-	;;
-hostfile)
-	load
-	i=1
-	while [ "$i" -le "$N" ]; do
-		echo "$NET.$i slots=${1:-1}"
+		echo "$NET.$i$suffix"
 		i=$((i + 1))
 	done
 	;;
