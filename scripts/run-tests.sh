@@ -13,6 +13,13 @@ JOBS=${FTCC_TEST_JOBS:-2}
 pass=0
 fail=0
 failed=""
+# Each row's output is kept; what a failed row said is repeated at the end,
+# where a CI log that shows only its tail still shows why.
+LOGS="$B/test-logs"
+rm -rf "$LOGS"
+mkdir -p "$LOGS"
+n_item=0
+failed_logs=""
 start_all=$(date +%s)
 # item NAME DEADLINE_S COMMAND...: one row of the suite, under its deadline,
 # with its run time (a hang is a failure).
@@ -22,13 +29,21 @@ item() {
 	shift 2
 	echo "== $name"
 	t0=$(date +%s)
-	if timeout -k 10 "$deadline" "$@"; then
+	n_item=$((n_item + 1))
+	log="$LOGS/$n_item.log"
+	echo "$name" >"$log.name"
+	{
+		timeout -k 10 "$deadline" "$@"
+		echo $? >"$log.rc"
+	} 2>&1 | tee "$log"
+	if [ "$(cat "$log.rc")" = 0 ]; then
 		pass=$((pass + 1))
 		verdict=ok
 	else
 		fail=$((fail + 1))
 		failed="$failed $name"
-		verdict=FAILED
+		failed_logs="$failed_logs $log"
+		verdict="FAILED (status $(cat "$log.rc"))"
 	fi
 	echo "== $name: $verdict in $(($(date +%s) - t0)) s"
 }
@@ -82,6 +97,11 @@ for t in "$@"; do
 	esac
 done
 echo
+for log in $failed_logs; do
+	echo "== why $(cat "$log.name") failed (all of it: $log):"
+	grep -E '\[FAIL\]|\[----\] .*:[0-9]+: |Timed out|[Cc]rash|FAILED|error|not ok' "$log" |
+		grep -v '^== ' | tail -n 15
+done
 [ -n "$failed" ] && echo "failed:$failed"
 echo "tests: $pass passed, $fail failed in $(($(date +%s) - start_all)) s"
 [ "$fail" -eq 0 ]

@@ -7,9 +7,13 @@
  *      entry(rank, FTCC_INCARNATION)
  *   e  ft__boot_book_end of the oldest book not ended
  *   k  SIGKILL itself if this is rank FTCC_TEST_DIE_RANK, incarnation 0
- *   w  wait 4 s (a rank that never joins, for timeouts)
+ *   w  a rank that never joins, for timeouts: waits until FTCC_TEST_MARKS
+ *      files are in FTCC_TEST_MARK_DIR (fails after 60 s)
  * A book that fails with the error FTCC_TEST_EXPECT names (FT_ETIMEDOUT)
- * counts as a success (so that mpirun does not end the others early).
+ * counts as a success (so that mpirun does not end the others early), and
+ * leaves the file FTCC_TEST_MARK_DIR/<rank>: the waiting rank exits only
+ * after every other rank timed out, however slowly they started (mpirun
+ * ends the job when one rank exits without PMIx_Finalize).
  *   i, a, f  MPI_Init, an MPI_Allreduce (checked), MPI_Finalize (built
  *      with FTCC_TEST_MPI only)
  * Prints "rank R: book of N ok: <entries>" per book, "rank R: book: <error
@@ -17,6 +21,8 @@
  * Only a test reads the environment this way; the library reads it in
  * config.c.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <ftcc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -65,6 +71,44 @@ static int check(const struct ft_config *cfg, char (*book)[FT__BOOK_ENTRY_MAX])
 	return 0;
 }
 
+/* FTCC_TEST_MARK_DIR/<rank>, when that directory is given. */
+static void mark(int rank)
+{
+	const char *dir = getenv("FTCC_TEST_MARK_DIR");
+	char path[4096];
+
+	if (dir == NULL)
+		return;
+	snprintf(path, sizeof(path), "%s/%d", dir, rank);
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* The 'w' step: 0 once FTCC_TEST_MARKS marks exist; 1 after 60 s without. */
+static int wait_marks(void)
+{
+	const char *dir = getenv("FTCC_TEST_MARK_DIR"), *n = getenv("FTCC_TEST_MARKS");
+
+	if (dir == NULL || n == NULL) {
+		fprintf(stderr, "boot_rank: step 'w' needs FTCC_TEST_MARK_DIR and FTCC_TEST_MARKS\n");
+		return 1;
+	}
+	for (int waited = 0; waited < 60000; waited += 50) {
+		DIR *d = opendir(dir);
+		int found = 0;
+		for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+			found += e->d_name[0] != '.';
+		if (d != NULL)
+			closedir(d);
+		if (found >= atoi(n))
+			return 0;
+		usleep(50000);
+	}
+	fprintf(stderr, "boot_rank: the other ranks left no marks in 60 s\n");
+	return 1;
+}
+
 static int book_step(struct ft_config *cfg, struct ft__book_params *p)
 {
 	char err[512], mine[FT__BOOK_ENTRY_MAX], (*book)[FT__BOOK_ENTRY_MAX];
@@ -87,6 +131,8 @@ static int book_step(struct ft_config *cfg, struct ft__book_params *p)
 		const char *expect = getenv("FTCC_TEST_EXPECT");
 		printf("rank %d: book: %s\n", cfg->rank, ft_err_name(rc));
 		rc = expect != NULL && strcmp(expect, ft_err_name(rc)) == 0 ? 2 : 1;
+		if (rc == 2)
+			mark(cfg->rank);
 	} else {
 		rc = check(cfg, book);
 	}
@@ -140,7 +186,7 @@ int main(int argc, char **argv)
 				raise(SIGKILL);
 			break;
 		case 'w':
-			sleep(4);
+			bad = wait_marks();
 			break;
 #ifdef FTCC_TEST_MPI
 		case 'i':
