@@ -55,6 +55,7 @@ int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 
 	memset(ctl, 0, sizeof(*ctl));
 	ctl->listen_fd = -1;
+	ctl->refused_claim = -1;
 	ctl->who = p->who != NULL ? p->who : "detector";
 	ctl->nlinks = p->links > 0 ? p->links : FT__CTL_LINKS;
 	ctl->links = calloc((size_t)ctl->nlinks, sizeof(*ctl->links));
@@ -298,6 +299,8 @@ static int take_hello(struct ft__ctl *ctl, int i, const struct ctl_hdr *h, const
 		return 0;
 	}
 	(void)ft__ctl_send(ctl, i, FT__CTL_ACK, h->gen, &ack, sizeof(ack));
+	if (rc == -FT_EAUTH && h->from >= 0 && h->from < ctl->world_size && h->from != ctl->rank)
+		ctl->refused_claim = h->from;
 	ft__warn("%s: refused a control link claiming rank %d: %s", ctl->who, h->from,
 		 rc == -FT_EAUTH ? "wrong job or token, or a replayed hello"
 				 : "not for this rank, or from outside the world");

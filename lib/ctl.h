@@ -86,6 +86,9 @@ struct ft__ctl {
 	struct ft__ctl_link *links;     /* nlinks of them */
 	struct ft__auth_seen seen;      /* nonces of the hellos accepted */
 	struct ft__sock_opts sock_opts;
+	int refused_claim;              /* the rank a hello refused for its token or job
+					 * claimed to be (unproven), -1 none: the owner
+					 * reads and resets it */
 };
 
 struct ft__ctl_params {

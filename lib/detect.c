@@ -25,6 +25,14 @@
  *   a message (its peer stopped reading), or detect_timeout_ms of silence
  *   marks the neighbour failed. A rank that leaves on purpose (ft_finalize, a
  *   newer view) says goodbye first.
+ * - A token or job id that differs is not a failure of the neighbour: either
+ *   side may hold the wrong one. A rank that has proved its token on some
+ *   control link (its hello was accepted, or a peer's hello passed here)
+ *   declares a neighbour that refused its hello, or could not prove its
+ *   own. A rank that has proved it to no one, whose every neighbour refused
+ *   it (or sent hellos it refused), holds the odd token: it leaves with
+ *   FT_EAUTH and settles no view of its own (a rank alone would otherwise
+ *   take its own buffer for the sum).
  * - Failed set: original ranks, cumulative; it only grows. Ranks outside the
  *   world in a notice are ignored; a notice naming this rank means the others
  *   count it out, and it leaves.
@@ -83,7 +91,12 @@ struct ft__det {
 	int64_t recover_ms;
 	bool published;
 	bool out;               /* excluded: only waits to be stopped */
+	bool proven;            /* some control link passed both hellos' proofs */
+	uint8_t *auth;          /* by original rank: AUTH_* seen with it */
 };
+
+#define AUTH_REFUSED_US 1 /* it refused our hello, or did not prove its token */
+#define AUTH_CLAIMED 2    /* a hello claiming to be it was refused here */
 
 /* A default mutex cannot fail to lock or unlock when used correctly. */
 static void lock(struct ft__det *d)
@@ -196,12 +209,17 @@ static bool in_list(const int *v, int n, int x)
 	return false;
 }
 
-static void set_excluded(struct ft__det *d, const char *why)
+/* This rank leaves: excluded (err -FT_EEXCLUDED) or failed with err. */
+static void go_out(struct ft__det *d, int err, const char *why)
 {
 	lock(d);
-	if (!d->excluded)
-		ft__error("detector: this rank is out of the membership (%s)", why);
-	d->excluded = true;
+	if (!d->excluded && d->fatal == 0)
+		ft__error("detector: %s (%s)", err == -FT_EEXCLUDED ?
+			  "this rank is out of the membership" : ft_strerror(err), why);
+	if (err == -FT_EEXCLUDED)
+		d->excluded = true;
+	else if (d->fatal == 0)
+		d->fatal = err;
 	atomic_store(&d->pending, true);
 	pthread_cond_broadcast(&d->cond);
 	unlock(d);
@@ -273,7 +291,7 @@ static void adopt_view(struct ft__det *d, struct ft__view *v)
 
 	if (!in_list(v->members, v->size, d->p.rank)) {
 		ft__view_free(v);
-		set_excluded(d, "the settled view leaves it out");
+		go_out(d, -FT_EEXCLUDED, "the settled view leaves it out");
 		return;
 	}
 	free(d->members);
@@ -439,7 +457,7 @@ static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t 
 	if (added == 0)
 		return;
 	if (self) {
-		set_excluded(d, "the other ranks declared it failed");
+		go_out(d, -FT_EEXCLUDED, "the other ranks declared it failed");
 		return;
 	}
 	for (int i = 0; i < d->ctl.nlinks; i++) {
@@ -528,6 +546,62 @@ static void on_msg(struct ft__det *d, int i, const struct ft__ctl_msg *m, bool f
 	}
 }
 
+/*
+ * What the token mismatches seen so far mean (see the top of this file):
+ * once this rank has proved its token, a neighbour that refused it is
+ * declared; while it has not, a rank every neighbour refused leaves with
+ * FT_EAUTH, and otherwise it waits for the other neighbour's link.
+ */
+static void auth_judge(struct ft__det *d)
+{
+	int nb[2] = {d->left, d->right};
+	bool all = nb[0] >= 0 || nb[1] >= 0;
+
+	if (d->out)
+		return;
+	for (int k = 0; k < 2; k++) {
+		if (nb[k] < 0)
+			continue;
+		if (d->proven && (d->auth[nb[k]] & AUTH_REFUSED_US)) {
+			int32_t r = nb[k];
+			d->auth[r] = 0;
+			declare(d, &r, 1, "it refused our token or could not prove its own");
+			if (d->out)
+				return;
+		}
+		all &= d->auth[nb[k]] != 0;
+	}
+	if (!d->proven && all)
+		go_out(d, -FT_EAUTH, "every neighbour refused this rank's token or job id, and no "
+				     "rank accepted it: it holds another token than the job's");
+}
+
+/* Token news from link i (closed when it refused us), judged at once. */
+static void auth_news(struct ft__det *d, int i, bool refused_us)
+{
+	struct ft__ctl_link *l = &d->ctl.links[i];
+	int claim = d->ctl.refused_claim;
+	bool changed = false;
+
+	d->ctl.refused_claim = -1;
+	if (claim >= 0) {
+		d->auth[claim] |= AUTH_CLAIMED;
+		changed = true;
+	}
+	if (refused_us) {
+		int32_t peer = l->peer;
+		link_close(d, i);
+		if (peer >= 0 && peer < d->p.world_size)
+			d->auth[peer] |= AUTH_REFUSED_US;
+		changed = true;
+	} else if (!d->proven && l->fd >= 0 && l->peer >= 0 && !l->await_ack && !l->connecting) {
+		d->proven = true;
+		changed = true;
+	}
+	if (changed)
+		auth_judge(d);
+}
+
 /* Handles every whole message link i holds. */
 static void read_link(struct ft__det *d, int i)
 {
@@ -537,6 +611,10 @@ static void read_link(struct ft__det *d, int i)
 	for (;;) {
 		bool first = d->ctl.links[i].peer < 0;
 		rc = ft__ctl_next(&d->ctl, i, &m); /* finishes a connect first */
+		if (rc != -FT_EAUTH)
+			auth_news(d, i, false);
+		if (d->out)
+			return;
 		if (rc >= 0 && d->owe[i] && !d->ctl.links[i].connecting) {
 			d->owe[i] = false; /* a direct notice waited for the connect */
 			send_failed_set(d, i);
@@ -549,10 +627,11 @@ static void read_link(struct ft__det *d, int i)
 	}
 	if (rc == -FT_EPEERFAILED)
 		link_closed(d, i, "its control link closed");
+	else if (rc == -FT_EAUTH)
+		auth_news(d, i, true);
 	else if (rc < 0)
-		link_lost(d, i, rc == -FT_EPROTO  ? "it sent a malformed control message"
-				: rc == -FT_EAUTH ? "it refused our token or could not prove it"
-						  : "its control link failed");
+		link_lost(d, i, rc == -FT_EPROTO ? "it sent a malformed control message"
+						 : "its control link failed");
 }
 
 /* Silence, a missing left link, hello-less strangers; returns ms to the next check. */
@@ -685,7 +764,9 @@ static void *det_main(void *arg)
 			unlock(d);
 			if (stop)
 				break;
-			if (suspect >= 0) {
+			/* a data link to a rank whose token differs: auth_judge decides */
+			if (suspect >= 0 && suspect < d->p.world_size &&
+			    (d->proven || d->auth[suspect] == 0)) {
 				int32_t r = suspect;
 				declare(d, &r, 1, "its data link failed");
 			}
@@ -767,7 +848,8 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	d->cond_made = true;
 	d->failed = calloc((size_t)p->world_size, sizeof(bool));
 	d->since = calloc((size_t)p->world_size, sizeof(uint32_t));
-	if (d->failed == NULL || d->since == NULL || pipe2(d->cmd, O_NONBLOCK | O_CLOEXEC) != 0) {
+	d->auth = calloc((size_t)p->world_size, sizeof(uint8_t));
+	if (d->failed == NULL || d->since == NULL || d->auth == NULL || pipe2(d->cmd, O_NONBLOCK | O_CLOEXEC) != 0) {
 		ft__det_destroy(d);
 		return -FT_ENOMEM;
 	}
@@ -842,6 +924,7 @@ void ft__det_destroy(struct ft__det *d)
 	free(d->members);
 	free(d->failed);
 	free(d->since);
+	free(d->auth);
 	free(d->owe);
 	free(d);
 }

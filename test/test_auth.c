@@ -509,18 +509,28 @@ static void good_job(const char *transport, const char *membership)
 }
 
 /* Rank 1 holds another token: under abort, ft_init fails with FT_EAUTH on
- * both ends of each link; under shrink the others go on without rank 1. */
-static void wrong_token_job(const char *transport, const char *policy)
+ * both ends of each link; under shrink rank 1's ft_init fails with FT_EAUTH
+ * (its every neighbour refused it) and the others go on without it. Rank 1
+ * once settled a view of its own instead and returned its own buffer as
+ * the sum ("on 1 ranks: correct", status 0 for it). */
+static void wrong_token_job(const char *transport, const char *policy, const char *membership)
 {
+	bool shrink = strcmp(policy, "abort") != 0;
 	struct traced t;
 	char want[160];
 
-	traced_job(&t, transport, policy, "file", strcmp(policy, "abort") == 0 ? 2 : 3, SECRET,
-		   "not-the-" SECRET);
+	traced_job(&t, transport, policy, membership, shrink ? 3 : 2, SECRET, "not-the-" SECRET);
 	cr_expect_neq(t.status, 0, "the job passed with a wrong token:\n%s", t.out);
-	for (int r = 0; r < 2 && strcmp(policy, "abort") == 0; r++) {
+	for (int r = 0; r < 2; r++) {
+		if (shrink && r == 0)
+			continue;
 		snprintf(want, sizeof(want), "[%d] ft_init: %s", r, ft_strerror(-FT_EAUTH));
 		cr_expect_not_null(strstr(t.out, want), "no '%s' in:\n%s", want, t.out);
+	}
+	if (shrink) {
+		cr_expect_not_null(strstr(t.out, "[0] allreduce of 1024 floats on 2 ranks: correct"),
+				   "ranks 0 and 2 did not go on together:\n%s", t.out);
+		cr_expect_null(strstr(t.out, "on 1 ranks"), "a rank ran alone:\n%s", t.out);
 	}
 	traced_done(&t);
 }
@@ -546,12 +556,12 @@ Test(token_on_wire, fabric_rxm)
 
 Test(token_on_wire, wrong_token_tcp)
 {
-	wrong_token_job("tcp", "abort");
-	wrong_token_job("tcp", "shrink");
+	wrong_token_job("tcp", "abort", "file");
+	wrong_token_job("tcp", "shrink", "file");
 }
 
 Test(token_on_wire, wrong_token_fabric_rxm)
 {
 	skip_without_fabric("tcp;ofi_rxm");
-	wrong_token_job("tcp;ofi_rxm", "abort");
+	wrong_token_job("tcp;ofi_rxm", "abort", "file");
 }

@@ -48,6 +48,7 @@ struct world {
 	int heartbeat_ms, timeout_ms;
 	int rcvbuf;                     /* nonzero: RIGHT's socket receive buffer */
 	const char *right_token;        /* non-NULL: RIGHT holds this token, not TOKEN */
+	const char *left_token;         /* non-NULL: LEFT holds this token, not TOKEN */
 };
 
 static struct world w;
@@ -87,11 +88,12 @@ int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
 static void open_world(int heartbeat_ms, int timeout_ms)
 {
 	struct ft__view v = {0};
-	const char *right_token = w.right_token;
+	const char *right_token = w.right_token, *left_token = w.left_token;
 	int all[W];
 
 	memset(&w, 0, sizeof(w));
 	w.right_token = right_token;
+	w.left_token = left_token;
 	w.heartbeat_ms = heartbeat_ms;
 	w.timeout_ms = timeout_ms;
 	snprintf(w.root, sizeof(w.root), "%s/ftcc-det-XXXXXX",
@@ -104,9 +106,9 @@ static void open_world(int heartbeat_ms, int timeout_ms)
 		cr_assert_eq(ft__mb_open(&w.mb[r], &mp), 0);
 	}
 	for (int r = LEFT; r <= RIGHT; r += RIGHT - LEFT) {
+		const char *other = r == RIGHT ? w.right_token : w.left_token;
 		struct ft__ctl_params cp = {.rank = r, .world_size = W, .job_id = JOB,
-					    .token = r == RIGHT && w.right_token != NULL ? w.right_token
-											 : TOKEN,
+					    .token = other != NULL ? other : TOKEN,
 					    .bind_host = "127.0.0.1"};
 		cr_assert_eq(ft__ctl_open(&w.ctl[r], &cp), 0);
 	}
@@ -524,20 +526,12 @@ Test(detect, replayed_hello_refused, .timeout = 60)
 	close_world();
 }
 
-/* The detector's right neighbour holds another token: it refuses the
- * detector's hello, whose answer cannot prove the detector's token, and the
- * detector declares it failed (its control link refused our token). */
-Test(detect, neighbour_with_another_token, .timeout = 60)
+/* RIGHT refuses every hello the detector sends it (another token). */
+static void refuse_right_until(bool (*done)(void))
 {
-	const int all[W] = {0, 1, 2, 3, 4};
-	int64_t end;
+	int64_t end = ft__now_ms() + WAIT_MS;
 
-	w.right_token = "another-token";
-	open_world(50, 30000);
-	w.right_token = NULL;
-	cr_assert_eq(ft__det_start(w.d, 0, all, W), 0);
-	end = ft__now_ms() + WAIT_MS;
-	while (!ft__det_failed(w.d, RIGHT) && ft__now_ms() < end) {
+	while (!done() && ft__now_ms() < end) {
 		struct ft__ctl *c = &w.ctl[RIGHT];
 		struct pollfd p = {.fd = c->listen_fd, .events = POLLIN};
 		struct ft__ctl_msg m;
@@ -550,7 +544,61 @@ Test(detect, neighbour_with_another_token, .timeout = 60)
 			cr_assert_lt(c->links[i].peer, 0);
 		}
 	}
+}
+
+static bool right_failed(void)
+{
+	return ft__det_failed(w.d, RIGHT);
+}
+
+/* The detector's right neighbour holds another token: it refuses the
+ * detector's hello, whose answer cannot prove the detector's token. Its
+ * left neighbour's hello proved the detector's token, so the detector
+ * declares the right one failed (its control link refused our token). */
+Test(detect, neighbour_with_another_token, .timeout = 60)
+{
+	const int all[W] = {0, 1, 2, 3, 4};
+
+	w.right_token = "another-token";
+	open_world(50, 30000);
+	w.right_token = NULL;
+	cr_assert_eq(ft__det_start(w.d, 0, all, W), 0);
+	w.link[LEFT] = ft__ctl_connect(&w.ctl[LEFT], ft__det_addr(w.d), ME, 0, WAIT_MS);
+	cr_assert_geq(w.link[LEFT], 0);
+	refuse_right_until(right_failed);
 	cr_expect(ft__det_failed(w.d, RIGHT), "the detector kept a neighbour without the token");
+	cr_expect(!ft__det_failed(w.d, LEFT));
+	close_world();
+}
+
+static bool det_out(void)
+{
+	return ft__det_pending(w.d);
+}
+
+/* Both neighbours hold another token than the detector: the detector's is
+ * the odd one. It declares no one, settles no view of its own, and its
+ * owner learns FT_EAUTH (the detector once declared both, and a rank alone
+ * took its own buffer for the sum). */
+Test(detect, every_neighbour_with_another_token, .timeout = 60)
+{
+	const int all[W] = {0, 1, 2, 3, 4};
+	struct ft__view v = {0};
+	int link;
+
+	w.right_token = w.left_token = "another-token";
+	open_world(50, 30000);
+	w.right_token = w.left_token = NULL;
+	cr_assert_eq(ft__det_start(w.d, 0, all, W), 0);
+	link = ft__ctl_connect(&w.ctl[LEFT], ft__det_addr(w.d), ME, 0, WAIT_MS);
+	cr_assert_geq(link, 0);
+	refuse_right_until(det_out);
+	cr_assert(ft__det_pending(w.d), "the detector did not give up");
+	cr_expect_eq(ft__det_await(w.d, 0, 1000, &v), -FT_EAUTH);
+	for (int r = 0; r < W; r++)
+		cr_expect(!ft__det_failed(w.d, r), "rank %d declared", r);
+	cr_expect_neq(ft__mb_try_settle(&w.mb[0], 1, all, 0, false, &v), 1,
+		      "a view of generation 1 was settled");
 	close_world();
 }
 
