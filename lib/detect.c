@@ -849,7 +849,8 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	d->failed = calloc((size_t)p->world_size, sizeof(bool));
 	d->since = calloc((size_t)p->world_size, sizeof(uint32_t));
 	d->auth = calloc((size_t)p->world_size, sizeof(uint8_t));
-	if (d->failed == NULL || d->since == NULL || d->auth == NULL || pipe2(d->cmd, O_NONBLOCK | O_CLOEXEC) != 0) {
+	if (d->failed == NULL || d->since == NULL || d->auth == NULL ||
+	    pipe2(d->cmd, O_NONBLOCK | O_CLOEXEC) != 0) {
 		ft__det_destroy(d);
 		return -FT_ENOMEM;
 	}
