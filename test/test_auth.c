@@ -560,6 +560,24 @@ Test(token_on_wire, wrong_token_tcp)
 	wrong_token_job("tcp", "shrink", "file");
 }
 
+/* In-band membership: generation 0 needs every rank, so a rank with another
+ * token keeps the job from starting: every rank's ft_init fails (timed
+ * out), and none runs on its own. */
+Test(token_on_wire, wrong_token_tcp_inband)
+{
+	struct traced t;
+	char want[64];
+
+	traced_job(&t, "tcp", "shrink", "inband", 3, SECRET, "not-the-" SECRET);
+	cr_expect_neq(t.status, 0, "the job passed with a wrong token:\n%s", t.out);
+	for (int r = 0; r < 3; r++) {
+		snprintf(want, sizeof(want), "[%d] ft_init: ", r);
+		cr_expect_not_null(strstr(t.out, want), "no '%s' in:\n%s", want, t.out);
+	}
+	cr_expect_null(strstr(t.out, "correct"), "a rank ran:\n%s", t.out);
+	traced_done(&t);
+}
+
 Test(token_on_wire, wrong_token_fabric_rxm)
 {
 	skip_without_fabric("tcp;ofi_rxm");
