@@ -95,7 +95,7 @@ struct ft__det {
 	uint8_t *auth;          /* by original rank: AUTH_* seen with it */
 };
 
-#define AUTH_REFUSED_US 1 /* it refused our hello, or did not prove its token */
+#define AUTH_REFUSED_US 1 /* it refused our hello, did not prove its token, or left */
 #define AUTH_CLAIMED 2    /* a hello claiming to be it was refused here */
 
 /* A default mutex cannot fail to lock or unlock when used correctly. */
@@ -131,6 +131,7 @@ static void send_bye(struct ft__det *d, int i)
 }
 
 static void declare(struct ft__det *d, const int32_t *ranks, int n, const char *why);
+static void auth_judge(struct ft__det *d);
 static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t gen,
 		       const char *why, bool direct);
 
@@ -141,8 +142,17 @@ static void link_lost(struct ft__det *d, int i, const char *why)
 	int32_t peer = d->ctl.links[i].peer;
 
 	link_close(d, i);
-	if (watched)
-		declare(d, &peer, 1, why);
+	if (!watched)
+		return;
+	if (!d->proven && peer >= 0 && d->auth[peer] != 0) {
+		/* a neighbour whose token differs from ours, gone before this
+		 * rank proved its own: it may have left on finding its token
+		 * the odd one, so it counts as a refusal, not as a failure */
+		d->auth[peer] |= AUTH_REFUSED_US;
+		auth_judge(d);
+		return;
+	}
+	declare(d, &peer, 1, why);
 }
 
 /* The same when the peer's kernel closed the link (or refused it): its
@@ -549,13 +559,14 @@ static void on_msg(struct ft__det *d, int i, const struct ft__ctl_msg *m, bool f
 /*
  * What the token mismatches seen so far mean (see the top of this file):
  * once this rank has proved its token, a neighbour that refused it is
- * declared; while it has not, a rank every neighbour refused leaves with
- * FT_EAUTH, and otherwise it waits for the other neighbour's link.
+ * declared; while it has not, a rank every neighbour refused (at least one
+ * of them by answering its hello) leaves with FT_EAUTH, and otherwise it
+ * waits for the other neighbour's link.
  */
 static void auth_judge(struct ft__det *d)
 {
 	int nb[2] = {d->left, d->right};
-	bool all = nb[0] >= 0 || nb[1] >= 0;
+	bool all = nb[0] >= 0 || nb[1] >= 0, refused = false;
 
 	if (d->out)
 		return;
@@ -570,8 +581,11 @@ static void auth_judge(struct ft__det *d)
 				return;
 		}
 		all &= d->auth[nb[k]] != 0;
+		refused |= (d->auth[nb[k]] & AUTH_REFUSED_US) != 0;
 	}
-	if (!d->proven && all)
+	/* a refusal from a neighbour's own listener, not only hellos that
+	 * claimed to be neighbours (anyone can send those) */
+	if (!d->proven && all && refused)
 		go_out(d, -FT_EAUTH, "every neighbour refused this rank's token or job id, and no "
 				     "rank accepted it: it holds another token than the job's");
 }
@@ -673,7 +687,8 @@ static int check_time(struct ft__det *d, int64_t now)
 	 * its own left neighbour's connection, a stopped one sends no heartbeat),
 	 * so the grace is long enough for a slow start. */
 	int64_t grace = 5 * to > 5000 ? 5 * to : 5000;
-	if (d->left >= 0 && d->left_ci < 0 && !d->left_bye && d->target == 0) {
+	if (d->left >= 0 && d->left_ci < 0 && !d->left_bye && d->target == 0 &&
+	    (d->proven || d->auth[d->left] == 0)) { /* else auth_judge decides */
 		if (now - d->view_ms >= grace) {
 			int32_t r = d->left;
 			declare(d, &r, 1, "it never opened its control link");

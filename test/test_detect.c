@@ -602,6 +602,39 @@ Test(detect, every_neighbour_with_another_token, .timeout = 60)
 	close_world();
 }
 
+/* Strangers with another token send hellos claiming to be both neighbours
+ * before the detector proved its token to anyone: claims alone neither
+ * make it leave nor get a neighbour declared; the real neighbours then
+ * link as usual. */
+Test(detect, claims_alone_change_nothing, .timeout = 60)
+{
+	const int all[W] = {0, 1, 2, 3, 4};
+	struct ft__ctl fake[2];
+
+	open_world(50, 30000);
+	for (int k = 0; k < 2; k++) {
+		struct ft__ctl_params cp = {.rank = k == 0 ? LEFT : RIGHT, .world_size = W,
+					    .job_id = JOB, .token = "another-token",
+					    .bind_host = "127.0.0.1"};
+		cr_assert_eq(ft__ctl_open(&fake[k], &cp), 0);
+	}
+	cr_assert_eq(ft__det_start(w.d, 0, all, W), 0);
+	for (int k = 0; k < 2; k++)
+		cr_assert_geq(ft__ctl_connect(&fake[k], ft__det_addr(w.d), ME, 0, WAIT_MS), 0);
+	usleep(500 * 1000);
+	cr_expect(!ft__det_pending(w.d), "the detector gave up on claims alone");
+	w.link[RIGHT] = accept_right();
+	w.link[LEFT] = ft__ctl_connect(&w.ctl[LEFT], ft__det_addr(w.d), ME, 0, WAIT_MS);
+	cr_assert_geq(w.link[LEFT], 0);
+	usleep(300 * 1000);
+	cr_expect(!ft__det_pending(w.d));
+	for (int r = 0; r < W; r++)
+		cr_expect(!ft__det_failed(w.d, r), "rank %d declared", r);
+	for (int k = 0; k < 2; k++)
+		ft__ctl_close(&fake[k]);
+	close_world();
+}
+
 Test(detect, bad_hellos_refused, .timeout = 60)
 {
 	const int32_t zero[] = {0};
