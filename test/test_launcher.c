@@ -594,6 +594,39 @@ Test(launcher, rendezvous_removed, .timeout = 20, .fini = scratch_remove)
 	run_free(&r);
 }
 
+/*
+ * A killed rank's libfabric shm regions ("PID:UID:IDX" in /dev/shm) stay
+ * while the job runs, since a survivor may still have to map one to take the
+ * dead rank's last request to connect, and are gone once the job ends.
+ */
+Test(launcher, dead_ranks_shm_regions_removed_when_the_job_ends, .timeout = 20)
+{
+	char path[128];
+	int pid = 0;
+	struct run r;
+
+	run(&r, NULL,
+	    (const char *const[]){ "-n", "2", "sh", "-c",
+				   "u=$(id -u); if [ $FTCC_RANK = 0 ]; then "
+				   ": > /dev/shm/$$:$u:0; : > /dev/shm/$$:$u:1; "
+				   "echo $$ > \"$FTCC_RENDEZVOUS/pid0\"; kill -9 $$; fi; "
+				   "while [ ! -s \"$FTCC_RENDEZVOUS/pid0\" ]; do sleep 0.05; done; "
+				   "sleep 0.5; p=$(cat \"$FTCC_RENDEZVOUS/pid0\"); "
+				   "echo during: $(ls /dev/shm | grep -c \"^$p:$u:\")",
+				   NULL });
+	cr_assert_eq(r.status, 137, DUMP(r));
+	cr_assert(strstr(r.text[0], "[1] during: 2\n"), DUMP(r));
+	cr_assert_eq(sscanf(strstr(r.text[1], "rank 0 (pid ") ? strstr(r.text[1], "rank 0 (pid ")
+							    : "",
+			    "rank 0 (pid %d)", &pid), 1, DUMP(r));
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "/dev/shm/%d:%u:%d", pid, (unsigned)getuid(), i);
+		cr_expect_neq(access(path, F_OK), 0, "%s was left behind", path);
+		unlink(path);
+	}
+	run_free(&r);
+}
+
 Test(launcher, user_environment_respected, .timeout = 20, .fini = scratch_remove)
 {
 	const char *dir = scratch;

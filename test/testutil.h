@@ -3,6 +3,7 @@
 #define FTCC_TESTUTIL_H
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -24,6 +25,8 @@ struct tu_job {
 	char job_id[64];
 	int n;
 	pid_t pids[64];
+	pid_t spawned[64];      /* every process spawned, for tu_job_cleanup */
+	int nspawned;
 	int status[64];
 	/* FTCC_TEST_MEMBERSHIP=inband: each rank's membership port, held
 	 * bound (not listening) by the test so that no other socket takes it */
@@ -136,6 +139,8 @@ static inline void tu_spawn(struct tu_job *job, int r, tu_rank_fn fn, void *arg,
 		_exit(rc & 0xff);
 	}
 	job->pids[r] = pid;
+	if (job->nspawned < 64)
+		job->spawned[job->nspawned++] = pid;
 }
 
 /* FTCC_TEST_HANG_STACKS=1: print a hung rank's threads (gdb) before it is killed. */
@@ -202,9 +207,24 @@ static inline int tu_wait(struct tu_job *job, long deadline_ms, const int *expec
 	return bad;
 }
 
+/*
+ * As ftcc-run does when a job ends: the libfabric shm regions of ranks that
+ * died without closing them ("PID:UID:IDX" in /dev/shm). The library leaves
+ * a dead peer's region in place for a while (transports/fabric/shm.c), and
+ * when its observers die too, no one else removes it.
+ */
 static inline void tu_job_cleanup(struct tu_job *job)
 {
 	char cmd[300];
+	for (int i = 0; i < job->nspawned; i++) {
+		if (kill(job->spawned[i], 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(cmd, sizeof(cmd), "rm -f /dev/shm/%d:%u:[0-9]*", (int)job->spawned[i],
+			 (unsigned)getuid());
+		if (system(cmd) != 0)
+			fprintf(stderr, "cannot run: %s\n", cmd);
+	}
+	job->nspawned = 0;
 	for (int r = 0; r < 64; r++)
 		if (job->port_fd[r] >= 0) {
 			close(job->port_fd[r]);

@@ -132,6 +132,8 @@ struct launcher {
 	unsigned long deaths;
 	bool out_closed[3];        /* our stdout/stderr hit EPIPE: drop further output */
 	struct store *store;       /* the address store we serve, or NULL */
+	pid_t *dead;               /* ranks' pids that exited: their shm regions go at the end */
+	size_t ndead, dead_cap;
 };
 
 static int sig_pipe[2] = { -1, -1 };
@@ -1114,8 +1116,11 @@ static void rank_exited(struct launcher *L, struct rank *r, int wstatus)
  * libfabric's shm provider keeps a file in /dev/shm per endpoint, named
  * "PID:UID:IDX" after its process, that only that process removes (closing
  * the endpoint, as ft_finalize does). A rank killed, or exiting without
- * ft_finalize, leaves them behind; they are removed here while the rank is
- * still a zombie, so that no other process can have its pid yet.
+ * ft_finalize, leaves them behind; they are removed when the job ends, for
+ * each such pid that no process holds by then. Not at once: a survivor may
+ * still hold the dead rank's request to connect, and shm 1.17 maps the
+ * requester's region by name when it takes it, and crashes when the name is
+ * gone (transports/fabric/shm.c).
  */
 static void remove_shm_regions(pid_t pid)
 {
@@ -1152,7 +1157,18 @@ static void reap(struct launcher *L)
 		}
 		if (si.si_pid == 0)
 			return;
-		remove_shm_regions(si.si_pid);
+		if (L->ndead == L->dead_cap) {
+			size_t cap = L->dead_cap ? 2 * L->dead_cap : 16;
+			pid_t *d = realloc(L->dead, cap * sizeof(*d));
+			if (d != NULL) {
+				L->dead = d;
+				L->dead_cap = cap;
+			}
+		}
+		if (L->ndead < L->dead_cap)
+			L->dead[L->ndead++] = si.si_pid;
+		else
+			remove_shm_regions(si.si_pid); /* out of memory: now, as before */
 		pid = waitpid(si.si_pid, &wstatus, 0);
 		if (pid < 0 && errno == EINTR)
 			continue;
@@ -1464,6 +1480,10 @@ int main(int argc, char **argv)
 		if (s->fd >= 0)
 			stream_close(L, s);
 	}
+	for (size_t i = 0; i < L->ndead; i++)
+		if (kill(L->dead[i], 0) != 0 && errno == ESRCH)
+			remove_shm_regions(L->dead[i]);
+	free(L->dead);
 	remove_rendezvous(L);
 	store_close(L->store);
 

@@ -156,6 +156,8 @@ uint32_t ft__fi_version(void);
 #define FAB_LIVENESS_MS 20
 #define FAB_SAR_YIELD_NS 5000000ull /* SAR: yield, not sleep, this long after the last completion */
 #define FAB_WATCH_MAX 16
+#define FAB_REAP_MAX 32
+#define FAB_REAP_AFTER_MS 10000 /* a dead peer's region outlives it this long (shm.c) */
 #define FAB_CLOSE_MAGIC 0x46544345u /* "FTCE" */
 
 enum fab_kind { K_HELLO = 1, K_ACK, K_HDR, K_DATA, K_CLOSE_S, K_CLOSE_R };
@@ -321,6 +323,11 @@ struct fab_watch {
 	char region[FAB_NAME_MAX + 1];
 };
 
+struct fab_reap {
+	char region[FAB_NAME_MAX + 1];
+	int64_t at;             /* ms: remove it then, or at close if sooner */
+};
+
 struct ft_transport {
 	bool (*interrupted)(void *arg);
 	void *interrupt_arg;
@@ -365,6 +372,8 @@ struct ft_transport {
 	size_t npeers, peers_cap;
 	struct fab_watch watch[FAB_WATCH_MAX];
 	unsigned nwatch;
+	struct fab_reap reap[FAB_REAP_MAX];     /* dead peers' regions, removed later */
+	unsigned nreap;
 	struct ft_tp_event *evq;
 	size_t ev_cap, ev_head, ev_len;
 	struct fab_op *free_ops;
@@ -478,6 +487,7 @@ bool ft__fab_local_peer_closed(const struct ft_link *l);
 void ft__fab_keep_watching(struct ft_transport *tp, struct ft_link *l);
 /* Removes the regions of watched peers that exited. */
 void ft__fab_check_watched(struct ft_transport *tp);
+void ft__fab_reap_dead(struct ft_transport *tp, bool all);
 /* Every FAB_LIVENESS_MS: looks whether local peers exited. */
 void ft__fab_check_liveness(struct ft_transport *tp);
 bool ft__fab_sar_midway(const struct ft_transport *tp);

@@ -325,6 +325,7 @@ static void fab_close(struct ft_transport *tp)
 	ft__fab_check_watched(tp);
 	while (tp->nwatch > 0)
 		close(tp->watch[--tp->nwatch].pidfd);
+	ft__fab_reap_dead(tp, true);
 	if (tp->av != NULL)
 		fi_close(&tp->av->fid);
 	if (tp->cq != NULL)

@@ -15,11 +15,22 @@
  * "PID:UID:IDX") that only its owner removes, when it closes the endpoint
  * (ft_finalize does; so do shm's own handlers of SIGINT, SIGTERM, SIGSEGV
  * and SIGBUS): a rank killed, or exiting without ft_finalize, would leave
- * its region there for good. Its name is removed instead by a neighbour that saw it die (below),
- * by ftcc-run once it reaps the rank, or by a later process given the same
- * pid (ft__fab_enable_ep); mappings already made stay valid. The library
- * itself registers nothing to run at exit: such a handler would run in
- * whatever thread calls exit(), under the application's feet.
+ * its region there for good. Its name is removed instead by a neighbour that
+ * saw it die, when that neighbour closes its transport (below), by ftcc-run
+ * when the job ends, or by a later process given the same pid
+ * (ft__fab_enable_ep); mappings already made stay valid. The library itself
+ * registers nothing to run at exit: such a handler would run in whatever
+ * thread calls exit(), under the application's feet.
+ *
+ * Not at once: a rank killed right after it asked a peer to connect leaves
+ * that request in the peer's queue, and shm 1.17 maps the requester's region
+ * by name when it takes the request, then reads it unchecked: a name removed
+ * meanwhile crashed the survivor (SIGSEGV in fi_cq_read, seen in
+ * test_shrink's second kill during recovery). So a dead peer's region is
+ * removed FAB_REAP_AFTER_MS after its death, or when this transport closes
+ * if that comes first: survivors drain their queues long before either. An
+ * observer killed within that time leaves the region behind (ftcc-run still
+ * removes it when the job ends).
  */
 static bool shm_region(const char *prov, const uint8_t *name, size_t len, int pid, char *out)
 {
@@ -68,13 +79,48 @@ static int reap_regions(const char *region)
 	return n;
 }
 
+/* Remembers a dead process's region for ft__fab_reap_dead (the oldest is
+ * removed now when the list is full: the longest dead). */
+static void reap_later(struct ft_transport *tp, const char *region)
+{
+	size_t n = strnlen(region, FAB_NAME_MAX);
+
+	for (unsigned i = 0; i < tp->nreap; i++)
+		if (strcmp(tp->reap[i].region, region) == 0)
+			return;
+	if (tp->nreap == FAB_REAP_MAX) {
+		tp->reap[0].at = 0;
+		ft__fab_reap_dead(tp, false);
+	}
+	memcpy(tp->reap[tp->nreap].region, region, n);
+	tp->reap[tp->nreap].region[n] = '\0';
+	tp->reap[tp->nreap++].at = ft__now_ms() + FAB_REAP_AFTER_MS;
+}
+
+/* Removes the regions due (all: every one remembered). */
+void ft__fab_reap_dead(struct ft_transport *tp, bool all)
+{
+	int64_t now = ft__now_ms();
+
+	for (unsigned i = 0; i < tp->nreap;) {
+		if (!all && tp->reap[i].at > now) {
+			i++;
+			continue;
+		}
+		if (reap_regions(tp->reap[i].region) > 0)
+			ft__debug("fabric: removed the shm region %s of a rank that died",
+				  tp->reap[i].region);
+		tp->nreap--;
+		memmove(&tp->reap[i], &tp->reap[i + 1], (tp->nreap - i) * sizeof(tp->reap[0]));
+	}
+}
+
 static void reap_shm_region(const struct ft_link *l)
 {
 	char region[FAB_NAME_MAX + 1];
 
-	if (shm_region(l->tp->prov, l->peer_name, l->peer_namelen, l->pid, region) &&
-	    reap_regions(region) > 0)
-		ft__debug("fabric: removed the shm region %s of rank %d", region, l->peer);
+	if (shm_region(l->tp->prov, l->peer_name, l->peer_namelen, l->pid, region))
+		reap_later(l->tp, region);
 }
 
 static void peer_died(struct ft_link *l, int64_t now)
@@ -189,9 +235,7 @@ void ft__fab_check_watched(struct ft_transport *tp)
 			i++;
 			continue;
 		}
-		if (reap_regions(tp->watch[i].region) > 0)
-			ft__debug("fabric: removed the shm region %s of a rank that exited",
-				  tp->watch[i].region);
+		reap_later(tp, tp->watch[i].region);
 		close(tp->watch[i].pidfd);
 		tp->nwatch--;
 		memmove(&tp->watch[i], &tp->watch[i + 1], (tp->nwatch - i) * sizeof(tp->watch[0]));
@@ -206,6 +250,8 @@ void ft__fab_check_liveness(struct ft_transport *tp)
 		return;
 	tp->next_liveness = now + FAB_LIVENESS_MS;
 	ft__fab_check_watched(tp);
+	if (tp->nreap > 0)
+		ft__fab_reap_dead(tp, false);
 	for (struct ft_link *l = tp->links; l != NULL; l = l->next) {
 		bool gone;
 		if (!l->local || l->dead)
