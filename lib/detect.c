@@ -575,7 +575,6 @@ static void auth_judge(struct ft__det *d)
 			continue;
 		if (d->proven && (d->auth[nb[k]] & AUTH_REFUSED_US)) {
 			int32_t r = nb[k];
-			d->auth[r] = 0;
 			declare(d, &r, 1, "it refused our token or could not prove its own");
 			if (d->out)
 				return;
@@ -590,8 +589,9 @@ static void auth_judge(struct ft__det *d)
 				     "rank accepted it: it holds another token than the job's");
 }
 
-/* Token news from link i (closed when it refused us), judged at once. */
-static void auth_news(struct ft__det *d, int i, bool refused_us)
+/* What reading link i told of tokens (a hello refused here, or this rank's
+ * proved on it), judged at once. */
+static void auth_news(struct ft__det *d, int i)
 {
 	struct ft__ctl_link *l = &d->ctl.links[i];
 	int claim = d->ctl.refused_claim;
@@ -602,18 +602,23 @@ static void auth_news(struct ft__det *d, int i, bool refused_us)
 		d->auth[claim] |= AUTH_CLAIMED;
 		changed = true;
 	}
-	if (refused_us) {
-		int32_t peer = l->peer;
-		link_close(d, i);
-		if (peer >= 0 && peer < d->p.world_size)
-			d->auth[peer] |= AUTH_REFUSED_US;
-		changed = true;
-	} else if (!d->proven && l->fd >= 0 && l->peer >= 0 && !l->await_ack && !l->connecting) {
+	if (!d->proven && l->fd >= 0 && l->peer >= 0 && !l->await_ack && !l->connecting) {
 		d->proven = true;
 		changed = true;
 	}
 	if (changed)
 		auth_judge(d);
+}
+
+/* Link i's peer refused our hello or did not prove its token: link_lost
+ * declares it, or leaves it to auth_judge while this rank is unproven. */
+static void refused_us(struct ft__det *d, int i)
+{
+	int32_t peer = d->ctl.links[i].peer;
+
+	if (peer >= 0)
+		d->auth[peer] |= AUTH_REFUSED_US;
+	link_lost(d, i, "it refused our token or could not prove its own");
 }
 
 /* Handles every whole message link i holds. */
@@ -626,7 +631,7 @@ static void read_link(struct ft__det *d, int i)
 		bool first = d->ctl.links[i].peer < 0;
 		rc = ft__ctl_next(&d->ctl, i, &m); /* finishes a connect first */
 		if (rc != -FT_EAUTH)
-			auth_news(d, i, false);
+			auth_news(d, i);
 		if (d->out)
 			return;
 		if (rc >= 0 && d->owe[i] && !d->ctl.links[i].connecting) {
@@ -642,7 +647,7 @@ static void read_link(struct ft__det *d, int i)
 	if (rc == -FT_EPEERFAILED)
 		link_closed(d, i, "its control link closed");
 	else if (rc == -FT_EAUTH)
-		auth_news(d, i, true);
+		refused_us(d, i);
 	else if (rc < 0)
 		link_lost(d, i, rc == -FT_EPROTO ? "it sent a malformed control message"
 						 : "its control link failed");
