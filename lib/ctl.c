@@ -57,7 +57,10 @@ int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 	ctl->listen_fd = -1;
 	ctl->refused_claim = -1;
 	ctl->who = p->who != NULL ? p->who : "detector";
-	ctl->nlinks = p->links > 0 ? p->links : FT__CTL_LINKS;
+	ctl->out_cap = ctl->in_cap = p->links > 0 ? p->links : FT__CTL_LINKS;
+	ctl->stranger_cap = p->strangers > 0 ? p->strangers : FT__CTL_LINKS;
+	ctl->hello_ms = p->hello_ms > 0 ? p->hello_ms : FT__CTL_HELLO_MS;
+	ctl->nlinks = ctl->out_cap + ctl->in_cap + ctl->stranger_cap;
 	ctl->links = calloc((size_t)ctl->nlinks, sizeof(*ctl->links));
 	if (ctl->links == NULL) {
 		ctl->nlinks = 0;
@@ -112,11 +115,57 @@ void ft__ctl_close(struct ft__ctl *ctl)
 	ctl->listen_fd = -1;
 }
 
-/* Takes fd as a link: its index, or -1 (fd closed) when no slot or memory is left. */
-static int link_new(struct ft__ctl *ctl, int fd, int peer, uint32_t gen)
+/* A stranger: accepted here, its hello not passed yet. */
+static bool is_stranger(const struct ft__ctl_link *l)
+{
+	return l->fd >= 0 && !l->ours && l->peer < 0;
+}
+
+/* Open links of one kind: connected here (ours), accepted and passed, strangers. */
+static int count_kind(const struct ft__ctl *ctl, bool ours, bool stranger)
+{
+	int n = 0;
+
+	for (int i = 0; i < ctl->nlinks; i++) {
+		const struct ft__ctl_link *l = &ctl->links[i];
+		if (l->fd >= 0 && l->ours == ours && is_stranger(l) == stranger)
+			n++;
+	}
+	return n;
+}
+
+/* Strangers get one warning line per period, with a count of those held back. */
+#define WARN_PERIOD_MS 10000
+
+static void stranger_warn(struct ft__ctl *ctl, const char *what, int claim)
 {
 	int64_t now = ft__now_ms();
 
+	if (ctl->warn_ms != 0 && now - ctl->warn_ms < WARN_PERIOD_MS) {
+		ctl->warn_held++;
+		return;
+	}
+	if (claim >= 0)
+		ft__warn("%s: %s (it claimed rank %d); %u more such since the last warning",
+			 ctl->who, what, claim, ctl->warn_held);
+	else
+		ft__warn("%s: %s; %u more such since the last warning", ctl->who, what,
+			 ctl->warn_held);
+	ctl->warn_ms = now;
+	ctl->warn_held = 0;
+}
+
+/* Takes fd as a link of its kind: its index, or -1 (fd closed) when that
+ * kind's share of the slots is taken or no memory is left. */
+static int link_new(struct ft__ctl *ctl, int fd, int peer, uint32_t gen, bool ours)
+{
+	int64_t now = ft__now_ms();
+	int cap = ours ? ctl->out_cap : ctl->stranger_cap;
+
+	if (count_kind(ctl, ours, !ours) >= cap) {
+		close(fd);
+		return -1;
+	}
 	for (int i = 0; i < ctl->nlinks; i++) {
 		unsigned char *in;
 		if (ctl->links[i].fd >= 0)
@@ -125,7 +174,8 @@ static int link_new(struct ft__ctl *ctl, int fd, int peer, uint32_t gen)
 		if (in == NULL)
 			break;
 		ctl->links[i] = (struct ft__ctl_link){.fd = fd, .peer = peer, .gen = gen,
-						      .opened_ms = now, .last_rx_ms = now, .in = in};
+						      .opened_ms = now, .last_rx_ms = now, .in = in,
+						      .ours = ours};
 		return i;
 	}
 	close(fd);
@@ -192,7 +242,7 @@ int ft__ctl_connect(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen,
 	rc = ft__sock_connect(&a, &ctl->sock_opts, ft__now_ms() + timeout_ms, &fd);
 	if (rc != 0)
 		return rc == -FT_ECONNREFUSED || rc == -FT_ETIMEDOUT ? rc : -FT_EPEERFAILED;
-	i = link_new(ctl, fd, to, gen);
+	i = link_new(ctl, fd, to, gen, true);
 	if (i < 0)
 		return -FT_ENOMEM;
 	if ((rc = send_hello(ctl, i, to, gen)) != 0) {
@@ -211,14 +261,16 @@ int ft__ctl_connect_start(struct ft__ctl *ctl, const char *addr, int to, uint32_
 		return -FT_EPEERFAILED;
 	fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return -FT_EPEERFAILED;
+		return -FT_ENOMEM; /* no descriptor or buffer here: says nothing of the peer */
 	ft__sock_tune(fd, &ctl->sock_opts);
 	if (connect(fd, (const struct sockaddr *)&a.ss, a.len) != 0 && errno != EINPROGRESS) {
-		int rc = ft__sock_error(errno);
+		/* no local port left is a shortage here too */
+		int rc = errno == EADDRNOTAVAIL || errno == EAGAIN ? -FT_ENOMEM
+								   : ft__sock_error(errno);
 		close(fd);
 		return rc;
 	}
-	i = link_new(ctl, fd, to, gen);
+	i = link_new(ctl, fd, to, gen, true);
 	if (i < 0)
 		return -FT_ENOMEM;
 	ctl->links[i].connecting = true;
@@ -244,14 +296,87 @@ static int finish_connect(struct ft__ctl *ctl, int i)
 	return send_hello(ctl, i, l->peer, l->gen) == 0 ? 1 : -FT_EPEERFAILED;
 }
 
+/* What a stranger may send before its hello is judged: the hello itself. */
+#define HELLO_BYTES (sizeof(struct ctl_hdr) + sizeof(struct ctl_hello))
+
+int ft__ctl_sweep(struct ft__ctl *ctl, int64_t now_ms)
+{
+	int64_t next = -1;
+
+	for (int i = 0; i < ctl->nlinks; i++) {
+		struct ft__ctl_link *l = &ctl->links[i];
+		int64_t end = l->opened_ms + ctl->hello_ms;
+		if (!is_stranger(l))
+			continue;
+		if (now_ms >= end) {
+			stranger_warn(ctl, "closed a control link that sent no hello in time", -1);
+			ft__ctl_drop(ctl, i);
+		} else if (next < 0 || end - now_ms < next) {
+			next = end - now_ms;
+		}
+	}
+	return (int)next;
+}
+
+/* Whether stranger l has sent a whole hello (left in the socket, so that
+ * the owner's poll still sees it), in *whole; false when it closed. */
+static bool stranger_peek(const struct ft__ctl_link *l, bool *whole)
+{
+	unsigned char buf[HELLO_BYTES];
+	ssize_t n;
+
+	*whole = l->have >= HELLO_BYTES;
+	if (*whole)
+		return true;
+	do
+		n = recv(l->fd, buf, HELLO_BYTES - l->have, MSG_PEEK | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n > 0)
+		*whole = l->have + (size_t)n >= HELLO_BYTES;
+	return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+}
+
+/* Makes room for one stranger: closes the oldest one that has not sent a
+ * whole hello (those that have are judged first, by the owner's next read);
+ * false when every stranger has. */
+static bool stranger_evict(struct ft__ctl *ctl)
+{
+	int oldest = -1;
+
+	for (int i = 0; i < ctl->nlinks; i++) {
+		struct ft__ctl_link *l = &ctl->links[i];
+		bool whole;
+		if (!is_stranger(l))
+			continue;
+		if (!stranger_peek(l, &whole)) {
+			ft__ctl_drop(ctl, i);
+			return true;
+		}
+		if (!whole &&
+		    (oldest < 0 || l->opened_ms < ctl->links[oldest].opened_ms))
+			oldest = i;
+	}
+	if (oldest < 0)
+		return false;
+	stranger_warn(ctl, "too many control links without a hello: closed the oldest", -1);
+	ft__ctl_drop(ctl, oldest);
+	return true;
+}
+
 void ft__ctl_accept(struct ft__ctl *ctl)
 {
+	(void)ft__ctl_sweep(ctl, ft__now_ms());
 	for (;;) {
-		int fd = accept4(ctl->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd;
+		/* over the share: what waits stays in the listen queue until a
+		 * stranger's hello is judged */
+		if (count_kind(ctl, false, true) >= ctl->stranger_cap && !stranger_evict(ctl))
+			return;
+		fd = accept4(ctl->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
 		ft__sock_tune(fd, &ctl->sock_opts);
-		link_new(ctl, fd, -1, 0);
+		link_new(ctl, fd, -1, 0, false);
 	}
 }
 
@@ -281,13 +406,19 @@ static int take_hello(struct ft__ctl *ctl, int i, const struct ctl_hdr *h, const
 	int rc;
 
 	if (h->type != FT__CTL_HELLO || h->len != sizeof(hello)) {
-		ft__warn("%s: refused a control link that opened with message type %u", ctl->who,
-			 h->type);
+		stranger_warn(ctl, "refused a control link that did not open with a hello", -1);
 		ft__ctl_drop(ctl, i);
 		return -FT_EPROTO;
 	}
 	memcpy(&hello, p, sizeof(hello));
 	ack.status = rc = hello_verdict(ctl, h, &hello);
+	if (rc == 0 && count_kind(ctl, false, false) >= ctl->in_cap) {
+		/* members only get here, and the share holds all a world needs */
+		ft__error("%s: every slot for a member's control link is taken: refused rank %d's",
+			  ctl->who, h->from);
+		ft__ctl_drop(ctl, i);
+		return -FT_ENOMEM;
+	}
 	ah = make_hdr(ctl, FT__CTL_ACK, h->gen, sizeof(ack));
 	struct iovec iov[3] = {{hello.nonce, sizeof(hello.nonce)}, {&ah, sizeof(ah)},
 			       {&ack, offsetof(struct ctl_ack, mac)}};
@@ -301,9 +432,11 @@ static int take_hello(struct ft__ctl *ctl, int i, const struct ctl_hdr *h, const
 	(void)ft__ctl_send(ctl, i, FT__CTL_ACK, h->gen, &ack, sizeof(ack));
 	if (rc == -FT_EAUTH && h->from >= 0 && h->from < ctl->world_size && h->from != ctl->rank)
 		ctl->refused_claim = h->from;
-	ft__warn("%s: refused a control link claiming rank %d: %s", ctl->who, h->from,
-		 rc == -FT_EAUTH ? "wrong job or token, or a replayed hello"
-				 : "not for this rank, or from outside the world");
+	stranger_warn(ctl, rc == -FT_EAUTH ? "refused a control hello: wrong job or token, or "
+					     "a replayed hello"
+					   : "refused a control hello not for this rank, or from "
+					     "outside the world",
+		      h->from);
 	ft__ctl_drop(ctl, i);
 	return rc;
 }
@@ -349,6 +482,14 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 		}
 		if (l->have >= sizeof(h)) {
 			memcpy(&h, l->in, sizeof(h));
+			if (is_stranger(l) && (h.magic != CTL_MAGIC || h.type != FT__CTL_HELLO ||
+					       h.len != sizeof(struct ctl_hello))) {
+				/* judged on its header: no more of it is read */
+				stranger_warn(ctl, "refused a control link that did not open "
+						   "with a hello", -1);
+				ft__ctl_drop(ctl, i);
+				return 0;
+			}
 			if (h.magic != CTL_MAGIC || sizeof(h) + h.len > ctl->msg_cap ||
 			    (h.type == FT__CTL_NOTICE && h.len % sizeof(int32_t) != 0))
 				return -FT_EPROTO;
@@ -376,24 +517,31 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 				return 1;
 			}
 		}
-		n = recv(l->fd, l->in + l->have, ctl->msg_cap - l->have, MSG_DONTWAIT);
-		if (n == 0)
-			return -FT_EPEERFAILED;
+		/* a stranger is read no further than a hello */
+		n = recv(l->fd, l->in + l->have,
+			 (is_stranger(l) ? HELLO_BYTES : ctl->msg_cap) - l->have, MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+			if (is_stranger(l)) {
+				ft__ctl_drop(ctl, i);
+				return 0;
+			}
+			/* before its answer to our hello, a close proves nothing */
+			return l->await_ack ? -FT_EBUSY : -FT_EPEERFAILED;
+		}
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			if (errno == ECONNRESET)
-				return -FT_EPEERFAILED; /* closed by the peer's kernel */
 			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -FT_EIO;
 		}
 		l->have += (size_t)n;
 	}
 }
 
-int ft__ctl_pollfds(const struct ft__ctl *ctl, struct pollfd *pfd, int *idx)
+int ft__ctl_pollfds(struct ft__ctl *ctl, struct pollfd *pfd, int *idx)
 {
 	int n = 0;
 
+	(void)ft__ctl_sweep(ctl, ft__now_ms());
 	pfd[n++] = (struct pollfd){.fd = ctl->listen_fd, .events = POLLIN};
 	for (int i = 0; i < ctl->nlinks; i++)
 		if (ctl->links[i].fd >= 0) {

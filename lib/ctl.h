@@ -30,6 +30,18 @@
  * message from the link before an ACK of status 0 whose MAC checks out. A message longer
  * than the largest this world can need, or with a bad magic, ends the link.
  *
+ * Slots: links this rank connects, links whose hello passed here, and
+ * links accepted here that have not passed one yet (strangers, as far as
+ * anyone knows) each have their own share of the table, so that strangers
+ * can never take the slot a neighbour's link needs. A stranger holds at
+ * most a hello's bytes, for at most hello_ms: a link whose hello has not
+ * passed by then is closed, and when the strangers' share is full a new
+ * connection closes the oldest stranger that has not sent a whole hello
+ * yet (one that has is judged first). A link closed before it answered our
+ * own hello is no news of its peer's death (it may have closed ours to make
+ * room, or been a stranger's victim): ft__ctl_next says -FT_EBUSY, and the
+ * owner connects again.
+ *
  * Sending is all or nothing: messages are small and the socket buffer
  * large, so a message that does not fit means the peer has not read its
  * control link for hundreds of heartbeat periods. The link is then
@@ -40,6 +52,7 @@
  */
 
 #define FT__CTL_LINKS 16     /* links when ft__ctl_params.links is 0 */
+#define FT__CTL_HELLO_MS 1000 /* a link accepted here must pass its hello within this */
 #define FT__CTL_ACK_BYTES 56    /* an ACK message, header included */
 
 enum ft__ctl_type {
@@ -71,6 +84,7 @@ struct ft__ctl_link {
 	bool await_ack;         /* connected here: the peer has not proved the token yet */
 	uint8_t nonce[FT__AUTH_NONCE];  /* connected here: our hello's */
 	bool ack_owed;          /* accepted here: ack goes out with the next message */
+	bool ours;              /* connected here (else accepted here) */
 	uint8_t ack[FT__CTL_ACK_BYTES];
 };
 
@@ -82,8 +96,12 @@ struct ft__ctl {
 	size_t msg_cap;                 /* largest message, header included */
 	size_t max_payload;             /* largest payload (at most UINT16_MAX) */
 	const char *who;                /* names the owner in messages */
-	int nlinks;
+	int nlinks;                     /* out_cap + in_cap + stranger_cap */
 	struct ft__ctl_link *links;     /* nlinks of them */
+	int out_cap, in_cap, stranger_cap; /* each kind's share of the slots */
+	int hello_ms;
+	int64_t warn_ms;                /* strangers' warnings: one line per period */
+	unsigned warn_held;             /* ... and how many were held back since */
 	struct ft__auth_seen seen;      /* nonces of the hellos accepted */
 	struct ft__sock_opts sock_opts;
 	int refused_claim;              /* the rank a hello refused for its token or job
@@ -98,7 +116,11 @@ struct ft__ctl_params {
 	const char *token;
 	const char *bind_host;  /* "" or NULL: 127.0.0.1 */
 	const char *port;       /* port to listen on; NULL: the kernel picks */
-	int links;              /* link slots; 0: FT__CTL_LINKS */
+	int links;              /* slots for links connected here, and as many for links
+				 * accepted whose hello passed; 0: FT__CTL_LINKS */
+	int strangers;          /* slots for links accepted that have not passed a hello
+				 * yet; 0: FT__CTL_LINKS */
+	int hello_ms;           /* how long those have to pass it; 0: FT__CTL_HELLO_MS */
 	size_t min_payload;     /* messages at least this large are carried (the largest
 				 * is what the world needs, at most UINT16_MAX) */
 	const char *who;        /* "detector" when NULL */
@@ -122,11 +144,16 @@ int ft__ctl_connect(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen,
  * Starts connecting to original rank `to` at addr without waiting: the
  * link's index (connecting; ft__ctl_next finishes the connect and sends
  * the hello, or reports -FT_ECONNREFUSED or -FT_EPEERFAILED), or
- * -FT_EPEERFAILED, -FT_ENOMEM.
+ * -FT_EPEERFAILED, -FT_ECONNREFUSED, or -FT_ENOMEM when this side is short
+ * of a slot, a descriptor, a local port or memory (no news of the peer).
  */
 int ft__ctl_connect_start(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen);
-/* Accepts every pending connection as an unidentified link. */
+/* Accepts every pending connection as an unidentified link (strangers
+ * over their share: see the top of this file). */
 void ft__ctl_accept(struct ft__ctl *ctl);
+/* Closes the links accepted here whose hello did not pass within hello_ms;
+ * returns the ms until the next such deadline, or -1 when none is pending. */
+int ft__ctl_sweep(struct ft__ctl *ctl, int64_t now_ms);
 /* Sends one message: 0, -FT_EPEERFAILED when the link cannot carry it
  * (broken, or the peer stopped reading; the link is left open), -FT_EINVAL
  * when len exceeds max_payload. */
@@ -138,16 +165,17 @@ int ft__ctl_send(struct ft__ctl *ctl, int i, enum ft__ctl_type type, uint32_t ge
  * that ends the link, which the caller closes: -FT_EPEERFAILED (closed by
  * the peer), -FT_EIO (socket error), -FT_EPROTO (malformed message), or on
  * a link connected here, the peer's refusal or -FT_EAUTH when its ACK does
- * not prove the token. A HELLO that passes identifies the link, is
+ * not prove the token, -FT_EBUSY when it closed before it answered (no
+ * proof of anything: connect again). A HELLO that passes identifies the link, is
  * answered and is returned for the owner to decide; a HELLO that fails is
  * answered, logged and its link closed. ACKs are never returned.
  */
 int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m);
 /* Closes link i (no goodbye). */
 void ft__ctl_drop(struct ft__ctl *ctl, int i);
-/* Fills pfd with the listener (first) and every open link (a connecting
- * one waits for POLLOUT), idx with the links' indices; returns the number
- * of pollfds written (at most 1 + ctl->nlinks). */
-int ft__ctl_pollfds(const struct ft__ctl *ctl, struct pollfd *pfd, int *idx);
+/* Sweeps (ft__ctl_sweep), then fills pfd with the listener (first) and
+ * every open link (a connecting one waits for POLLOUT), idx with the links'
+ * indices; returns the number of pollfds written (at most 1 + ctl->nlinks). */
+int ft__ctl_pollfds(struct ft__ctl *ctl, struct pollfd *pfd, int *idx);
 
 #endif

@@ -53,7 +53,9 @@
  *   condition variable when it waits for the view); it adopts the view itself.
  */
 
-#define HELLO_WAIT_MS 1000
+/* A right neighbour's link closed before it answered (no proof of death,
+ * ctl.h): connected again after this, for up to the detect timeout. */
+#define RETRY_MS 20
 
 struct ft__det {
 	struct ft__det_params p;
@@ -85,6 +87,8 @@ struct ft__det {
 	int left, right;        /* original ranks of the neighbours, -1 none */
 	int left_ci, right_ci;  /* their control links in ctl.links[], -1 none */
 	bool left_bye, right_bye;
+	int64_t right_retry_ms; /* connect to the right neighbour again then; 0 none */
+	int64_t right_busy_ms;  /* its links closed before answering since then; 0 none */
 	bool *owe;              /* by link: a direct notice waits for it to connect */
 	int64_t view_ms, next_hb_ms;
 	uint32_t target;        /* generation being settled, 0 none */
@@ -199,14 +203,54 @@ static void send_failed_set(struct ft__det *d, int i)
 		link_lost(d, i, "it cannot take a failure notice");
 }
 
-/* Blocks (briefly) to connect the control link to original rank `to`. */
-static int connect_to(struct ft__det *d, int to)
+/*
+ * Opens the control link to the right neighbour without waiting (the
+ * detector never blocks: its heartbeats must go out meanwhile); the failed
+ * set goes out once it connects, and ft__ctl_next reports a refusal. A
+ * local shortage (no descriptor, no slot, no memory) is no news of the
+ * neighbour: the link is tried again, never the neighbour declared for it.
+ */
+static void connect_right(struct ft__det *d)
 {
 	struct ft__member m;
+	int32_t r = d->right;
+	int i;
 
-	if (ft__mb_lookup(d->p.mb, d->gen, to, &m) != 0 || m.ctrl[0] == '\0')
-		return -FT_EPEERFAILED;
-	return ft__ctl_connect(&d->ctl, m.ctrl, to, d->gen, d->p.detect_timeout_ms);
+	d->right_retry_ms = 0;
+	if (ft__mb_lookup(d->p.mb, d->gen, r, &m) != 0 || m.ctrl[0] == '\0') {
+		declare(d, &r, 1, "it published no control address");
+		return;
+	}
+	i = ft__ctl_connect_start(&d->ctl, m.ctrl, r, d->gen);
+	if (i >= 0) {
+		d->right_ci = i;
+		d->owe[i] = true;
+	} else if (i == -FT_ENOMEM) {
+		ft__error("detector: no resources for a control link to rank %d: trying again", r);
+		d->right_retry_ms = ft__now_ms() + RETRY_MS;
+	} else {
+		if (i == -FT_ECONNREFUSED)
+			ft__mb_certain(d->p.mb, r);
+		declare(d, &r, 1, "its control address refused us");
+	}
+}
+
+/* The right neighbour's link closed before it answered our hello: its
+ * listener may have closed it for room (ctl.h), so it is opened again; only
+ * a detect timeout of such closes (what silence would mean) declares it. */
+static void right_busy(struct ft__det *d, int i)
+{
+	int64_t now = ft__now_ms();
+	int32_t r = d->right;
+
+	link_close(d, i);
+	if (d->right_busy_ms == 0)
+		d->right_busy_ms = now;
+	if (now - d->right_busy_ms >= d->p.detect_timeout_ms) {
+		declare(d, &r, 1, "its control link kept closing before it answered");
+		return;
+	}
+	d->right_retry_ms = now + RETRY_MS;
 }
 
 /* ---- membership ---- */
@@ -279,18 +323,9 @@ static void rewire(struct ft__det *d)
 			send_failed_set(d, i);
 		}
 	}
-	if (d->right >= 0 && !d->out) {
-		int i = connect_to(d, d->right);
-		if (i >= 0) {
-			d->right_ci = i;
-			send_failed_set(d, i);
-		} else {
-			int32_t r = d->right;
-			if (i == -FT_ECONNREFUSED)
-				ft__mb_certain(d->p.mb, r);
-			declare(d, &r, 1, "its control address refused us");
-		}
-	}
+	d->right_retry_ms = d->right_busy_ms = 0;
+	if (d->right >= 0 && !d->out)
+		connect_right(d);
 }
 
 /* Takes v, settled by membership, whose members are therefore in
@@ -640,12 +675,19 @@ static void read_link(struct ft__det *d, int i)
 		}
 		if (rc <= 0 || d->ctl.links[i].fd < 0)
 			break;
+		if (i == d->right_ci)
+			d->right_busy_ms = 0; /* it answered */
 		on_msg(d, i, &m, first);
 		if (d->ctl.links[i].fd < 0 || d->out)
 			return;
 	}
-	if (rc == -FT_EPEERFAILED)
-		link_closed(d, i, "its control link closed");
+	if (rc == -FT_EBUSY && i == d->right_ci)
+		right_busy(d, i);
+	else if (rc == -FT_EBUSY)
+		link_close(d, i); /* a direct link: the ring carries the news all the same */
+	else if (rc == -FT_EPEERFAILED || rc == -FT_ECONNREFUSED)
+		link_closed(d, i, rc == -FT_ECONNREFUSED ? "its control address refused us"
+							 : "its control link closed");
 	else if (rc == -FT_EAUTH)
 		refused_us(d, i);
 	else if (rc < 0)
@@ -653,23 +695,28 @@ static void read_link(struct ft__det *d, int i)
 						 : "its control link failed");
 }
 
-/* Silence, a missing left link, hello-less strangers; returns ms to the next check. */
+/* Silence, a missing left link, the right one to open again, strangers
+ * (ft__ctl_sweep); returns ms to the next check. */
 static int check_time(struct ft__det *d, int64_t now)
 {
 	int64_t next = d->next_hb_ms;
 	int64_t to = d->p.detect_timeout_ms;
+	int sweep = ft__ctl_sweep(&d->ctl, now);
 
+	if (sweep >= 0 && now + sweep < next)
+		next = now + sweep;
+	if (d->right >= 0 && d->right_ci < 0 && d->right_retry_ms != 0) {
+		if (now >= d->right_retry_ms)
+			connect_right(d);
+		else if (d->right_retry_ms < next)
+			next = d->right_retry_ms;
+		if (d->out)
+			return 0;
+	}
 	for (int i = 0; i < d->ctl.nlinks; i++) {
 		struct ft__ctl_link *l = &d->ctl.links[i];
-		if (l->fd < 0)
+		if (l->fd < 0 || l->peer < 0)
 			continue;
-		if (l->peer < 0) {
-			if (now - l->opened_ms >= HELLO_WAIT_MS)
-				link_close(d, i);
-			else if (l->opened_ms + HELLO_WAIT_MS < next)
-				next = l->opened_ms + HELLO_WAIT_MS;
-			continue;
-		}
 		if (i != d->left_ci && i != d->right_ci)
 			continue;
 		if (now - l->last_rx_ms >= to) {
@@ -834,8 +881,11 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 				    .job_id = p->job_id, .token = p->token,
 				    .bind_host = p->bind_host, .publish_host = p->publish_host,
 				    .dead_ms = p->detect_timeout_ms,
-				    /* both neighbours, a direct link to every member, strangers */
-				    .links = 2 * p->world_size + FT__CTL_LINKS};
+				    /* each way: both neighbours, a direct link with every
+				     * member, links of views being left */
+				    .links = 2 * p->world_size + FT__CTL_LINKS,
+				    /* at a view change every member may open one at once */
+				    .strangers = p->world_size + FT__CTL_LINKS};
 	pthread_condattr_t ca;
 	int rc;
 

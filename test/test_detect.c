@@ -37,6 +37,9 @@
 #define JOB "job"
 #define TOKEN "tok"
 #define WAIT_MS 10000
+#ifndef FT__CTL_HELLO_MS
+#define FT__CTL_HELLO_MS 1000
+#endif
 
 struct world {
 	char root[256];
@@ -55,7 +58,7 @@ static struct world w;
 
 static void quiet(void)
 {
-	ft__log_level = -1;
+	ft__log_level = getenv("DBG") ? 3 : -1;
 }
 
 TestSuite(detect, .init = quiet);
@@ -149,7 +152,7 @@ static int accept_right(void)
 		struct ft__ctl_msg m;
 		(void)poll(&p, 1, 10);
 		ft__ctl_accept(c);
-		for (int i = 0; i < FT__CTL_LINKS; i++) {
+		for (int i = 0; i < c->nlinks; i++) {
 			if (c->links[i].fd < 0)
 				continue;
 			if (c->links[i].peer < 0 && ft__ctl_next(c, i, &m) == 1) {
@@ -243,17 +246,20 @@ static void expect_notice(int r, const int32_t *want, int nw, const char *what)
 			     got[i], want[i]);
 }
 
-/* Expects r's link to end (the detector closed it). */
+/* Expects r's link to end (the detector closed it): on a link r opened
+ * whose hello the detector never answered, that close proves nothing
+ * (FT_EBUSY, ctl.h). */
 static void expect_closed(int r, const char *what)
 {
 	struct ft__ctl_msg m;
+	bool unanswered = w.ctl[r].links[w.link[r]].await_ack;
 	int rc;
 
 	do
 		rc = next_msg(r, WAIT_MS, &m, NULL, NULL);
 	while (rc == 1 && m.type == FT__CTL_NOTICE);
-	cr_expect_eq(rc, -FT_EPEERFAILED, "%s: rank %d's link: %s, type %d", what, r,
-		     ft_err_name(rc), rc == 1 ? m.type : 0);
+	cr_expect_eq(rc, unanswered ? -FT_EBUSY : -FT_EPEERFAILED, "%s: rank %d's link: %s, type %d",
+		     what, r, ft_err_name(rc), rc == 1 ? m.type : 0);
 }
 
 /* The notices go out first, then the detector tells the main thread (a
@@ -339,6 +345,8 @@ Test(detect, link_closed_without_goodbye_declares, .timeout = 60)
 	const int32_t right[] = {RIGHT};
 
 	start_world(50, 30000);
+	/* a live neighbour answers the hello with its first heartbeat */
+	cr_assert_eq(ft__ctl_send(&w.ctl[RIGHT], w.link[RIGHT], FT__CTL_HB, 0, NULL, 0), 0);
 	ft__ctl_drop(&w.ctl[RIGHT], w.link[RIGHT]);
 	expect_notice(LEFT, right, 1, "right neighbour's link closed");
 	cr_expect(ft__det_failed(w.d, RIGHT));
@@ -537,7 +545,7 @@ static void refuse_right_until(bool (*done)(void))
 		struct ft__ctl_msg m;
 		(void)poll(&p, 1, 10);
 		ft__ctl_accept(c);
-		for (int i = 0; i < FT__CTL_LINKS; i++) {
+		for (int i = 0; i < c->nlinks; i++) {
 			if (c->links[i].fd < 0)
 				continue;
 			cr_assert_leq(ft__ctl_next(c, i, &m), 0, "RIGHT took the detector's hello");
@@ -654,6 +662,86 @@ Test(detect, bad_hellos_refused, .timeout = 60)
 }
 
 /* The detector's end of a connection whose other end is fd (same process). */
+/* n idle TCP connections to the detector's listener, none sending a byte. */
+static void strangers_open(int *fds, int n)
+{
+	for (int k = 0; k < n; k++)
+		fds[k] = dial(ft__det_addr(w.d));
+}
+
+/* Whether fd was closed by the detector (its read ends at once, or resets). */
+static bool closed_by_detector(int fd)
+{
+	char b;
+	ssize_t r = recv(fd, &b, 1, MSG_DONTWAIT);
+
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/*
+ * Strangers that hold more idle connections than the detector has slots
+ * (the review's ~40 idle connections that cost a healthy rank: they took
+ * the slots of its own links) take none of its neighbours': the detector's
+ * left neighbour links again, and its right neighbour's link, closed before
+ * it answered, is opened again, both while the strangers hold on; nobody is
+ * declared for it, and every stranger is closed within the hello deadline
+ * of its accept.
+ */
+Test(detect, strangers_take_no_neighbours_slot, .timeout = 60)
+{
+	enum { N = 3 * W + 3 * FT__CTL_LINKS };
+	int fds[N], closed = 0;
+	struct ft__ctl_msg m;
+
+	start_world(50, 30000);
+	strangers_open(fds, N);
+	/* the left neighbour's new link passes among them */
+	cr_assert_eq(ft__ctl_send(&w.ctl[LEFT], w.link[LEFT], FT__CTL_BYE, 0, NULL, 0), 0);
+	ft__ctl_drop(&w.ctl[LEFT], w.link[LEFT]);
+	w.link[LEFT] = ft__ctl_connect(&w.ctl[LEFT], ft__det_addr(w.d), ME, 0, WAIT_MS);
+	cr_assert_geq(w.link[LEFT], 0);
+	int rc = next_msg(LEFT, 1000, &m, NULL, NULL);
+	cr_expect_eq(rc, 0, "the left neighbour's new link did not pass among strangers: %s",
+		     ft_err_name(rc));
+	cr_expect(!w.ctl[LEFT].links[w.link[LEFT]].await_ack, "its hello was never answered");
+	/* the right neighbour closes the detector's link before answering */
+	ft__ctl_drop(&w.ctl[RIGHT], w.link[RIGHT]);
+	w.link[RIGHT] = accept_right();
+	cr_expect(!ft__det_failed(w.d, RIGHT), "a neighbour was declared for want of a slot");
+	cr_expect(!ft__det_failed(w.d, LEFT));
+	for (int64_t end = ft__now_ms() + 2 * FT__CTL_HELLO_MS + WAIT_MS; ft__now_ms() < end;) {
+		closed = 0;
+		for (int k = 0; k < N; k++)
+			closed += closed_by_detector(fds[k]);
+		if (closed == N)
+			break;
+		(void)poll(NULL, 0, 20);
+	}
+	cr_expect_eq(closed, N, "%d of %d strangers still held a link", N - closed, N);
+	for (int k = 0; k < N; k++)
+		close(fds[k]);
+	close_world();
+}
+
+/* A stranger that sends anything but a hello is closed on its header. */
+Test(detect, stranger_closed_on_a_header_that_is_no_hello, .timeout = 60)
+{
+	const unsigned char junk[16] = {0x66, 0x74, 0x63, 0x6c, 2, 0, 40, 0}; /* HB, 40 bytes */
+	int fd;
+
+	start_world(50, 30000);
+	fd = dial(ft__det_addr(w.d));
+	cr_assert_eq(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	for (int64_t end = ft__now_ms() + FT__CTL_HELLO_MS / 2; ft__now_ms() < end;) {
+		if (closed_by_detector(fd))
+			break;
+		(void)poll(NULL, 0, 5);
+	}
+	cr_expect(closed_by_detector(fd), "a heartbeat header from a stranger was waited on");
+	close(fd);
+	close_world();
+}
+
 static int peer_fd(int fd)
 {
 	struct sockaddr_storage a, b, c, d;
