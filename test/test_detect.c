@@ -723,6 +723,58 @@ Test(detect, strangers_take_no_neighbours_slot, .timeout = 60)
 	close_world();
 }
 
+/*
+ * The detector never blocks: its right neighbour's address black-holes the
+ * connect (a listen queue kept full drops the SYN), and meanwhile the left
+ * neighbour's hello is answered and its heartbeats keep coming, until the
+ * right one is declared after the detect timeout of silence.
+ */
+Test(detect, black_holed_neighbour_blocks_no_heartbeat, .timeout = 60)
+{
+	const int all[W] = {0, 1, 2, 3, 4};
+	int64_t start, last, gap = 0;
+	struct ft__ctl_msg m;
+	int fill[4];
+
+	open_world(50, 3000);
+	cr_assert_eq(listen(w.ctl[RIGHT].listen_fd, 0), 0);
+	for (int k = 0; k < 4; k++) {
+		fill[k] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		const char *a = w.ctl[RIGHT].addr, *colon = strrchr(a, ':');
+		struct sockaddr_in sa = {.sin_family = AF_INET,
+					 .sin_port = htons((uint16_t)atoi(colon + 1))};
+		inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+		(void)connect(fill[k], (struct sockaddr *)&sa, sizeof(sa));
+	}
+	cr_assert_eq(ft__det_start(w.d, 0, all, W), 0);
+	w.link[LEFT] = ft__ctl_connect(&w.ctl[LEFT], ft__det_addr(w.d), ME, 0, WAIT_MS);
+	cr_assert_geq(w.link[LEFT], 0);
+	start = last = ft__now_ms();
+	while (ft__now_ms() - start < 2000) {
+		struct pollfd p = {.fd = w.ctl[LEFT].links[w.link[LEFT]].fd, .events = POLLIN};
+		int rc;
+		(void)poll(&p, 1, 10);
+		while ((rc = ft__ctl_next(&w.ctl[LEFT], w.link[LEFT], &m)) == 1)
+			last = ft__now_ms();
+		cr_assert_geq(rc, 0, "the left link ended: %s", ft_err_name(rc));
+		(void)ft__ctl_send(&w.ctl[LEFT], w.link[LEFT], FT__CTL_HB, 0, NULL, 0);
+		if (ft__now_ms() - last > gap)
+			gap = ft__now_ms() - last;
+	}
+	cr_expect_lt(gap, 1000, "no heartbeat for %lld ms while the right neighbour black-holed",
+		     (long long)gap);
+	cr_expect(!ft__det_failed(w.d, RIGHT), "declared before its detect timeout");
+	for (int64_t end = ft__now_ms() + WAIT_MS; !ft__det_failed(w.d, RIGHT) && ft__now_ms() < end;) {
+		(void)ft__ctl_send(&w.ctl[LEFT], w.link[LEFT], FT__CTL_HB, 0, NULL, 0);
+		(void)poll(NULL, 0, 20);
+	}
+	cr_expect(ft__det_failed(w.d, RIGHT), "a black-holed neighbour was never declared");
+	cr_expect(!ft__det_failed(w.d, LEFT));
+	for (int k = 0; k < 4; k++)
+		close(fill[k]);
+	close_world();
+}
+
 /* A stranger that sends anything but a hello is closed on its header. */
 Test(detect, stranger_closed_on_a_header_that_is_no_hello, .timeout = 60)
 {
