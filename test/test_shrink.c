@@ -1,6 +1,7 @@
 /* test_shrink.c: the shrink policy: ranks killed (from outside, at injection points, hung) mid-job; survivors finish every op exactly. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <poll.h>
 #include <stdint.h>
 
 #include "testutil.h"
@@ -505,6 +506,178 @@ Test(shrink, fault_at_every_phase, .timeout = 300)
 	sc.fault_rank = 2;
 	snprintf(sc.fault, sizeof(sc.fault), "rank=2,op=3,phase=between");
 	cr_assert_eq(run_scenario(NULL, NULL, 60000, "between ops"), 1);
+}
+
+/* ---- a hostile network ---- */
+
+#define HOSTILE_PORTS 64
+#define HOSTILE_IDLE 40 /* idle connections held on each port */
+
+/* Every port a rank listens on, from the rendezvous (data and control
+ * addresses of generation 0's member files) and the in-band peer list. */
+static int listening_ports(const struct tu_job *job, uint16_t *ports)
+{
+	int n = 0;
+
+	for (int r = 0; r < job->n; r++) {
+		char path[400], addr[256], pid[32], host[256], ctrl[256];
+		FILE *f;
+		snprintf(path, sizeof(path), "%s/%s/gen-0/member-%d", job->dir, job->job_id, r);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fscanf(f, "%255s %31s %255s %255s", addr, pid, host, ctrl) == 4) {
+			const char *a[2] = {addr, ctrl};
+			for (int k = 0; k < 2 && n < HOSTILE_PORTS; k++) {
+				const char *colon = strrchr(a[k], ':');
+				/* a libfabric address (shm) is no TCP port */
+				if (strncmp(a[k], "127.0.0.1:", 10) == 0 && colon != NULL)
+					ports[n++] = (uint16_t)atoi(colon + 1);
+			}
+		}
+		fclose(f);
+	}
+	for (const char *p = job->peers; *p != '\0' && n < HOSTILE_PORTS;) {
+		const char *colon = strchr(p, ':'), *comma = strchr(p, ',');
+		if (colon == NULL)
+			break;
+		ports[n++] = (uint16_t)atoi(colon + 1);
+		if (comma == NULL)
+			break;
+		p = comma + 1;
+	}
+	return n;
+}
+
+static int hostile_dial(uint16_t port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 &&
+	    errno != EINPROGRESS) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Whether fd's peer closed it (or it never connected). */
+static bool hostile_closed(int fd)
+{
+	char b[512];
+	ssize_t r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/*
+ * The attacker, a process of its own until killed: on every port, holds
+ * HOSTILE_IDLE idle connections (one opened again whenever one is closed),
+ * one slow one (a garbage byte a second), and keeps opening connections
+ * that send a burst of garbage and close, and ones reset at once.
+ */
+static void hostile_run(const uint16_t *ports, int np)
+{
+	static int idle[HOSTILE_PORTS][HOSTILE_IDLE], slow[HOSTILE_PORTS];
+	unsigned char junk[4096];
+	long next_slow = 0;
+
+	for (size_t k = 0; k < sizeof(junk); k++)
+		junk[k] = (unsigned char)(k * 131 + 7);
+	signal(SIGPIPE, SIG_IGN);
+	for (int p = 0; p < np; p++) {
+		slow[p] = -1;
+		for (int k = 0; k < HOSTILE_IDLE; k++)
+			idle[p][k] = -1;
+	}
+	for (;;) {
+		long now = tu_now_ms();
+		for (int p = 0; p < np; p++) {
+			for (int k = 0; k < HOSTILE_IDLE; k++) {
+				if (idle[p][k] >= 0 && !hostile_closed(idle[p][k]))
+					continue;
+				if (idle[p][k] >= 0)
+					close(idle[p][k]);
+				idle[p][k] = hostile_dial(ports[p]);
+			}
+			if (slow[p] < 0 || hostile_closed(slow[p])) {
+				if (slow[p] >= 0)
+					close(slow[p]);
+				slow[p] = hostile_dial(ports[p]);
+			} else if (now >= next_slow) {
+				(void)send(slow[p], junk + (now % 64), 1, MSG_NOSIGNAL);
+			}
+			int g = hostile_dial(ports[p]);
+			if (g >= 0) {
+				struct pollfd pf = {.fd = g, .events = POLLOUT};
+				if (poll(&pf, 1, 50) == 1)
+					(void)send(g, junk, sizeof(junk), MSG_NOSIGNAL);
+				close(g);
+			}
+			int rs = hostile_dial(ports[p]);
+			if (rs >= 0) {
+				struct linger lg = {.l_onoff = 1, .l_linger = 0};
+				struct pollfd pf = {.fd = rs, .events = POLLOUT};
+				(void)poll(&pf, 1, 50);
+				setsockopt(rs, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+				close(rs);
+			}
+		}
+		if (now >= next_slow)
+			next_slow = now + 1000;
+		tu_sleep_ms(50);
+	}
+}
+
+struct hostile_plan {
+	int victim;
+	long delay_ms;
+	pid_t attacker;
+};
+
+/* Starts the attacker on every listening port, lets it settle in, kills the victim. */
+static void act_hostile(struct tu_job *job, void *arg)
+{
+	struct hostile_plan *h = arg;
+	uint16_t ports[HOSTILE_PORTS];
+	int np = listening_ports(job, ports);
+
+	cr_assert_geq(np, job->n, "found %d listening ports for %d ranks", np, job->n);
+	h->attacker = fork();
+	if (h->attacker == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		hostile_run(ports, np);
+		_exit(0);
+	}
+	cr_assert_gt(h->attacker, 0);
+	tu_sleep_ms(h->delay_ms);
+	kill(job->pids[h->victim], SIGKILL);
+}
+
+/*
+ * While a job runs and a rank is killed, a stranger holds idle, slow,
+ * garbage and reset connections on every listening port of every rank (no
+ * token: what anyone who can reach a port can do). Every healthy rank must
+ * finish exactly and none may be excluded: the job loses its victim and
+ * nothing else (the review's ~40 idle connections on one rank's control
+ * port cost it its place: the job went on with 2 ranks of 4).
+ */
+Test(shrink, hostile_network, .timeout = 300)
+{
+	for (int t = 0; t < 2; t++) {
+		struct hostile_plan h = {.victim = t == 0 ? 3 : 1, .delay_ms = 1500};
+		char what[96];
+		scenario_init(4, t == 0 ? 7 : 60001, 1, 100);
+		sc.expect_lost = 1;
+		sc.pause_us = 2000;
+		snprintf(what, sizeof(what), "hostile network, rank %d of 4 killed, count %zu",
+			 h.victim, sc.count);
+		int lost = run_scenario(act_hostile, &h, 120000, what);
+		kill(h.attacker, SIGKILL);
+		waitpid(h.attacker, NULL, 0);
+		cr_assert_eq(lost, 1, "%s: the job lost %d ranks", what, lost);
+	}
 }
 
 Test(shrink, two_at_once_adjacent_and_not, .timeout = 200)
