@@ -1,4 +1,5 @@
 /* policy_shrink.c: the shrink policy (lossy forward): survivors settle a smaller view and finish the op among themselves. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -189,7 +190,15 @@ static int defer_view(struct ft_comm *c, const struct ft__shown *old)
 int ft__shrink_recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t seq, int suspect,
 			    bool handover_ok)
 {
-	int wait_ms = 2 * c->cfg.detect_timeout_ms + c->cfg.connect_timeout_ms;
+	/* Never shorter than the detector's own way to a view: it forces a
+	 * settle after 2 x detect (plus, under rejoin, the wait for the lost
+	 * ranks to come back), and a coordinator may then need a connect
+	 * timeout. A shorter wait here left a communicator broken whose
+	 * detector was still on its way to a view (FTCC_CONNECT_TIMEOUT_MS
+	 * 5000 under rejoin: -FT_ETIMEDOUT after 7 s of a 30 s wait). */
+	int64_t wait64 = 2 * (int64_t)c->cfg.detect_timeout_ms + c->cfg.connect_timeout_ms +
+			 (c->cfg.policy == FT_POLICY_REJOIN ? c->cfg.rejoin_timeout_ms : 0);
+	int wait_ms = wait64 > INT_MAX ? INT_MAX : (int)wait64;
 	uint32_t after = c->generation;
 	struct ft__shown old = {.generation = c->generation, .size = c->size, .rank = c->rank,
 				.members = NULL};
@@ -206,8 +215,12 @@ int ft__shrink_recover_view(struct ft_comm *c, const struct ft__call *k, uint64_
 		rc = ft__det_await(c->det, after,
 				   suspect >= 0 ? 2 * c->cfg.detect_timeout_ms : wait_ms, &v);
 		if (rc == -FT_ETIMEDOUT && suspect >= 0) {
-			ft__warn("link to rank %d failed with no failure known: declaring it", suspect);
-			ft__det_suspect(c->det, suspect);
+			/* known failed by now (a rejoin wait for it, say): nothing to declare */
+			if (!ft__det_failed(c->det, suspect)) {
+				ft__warn("link to rank %d failed with no failure known: declaring it",
+					 suspect);
+				ft__det_suspect(c->det, suspect);
+			}
 			suspect = -1;
 			continue;
 		}

@@ -82,6 +82,12 @@ K="rank=1,op=3,phase=allgather,step=1,seg=2"
 export RUN_ARGS="--restart --max-restarts 1"
 step "nobody comes back: shrink after the rejoin timeout" env MODE=fallback KILLS=1 FAULTS="$K" \
 	RUN_ARGS="--ignore-killed" FTCC_REJOIN_TIMEOUT_MS=1500 REJOIN_PAUSE_MS=0 "$C" "$B" 4 6 1000000
+# every documented timeout: survivors whose connect timeout is shorter than
+# the rejoin timeout still wait for the detector's view (they once gave up
+# with FT_ETIMEDOUT after 2 x detect + connect = 7 s, the job broken)
+step "nobody comes back, connect timeout 5 s, rejoin timeout 10 s" env MODE=fallback KILLS=1 \
+	FAULTS="$K" RUN_ARGS="--ignore-killed" FTCC_CONNECT_TIMEOUT_MS=5000 FTCC_REJOIN_TIMEOUT_MS=10000 \
+	REJOIN_PAUSE_MS=0 "$C" "$B" 4 6 1000000
 step "durability none" env MODE=fallback FAULTS="$K" FTCC_LOG_DURABILITY=none REJOIN_PAUSE_MS=0 \
 	"$C" "$B" 4 6 1000000
 for how in trunc flip gone; do
