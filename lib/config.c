@@ -413,31 +413,41 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e)
 	e->world_size = cfg->world_size;
 	e->local_ranks = ft__boot_local_ranks(process_env, NULL);
 	ft__boot_launcher_addrs(process_env, NULL, e->launcher_addrs, sizeof(e->launcher_addrs));
-	s = getenv("FTCC_SPIN_US");
-	e->spin_us = s != NULL ? strtol(s, NULL, 10) : -1;
-	if ((s = getenv("FTCC_TCP_BUFFER")) != NULL && atoi(s) > 0)
-		e->tcp_buffer = (size_t)atoi(s);
+	static const char *const waits[] = {"", "poll", "bell"}, *const bits[] = {"0", "1"},
+			  *const engines[] = {"io_uring", "pwrite", "uring"};
+	int spin = -1, tcp_buffer = 0, max_msg = 0, link_ep = -1, mr_local = 0, guard = 1,
+	    engine = 0, rc;
+
+	/* every value checked (README: a malformed one is FT_ECONFIG, named) */
+	if ((rc = env_int("FTCC_SPIN_US", 0, 10000000, &spin, NULL, 0)) != 0 ||
+	    (rc = env_int("FTCC_TCP_BUFFER", 1, INT_MAX, &tcp_buffer, NULL, 0)) != 0 ||
+	    (rc = env_int("FTCC_FABRIC_MAX_MSG", 1, INT_MAX, &max_msg, NULL, 0)) != 0 ||
+	    (rc = env_int("FTCC_INCARNATION", 0, INT_MAX, &e->incarnation, NULL, 0)) != 0 ||
+	    (rc = env_enum("FTCC_FABRIC_WAIT", waits, 3, &e->fabric_wait, NULL, 0)) != 0 ||
+	    (rc = env_enum("FTCC_FABRIC_MR_LOCAL", bits, 2, &mr_local, NULL, 0)) != 0 ||
+	    (rc = env_enum("FTCC_SHM_GUARD", bits, 2, &guard, NULL, 0)) != 0 ||
+	    (rc = env_enum("FTCC_LOG_ENGINE", engines, 3, &engine, NULL, 0)) != 0)
+		return rc;
+	if ((s = getenv("FTCC_FABRIC_LINK_EP")) != NULL && s[0] != '\0' &&
+	    (rc = env_enum("FTCC_FABRIC_LINK_EP", bits, 2, &link_ep, NULL, 0)) != 0)
+		return rc;
+	e->spin_us = spin;
+	e->tcp_buffer = (size_t)tcp_buffer;
+	e->fabric_max_msg = (size_t)max_msg;
+	e->fabric_link_ep = link_ep;
+	e->fabric_mr_local = mr_local == 1;
+	e->shm_guard = guard == 1;
+	e->log_pwrite = engine == 1;
 	s = getenv("FTCC_FABRIC_PROVIDER");
 	if (s == NULL || s[0] == '\0')
 		s = getenv("FI_PROVIDER");
+	if (s != NULL && strlen(s) >= sizeof(e->fabric_provider))
+		return cfg_error(NULL, 0, "the libfabric provider name is too long (at most %zu "
+				 "characters)", sizeof(e->fabric_provider) - 1);
 	if (s != NULL)
 		snprintf(e->fabric_provider, sizeof(e->fabric_provider), "%s", s);
-	if ((s = getenv("FTCC_FABRIC_EP")) != NULL)
-		snprintf(e->fabric_ep, sizeof(e->fabric_ep), "%s", s);
-	s = getenv("FTCC_FABRIC_WAIT");
-	e->fabric_wait = s == NULL ? 0 : strcmp(s, "poll") == 0 ? 1 : strcmp(s, "bell") == 0 ? 2 : 0;
-	s = getenv("FTCC_FABRIC_LINK_EP");
-	e->fabric_link_ep = s != NULL && s[0] != '\0' ? strcmp(s, "1") == 0 : -1;
-	s = getenv("FTCC_FABRIC_MR_LOCAL");
-	e->fabric_mr_local = s != NULL && strcmp(s, "1") == 0;
-	if ((s = getenv("FTCC_FABRIC_MAX_MSG")) != NULL)
-		e->fabric_max_msg = (size_t)strtoull(s, NULL, 0);
-	s = getenv("FTCC_SHM_GUARD");
-	e->shm_guard = !(s != NULL && strcmp(s, "0") == 0);
-	s = getenv("FTCC_INCARNATION");
-	e->incarnation = s != NULL ? atoi(s) : 0;
-	s = getenv("FTCC_LOG_ENGINE");
-	e->log_pwrite = s != NULL && strcmp(s, "pwrite") == 0;
+	if ((rc = env_str("FTCC_FABRIC_EP", e->fabric_ep, sizeof(e->fabric_ep), NULL, 0)) != 0)
+		return rc;
 	if ((s = getenv("FTCC_CKPT_DIR")) != NULL) {
 		if (strlen(s) >= sizeof(e->ckpt_dir))
 			return cfg_error(NULL, 0, "FTCC_CKPT_DIR is too long (at most %zu characters)",

@@ -1169,6 +1169,41 @@ Test(config, transport_knobs, .timeout = 20)
 	unsetenv("MPI_LOCALNRANKS");
 }
 
+/* Every transport knob is checked: a malformed value is FT_ECONFIG, not a
+ * silent default (FTCC_INCARNATION=abc once read as incarnation 0). */
+Test(config, transport_knobs_malformed, .timeout = 20)
+{
+	static const char *const bad[][2] = {
+		{"FTCC_INCARNATION", "abc"},     {"FTCC_INCARNATION", "-1"},
+		{"FTCC_FABRIC_MAX_MSG", "1k"},   {"FTCC_FABRIC_MAX_MSG", "0"},
+		{"FTCC_SPIN_US", "fast"},        {"FTCC_TCP_BUFFER", "-5"},
+		{"FTCC_FABRIC_WAIT", "spin"},    {"FTCC_FABRIC_LINK_EP", "yes"},
+		{"FTCC_FABRIC_MR_LOCAL", "2"},   {"FTCC_SHM_GUARD", "off"},
+		{"FTCC_LOG_ENGINE", "fast"},
+	};
+	struct ft_config cfg = FT_CONFIG_INIT;
+	struct ft_tp_env e;
+
+	cfg.world_size = 2;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		clean_env();
+		set(bad[i][0], bad[i][1]);
+		cr_expect_eq(ft__config_tp_env(&cfg, &e), -FT_ECONFIG, "%s=%s", bad[i][0], bad[i][1]);
+		unsetenv(bad[i][0]);
+	}
+	clean_env();
+	set("FTCC_INCARNATION", "3");
+	set("FTCC_FABRIC_MAX_MSG", "4096");
+	set("FTCC_LOG_ENGINE", "pwrite");
+	set("FTCC_SHM_GUARD", "0");
+	cr_assert_eq(ft__config_tp_env(&cfg, &e), 0);
+	cr_expect_eq(e.incarnation, 3);
+	cr_expect_eq(e.fabric_max_msg, 4096u);
+	cr_expect(e.log_pwrite);
+	cr_expect(!e.shm_guard);
+	clean_env();
+}
+
 /* The data links' keepalive and user timeout follow the configured timeouts. */
 Test(config, data_link_timeouts, .timeout = 20)
 {
