@@ -27,6 +27,8 @@ extern "C" {
 	XX(BUSY, EBUSY, "rank already in use by a live process on this rendezvous")      \
 	XX(TIMEDOUT, ETIMEDOUT, "timed out")                                             \
 	XX(CONNREFUSED, ECONNREFUSED, "connection refused")                              \
+	XX(ACCES, EACCES, "permission denied (a file or directory is not this user's)")  \
+	XX(NOSPC, ENOSPC, "no space left on the device")                                 \
 	XX(CONFIG, FT_ERR_BASE + 1, "bad configuration or environment variable")         \
 	XX(PEERFAILED, FT_ERR_BASE + 2, "a peer failed")                                 \
 	XX(EXCLUDED, FT_ERR_BASE + 3, "this rank is not a member of the current view")   \

@@ -837,7 +837,7 @@ static int agree(struct ft_comm *c, const struct ft_ckpt_config *k, int bad, siz
 
 #define CKCFG_SIZE_MIN (offsetof(struct ft_ckpt_config, sync) + sizeof(int))
 
-FT__EXPORT int ft_ckpt_enable(struct ft_comm *c, const struct ft_ckpt_config *ucfg)
+static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg)
 {
 	struct ft_ckpt_config k = FT_CKPT_CONFIG_INIT;
 	struct ft__ckpt *ck;
@@ -993,9 +993,14 @@ err_free:
 	return rc;
 }
 
+FT__EXPORT int ft_ckpt_enable(struct ft_comm *c, const struct ft_ckpt_config *ucfg)
+{
+	return ft__err_public(ckpt_enable_call(c, ucfg));
+}
+
 /* ---- steps ---- */
 
-FT__EXPORT int ft_ckpt_step(struct ft_comm *c, uint64_t step)
+static int ckpt_step_call(struct ft_comm *c, uint64_t step)
 {
 	struct ft__ckpt *ck;
 	uint64_t t0 = ft__now_ns();
@@ -1020,7 +1025,12 @@ FT__EXPORT int ft_ckpt_step(struct ft_comm *c, uint64_t step)
 	return rc;
 }
 
-FT__EXPORT int ft_ckpt_flush(struct ft_comm *c)
+FT__EXPORT int ft_ckpt_step(struct ft_comm *c, uint64_t step)
+{
+	return ft__err_public(ckpt_step_call(c, step));
+}
+
+static int ckpt_flush_call(struct ft_comm *c)
 {
 	int rc = ft__comm_check(c);
 
@@ -1036,6 +1046,11 @@ FT__EXPORT int ft_ckpt_flush(struct ft_comm *c)
 	return rc;
 }
 
+FT__EXPORT int ft_ckpt_flush(struct ft_comm *c)
+{
+	return ft__err_public(ckpt_flush_call(c));
+}
+
 static int find_reg(const struct ft__ck_image *img, int region, size_t *pos)
 {
 	for (size_t i = 0; i < img->nregs; i++)
@@ -1046,8 +1061,8 @@ static int find_reg(const struct ft__ck_image *img, int region, size_t *pos)
 	return -FT_EINVAL;
 }
 
-FT__EXPORT int ft_ckpt_priority(struct ft_comm *c, int region, const double *score,
-				size_t nblocks)
+static int ckpt_priority_call(struct ft_comm *c, int region, const double *score,
+			      size_t nblocks)
 {
 	int rc = ft__comm_check(c);
 	size_t p;
@@ -1062,6 +1077,12 @@ FT__EXPORT int ft_ckpt_priority(struct ft_comm *c, int region, const double *sco
 			return -FT_EINVAL;
 	memcpy(c->ckpt->score + c->ckpt->reg[p].first, score, nblocks * sizeof(*score));
 	return 0;
+}
+
+FT__EXPORT int ft_ckpt_priority(struct ft_comm *c, int region, const double *score,
+				size_t nblocks)
+{
+	return ft__err_public(ckpt_priority_call(c, region, score, nblocks));
 }
 
 /* ---- restore ---- */
@@ -1098,9 +1119,9 @@ static uint64_t now_step(const struct ft_comm *c)
 	return c->ckpt_hint_step > n ? c->ckpt_hint_step : n;
 }
 
-FT__EXPORT int ft_ckpt_restore(struct ft_comm *c, int region, int owner, size_t first_block,
-			       size_t nblocks, void *dst, unsigned flags,
-			       struct ft_restore_info *info)
+static int ckpt_restore_call(struct ft_comm *c, int region, int owner, size_t first_block,
+			     size_t nblocks, void *dst, unsigned flags,
+			     struct ft_restore_info *info)
 {
 	struct ft__ck_image tmp;
 	const struct ft__ck_image *img;
@@ -1185,8 +1206,15 @@ out:
 	return rc;
 }
 
-FT__EXPORT int ft_ckpt_blocks(struct ft_comm *c, int region, int owner, size_t *nblocks,
-			      size_t *block_bytes, size_t *region_bytes)
+FT__EXPORT int ft_ckpt_restore(struct ft_comm *c, int region, int owner, size_t first_block,
+			       size_t nblocks, void *dst, unsigned flags,
+			       struct ft_restore_info *info)
+{
+	return ft__err_public(ckpt_restore_call(c, region, owner, first_block, nblocks, dst, flags, info));
+}
+
+static int ckpt_blocks_call(struct ft_comm *c, int region, int owner, size_t *nblocks,
+			    size_t *block_bytes, size_t *region_bytes)
 {
 	struct ft__ck_image tmp;
 	const struct ft__ck_image *img;
@@ -1213,6 +1241,12 @@ FT__EXPORT int ft_ckpt_blocks(struct ft_comm *c, int region, int owner, size_t *
 	if (img == &tmp)
 		ft__ck_image_free(&tmp);
 	return rc;
+}
+
+FT__EXPORT int ft_ckpt_blocks(struct ft_comm *c, int region, int owner, size_t *nblocks,
+			      size_t *block_bytes, size_t *region_bytes)
+{
+	return ft__err_public(ckpt_blocks_call(c, region, owner, nblocks, block_bytes, region_bytes));
 }
 
 /* A rejoined process: every sharded region of its own back from its checkpoint. */
@@ -1301,7 +1335,7 @@ void ft__ckpt_hint(const struct ft_comm *c, uint64_t *now, uint64_t *total)
 	*total = c->ckpt != NULL ? c->ckpt->total : 0;
 }
 
-FT__EXPORT int ft_state_restored(const struct ft_comm *c, struct ft_restore_info *info)
+static int state_restored_call(const struct ft_comm *c, struct ft_restore_info *info)
 {
 	int rc = ft__comm_check(c);
 
@@ -1315,7 +1349,12 @@ FT__EXPORT int ft_state_restored(const struct ft_comm *c, struct ft_restore_info
 	return 0;
 }
 
-FT__EXPORT int ft_ckpt_stats_get(const struct ft_comm *c, struct ft_ckpt_stats *st)
+FT__EXPORT int ft_state_restored(const struct ft_comm *c, struct ft_restore_info *info)
+{
+	return ft__err_public(state_restored_call(c, info));
+}
+
+static int ckpt_stats_get_call(const struct ft_comm *c, struct ft_ckpt_stats *st)
 {
 	int rc = ft__comm_check(c);
 
@@ -1328,6 +1367,11 @@ FT__EXPORT int ft_ckpt_stats_get(const struct ft_comm *c, struct ft_ckpt_stats *
 	else
 		*st = c->ckpt->st;
 	return 0;
+}
+
+FT__EXPORT int ft_ckpt_stats_get(const struct ft_comm *c, struct ft_ckpt_stats *st)
+{
+	return ft__err_public(ckpt_stats_get_call(c, st));
 }
 
 FT__EXPORT unsigned ft_ckpt_interval_for_pls(double target_pls, double failures_per_step,

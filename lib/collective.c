@@ -127,8 +127,8 @@ static int local_error(struct ft_comm *c, int err)
 	return err;
 }
 
-FT__EXPORT int ft_allreduce(struct ft_comm *c, const void *sendbuf, void *recvbuf, size_t count,
-			    enum ft_dtype dtype, enum ft_op op, struct ft_op_info *info)
+static int allreduce_call(struct ft_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+			  enum ft_dtype dtype, enum ft_op op, struct ft_op_info *info)
 {
 	int rc = ft__comm_check(c);
 	size_t es = ft_dtype_size(dtype);
@@ -144,7 +144,13 @@ FT__EXPORT int ft_allreduce(struct ft_comm *c, const void *sendbuf, void *recvbu
 	return ft__collective_run(c, &k, info);
 }
 
-FT__EXPORT int ft_barrier(struct ft_comm *c)
+FT__EXPORT int ft_allreduce(struct ft_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+			    enum ft_dtype dtype, enum ft_op op, struct ft_op_info *info)
+{
+	return ft__err_public(allreduce_call(c, sendbuf, recvbuf, count, dtype, op, info));
+}
+
+static int barrier_call(struct ft_comm *c)
 {
 	struct ft__call k = {.kind = FT_COLL_BARRIER, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
 	int rc = ft__comm_check(c);
@@ -152,8 +158,13 @@ FT__EXPORT int ft_barrier(struct ft_comm *c)
 	return rc != 0 ? rc : ft__collective_run(c, &k, NULL);
 }
 
-FT__EXPORT int ft_broadcast(struct ft_comm *c, void *buf, size_t bytes, int root,
-			    struct ft_op_info *info)
+FT__EXPORT int ft_barrier(struct ft_comm *c)
+{
+	return ft__err_public(barrier_call(c));
+}
+
+static int broadcast_call(struct ft_comm *c, void *buf, size_t bytes, int root,
+			  struct ft_op_info *info)
 {
 	struct ft__call k = {.kind = FT_COLL_BROADCAST, .dst = buf, .count = bytes, .es = 1,
 			     .dtype = FT_UINT8};
@@ -166,6 +177,12 @@ FT__EXPORT int ft_broadcast(struct ft_comm *c, void *buf, size_t bytes, int root
 		return local_error(c, -FT_EINVAL);
 	k.root = ft__comm_shown_member(c, root);
 	return ft__collective_run(c, &k, info);
+}
+
+FT__EXPORT int ft_broadcast(struct ft_comm *c, void *buf, size_t bytes, int root,
+			    struct ft_op_info *info)
+{
+	return ft__err_public(broadcast_call(c, buf, bytes, root, info));
 }
 
 /*
@@ -209,15 +226,28 @@ static int blocks_call(struct ft_comm *c, enum ft_coll_kind kind, const void *se
 	return rc;
 }
 
+static int reduce_scatter_call(struct ft_comm *c, const void *sendbuf, void *recvbuf,
+			       size_t recvcount, enum ft_dtype dtype, enum ft_op op,
+			       struct ft_op_info *info)
+{
+	return blocks_call(c, FT_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, info);
+}
+
 FT__EXPORT int ft_reduce_scatter(struct ft_comm *c, const void *sendbuf, void *recvbuf,
 				 size_t recvcount, enum ft_dtype dtype, enum ft_op op,
 				 struct ft_op_info *info)
 {
-	return blocks_call(c, FT_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, info);
+	return ft__err_public(reduce_scatter_call(c, sendbuf, recvbuf, recvcount, dtype, op, info));
+}
+
+static int allgather_call(struct ft_comm *c, const void *sendbuf, void *recvbuf,
+			  size_t sendcount, enum ft_dtype dtype, struct ft_op_info *info)
+{
+	return blocks_call(c, FT_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, FT_SUM, info);
 }
 
 FT__EXPORT int ft_allgather(struct ft_comm *c, const void *sendbuf, void *recvbuf,
 			    size_t sendcount, enum ft_dtype dtype, struct ft_op_info *info)
 {
-	return blocks_call(c, FT_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, FT_SUM, info);
+	return ft__err_public(allgather_call(c, sendbuf, recvbuf, sendcount, dtype, info));
 }

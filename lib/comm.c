@@ -460,7 +460,7 @@ static uint64_t spin_budget(const struct ft_comm *c)
 	return local_ranks(c) <= sysconf(_SC_NPROCESSORS_ONLN) ? 1000000u : 0;
 }
 
-FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
+static int init_call(const struct ft_config *cfg, struct ft_comm **comm)
 {
 	struct ft_comm *c;
 	int rc;
@@ -530,6 +530,11 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 	return 0;
 }
 
+FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
+{
+	return ft__err_public(init_call(cfg, comm));
+}
+
 /*
  * The communicator's struct is kept (marked finalized, everything it owned
  * released) so that a call on the handle afterwards gets -FT_EFINALIZED
@@ -539,7 +544,7 @@ FT__EXPORT int ft_init(const struct ft_config *cfg, struct ft_comm **comm)
 static struct ft_comm *finalized_list;
 static pthread_mutex_t finalized_lock = PTHREAD_MUTEX_INITIALIZER;
 
-FT__EXPORT int ft_finalize(struct ft_comm *c)
+static int finalize_call(struct ft_comm *c)
 {
 	int rc = comm_usable(c);
 
@@ -555,6 +560,11 @@ FT__EXPORT int ft_finalize(struct ft_comm *c)
 	finalized_list = c;
 	pthread_mutex_unlock(&finalized_lock);
 	return rc;
+}
+
+FT__EXPORT int ft_finalize(struct ft_comm *c)
+{
+	return ft__err_public(finalize_call(c));
 }
 
 int ft__comm_shown_size(const struct ft_comm *c)
@@ -606,7 +616,7 @@ FT__EXPORT uint32_t ft_generation(const struct ft_comm *c)
 	return comm_usable(c) != 0 ? 0 : ft__comm_shown_generation(c);
 }
 
-FT__EXPORT int ft_stats_get(const struct ft_comm *c, struct ft_stats *stats)
+static int stats_get_call(const struct ft_comm *c, struct ft_stats *stats)
 {
 	int rc = comm_usable(c);
 
@@ -619,6 +629,11 @@ FT__EXPORT int ft_stats_get(const struct ft_comm *c, struct ft_stats *stats)
 	if (c->det != NULL)
 		ft__det_times(c->det, &stats->failure_known_ns, &stats->view_settled_ns);
 	return 0;
+}
+
+FT__EXPORT int ft_stats_get(const struct ft_comm *c, struct ft_stats *stats)
+{
+	return ft__err_public(stats_get_call(c, stats));
 }
 
 FT__EXPORT size_t ft_dtype_size(enum ft_dtype dtype)

@@ -313,8 +313,8 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 #define CONFIG_SIZE_0_2 (offsetof(struct ft_config, log_level) + sizeof(int))
 #define CONFIG_SIZE_LIMIT ((size_t)16 << 10)
 
-FT__EXPORT int ft_config_from_env_size(struct ft_config *cfg, size_t cfg_size, char *errbuf,
-				       size_t errlen)
+static int config_from_env_size_call(struct ft_config *cfg, size_t cfg_size, char *errbuf,
+				     size_t errlen)
 {
 	struct ft_config full;
 	int rc;
@@ -331,6 +331,12 @@ FT__EXPORT int ft_config_from_env_size(struct ft_config *cfg, size_t cfg_size, c
 	}
 	cfg->struct_size = cfg_size;
 	return rc;
+}
+
+FT__EXPORT int ft_config_from_env_size(struct ft_config *cfg, size_t cfg_size, char *errbuf,
+				       size_t errlen)
+{
+	return ft__err_public(config_from_env_size_call(cfg, cfg_size, errbuf, errlen));
 }
 
 int ft__config_import(const struct ft_config *user, struct ft_config *out)

@@ -1,4 +1,6 @@
 /* error.c: names and messages of ftcc's error codes. */
+#include <string.h>
+
 #include "ftcc.h"
 
 #include "internal.h"
@@ -31,4 +33,13 @@ FT__EXPORT const char *ft_err_name(int err)
 	default:
 		return "FT_E?";
 	}
+}
+
+int ft__err_public(int rc)
+{
+	if (rc >= 0 || strcmp(ft_err_name(rc), "FT_E?") != 0)
+		return rc;
+	ft__error("internal error code %d (%s) reported as FT_EIO", rc,
+		  rc > -FT_ERR_BASE ? strerror(-rc) : "no errno");
+	return -FT_EIO;
 }

@@ -30,6 +30,9 @@ void ft__log_write(int level, const char *fmt, ...) __attribute__((format(printf
 		}                                         \
 	} while (0)
 #define ft__error(...) ft__log(FT__LOG_ERROR, __VA_ARGS__)
+/* What a public call returns for rc: rc when it is 0, positive or an FT_E
+ * code; FT_EIO (logged) for a raw errno the table does not name. */
+int ft__err_public(int rc);
 #define ft__warn(...) ft__log(FT__LOG_WARN, __VA_ARGS__)
 #define ft__info(...) ft__log(FT__LOG_INFO, __VA_ARGS__)
 #define ft__debug(...) ft__log(FT__LOG_DEBUG, __VA_ARGS__)

@@ -127,7 +127,7 @@ int ft__state_due(struct ft_comm *c, uint64_t seq)
 	return 0;
 }
 
-FT__EXPORT int ft_state_register(struct ft_comm *c, void *ptr, size_t bytes, unsigned flags)
+static int state_register_call(struct ft_comm *c, void *ptr, size_t bytes, unsigned flags)
 {
 	int rc = ft__comm_check(c);
 
@@ -152,7 +152,12 @@ FT__EXPORT int ft_state_register(struct ft_comm *c, void *ptr, size_t bytes, uns
 	return c->nstate++;
 }
 
-FT__EXPORT int ft_state_sync(struct ft_comm *c)
+FT__EXPORT int ft_state_register(struct ft_comm *c, void *ptr, size_t bytes, unsigned flags)
+{
+	return ft__err_public(state_register_call(c, ptr, bytes, flags));
+}
+
+static int state_sync_call(struct ft_comm *c)
 {
 	int rc = ft__comm_check(c);
 
@@ -184,7 +189,12 @@ FT__EXPORT int ft_state_sync(struct ft_comm *c)
 	}
 }
 
-FT__EXPORT int ft_rejoined(const struct ft_comm *c, uint64_t *next_op)
+FT__EXPORT int ft_state_sync(struct ft_comm *c)
+{
+	return ft__err_public(state_sync_call(c));
+}
+
+static int rejoined_call(const struct ft_comm *c, uint64_t *next_op)
 {
 	int rc = ft__comm_check(c);
 
@@ -193,4 +203,9 @@ FT__EXPORT int ft_rejoined(const struct ft_comm *c, uint64_t *next_op)
 	if (next_op != NULL)
 		*next_op = c->op_seq;
 	return c->rejoined ? 1 : 0;
+}
+
+FT__EXPORT int ft_rejoined(const struct ft_comm *c, uint64_t *next_op)
+{
+	return ft__err_public(rejoined_call(c, next_op));
 }

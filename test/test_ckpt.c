@@ -171,6 +171,25 @@ Test(ckpt, roundtrip_sync, .timeout = 30)
 }
 
 /* ft_ckpt_step completes earlier rounds' writes without waiting for them. */
+/* Every public return is an FT_E code ft_strerror knows: a checkpoint
+ * directory that cannot be made (a path through a regular file: ENOTDIR)
+ * once came back as a raw -errno, "unknown error". */
+Test(ckpt, unmakeable_dir_is_a_named_error, .timeout = 30)
+{
+	static float st[1024];
+	struct ft_comm *c = open1();
+	struct ft_ckpt_config k = ckcfg(FT_CKPT_FULL, 0, 0.5);
+	int rc;
+
+	snprintf(k.dir, sizeof(k.dir), "/dev/null/ftcc-ckpt");
+	cr_assert_eq(ft_state_register(c, st, sizeof(st), FT_STATE_SHARDED), 0);
+	rc = ft_ckpt_enable(c, &k);
+	cr_expect_lt(rc, 0);
+	cr_expect_str_neq(ft_err_name(rc), "FT_E?", "ft_ckpt_enable returned %d, no FT_E code", rc);
+	cr_expect_str_neq(ft_strerror(rc), "unknown error");
+	cr_assert_eq(ft_finalize(c), 0);
+}
+
 Test(ckpt, steps_reap_without_waiting, .timeout = 30)
 {
 	static float st[64 << 10];
