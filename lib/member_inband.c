@@ -43,11 +43,22 @@
  *
  * Quorum: the acceptors in favour must be more than half of the previous
  * view's members whose death is not certain, or exactly half when they
- * include the lowest such member. A death is certain when a kernel said so:
- * a connection closed by the peer's kernel, or refused (the listener is
- * gone) after generation 0. Certain deaths are true, so two sides of a
- * partition never both have a quorum; crashes alone can shrink the job to
- * one rank.
+ * include the lowest such member. Certain deaths must be true, or two sides
+ * of a partition could both have a quorum; crashes alone can still shrink
+ * the job to one rank. A death is certain (after generation 0) on proof:
+ * - a link of this rank's own to the rank's membership listener, on which
+ *   the rank proved the job's token (its ACK came), closed by the peer's
+ *   kernel (FIN or RST, -FT_EPEERFAILED): the process that held it died or
+ *   left (depart closes every link; a live rank keeps the links others
+ *   opened to it, even when an answer does not fit: reply);
+ * - the detector's word (certain(): its own link closed by the kernel);
+ * - another rank's RECORD naming it, by the same proofs there.
+ * A refused connection is not proof: the listener's accept queue may be
+ * full, or the address may now be a new incarnation's. Nor is a link closed
+ * before the peer answered the hello (a full table or an unauthenticated
+ * slot closed, a process at that address that is not the rank), nor a
+ * timeout or silence: all of these are suspicion, which only a settle that
+ * waited long enough (force) goes on without.
  *
  * Generation 0 needs every rank (no force): a refused connection then only
  * means the rank has not started yet, and is tried again.
@@ -330,7 +341,7 @@ static void drop(struct inband *b, int i)
 			b->r[r].link = -1;
 }
 
-/* A kernel said rank r is gone (after generation 0): it counts out of quorums. */
+/* Proof that rank r is gone (after generation 0; see the top): it counts out of quorums. */
 static void mark_certain(struct inband *b, int r, const char *why)
 {
 	if (r < 0 || r >= b->world || r == b->rank || b->r[r].certain)
@@ -339,11 +350,19 @@ static void mark_certain(struct inband *b, int r, const char *why)
 	ft__info("membership: rank %d is gone for certain (%s)", r, why);
 }
 
-/* Link i ended with error rc: the rank it reached may be gone for certain. */
+/*
+ * Link i ended with error rc. Only a link of this rank's own to the peer's
+ * listener, on which the peer proved the job's token (its ACK came), and
+ * that the peer's kernel then closed (-FT_EPEERFAILED: FIN or RST), shows
+ * the rank gone: the process that held it died or left. A refusal, or a
+ * link closed before the peer answered its hello, is suspicion only (see
+ * the top).
+ */
 static void link_failed(struct inband *b, int i, int rc)
 {
 	int peer = b->ctl.links[i].peer;
 	bool mine = peer >= 0 && b->r[peer].link == i;
+	bool proven = !b->ctl.links[i].connecting && !b->ctl.links[i].await_ack;
 
 	drop(b, i);
 	if (peer < 0 || !mine)
@@ -354,10 +373,9 @@ static void link_failed(struct inband *b, int i, int rc)
 			b->r[peer].retry_ms = ft__now_ms() + RETRY_MS;
 		return;
 	}
-	if (rc == -FT_ECONNREFUSED || rc == -FT_EPEERFAILED)
-		mark_certain(b, peer, rc == -FT_ECONNREFUSED ? "its membership listener is closed"
-							      : "its membership link was closed");
-	else if (mine)
+	if (rc == -FT_EPEERFAILED && proven)
+		mark_certain(b, peer, "its kernel closed its membership link");
+	else
 		b->r[peer].retry_ms = ft__now_ms() + RETRY_MS;
 }
 
@@ -375,9 +393,7 @@ static int link_to(struct inband *b, int r)
 		return -1;
 	i = ft__ctl_connect_start(&b->ctl, b->book[r], r, b->gen);
 	if (i < 0) {
-		if (i == -FT_ECONNREFUSED && view_of(b, 0) != NULL)
-			mark_certain(b, r, "its membership listener is closed");
-		p->retry_ms = now + RETRY_MS;
+		p->retry_ms = now + RETRY_MS; /* refused too: suspicion only (see the top) */
 		return -1;
 	}
 	p->link = i;
@@ -409,8 +425,10 @@ static void reply(struct inband *b, int i, uint32_t gen, enum ft__ctl_type type,
 {
 	if (i < 0 || b->ctl.links[i].fd < 0 || w->bad)
 		return;
-	if (ft__ctl_send(&b->ctl, i, type, gen, w->p, w->len) != 0)
-		link_failed(b, i, -FT_EIO);
+	/* the link stays, unsent or not: closing the peer's own link would
+	 * show it this rank gone (link_failed), and this rank is not; the
+	 * asker asks again or goes on without the answer */
+	(void)ft__ctl_send(&b->ctl, i, type, gen, w->p, w->len);
 }
 
 /* This rank's answer about generation gen (the one being settled, or one

@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,7 +232,8 @@ Test(inband, certain_deaths_let_the_last_rank_go_on)
 	ft__mb_certain(&mb[1], 0);
 	ft__mb_certain(&mb[1], 2);
 	publish(1, 1, 3);
-	/* rank 3: no word from the detector; the refused connection is enough */
+	/* rank 3: no word from the detector, and a refusal is suspicion only:
+	 * of {1, 3}, 1 is half and the lowest */
 	int cand[2] = {1, 3};
 	v[0] = (struct ft__view){.generation = 1};
 	drive(alone, 1, cand, 2, true, rc, v, 5000);
@@ -319,4 +321,81 @@ Test(inband, hostile_messages)
 		expect_view(&v[r], all, 3, "after the junk");
 		ft__view_free(&v[r]);
 	}
+}
+
+/* ---- what counts as a certain death ---- */
+
+/*
+ * Refused connections are suspicion only: a full accept table, or a new
+ * incarnation at the address, refuses too. The last of four, refused by
+ * the other three's listeners and told nothing certain, has no quorum.
+ */
+Test(inband, refusals_are_not_certain)
+{
+	start(4);
+	int alone[1] = {3}, all[4] = {0, 1, 2, 3}, rc[1];
+	struct ft__view v[1];
+
+	for (int r = 0; r < 3; r++) {
+		ft__mb_close(&mb[r], 0, false); /* refused from now on */
+		open_[r] = false;
+	}
+	publish(3, 1, 3);
+	v[0] = (struct ft__view){.generation = 1};
+	drive(alone, 1, all, 4, true, rc, v, 5000);
+	cr_assert_eq(rc[0], -FT_EPARTITIONED, "one of four, refused by three: %d", rc[0]);
+}
+
+/*
+ * Nor is a link closed before the peer answered its hello: whatever holds
+ * rank 0's address now (here a listener that accepts and closes at once)
+ * is not shown to be rank 0. Ranks 1 and 2 are certainly gone; 3 and the
+ * unproven 0 are half of the rest, without the lowest: no quorum.
+ */
+Test(inband, a_link_closed_before_the_hello_was_answered_is_not_certain)
+{
+	start(4);
+	int alone[1] = {3}, cand[2] = {0, 3}, rc = 0;
+	struct ft__view v = {.generation = 1};
+
+	for (int r = 0; r < 3; r++) {
+		ft__mb_close(&mb[r], 0, false);
+		open_[r] = false;
+	}
+	cr_assert_eq(listen(port_fd[0], 16), 0);
+	cr_assert_eq(fcntl(port_fd[0], F_SETFL, O_NONBLOCK), 0);
+	ft__mb_certain(&mb[3], 1);
+	ft__mb_certain(&mb[3], 2);
+	publish(3, 1, 3);
+	long end = tu_now_ms() + 5000;
+	while (rc == 0 && tu_now_ms() < end) {
+		int fd;
+		while ((fd = accept(port_fd[0], NULL, NULL)) >= 0)
+			close(fd);
+		rc = ft__mb_try_settle(&mb[alone[0]], 1, cand, 2, true, &v);
+		tu_sleep_ms(1);
+	}
+	if (rc == 1)
+		ft__view_free(&v);
+	cr_assert_eq(rc, -FT_EPARTITIONED, "rank 3 with an unproven rank 0: %d", rc);
+}
+
+/* A link on which the peer proved the token, then closed by its kernel, is proof: the last
+ * of three goes on. */
+Test(inband, a_proven_link_closed_is_certain)
+{
+	start(3);
+	int alone[1] = {0}, all[3] = {0, 1, 2}, rc[1];
+	struct ft__view v[1];
+
+	for (int r = 1; r < 3; r++) {
+		ft__mb_close(&mb[r], 0, false);
+		open_[r] = false;
+	}
+	publish(0, 1, 3);
+	v[0] = (struct ft__view){.generation = 1};
+	drive(alone, 1, all, 3, true, rc, v, 5000);
+	cr_assert_eq(rc[0], 1, "the last rank: %d", rc[0]);
+	expect_view(&v[0], alone, 1, "alone");
+	ft__view_free(&v[0]);
 }
