@@ -63,13 +63,18 @@
  * Generation 0 needs every rank (no force): a refused connection then only
  * means the rank has not started yet, and is tried again.
  *
+ * Sizes: the largest message is a RECORD (RECORD_BYTES: about 12 bytes a
+ * rank, 50034 bytes at MAX_WORLD), within the 65535 a control message
+ * carries (ft__inband_codec_check, test_inband_codec).
+ *
  * Threads: one mutex guards everything; the detector thread pumps and
  * settles, the main thread looks up addresses.
  */
 
 #define MB_VERSION 1
-#define MAX_WORLD 4096
+#define MAX_WORLD FT__INBAND_MAX_WORLD
 #define RETRY_MS 20
+#define COMMITTED UINT64_MAX    /* the ballot of a value reported as committed */
 
 struct ib_rank {
 	int link;               /* index in ctl.links, -1 none */
@@ -329,6 +334,148 @@ static void get_value(struct rbuf *r, int world, struct ib_value *v)
 		value_free(v);
 }
 
+/*
+ * RECORD: the ballot it answers, the sender's next op and addresses, the
+ * ranks whose death it knows to be certain (a bitmap of the world: ranks
+ * listed as int32 took 4 bytes each, and with the view, 16 a rank, pushed
+ * a RECORD of 4096 ranks past the 65535 bytes a control message carries),
+ * and the view it accepted (kind 1) or saw committed (kind 2), if any.
+ */
+struct ib_record {
+	uint64_t ballot, next_op;
+	char addr[FT__ADDR_MAX];
+	char ctrl[FT__CTRL_MAX];
+	const unsigned char *certain;   /* (world + 7) / 8 bytes, in the payload */
+	int32_t kind;
+	struct ib_value v;
+};
+
+#define VALUE_BYTES(n) (28 + 12 * (size_t)(n))
+#define RECORD_BYTES(n) (16 + 2 + (FT__ADDR_MAX - 1) + 2 + (FT__CTRL_MAX - 1) + \
+			 ((size_t)(n) + 7) / 8 + 4 + VALUE_BYTES(n))
+
+static bool bit(const unsigned char *map, int i)
+{
+	return (map[i / 8] >> (i % 8)) & 1;
+}
+
+/* rec without its certain map, which comes from ranks[].certain. */
+static void put_record(struct wbuf *w, const struct ib_record *rec, const struct ib_rank *ranks,
+		       int world)
+{
+	put_u64(w, rec->ballot);
+	put_u64(w, rec->next_op);
+	put_str(w, rec->addr);
+	put_str(w, rec->ctrl);
+	for (int i = 0; i < world; i += 8) {
+		unsigned char byte = 0;
+		for (int k = 0; k < 8 && i + k < world; k++)
+			byte |= (unsigned char)(ranks[i + k].certain << k);
+		put(w, &byte, 1);
+	}
+	put_i32(w, rec->kind);
+	if (rec->kind != 0)
+		put_value(w, &rec->v);
+}
+
+/* rec->v is the caller's to free (it is empty when r went bad). */
+static void get_record(struct rbuf *r, int world, struct ib_record *rec)
+{
+	size_t map = ((size_t)world + 7) / 8;
+
+	*rec = (struct ib_record){0};
+	rec->ballot = get_u64(r);
+	rec->next_op = get_u64(r);
+	get_str(r, rec->addr, sizeof(rec->addr));
+	get_str(r, rec->ctrl, sizeof(rec->ctrl));
+	if (r->bad || map > r->len - r->off) {
+		r->bad = true;
+		return;
+	}
+	rec->certain = r->p + r->off;
+	r->off += map;
+	rec->kind = get_i32(r);
+	if (rec->kind < 0 || rec->kind > 2)
+		r->bad = true;
+	if (!r->bad && rec->kind != 0)
+		get_value(r, world, &rec->v);
+}
+
+size_t ft__inband_payload_max(int world)
+{
+	size_t need = RECORD_BYTES(world); /* the largest: a COMMIT or PROPOSE is VALUE_BYTES */
+	size_t book = 8 + 2 + (FT__ADDR_MAX - 1) + 2 + (FT__CTRL_MAX - 1); /* one BOOK entry */
+
+	if (need < book)
+		need = book;
+	return need < 4096 ? 4096 : need;
+}
+
+/* Both values hold the same view. */
+static bool value_same(const struct ib_value *a, const struct ib_value *b)
+{
+	return a->ballot == b->ballot && a->first_op == b->first_op && a->nonce == b->nonce &&
+	       a->n == b->n && memcmp(a->members, b->members, (size_t)a->n * sizeof(int)) == 0 &&
+	       memcmp(a->next_ops, b->next_ops, (size_t)a->n * sizeof(uint64_t)) == 0;
+}
+
+int ft__inband_codec_check(int world)
+{
+	size_t cap = ft__inband_payload_max(world);
+	unsigned char *buf = malloc(cap);
+	struct ib_rank *ranks = calloc((size_t)world, sizeof(*ranks));
+	struct ib_record rec = {.ballot = UINT64_MAX - 1, .next_op = UINT64_MAX, .kind = 2};
+	struct ib_record got = {0};
+	struct ib_value back = {0};
+	int rc = -FT_EPROTO;
+
+	if (buf == NULL || ranks == NULL || value_alloc(&rec.v, world) != 0) {
+		rc = -FT_ENOMEM;
+		goto out;
+	}
+	/* the largest of everything: the longest addresses, every rank certain */
+	memset(rec.addr, 'a', sizeof(rec.addr) - 1);
+	memset(rec.ctrl, 'c', sizeof(rec.ctrl) - 1);
+	rec.v = (struct ib_value){.ballot = UINT64_MAX, .first_op = 1, .nonce = 2, .n = world,
+				  .members = rec.v.members, .next_ops = rec.v.next_ops};
+	for (int i = 0; i < world; i++) {
+		ranks[i].certain = true;
+		rec.v.members[i] = i;
+		rec.v.next_ops[i] = UINT64_MAX - (uint64_t)i;
+	}
+	/* the COMMIT (and PROPOSE) */
+	struct wbuf w = {.p = buf, .cap = cap};
+	put_value(&w, &rec.v);
+	if (w.bad || w.len != VALUE_BYTES(world) || w.len > UINT16_MAX)
+		goto out;
+	struct rbuf r = {.p = buf, .len = w.len};
+	get_value(&r, world, &back);
+	if (r.bad || r.off != r.len || !value_same(&back, &rec.v))
+		goto out;
+	/* the RECORD */
+	w = (struct wbuf){.p = buf, .cap = cap};
+	put_record(&w, &rec, ranks, world);
+	if (w.bad || w.len != RECORD_BYTES(world) || w.len > UINT16_MAX)
+		goto out;
+	r = (struct rbuf){.p = buf, .len = w.len};
+	get_record(&r, world, &got);
+	if (r.bad || r.off != r.len || got.kind != 2 || got.ballot != rec.ballot ||
+	    got.next_op != rec.next_op || strcmp(got.addr, rec.addr) != 0 ||
+	    strcmp(got.ctrl, rec.ctrl) != 0 || !value_same(&got.v, &rec.v))
+		goto out;
+	rc = 0;
+	for (int i = 0; i < world; i++)
+		if (!bit(got.certain, i))
+			rc = -FT_EPROTO;
+out:
+	value_free(&got.v);
+	value_free(&back);
+	value_free(&rec.v);
+	free(ranks);
+	free(buf);
+	return rc;
+}
+
 /* ---- links ---- */
 
 #define NOT_YET 1
@@ -435,30 +582,19 @@ static void reply(struct inband *b, int i, uint32_t gen, enum ft__ctl_type type,
  * committed here that a late coordinator asks about). */
 static void record_msg(struct inband *b, struct wbuf *w, uint32_t gen, uint64_t ballot)
 {
-	const struct ft__view *done = view_of(b, gen);
-	int ncertain = 0;
+	struct ib_record rec = {.ballot = ballot, .next_op = b->mine.next_op};
 
-	put_u64(w, ballot);
-	put_u64(w, b->mine.next_op);
-	put_str(w, b->mine.addr);
-	put_str(w, b->mine.ctrl);
-	for (int r = 0; r < b->world; r++)
-		ncertain += b->r[r].certain;
-	put_i32(w, ncertain);
-	for (int r = 0; r < b->world; r++)
-		if (b->r[r].certain)
-			put_i32(w, r);
-	if (done != NULL) {
-		struct ib_value v = *value_of(b, gen);
-		v.ballot = UINT64_MAX;
-		put_i32(w, 2); /* committed */
-		put_value(w, &v);
+	snprintf(rec.addr, sizeof(rec.addr), "%s", b->mine.addr);
+	snprintf(rec.ctrl, sizeof(rec.ctrl), "%s", b->mine.ctrl);
+	if (view_of(b, gen) != NULL) {
+		rec.kind = 2;
+		rec.v = *value_of(b, gen); /* borrowed */
+		rec.v.ballot = COMMITTED;
 	} else if (b->accepted.ballot != 0) {
-		put_i32(w, 1);
-		put_value(w, &b->accepted);
-	} else {
-		put_i32(w, 0);
+		rec.kind = 1;
+		rec.v = b->accepted;
 	}
+	put_record(w, &rec, b->r, b->world);
 }
 
 static void answer_collect(struct inband *b, int from, int link, uint64_t ballot)
@@ -610,35 +746,26 @@ static void on_book(struct inband *b, struct rbuf *r)
 
 static void on_record(struct inband *b, int from, struct rbuf *r)
 {
-	uint64_t ballot = get_u64(r), next_op = get_u64(r);
-	char addr[FT__ADDR_MAX], ctrl[FT__CTRL_MAX];
-	int32_t ncertain, kind;
-	struct ib_value v = {0};
+	struct ib_record rec;
+	struct ib_value v;
+	int32_t kind;
 
-	get_str(r, addr, sizeof(addr));
-	get_str(r, ctrl, sizeof(ctrl));
-	ncertain = get_i32(r);
-	if (r->bad || ncertain < 0 || ncertain > b->world)
-		return;
-	for (int32_t k = 0; k < ncertain; k++) {
-		int32_t c = get_i32(r);
-		if (!r->bad && c >= 0 && c < b->world && c != b->rank)
-			mark_certain(b, c, "another rank saw it gone");
-	}
-	kind = get_i32(r);
-	if (kind == 1 || kind == 2)
-		get_value(r, b->world, &v);
-	if (r->bad || kind < 0 || kind > 2 || ballot != b->ballot || b->phase != 1 ||
-	    addr[0] == '\0') {
+	get_record(r, b->world, &rec);
+	v = rec.v;
+	kind = rec.kind;
+	if (r->bad || rec.ballot != b->ballot || b->phase != 1 || rec.addr[0] == '\0') {
 		value_free(&v);
 		return;
 	}
+	for (int c = 0; c < b->world; c++)
+		if (bit(rec.certain, c) && c != b->rank)
+			mark_certain(b, c, "another rank saw it gone");
 	struct ib_rank *p = &b->r[from];
 	p->replied = true;
-	p->next_op = next_op;
+	p->next_op = rec.next_op;
 	if (b->gen == 0) {
-		snprintf(p->addr, sizeof(p->addr), "%s", addr);
-		snprintf(p->ctrl, sizeof(p->ctrl), "%s", ctrl);
+		snprintf(p->addr, sizeof(p->addr), "%s", rec.addr);
+		snprintf(p->ctrl, sizeof(p->ctrl), "%s", rec.ctrl);
 		p->have_addr = true;
 	}
 	if (kind == 2 && !b->best_committed) {
@@ -1071,10 +1198,9 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 		return -FT_ENOMEM;
 	for (int r = 0; r < b->world; r++)
 		b->r[r].link = -1;
-	/* the largest message: a RECORD naming every rank twice, or a book chunk */
-	cp.min_payload = 512 + 8 * (size_t)b->world + FT__ADDR_MAX + FT__CTRL_MAX;
-	if (cp.min_payload < 4096)
-		cp.min_payload = 4096;
+	/* the largest message: a RECORD of every rank (MAX_WORLD's fits a control
+	 * message, test_inband_codec checks it) */
+	cp.min_payload = ft__inband_payload_max(b->world);
 	/* with a peer list, this rank listens at its own entry's port */
 	snprintf(port, sizeof(port), "0");
 	if (strcmp(p->book.how, "peers") == 0) {
@@ -1091,6 +1217,11 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	b->ctl_open = true;
 	if (rc != 0)
 		return rc;
+	if (b->ctl.max_payload < cp.min_payload) {
+		ft__error("membership: control messages carry %zu bytes, %zu needed for %d ranks",
+			  b->ctl.max_payload, cp.min_payload, b->world);
+		return -FT_ECONFIG;
+	}
 	if (strcmp(p->book.how, "peers") != 0) {
 		rc = ft__boot_book(&p->book, b->ctl.addr, b->book);
 		if (rc != 0)

@@ -399,3 +399,55 @@ Test(inband, a_proven_link_closed_is_certain)
 	expect_view(&v[0], alone, 1, "alone");
 	ft__view_free(&v[0]);
 }
+
+/* Rank 63 dies after ft_init; the others sum their ranks twice, in generation 1 without it. */
+static int sum_ranks(struct ft_comm *comm, int rank, int size, void *arg)
+{
+	(void)arg;
+	if (rank == size - 1)
+		raise(SIGKILL);
+	for (int it = 0; it < 2; it++) {
+		struct ft_op_info info;
+		int64_t v = rank, want = 0;
+		int rc = ft_allreduce(comm, FT_IN_PLACE, &v, 1, FT_INT64, FT_SUM, &info);
+		if (rc != 0) {
+			fprintf(stderr, "rank %d: allreduce %d: %s\n", rank, it, ft_strerror(rc));
+			return 1;
+		}
+		for (int k = 0; k < ft_size(comm); k++)
+			want += ft_orig_rank(comm, k);
+		if (v != want || ft_size(comm) != size - 1 || info.generation != 1) {
+			fprintf(stderr, "rank %d: %lld over %d ranks in generation %u, want %lld "
+				"over %d in 1\n", rank, (long long)v, ft_size(comm),
+				info.generation, (long long)want, size - 1);
+			return 2;
+		}
+	}
+	return 0;
+}
+
+static void shrink_policy(struct ft_config *cfg, int rank)
+{
+	(void)rank;
+	cfg->policy = FT_POLICY_SHRINK;
+}
+
+/*
+ * A real job of 64 rank processes (as many as this machine holds) starts
+ * under in-band membership, and settles generation 1 among 63 once one dies.
+ */
+Test(inband_job, sixty_four_ranks, .timeout = 120)
+{
+	struct tu_job job;
+	int killed[64] = {[63] = 1};
+	long t0 = tu_now_ms();
+
+	setenv("FTCC_TEST_MEMBERSHIP", "inband", 1);
+	tu_job_init(&job, 64);
+	for (int r = 0; r < 64; r++)
+		tu_spawn(&job, r, sum_ranks, NULL, shrink_policy);
+	int bad = tu_wait(&job, 90000, killed);
+	tu_job_cleanup(&job);
+	cr_assert_eq(bad, 0, "%d of 64 ranks failed", bad);
+	cr_log_info("64 ranks, one lost: %ld ms", tu_now_ms() - t0);
+}
