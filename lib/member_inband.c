@@ -63,6 +63,15 @@
  * Generation 0 needs every rank (no force): a refused connection then only
  * means the rank has not started yet, and is tried again.
  *
+ * What a message can move is bounded by what this rank itself settled: it
+ * takes a COMMIT only for the generation it is settling or the next one,
+ * once it holds the view before it, and only a view that fits that one
+ * (on_commit); a COLLECT only for those (a later one neither sets the
+ * detector recovering nor waits to be answered); a ballot only when a
+ * coordinator can have made it (ballot_ok), so that no promise is beyond
+ * every coordinator's reach. Every allocation a message drives is at most
+ * the world's size, checked against the bytes the message holds.
+ *
  * Sizes: the largest message is a RECORD (RECORD_BYTES: about 12 bytes a
  * rank, 50034 bytes at MAX_WORLD), within the 65535 a control message
  * carries (ft__inband_codec_check, test_inband_codec).
@@ -75,6 +84,7 @@
 #define MAX_WORLD FT__INBAND_MAX_WORLD
 #define RETRY_MS 20
 #define COMMITTED UINT64_MAX    /* the ballot of a value reported as committed */
+#define ROUND_MAX ((uint64_t)UINT32_MAX) /* see ballot_ok */
 
 struct ib_rank {
 	int link;               /* index in ctl.links, -1 none */
@@ -276,14 +286,15 @@ static void get_str(struct rbuf *r, char *dst, size_t cap)
 	r->off += l;
 }
 
-/* n members, strictly ascending ranks of the world; bad otherwise. */
-static int *get_members(struct rbuf *r, int world, int *n_out)
+/* n members, strictly ascending ranks of the world, with `more` bytes each to
+ * follow (checked before anything is allocated); bad otherwise. */
+static int *get_members(struct rbuf *r, int world, size_t more, int *n_out)
 {
 	int32_t n = get_i32(r);
 	int *m;
 
 	*n_out = 0;
-	if (r->bad || n < 1 || n > world || (size_t)n * 4 > r->len - r->off) {
+	if (r->bad || n < 1 || n > world || (size_t)n * (4 + more) > r->len - r->off) {
 		r->bad = true;
 		return NULL;
 	}
@@ -322,7 +333,7 @@ static void get_value(struct rbuf *r, int world, struct ib_value *v)
 	v->ballot = get_u64(r);
 	v->first_op = get_u64(r);
 	v->nonce = get_u64(r);
-	v->members = get_members(r, world, &v->n);
+	v->members = get_members(r, world, sizeof(uint64_t), &v->n);
 	if (r->bad)
 		return;
 	v->next_ops = malloc((size_t)v->n * sizeof(uint64_t));
@@ -563,6 +574,56 @@ static int send_to(struct inband *b, int r, enum ft__ctl_type type, const struct
 	return 0;
 }
 
+/* ---- what a message must show ---- */
+
+/*
+ * A ballot a coordinator can have made: rounds start at 1 and grow by one
+ * per attempt, so one past ROUND_MAX was made up (and the round after the
+ * top one would wrap the next ballot to 0, "none", for good), and its low
+ * bits name a rank of the world; by, when >= 0: the rank that made it.
+ */
+static bool ballot_ok(const struct inband *b, uint64_t ballot, int by)
+{
+	uint64_t round = ballot >> 16;
+	int rank = (int)(ballot & 0xffff);
+
+	return round >= 1 && round <= ROUND_MAX && rank < b->world && (by < 0 || rank == by);
+}
+
+static bool in_view(const struct ft__view *v, int r)
+{
+	for (int i = 0; i < v->size; i++)
+		if (v->members[i] == r)
+			return true;
+	return false;
+}
+
+/*
+ * Whether v can be a view of generation gen that rank `from` sends: the
+ * view of generation 0 holds every rank (it needs every rank); a later one
+ * comes from a member of the view before it (known here), keeps the job's
+ * nonce and holds only members of that view. The message of a value that
+ * fails is ignored.
+ */
+static bool value_fits(const struct inband *b, uint32_t gen, int from, const struct ib_value *v)
+{
+	const struct ft__view *prev = gen > 0 ? view_of(b, gen - 1) : NULL;
+	int k = 0;
+
+	if (gen == 0)
+		return v->n == b->world;
+	if (prev == NULL || !in_view(prev, from) || v->nonce != prev->nonce)
+		return false;
+	/* both ascending: one walk (a RECORD of every rank comes from every rank) */
+	for (int i = 0; i < v->n; i++) {
+		while (k < prev->size && prev->members[k] < v->members[i])
+			k++;
+		if (k == prev->size || prev->members[k] != v->members[i])
+			return false;
+	}
+	return true;
+}
+
 /* ---- the acceptor's side ---- */
 
 /* Answers on link i, where the question came from (connected, unlike a
@@ -643,7 +704,7 @@ static void on_collect(struct inband *b, int from, int link, struct rbuf *r)
 {
 	uint64_t ballot = get_u64(r);
 
-	if (r->bad)
+	if (r->bad || !ballot_ok(b, ballot, from))
 		return;
 	note_ballot(b, ballot);
 	if (ballot < b->promised && view_of(b, b->gen) == NULL) {
@@ -654,13 +715,19 @@ static void on_collect(struct inband *b, int from, int link, struct rbuf *r)
 	answer_collect(b, from, link, ballot);
 }
 
-static void on_propose(struct inband *b, int link, struct rbuf *r)
+static void on_propose(struct inband *b, int from, int link, struct rbuf *r)
 {
 	struct ib_value v = {0};
 
 	get_value(r, b->world, &v);
 	if (r->bad)
 		return;
+	if (!ballot_ok(b, v.ballot, from) || !value_fits(b, b->gen, from, &v)) {
+		ft__warn("membership: ignored a proposal from rank %d that no settle of generation "
+			 "%u makes", from, b->gen);
+		value_free(&v);
+		return;
+	}
 	note_ballot(b, v.ballot);
 	if (v.ballot < b->promised) {
 		answer_ballot(b, link, FT__CTL_MB_NACK, b->promised);
@@ -682,13 +749,26 @@ static int commit(struct inband *b, uint32_t gen, struct ib_value *v)
 		value_free(v);
 		return 0;
 	}
+	/* gen is at most the generation being settled + 1 (on_commit): the
+	 * table grows with the settles made here, never with what a message says */
+	if (gen > b->gen + (uint64_t)1 || gen == UINT32_MAX) {
+		value_free(v);
+		return -FT_EINVAL;
+	}
 	if (gen >= b->nviews) {
 		struct ib_value *values;
-		size_t more = (size_t)gen + 8 - b->nviews;
-		views = realloc(b->views, ((size_t)gen + 8) * sizeof(*views));
+		size_t cap = 2 * (size_t)b->nviews, more;
+		if (cap < (size_t)gen + 1)
+			cap = (size_t)gen + 1;
+		if (cap < 8)
+			cap = 8;
+		if (cap > (size_t)UINT32_MAX)
+			cap = (size_t)UINT32_MAX;
+		more = cap - b->nviews;
+		views = realloc(b->views, cap * sizeof(*views));
 		if (views != NULL)
 			b->views = views;
-		values = realloc(b->values, ((size_t)gen + 8) * sizeof(*values));
+		values = realloc(b->values, cap * sizeof(*values));
 		if (values != NULL)
 			b->values = values;
 		if (views == NULL || values == NULL) {
@@ -697,7 +777,7 @@ static int commit(struct inband *b, uint32_t gen, struct ib_value *v)
 		}
 		memset(b->views + b->nviews, 0, more * sizeof(*views));
 		memset(b->values + b->nviews, 0, more * sizeof(*values));
-		b->nviews = gen + 8;
+		b->nviews = (uint32_t)cap;
 	}
 	b->views[gen] = (struct ft__view){.generation = gen, .size = v->n, .members = v->members,
 					  .first_op = v->first_op, .nonce = v->nonce};
@@ -706,13 +786,44 @@ static int commit(struct inband *b, uint32_t gen, struct ib_value *v)
 	return 0;
 }
 
-static void on_commit(struct inband *b, uint32_t gen, struct rbuf *r)
+/*
+ * A COMMIT is taken for the generation being settled here, or the next one
+ * (this rank had not begun it when the others settled it without waiting for
+ * it: the detector had not told it yet), and only once the view before it
+ * is known here: those are the generations a settle can commit while this
+ * rank is part of the job (a coordinator of generation g is a member of
+ * view g - 1; this rank begins g + 1 only after it holds view g). It names
+ * the coordinator's ballot (or is a committed value it relays) and fits the
+ * view before it (value_fits). A COMMIT carries no acceptors' word (the
+ * ranks share one token, nothing signs a vote): what an authenticated rank
+ * commits within these bounds is taken as the others would take it.
+ */
+static void on_commit(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 {
 	struct ib_value v = {0};
 
 	get_value(r, b->world, &v);
 	if (r->bad)
 		return;
+	if (gen > b->gen + (uint64_t)1 ||
+	    (v.ballot != COMMITTED && !ballot_ok(b, v.ballot, from))) {
+		ft__warn("membership: ignored rank %d's commit of generation %u, which no settle "
+			 "reachable from generation %u makes", from, gen, b->gen);
+		value_free(&v);
+		return;
+	}
+	if (view_of(b, gen) != NULL || (gen > 0 && view_of(b, gen - 1) == NULL)) {
+		/* a repeat; or early, before the view it follows: this rank
+		 * learns it when it settles that one (a coordinator asks it) */
+		value_free(&v);
+		return;
+	}
+	if (!value_fits(b, gen, from, &v)) {
+		ft__warn("membership: ignored rank %d's commit of generation %u, which does not "
+			 "follow the view before it", from, gen);
+		value_free(&v);
+		return;
+	}
 	for (int i = 0; i < v.n; i++)
 		if (gen == 0 && !b->r[v.members[i]].have_addr) {
 			ft__warn("membership: the view of generation 0 came without rank %d's "
@@ -753,7 +864,9 @@ static void on_record(struct inband *b, int from, struct rbuf *r)
 	get_record(r, b->world, &rec);
 	v = rec.v;
 	kind = rec.kind;
-	if (r->bad || rec.ballot != b->ballot || b->phase != 1 || rec.addr[0] == '\0') {
+	if (r->bad || rec.ballot != b->ballot || b->phase != 1 || rec.addr[0] == '\0' ||
+	    (kind == 1 && !ballot_ok(b, v.ballot, -1)) || (kind == 2 && v.ballot != COMMITTED) ||
+	    (kind != 0 && !value_fits(b, b->gen, from, &v))) {
 		value_free(&v);
 		return;
 	}
@@ -798,7 +911,7 @@ static void on_nack(struct inband *b, struct rbuf *r)
 {
 	uint64_t promised = get_u64(r);
 
-	if (r->bad)
+	if (r->bad || !ballot_ok(b, promised, -1))
 		return;
 	note_ballot(b, promised);
 	if (b->ballot != 0 && promised > b->ballot)
@@ -812,9 +925,11 @@ static void on_other_collect(struct inband *b, uint32_t gen, int from, int link,
 	unsigned char buf[65536];
 	struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
 
-	if (r->bad)
+	if (r->bad || !ballot_ok(b, ballot, from))
 		return;
 	note_ballot(b, ballot);
+	if (gen > b->gen + (uint64_t)1)
+		return; /* out of reach: see on_msg */
 	if (gen > b->gen || !b->active) {
 		/* a failure this rank has not heard of: answered once it
 		 * begins that generation (the detector is told, see pump) */
@@ -836,12 +951,20 @@ static void on_other_collect(struct inband *b, uint32_t gen, int from, int link,
 static void on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 {
 	struct rbuf r = {.p = m->payload, .len = m->len};
+	uint64_t ballot;
 	bool current = b->active && m->gen == b->gen;
 
 	if (m->from < 0 || m->from >= b->world)
 		return;
-	if (m->type == FT__CTL_MB_COLLECT && m->gen > b->newest_asked)
-		b->newest_asked = m->gen;
+	/* a coordinator of generation g is a member of view g - 1, which this
+	 * rank holds or is settling (it begins g - 1 only once it holds g - 2):
+	 * a question about a later one sets no detector recovering */
+	if (m->type == FT__CTL_MB_COLLECT && m->gen > b->newest_asked &&
+	    m->gen <= b->gen + (uint64_t)1 && m->len >= sizeof(ballot)) {
+		memcpy(&ballot, m->payload, sizeof(ballot));
+		if (ballot_ok(b, ballot, m->from))
+			b->newest_asked = m->gen;
+	}
 	switch (m->type) {
 	case FT__CTL_MB_COLLECT:
 		if (current)
@@ -855,7 +978,7 @@ static void on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 		break;
 	case FT__CTL_MB_PROPOSE:
 		if (current)
-			on_propose(b, link, &r);
+			on_propose(b, m->from, link, &r);
 		break;
 	case FT__CTL_MB_ACCEPT:
 		if (current)
@@ -870,11 +993,14 @@ static void on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 			on_book(b, &r);
 		break;
 	case FT__CTL_MB_COMMIT:
-		/* any generation: one this rank has not begun yet may leave it out */
-		on_commit(b, m->gen, &r);
+		/* the next generation too: one this rank has not begun yet may
+		 * leave it out (on_commit) */
+		on_commit(b, m->from, m->gen, &r);
 		break;
 	case FT__CTL_MB_NOQUORUM:
-		if (current)
+		/* from the coordinator this rank promised: the one it answered */
+		if (current && get_u64(&r) == b->promised && !r.bad &&
+		    ballot_ok(b, b->promised, m->from))
 			b->noquorum = true;
 		break;
 	default:

@@ -323,6 +323,155 @@ Test(inband, hostile_messages)
 	}
 }
 
+/* ---- forged messages from an authenticated peer ---- */
+
+/* A link to rank `to`'s membership listener, as rank `as` of the job (a valid hello). */
+static int fake_peer(struct ft__ctl *ctl, int as, int to)
+{
+	struct ft__ctl_params cp = {.rank = as, .world_size = n, .job_id = "ib", .token = "tok",
+				    .who = "forger", .min_payload = 65535};
+	char addr[64];
+	const char *p = peers;
+	int i;
+
+	for (int k = 0; k < to; k++)
+		p = strchr(p, ',') + 1;
+	snprintf(addr, sizeof(addr), "%.*s", (int)strcspn(p, ","), p);
+	cr_assert_eq(ft__ctl_open(ctl, &cp), 0);
+	i = ft__ctl_connect(ctl, addr, to, 0, 2000);
+	cr_assert_geq(i, 0);
+	return i;
+}
+
+/* A view's wire form (member_inband.c, put_value): every member's next op 0. */
+static size_t value_bytes(unsigned char *buf, uint64_t ballot, uint64_t nonce, const int *m,
+			  int nm)
+{
+	uint64_t zero = 0;
+	int32_t count = nm;
+	size_t at = 0;
+
+	memcpy(buf + at, &ballot, 8), at += 8;
+	memcpy(buf + at, &zero, 8), at += 8;
+	memcpy(buf + at, &nonce, 8), at += 8;
+	memcpy(buf + at, &count, 4), at += 4;
+	for (int k = 0; k < nm; k++) {
+		int32_t r = m[k];
+		memcpy(buf + at, &r, 4), at += 4;
+	}
+	for (int k = 0; k < nm; k++)
+		memcpy(buf + at, &zero, 8), at += 8;
+	return at;
+}
+
+static long resident_kb(void)
+{
+	long size = 0, res = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	cr_assert_not_null(f);
+	cr_assert_eq(fscanf(f, "%ld %ld", &size, &res), 2);
+	fclose(f);
+	return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* Pumps rank r's membership for ms milliseconds. */
+static void pump_for(int r, long ms)
+{
+	long end = tu_now_ms() + ms;
+
+	while (tu_now_ms() < end) {
+		(void)ft__mb_pump(&mb[r]);
+		tu_sleep_ms(2);
+	}
+}
+
+/*
+ * COMMITs no settle can produce here are ignored and allocate nothing: far
+ * past the next generation (it once grew the views to (gen + 8) x 80 bytes),
+ * at the top of the generations (gen + 8 wrapped), the next generation with
+ * another job's nonce or a member outside the previous view's... Only then
+ * does the next generation settle as usual.
+ */
+Test(inband, commits_out_of_reach_are_ignored)
+{
+	uint64_t nonce = start(3);
+	struct ft__ctl ctl;
+	unsigned char buf[256];
+	int all[3] = {0, 1, 2}, two[2] = {0, 1}, rc[3], i;
+	uint32_t far[] = {5000000, UINT32_MAX, UINT32_MAX - 7, 2};
+	uint64_t ballot = (uint64_t)1 << 16 | 2;
+	struct ft__member m;
+	struct ft__view v[3];
+	long before = resident_kb();
+
+	i = fake_peer(&ctl, 2, 0);
+	for (size_t k = 0; k < sizeof(far) / sizeof(far[0]); k++) {
+		size_t len = value_bytes(buf, ballot, nonce, all, 3);
+		cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COMMIT, far[k], buf, len), 0);
+	}
+	/* generation 1, reachable, but not this job's (nonce) */
+	size_t len = value_bytes(buf, ballot, nonce + 1, two, 2);
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COMMIT, 1, buf, len), 0);
+	/* generation 1 from a coordinator whose ballot names another rank */
+	len = value_bytes(buf, (uint64_t)1 << 16 | 1, nonce, two, 2);
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COMMIT, 1, buf, len), 0);
+	pump_for(0, 100);
+	long grown = resident_kb() - before;
+	ft__ctl_close(&ctl);
+	cr_assert_lt(grown, 8 * 1024, "resident memory grew by %ld kB", grown);
+	for (size_t k = 0; k < sizeof(far) / sizeof(far[0]); k++)
+		cr_assert_neq(ft__mb_lookup(&mb[0], far[k], 0, &m), 0, "generation %u taken",
+			      far[k]);
+	cr_assert_neq(ft__mb_lookup(&mb[0], 1, 0, &m), 0, "a forged generation 1 was taken");
+	for (int r = 0; r < 3; r++)
+		publish(r, 1, 2);
+	settle_all(all, 3, all, 3, 1, false, rc, v);
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(rc[r], 1, "rank %d: %d", r, rc[r]);
+		expect_view(&v[r], all, 3, "generation 1");
+		ft__view_free(&v[r]);
+	}
+}
+
+/*
+ * Ballots and generations a forger makes up move nothing: a COLLECT about a
+ * far generation does not set the detector recovering toward it, and a
+ * ballot at the top of the range (a promise no coordinator could beat: the
+ * next round wrapped to ballot 0) does not stop the next generation.
+ */
+Test(inband, forged_ballots_and_generations)
+{
+	start(3);
+	struct ft__ctl ctl;
+	uint64_t top = UINT64_MAX, ok = (uint64_t)1 << 16 | 2;
+	int all[3] = {0, 1, 2}, rc[3], i;
+	struct ft__view v[3];
+
+	i = fake_peer(&ctl, 2, 0);
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COLLECT, 5000000, &ok, 8), 0);
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COLLECT, 1, &top, 8), 0);
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_NACK, 0, &top, 8), 0);
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_NOQUORUM, 1, &top, 8), 0);
+	long end = tu_now_ms() + 100;
+	uint32_t asked = 0;
+	while (tu_now_ms() < end) {
+		uint32_t a = ft__mb_pump(&mb[0]);
+		asked = a > asked ? a : asked;
+		tu_sleep_ms(2);
+	}
+	ft__ctl_close(&ctl);
+	cr_assert_leq(asked, 1, "asked about generation %u", asked);
+	for (int r = 0; r < 3; r++)
+		publish(r, 1, 2);
+	settle_all(all, 3, all, 3, 1, false, rc, v);
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(rc[r], 1, "rank %d: %d", r, rc[r]);
+		expect_view(&v[r], all, 3, "generation 1");
+		ft__view_free(&v[r]);
+	}
+}
+
 /* ---- what counts as a certain death ---- */
 
 /*
