@@ -43,22 +43,48 @@
  *
  * Quorum: the acceptors in favour must be more than half of the previous
  * view's members whose death is not certain, or exactly half when they
- * include the lowest such member. A death is certain when a kernel said so:
- * a connection closed by the peer's kernel, or refused (the listener is
- * gone) after generation 0. Certain deaths are true, so two sides of a
- * partition never both have a quorum; crashes alone can shrink the job to
- * one rank.
+ * include the lowest such member. Certain deaths must be true, or two sides
+ * of a partition could both have a quorum; crashes alone can still shrink
+ * the job to one rank. A death is certain (after generation 0) on proof:
+ * - a link of this rank's own to the rank's membership listener, on which
+ *   the rank proved the job's token (its ACK came), closed by the peer's
+ *   kernel (FIN or RST, -FT_EPEERFAILED): the process that held it died or
+ *   left (depart closes every link; a live rank keeps the links others
+ *   opened to it, even when an answer does not fit: reply);
+ * - the detector's word (certain(): its own link closed by the kernel);
+ * - another rank's RECORD naming it, by the same proofs there.
+ * A refused connection is not proof: the listener's accept queue may be
+ * full, or the address may now be a new incarnation's. Nor is a link closed
+ * before the peer answered the hello (a full table or an unauthenticated
+ * slot closed, a process at that address that is not the rank), nor a
+ * timeout or silence: all of these are suspicion, which only a settle that
+ * waited long enough (force) goes on without.
  *
  * Generation 0 needs every rank (no force): a refused connection then only
  * means the rank has not started yet, and is tried again.
+ *
+ * What a message can move is bounded by what this rank itself settled: it
+ * takes a COMMIT only for the generation it is settling or the next one,
+ * once it holds the view before it, and only a view that fits that one
+ * (on_commit); a COLLECT only for those (a later one neither sets the
+ * detector recovering nor waits to be answered); a ballot only when a
+ * coordinator can have made it (ballot_ok), so that no promise is beyond
+ * every coordinator's reach. Every allocation a message drives is at most
+ * the world's size, checked against the bytes the message holds.
+ *
+ * Sizes: the largest message is a RECORD (RECORD_BYTES: about 12 bytes a
+ * rank, 50034 bytes at MAX_WORLD), within the 65535 a control message
+ * carries (ft__inband_codec_check, test_inband_codec).
  *
  * Threads: one mutex guards everything; the detector thread pumps and
  * settles, the main thread looks up addresses.
  */
 
 #define MB_VERSION 1
-#define MAX_WORLD 4096
+#define MAX_WORLD FT__INBAND_MAX_WORLD
 #define RETRY_MS 20
+#define COMMITTED UINT64_MAX    /* the ballot of a value reported as committed */
+#define ROUND_MAX ((uint64_t)UINT32_MAX) /* see ballot_ok */
 
 struct ib_rank {
 	int link;               /* index in ctl.links, -1 none */
@@ -260,14 +286,15 @@ static void get_str(struct rbuf *r, char *dst, size_t cap)
 	r->off += l;
 }
 
-/* n members, strictly ascending ranks of the world; bad otherwise. */
-static int *get_members(struct rbuf *r, int world, int *n_out)
+/* n members, strictly ascending ranks of the world, with `more` bytes each to
+ * follow (checked before anything is allocated); bad otherwise. */
+static int *get_members(struct rbuf *r, int world, size_t more, int *n_out)
 {
 	int32_t n = get_i32(r);
 	int *m;
 
 	*n_out = 0;
-	if (r->bad || n < 1 || n > world || (size_t)n * 4 > r->len - r->off) {
+	if (r->bad || n < 1 || n > world || (size_t)n * (4 + more) > r->len - r->off) {
 		r->bad = true;
 		return NULL;
 	}
@@ -306,7 +333,7 @@ static void get_value(struct rbuf *r, int world, struct ib_value *v)
 	v->ballot = get_u64(r);
 	v->first_op = get_u64(r);
 	v->nonce = get_u64(r);
-	v->members = get_members(r, world, &v->n);
+	v->members = get_members(r, world, sizeof(uint64_t), &v->n);
 	if (r->bad)
 		return;
 	v->next_ops = malloc((size_t)v->n * sizeof(uint64_t));
@@ -316,6 +343,148 @@ static void get_value(struct rbuf *r, int world, struct ib_value *v)
 		v->next_ops[i] = get_u64(r);
 	if (r->bad)
 		value_free(v);
+}
+
+/*
+ * RECORD: the ballot it answers, the sender's next op and addresses, the
+ * ranks whose death it knows to be certain (a bitmap of the world: ranks
+ * listed as int32 took 4 bytes each, and with the view, 16 a rank, pushed
+ * a RECORD of 4096 ranks past the 65535 bytes a control message carries),
+ * and the view it accepted (kind 1) or saw committed (kind 2), if any.
+ */
+struct ib_record {
+	uint64_t ballot, next_op;
+	char addr[FT__ADDR_MAX];
+	char ctrl[FT__CTRL_MAX];
+	const unsigned char *certain;   /* (world + 7) / 8 bytes, in the payload */
+	int32_t kind;
+	struct ib_value v;
+};
+
+#define VALUE_BYTES(n) (28 + 12 * (size_t)(n))
+#define RECORD_BYTES(n) (16 + 2 + (FT__ADDR_MAX - 1) + 2 + (FT__CTRL_MAX - 1) + \
+			 ((size_t)(n) + 7) / 8 + 4 + VALUE_BYTES(n))
+
+static bool bit(const unsigned char *map, int i)
+{
+	return (map[i / 8] >> (i % 8)) & 1;
+}
+
+/* rec without its certain map, which comes from ranks[].certain. */
+static void put_record(struct wbuf *w, const struct ib_record *rec, const struct ib_rank *ranks,
+		       int world)
+{
+	put_u64(w, rec->ballot);
+	put_u64(w, rec->next_op);
+	put_str(w, rec->addr);
+	put_str(w, rec->ctrl);
+	for (int i = 0; i < world; i += 8) {
+		unsigned char byte = 0;
+		for (int k = 0; k < 8 && i + k < world; k++)
+			byte |= (unsigned char)(ranks[i + k].certain << k);
+		put(w, &byte, 1);
+	}
+	put_i32(w, rec->kind);
+	if (rec->kind != 0)
+		put_value(w, &rec->v);
+}
+
+/* rec->v is the caller's to free (it is empty when r went bad). */
+static void get_record(struct rbuf *r, int world, struct ib_record *rec)
+{
+	size_t map = ((size_t)world + 7) / 8;
+
+	*rec = (struct ib_record){0};
+	rec->ballot = get_u64(r);
+	rec->next_op = get_u64(r);
+	get_str(r, rec->addr, sizeof(rec->addr));
+	get_str(r, rec->ctrl, sizeof(rec->ctrl));
+	if (r->bad || map > r->len - r->off) {
+		r->bad = true;
+		return;
+	}
+	rec->certain = r->p + r->off;
+	r->off += map;
+	rec->kind = get_i32(r);
+	if (rec->kind < 0 || rec->kind > 2)
+		r->bad = true;
+	if (!r->bad && rec->kind != 0)
+		get_value(r, world, &rec->v);
+}
+
+size_t ft__inband_payload_max(int world)
+{
+	size_t need = RECORD_BYTES(world); /* the largest: a COMMIT or PROPOSE is VALUE_BYTES */
+	size_t book = 8 + 2 + (FT__ADDR_MAX - 1) + 2 + (FT__CTRL_MAX - 1); /* one BOOK entry */
+
+	if (need < book)
+		need = book;
+	return need < 4096 ? 4096 : need;
+}
+
+/* Both values hold the same view. */
+static bool value_same(const struct ib_value *a, const struct ib_value *b)
+{
+	return a->ballot == b->ballot && a->first_op == b->first_op && a->nonce == b->nonce &&
+	       a->n == b->n && memcmp(a->members, b->members, (size_t)a->n * sizeof(int)) == 0 &&
+	       memcmp(a->next_ops, b->next_ops, (size_t)a->n * sizeof(uint64_t)) == 0;
+}
+
+int ft__inband_codec_check(int world)
+{
+	size_t cap = ft__inband_payload_max(world);
+	unsigned char *buf = malloc(cap);
+	struct ib_rank *ranks = calloc((size_t)world, sizeof(*ranks));
+	struct ib_record rec = {.ballot = UINT64_MAX - 1, .next_op = UINT64_MAX, .kind = 2};
+	struct ib_record got = {0};
+	struct ib_value back = {0};
+	int rc = -FT_EPROTO;
+
+	if (buf == NULL || ranks == NULL || value_alloc(&rec.v, world) != 0) {
+		rc = -FT_ENOMEM;
+		goto out;
+	}
+	/* the largest of everything: the longest addresses, every rank certain */
+	memset(rec.addr, 'a', sizeof(rec.addr) - 1);
+	memset(rec.ctrl, 'c', sizeof(rec.ctrl) - 1);
+	rec.v = (struct ib_value){.ballot = UINT64_MAX, .first_op = 1, .nonce = 2, .n = world,
+				  .members = rec.v.members, .next_ops = rec.v.next_ops};
+	for (int i = 0; i < world; i++) {
+		ranks[i].certain = true;
+		rec.v.members[i] = i;
+		rec.v.next_ops[i] = UINT64_MAX - (uint64_t)i;
+	}
+	/* the COMMIT (and PROPOSE) */
+	struct wbuf w = {.p = buf, .cap = cap};
+	put_value(&w, &rec.v);
+	if (w.bad || w.len != VALUE_BYTES(world) || w.len > UINT16_MAX)
+		goto out;
+	struct rbuf r = {.p = buf, .len = w.len};
+	get_value(&r, world, &back);
+	if (r.bad || r.off != r.len || !value_same(&back, &rec.v))
+		goto out;
+	/* the RECORD */
+	w = (struct wbuf){.p = buf, .cap = cap};
+	put_record(&w, &rec, ranks, world);
+	if (w.bad || w.len != RECORD_BYTES(world) || w.len > UINT16_MAX)
+		goto out;
+	r = (struct rbuf){.p = buf, .len = w.len};
+	get_record(&r, world, &got);
+	if (r.bad || r.off != r.len || got.kind != 2 || got.ballot != rec.ballot ||
+	    got.next_op != rec.next_op || strcmp(got.addr, rec.addr) != 0 ||
+	    strcmp(got.ctrl, rec.ctrl) != 0 || !value_same(&got.v, &rec.v))
+		goto out;
+	rc = 0;
+	for (int i = 0; i < world; i++)
+		if (!bit(got.certain, i))
+			rc = -FT_EPROTO;
+out:
+	value_free(&got.v);
+	value_free(&back);
+	value_free(&rec.v);
+	free(ranks);
+	free(buf);
+	return rc;
 }
 
 /* ---- links ---- */
@@ -330,7 +499,7 @@ static void drop(struct inband *b, int i)
 			b->r[r].link = -1;
 }
 
-/* A kernel said rank r is gone (after generation 0): it counts out of quorums. */
+/* Proof that rank r is gone (after generation 0; see the top): it counts out of quorums. */
 static void mark_certain(struct inband *b, int r, const char *why)
 {
 	if (r < 0 || r >= b->world || r == b->rank || b->r[r].certain)
@@ -339,11 +508,19 @@ static void mark_certain(struct inband *b, int r, const char *why)
 	ft__info("membership: rank %d is gone for certain (%s)", r, why);
 }
 
-/* Link i ended with error rc: the rank it reached may be gone for certain. */
+/*
+ * Link i ended with error rc. Only a link of this rank's own to the peer's
+ * listener, on which the peer proved the job's token (its ACK came), and
+ * that the peer's kernel then closed (-FT_EPEERFAILED: FIN or RST), shows
+ * the rank gone: the process that held it died or left. A refusal, or a
+ * link closed before the peer answered its hello, is suspicion only (see
+ * the top).
+ */
 static void link_failed(struct inband *b, int i, int rc)
 {
 	int peer = b->ctl.links[i].peer;
 	bool mine = peer >= 0 && b->r[peer].link == i;
+	bool proven = !b->ctl.links[i].connecting && !b->ctl.links[i].await_ack;
 
 	drop(b, i);
 	if (peer < 0 || !mine)
@@ -354,10 +531,9 @@ static void link_failed(struct inband *b, int i, int rc)
 			b->r[peer].retry_ms = ft__now_ms() + RETRY_MS;
 		return;
 	}
-	if (rc == -FT_ECONNREFUSED || rc == -FT_EPEERFAILED)
-		mark_certain(b, peer, rc == -FT_ECONNREFUSED ? "its membership listener is closed"
-							      : "its membership link was closed");
-	else if (mine)
+	if (rc == -FT_EPEERFAILED && proven)
+		mark_certain(b, peer, "its kernel closed its membership link");
+	else
 		b->r[peer].retry_ms = ft__now_ms() + RETRY_MS;
 }
 
@@ -375,9 +551,7 @@ static int link_to(struct inband *b, int r)
 		return -1;
 	i = ft__ctl_connect_start(&b->ctl, b->book[r], r, b->gen);
 	if (i < 0) {
-		if (i == -FT_ECONNREFUSED && view_of(b, 0) != NULL)
-			mark_certain(b, r, "its membership listener is closed");
-		p->retry_ms = now + RETRY_MS;
+		p->retry_ms = now + RETRY_MS; /* refused too: suspicion only (see the top) */
 		return -1;
 	}
 	p->link = i;
@@ -400,6 +574,56 @@ static int send_to(struct inband *b, int r, enum ft__ctl_type type, const struct
 	return 0;
 }
 
+/* ---- what a message must show ---- */
+
+/*
+ * A ballot a coordinator can have made: rounds start at 1 and grow by one
+ * per attempt, so one past ROUND_MAX was made up (and the round after the
+ * top one would wrap the next ballot to 0, "none", for good), and its low
+ * bits name a rank of the world; by, when >= 0: the rank that made it.
+ */
+static bool ballot_ok(const struct inband *b, uint64_t ballot, int by)
+{
+	uint64_t round = ballot >> 16;
+	int rank = (int)(ballot & 0xffff);
+
+	return round >= 1 && round <= ROUND_MAX && rank < b->world && (by < 0 || rank == by);
+}
+
+static bool in_view(const struct ft__view *v, int r)
+{
+	for (int i = 0; i < v->size; i++)
+		if (v->members[i] == r)
+			return true;
+	return false;
+}
+
+/*
+ * Whether v can be a view of generation gen that rank `from` sends: the
+ * view of generation 0 holds every rank (it needs every rank); a later one
+ * comes from a member of the view before it (known here), keeps the job's
+ * nonce and holds only members of that view. The message of a value that
+ * fails is ignored.
+ */
+static bool value_fits(const struct inband *b, uint32_t gen, int from, const struct ib_value *v)
+{
+	const struct ft__view *prev = gen > 0 ? view_of(b, gen - 1) : NULL;
+	int k = 0;
+
+	if (gen == 0)
+		return v->n == b->world;
+	if (prev == NULL || !in_view(prev, from) || v->nonce != prev->nonce)
+		return false;
+	/* both ascending: one walk (a RECORD of every rank comes from every rank) */
+	for (int i = 0; i < v->n; i++) {
+		while (k < prev->size && prev->members[k] < v->members[i])
+			k++;
+		if (k == prev->size || prev->members[k] != v->members[i])
+			return false;
+	}
+	return true;
+}
+
 /* ---- the acceptor's side ---- */
 
 /* Answers on link i, where the question came from (connected, unlike a
@@ -409,38 +633,29 @@ static void reply(struct inband *b, int i, uint32_t gen, enum ft__ctl_type type,
 {
 	if (i < 0 || b->ctl.links[i].fd < 0 || w->bad)
 		return;
-	if (ft__ctl_send(&b->ctl, i, type, gen, w->p, w->len) != 0)
-		link_failed(b, i, -FT_EIO);
+	/* the link stays, unsent or not: closing the peer's own link would
+	 * show it this rank gone (link_failed), and this rank is not; the
+	 * asker asks again or goes on without the answer */
+	(void)ft__ctl_send(&b->ctl, i, type, gen, w->p, w->len);
 }
 
 /* This rank's answer about generation gen (the one being settled, or one
  * committed here that a late coordinator asks about). */
 static void record_msg(struct inband *b, struct wbuf *w, uint32_t gen, uint64_t ballot)
 {
-	const struct ft__view *done = view_of(b, gen);
-	int ncertain = 0;
+	struct ib_record rec = {.ballot = ballot, .next_op = b->mine.next_op};
 
-	put_u64(w, ballot);
-	put_u64(w, b->mine.next_op);
-	put_str(w, b->mine.addr);
-	put_str(w, b->mine.ctrl);
-	for (int r = 0; r < b->world; r++)
-		ncertain += b->r[r].certain;
-	put_i32(w, ncertain);
-	for (int r = 0; r < b->world; r++)
-		if (b->r[r].certain)
-			put_i32(w, r);
-	if (done != NULL) {
-		struct ib_value v = *value_of(b, gen);
-		v.ballot = UINT64_MAX;
-		put_i32(w, 2); /* committed */
-		put_value(w, &v);
+	snprintf(rec.addr, sizeof(rec.addr), "%s", b->mine.addr);
+	snprintf(rec.ctrl, sizeof(rec.ctrl), "%s", b->mine.ctrl);
+	if (view_of(b, gen) != NULL) {
+		rec.kind = 2;
+		rec.v = *value_of(b, gen); /* borrowed */
+		rec.v.ballot = COMMITTED;
 	} else if (b->accepted.ballot != 0) {
-		put_i32(w, 1);
-		put_value(w, &b->accepted);
-	} else {
-		put_i32(w, 0);
+		rec.kind = 1;
+		rec.v = b->accepted;
 	}
+	put_record(w, &rec, b->r, b->world);
 }
 
 static void answer_collect(struct inband *b, int from, int link, uint64_t ballot)
@@ -489,7 +704,7 @@ static void on_collect(struct inband *b, int from, int link, struct rbuf *r)
 {
 	uint64_t ballot = get_u64(r);
 
-	if (r->bad)
+	if (r->bad || !ballot_ok(b, ballot, from))
 		return;
 	note_ballot(b, ballot);
 	if (ballot < b->promised && view_of(b, b->gen) == NULL) {
@@ -500,13 +715,19 @@ static void on_collect(struct inband *b, int from, int link, struct rbuf *r)
 	answer_collect(b, from, link, ballot);
 }
 
-static void on_propose(struct inband *b, int link, struct rbuf *r)
+static void on_propose(struct inband *b, int from, int link, struct rbuf *r)
 {
 	struct ib_value v = {0};
 
 	get_value(r, b->world, &v);
 	if (r->bad)
 		return;
+	if (!ballot_ok(b, v.ballot, from) || !value_fits(b, b->gen, from, &v)) {
+		ft__warn("membership: ignored a proposal from rank %d that no settle of generation "
+			 "%u makes", from, b->gen);
+		value_free(&v);
+		return;
+	}
 	note_ballot(b, v.ballot);
 	if (v.ballot < b->promised) {
 		answer_ballot(b, link, FT__CTL_MB_NACK, b->promised);
@@ -528,13 +749,26 @@ static int commit(struct inband *b, uint32_t gen, struct ib_value *v)
 		value_free(v);
 		return 0;
 	}
+	/* gen is at most the generation being settled + 1 (on_commit): the
+	 * table grows with the settles made here, never with what a message says */
+	if (gen > b->gen + (uint64_t)1 || gen == UINT32_MAX) {
+		value_free(v);
+		return -FT_EINVAL;
+	}
 	if (gen >= b->nviews) {
 		struct ib_value *values;
-		size_t more = (size_t)gen + 8 - b->nviews;
-		views = realloc(b->views, ((size_t)gen + 8) * sizeof(*views));
+		size_t cap = 2 * (size_t)b->nviews, more;
+		if (cap < (size_t)gen + 1)
+			cap = (size_t)gen + 1;
+		if (cap < 8)
+			cap = 8;
+		if (cap > (size_t)UINT32_MAX)
+			cap = (size_t)UINT32_MAX;
+		more = cap - b->nviews;
+		views = realloc(b->views, cap * sizeof(*views));
 		if (views != NULL)
 			b->views = views;
-		values = realloc(b->values, ((size_t)gen + 8) * sizeof(*values));
+		values = realloc(b->values, cap * sizeof(*values));
 		if (values != NULL)
 			b->values = values;
 		if (views == NULL || values == NULL) {
@@ -543,7 +777,7 @@ static int commit(struct inband *b, uint32_t gen, struct ib_value *v)
 		}
 		memset(b->views + b->nviews, 0, more * sizeof(*views));
 		memset(b->values + b->nviews, 0, more * sizeof(*values));
-		b->nviews = gen + 8;
+		b->nviews = (uint32_t)cap;
 	}
 	b->views[gen] = (struct ft__view){.generation = gen, .size = v->n, .members = v->members,
 					  .first_op = v->first_op, .nonce = v->nonce};
@@ -552,13 +786,44 @@ static int commit(struct inband *b, uint32_t gen, struct ib_value *v)
 	return 0;
 }
 
-static void on_commit(struct inband *b, uint32_t gen, struct rbuf *r)
+/*
+ * A COMMIT is taken for the generation being settled here, or the next one
+ * (this rank had not begun it when the others settled it without waiting for
+ * it: the detector had not told it yet), and only once the view before it
+ * is known here: those are the generations a settle can commit while this
+ * rank is part of the job (a coordinator of generation g is a member of
+ * view g - 1; this rank begins g + 1 only after it holds view g). It names
+ * the coordinator's ballot (or is a committed value it relays) and fits the
+ * view before it (value_fits). A COMMIT carries no acceptors' word (the
+ * ranks share one token, nothing signs a vote): what an authenticated rank
+ * commits within these bounds is taken as the others would take it.
+ */
+static void on_commit(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 {
 	struct ib_value v = {0};
 
 	get_value(r, b->world, &v);
 	if (r->bad)
 		return;
+	if (gen > b->gen + (uint64_t)1 ||
+	    (v.ballot != COMMITTED && !ballot_ok(b, v.ballot, from))) {
+		ft__warn("membership: ignored rank %d's commit of generation %u, which no settle "
+			 "reachable from generation %u makes", from, gen, b->gen);
+		value_free(&v);
+		return;
+	}
+	if (view_of(b, gen) != NULL || (gen > 0 && view_of(b, gen - 1) == NULL)) {
+		/* a repeat; or early, before the view it follows: this rank
+		 * learns it when it settles that one (a coordinator asks it) */
+		value_free(&v);
+		return;
+	}
+	if (!value_fits(b, gen, from, &v)) {
+		ft__warn("membership: ignored rank %d's commit of generation %u, which does not "
+			 "follow the view before it", from, gen);
+		value_free(&v);
+		return;
+	}
 	for (int i = 0; i < v.n; i++)
 		if (gen == 0 && !b->r[v.members[i]].have_addr) {
 			ft__warn("membership: the view of generation 0 came without rank %d's "
@@ -592,35 +857,28 @@ static void on_book(struct inband *b, struct rbuf *r)
 
 static void on_record(struct inband *b, int from, struct rbuf *r)
 {
-	uint64_t ballot = get_u64(r), next_op = get_u64(r);
-	char addr[FT__ADDR_MAX], ctrl[FT__CTRL_MAX];
-	int32_t ncertain, kind;
-	struct ib_value v = {0};
+	struct ib_record rec;
+	struct ib_value v;
+	int32_t kind;
 
-	get_str(r, addr, sizeof(addr));
-	get_str(r, ctrl, sizeof(ctrl));
-	ncertain = get_i32(r);
-	if (r->bad || ncertain < 0 || ncertain > b->world)
-		return;
-	for (int32_t k = 0; k < ncertain; k++) {
-		int32_t c = get_i32(r);
-		if (!r->bad && c >= 0 && c < b->world && c != b->rank)
-			mark_certain(b, c, "another rank saw it gone");
-	}
-	kind = get_i32(r);
-	if (kind == 1 || kind == 2)
-		get_value(r, b->world, &v);
-	if (r->bad || kind < 0 || kind > 2 || ballot != b->ballot || b->phase != 1 ||
-	    addr[0] == '\0') {
+	get_record(r, b->world, &rec);
+	v = rec.v;
+	kind = rec.kind;
+	if (r->bad || rec.ballot != b->ballot || b->phase != 1 || rec.addr[0] == '\0' ||
+	    (kind == 1 && !ballot_ok(b, v.ballot, -1)) || (kind == 2 && v.ballot != COMMITTED) ||
+	    (kind != 0 && !value_fits(b, b->gen, from, &v))) {
 		value_free(&v);
 		return;
 	}
+	for (int c = 0; c < b->world; c++)
+		if (bit(rec.certain, c) && c != b->rank)
+			mark_certain(b, c, "another rank saw it gone");
 	struct ib_rank *p = &b->r[from];
 	p->replied = true;
-	p->next_op = next_op;
+	p->next_op = rec.next_op;
 	if (b->gen == 0) {
-		snprintf(p->addr, sizeof(p->addr), "%s", addr);
-		snprintf(p->ctrl, sizeof(p->ctrl), "%s", ctrl);
+		snprintf(p->addr, sizeof(p->addr), "%s", rec.addr);
+		snprintf(p->ctrl, sizeof(p->ctrl), "%s", rec.ctrl);
 		p->have_addr = true;
 	}
 	if (kind == 2 && !b->best_committed) {
@@ -653,7 +911,7 @@ static void on_nack(struct inband *b, struct rbuf *r)
 {
 	uint64_t promised = get_u64(r);
 
-	if (r->bad)
+	if (r->bad || !ballot_ok(b, promised, -1))
 		return;
 	note_ballot(b, promised);
 	if (b->ballot != 0 && promised > b->ballot)
@@ -667,9 +925,11 @@ static void on_other_collect(struct inband *b, uint32_t gen, int from, int link,
 	unsigned char buf[65536];
 	struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
 
-	if (r->bad)
+	if (r->bad || !ballot_ok(b, ballot, from))
 		return;
 	note_ballot(b, ballot);
+	if (gen > b->gen + (uint64_t)1)
+		return; /* out of reach: see on_msg */
 	if (gen > b->gen || !b->active) {
 		/* a failure this rank has not heard of: answered once it
 		 * begins that generation (the detector is told, see pump) */
@@ -691,12 +951,20 @@ static void on_other_collect(struct inband *b, uint32_t gen, int from, int link,
 static void on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 {
 	struct rbuf r = {.p = m->payload, .len = m->len};
+	uint64_t ballot;
 	bool current = b->active && m->gen == b->gen;
 
 	if (m->from < 0 || m->from >= b->world)
 		return;
-	if (m->type == FT__CTL_MB_COLLECT && m->gen > b->newest_asked)
-		b->newest_asked = m->gen;
+	/* a coordinator of generation g is a member of view g - 1, which this
+	 * rank holds or is settling (it begins g - 1 only once it holds g - 2):
+	 * a question about a later one sets no detector recovering */
+	if (m->type == FT__CTL_MB_COLLECT && m->gen > b->newest_asked &&
+	    m->gen <= b->gen + (uint64_t)1 && m->len >= sizeof(ballot)) {
+		memcpy(&ballot, m->payload, sizeof(ballot));
+		if (ballot_ok(b, ballot, m->from))
+			b->newest_asked = m->gen;
+	}
 	switch (m->type) {
 	case FT__CTL_MB_COLLECT:
 		if (current)
@@ -710,7 +978,7 @@ static void on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 		break;
 	case FT__CTL_MB_PROPOSE:
 		if (current)
-			on_propose(b, link, &r);
+			on_propose(b, m->from, link, &r);
 		break;
 	case FT__CTL_MB_ACCEPT:
 		if (current)
@@ -725,11 +993,14 @@ static void on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 			on_book(b, &r);
 		break;
 	case FT__CTL_MB_COMMIT:
-		/* any generation: one this rank has not begun yet may leave it out */
-		on_commit(b, m->gen, &r);
+		/* the next generation too: one this rank has not begun yet may
+		 * leave it out (on_commit) */
+		on_commit(b, m->from, m->gen, &r);
 		break;
 	case FT__CTL_MB_NOQUORUM:
-		if (current)
+		/* from the coordinator this rank promised: the one it answered */
+		if (current && get_u64(&r) == b->promised && !r.bad &&
+		    ballot_ok(b, b->promised, m->from))
 			b->noquorum = true;
 		break;
 	default:
@@ -1053,10 +1324,9 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 		return -FT_ENOMEM;
 	for (int r = 0; r < b->world; r++)
 		b->r[r].link = -1;
-	/* the largest message: a RECORD naming every rank twice, or a book chunk */
-	cp.min_payload = 512 + 8 * (size_t)b->world + FT__ADDR_MAX + FT__CTRL_MAX;
-	if (cp.min_payload < 4096)
-		cp.min_payload = 4096;
+	/* the largest message: a RECORD of every rank (MAX_WORLD's fits a control
+	 * message, test_inband_codec checks it) */
+	cp.min_payload = ft__inband_payload_max(b->world);
 	/* with a peer list, this rank listens at its own entry's port */
 	snprintf(port, sizeof(port), "0");
 	if (strcmp(p->book.how, "peers") == 0) {
@@ -1073,6 +1343,11 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	b->ctl_open = true;
 	if (rc != 0)
 		return rc;
+	if (b->ctl.max_payload < cp.min_payload) {
+		ft__error("membership: control messages carry %zu bytes, %zu needed for %d ranks",
+			  b->ctl.max_payload, cp.min_payload, b->world);
+		return -FT_ECONFIG;
+	}
 	if (strcmp(p->book.how, "peers") != 0) {
 		rc = ft__boot_book(&p->book, b->ctl.addr, b->book);
 		if (rc != 0)

@@ -152,6 +152,14 @@ struct ft__mb {
 extern const struct ft__mb_ops ft__mb_file_ops;
 extern const struct ft__mb_ops ft__mb_inband_ops;
 
+/* The in-band backend's largest world (every message of it fits a control message). */
+#define FT__INBAND_MAX_WORLD 4096
+/* Its largest message payload for a world of `world` ranks. */
+size_t ft__inband_payload_max(int world);
+/* For tests: the largest COMMIT and RECORD of such a world, encoded within that payload
+ * and decoded: 0 when they come back whole, -FT_EPROTO, or -FT_ENOMEM. */
+int ft__inband_codec_check(int world);
+
 int ft__mb_open(struct ft__mb *mb, const struct ft__mb_params *p);
 int ft__mb_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member *m);
 int ft__mb_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, bool force,

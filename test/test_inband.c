@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,7 +232,8 @@ Test(inband, certain_deaths_let_the_last_rank_go_on)
 	ft__mb_certain(&mb[1], 0);
 	ft__mb_certain(&mb[1], 2);
 	publish(1, 1, 3);
-	/* rank 3: no word from the detector; the refused connection is enough */
+	/* rank 3: no word from the detector, and a refusal is suspicion only:
+	 * of {1, 3}, 1 is half and the lowest */
 	int cand[2] = {1, 3};
 	v[0] = (struct ft__view){.generation = 1};
 	drive(alone, 1, cand, 2, true, rc, v, 5000);
@@ -319,4 +321,282 @@ Test(inband, hostile_messages)
 		expect_view(&v[r], all, 3, "after the junk");
 		ft__view_free(&v[r]);
 	}
+}
+
+/* ---- forged messages from an authenticated peer ---- */
+
+/* A link to rank `to`'s membership listener, as rank `as` of the job (a valid hello). */
+static int fake_peer(struct ft__ctl *ctl, int as, int to)
+{
+	struct ft__ctl_params cp = {.rank = as, .world_size = n, .job_id = "ib", .token = "tok",
+				    .who = "forger", .min_payload = 65535};
+	char addr[64];
+	const char *p = peers;
+	int i;
+
+	for (int k = 0; k < to; k++)
+		p = strchr(p, ',') + 1;
+	snprintf(addr, sizeof(addr), "%.*s", (int)strcspn(p, ","), p);
+	cr_assert_eq(ft__ctl_open(ctl, &cp), 0);
+	i = ft__ctl_connect(ctl, addr, to, 0, 2000);
+	cr_assert_geq(i, 0);
+	return i;
+}
+
+/* A view's wire form (member_inband.c, put_value): every member's next op 0. */
+static size_t value_bytes(unsigned char *buf, uint64_t ballot, uint64_t nonce, const int *m,
+			  int nm)
+{
+	uint64_t zero = 0;
+	int32_t count = nm;
+	size_t at = 0;
+
+	memcpy(buf + at, &ballot, 8), at += 8;
+	memcpy(buf + at, &zero, 8), at += 8;
+	memcpy(buf + at, &nonce, 8), at += 8;
+	memcpy(buf + at, &count, 4), at += 4;
+	for (int k = 0; k < nm; k++) {
+		int32_t r = m[k];
+		memcpy(buf + at, &r, 4), at += 4;
+	}
+	for (int k = 0; k < nm; k++)
+		memcpy(buf + at, &zero, 8), at += 8;
+	return at;
+}
+
+static long resident_kb(void)
+{
+	long size = 0, res = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	cr_assert_not_null(f);
+	cr_assert_eq(fscanf(f, "%ld %ld", &size, &res), 2);
+	fclose(f);
+	return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* Pumps rank r's membership for ms milliseconds. */
+static void pump_for(int r, long ms)
+{
+	long end = tu_now_ms() + ms;
+
+	while (tu_now_ms() < end) {
+		(void)ft__mb_pump(&mb[r]);
+		tu_sleep_ms(2);
+	}
+}
+
+/*
+ * COMMITs no settle can produce here are ignored and allocate nothing: far
+ * past the next generation (it once grew the views to (gen + 8) x 80 bytes),
+ * at the top of the generations (gen + 8 wrapped), the next generation with
+ * another job's nonce or a member outside the previous view's... Only then
+ * does the next generation settle as usual.
+ */
+Test(inband, commits_out_of_reach_are_ignored)
+{
+	uint64_t nonce = start(3);
+	struct ft__ctl ctl;
+	unsigned char buf[256];
+	int all[3] = {0, 1, 2}, two[2] = {0, 1}, rc[3], i;
+	uint32_t far[] = {5000000, UINT32_MAX, UINT32_MAX - 7, 2};
+	uint64_t ballot = (uint64_t)1 << 16 | 2;
+	struct ft__member m;
+	struct ft__view v[3];
+	long before = resident_kb();
+
+	i = fake_peer(&ctl, 2, 0);
+	for (size_t k = 0; k < sizeof(far) / sizeof(far[0]); k++) {
+		size_t len = value_bytes(buf, ballot, nonce, all, 3);
+		cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COMMIT, far[k], buf, len), 0);
+	}
+	/* generation 1, reachable, but not this job's (nonce) */
+	size_t len = value_bytes(buf, ballot, nonce + 1, two, 2);
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COMMIT, 1, buf, len), 0);
+	/* generation 1 from a coordinator whose ballot names another rank */
+	len = value_bytes(buf, (uint64_t)1 << 16 | 1, nonce, two, 2);
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COMMIT, 1, buf, len), 0);
+	pump_for(0, 100);
+	long grown = resident_kb() - before;
+	ft__ctl_close(&ctl);
+	cr_assert_lt(grown, 8 * 1024, "resident memory grew by %ld kB", grown);
+	for (size_t k = 0; k < sizeof(far) / sizeof(far[0]); k++)
+		cr_assert_neq(ft__mb_lookup(&mb[0], far[k], 0, &m), 0, "generation %u taken",
+			      far[k]);
+	cr_assert_neq(ft__mb_lookup(&mb[0], 1, 0, &m), 0, "a forged generation 1 was taken");
+	for (int r = 0; r < 3; r++)
+		publish(r, 1, 2);
+	settle_all(all, 3, all, 3, 1, false, rc, v);
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(rc[r], 1, "rank %d: %d", r, rc[r]);
+		expect_view(&v[r], all, 3, "generation 1");
+		ft__view_free(&v[r]);
+	}
+}
+
+/*
+ * Ballots and generations a forger makes up move nothing: a COLLECT about a
+ * far generation does not set the detector recovering toward it, and a
+ * ballot at the top of the range (a promise no coordinator could beat: the
+ * next round wrapped to ballot 0) does not stop the next generation.
+ */
+Test(inband, forged_ballots_and_generations)
+{
+	start(3);
+	struct ft__ctl ctl;
+	uint64_t top = UINT64_MAX, ok = (uint64_t)1 << 16 | 2;
+	int all[3] = {0, 1, 2}, rc[3], i;
+	struct ft__view v[3];
+
+	i = fake_peer(&ctl, 2, 0);
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COLLECT, 5000000, &ok, 8), 0);
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COLLECT, 1, &top, 8), 0);
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_NACK, 0, &top, 8), 0);
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_NOQUORUM, 1, &top, 8), 0);
+	long end = tu_now_ms() + 100;
+	uint32_t asked = 0;
+	while (tu_now_ms() < end) {
+		uint32_t a = ft__mb_pump(&mb[0]);
+		asked = a > asked ? a : asked;
+		tu_sleep_ms(2);
+	}
+	ft__ctl_close(&ctl);
+	cr_assert_leq(asked, 1, "asked about generation %u", asked);
+	for (int r = 0; r < 3; r++)
+		publish(r, 1, 2);
+	settle_all(all, 3, all, 3, 1, false, rc, v);
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(rc[r], 1, "rank %d: %d", r, rc[r]);
+		expect_view(&v[r], all, 3, "generation 1");
+		ft__view_free(&v[r]);
+	}
+}
+
+/* ---- what counts as a certain death ---- */
+
+/*
+ * Refused connections are suspicion only: a full accept table, or a new
+ * incarnation at the address, refuses too. The last of four, refused by
+ * the other three's listeners and told nothing certain, has no quorum.
+ */
+Test(inband, refusals_are_not_certain)
+{
+	start(4);
+	int alone[1] = {3}, all[4] = {0, 1, 2, 3}, rc[1];
+	struct ft__view v[1];
+
+	for (int r = 0; r < 3; r++) {
+		ft__mb_close(&mb[r], 0, false); /* refused from now on */
+		open_[r] = false;
+	}
+	publish(3, 1, 3);
+	v[0] = (struct ft__view){.generation = 1};
+	drive(alone, 1, all, 4, true, rc, v, 5000);
+	cr_assert_eq(rc[0], -FT_EPARTITIONED, "one of four, refused by three: %d", rc[0]);
+}
+
+/*
+ * Nor is a link closed before the peer answered its hello: whatever holds
+ * rank 0's address now (here a listener that accepts and closes at once)
+ * is not shown to be rank 0. Ranks 1 and 2 are certainly gone; 3 and the
+ * unproven 0 are half of the rest, without the lowest: no quorum.
+ */
+Test(inband, a_link_closed_before_the_hello_was_answered_is_not_certain)
+{
+	start(4);
+	int alone[1] = {3}, cand[2] = {0, 3}, rc = 0;
+	struct ft__view v = {.generation = 1};
+
+	for (int r = 0; r < 3; r++) {
+		ft__mb_close(&mb[r], 0, false);
+		open_[r] = false;
+	}
+	cr_assert_eq(listen(port_fd[0], 16), 0);
+	cr_assert_eq(fcntl(port_fd[0], F_SETFL, O_NONBLOCK), 0);
+	ft__mb_certain(&mb[3], 1);
+	ft__mb_certain(&mb[3], 2);
+	publish(3, 1, 3);
+	long end = tu_now_ms() + 5000;
+	while (rc == 0 && tu_now_ms() < end) {
+		int fd;
+		while ((fd = accept(port_fd[0], NULL, NULL)) >= 0)
+			close(fd);
+		rc = ft__mb_try_settle(&mb[alone[0]], 1, cand, 2, true, &v);
+		tu_sleep_ms(1);
+	}
+	if (rc == 1)
+		ft__view_free(&v);
+	cr_assert_eq(rc, -FT_EPARTITIONED, "rank 3 with an unproven rank 0: %d", rc);
+}
+
+/* A link on which the peer proved the token, then closed by its kernel, is proof: the last
+ * of three goes on. */
+Test(inband, a_proven_link_closed_is_certain)
+{
+	start(3);
+	int alone[1] = {0}, all[3] = {0, 1, 2}, rc[1];
+	struct ft__view v[1];
+
+	for (int r = 1; r < 3; r++) {
+		ft__mb_close(&mb[r], 0, false);
+		open_[r] = false;
+	}
+	publish(0, 1, 3);
+	v[0] = (struct ft__view){.generation = 1};
+	drive(alone, 1, all, 3, true, rc, v, 5000);
+	cr_assert_eq(rc[0], 1, "the last rank: %d", rc[0]);
+	expect_view(&v[0], alone, 1, "alone");
+	ft__view_free(&v[0]);
+}
+
+/* Rank 63 dies after ft_init; the others sum their ranks twice, in generation 1 without it. */
+static int sum_ranks(struct ft_comm *comm, int rank, int size, void *arg)
+{
+	(void)arg;
+	if (rank == size - 1)
+		raise(SIGKILL);
+	for (int it = 0; it < 2; it++) {
+		struct ft_op_info info;
+		int64_t v = rank, want = 0;
+		int rc = ft_allreduce(comm, FT_IN_PLACE, &v, 1, FT_INT64, FT_SUM, &info);
+		if (rc != 0) {
+			fprintf(stderr, "rank %d: allreduce %d: %s\n", rank, it, ft_strerror(rc));
+			return 1;
+		}
+		for (int k = 0; k < ft_size(comm); k++)
+			want += ft_orig_rank(comm, k);
+		if (v != want || ft_size(comm) != size - 1 || info.generation != 1) {
+			fprintf(stderr, "rank %d: %lld over %d ranks in generation %u, want %lld "
+				"over %d in 1\n", rank, (long long)v, ft_size(comm),
+				info.generation, (long long)want, size - 1);
+			return 2;
+		}
+	}
+	return 0;
+}
+
+static void shrink_policy(struct ft_config *cfg, int rank)
+{
+	(void)rank;
+	cfg->policy = FT_POLICY_SHRINK;
+}
+
+/*
+ * A real job of 64 rank processes (as many as this machine holds) starts
+ * under in-band membership, and settles generation 1 among 63 once one dies.
+ */
+Test(inband_job, sixty_four_ranks, .timeout = 120)
+{
+	struct tu_job job;
+	int killed[64] = {[63] = 1};
+	long t0 = tu_now_ms();
+
+	setenv("FTCC_TEST_MEMBERSHIP", "inband", 1);
+	tu_job_init(&job, 64);
+	for (int r = 0; r < 64; r++)
+		tu_spawn(&job, r, sum_ranks, NULL, shrink_policy);
+	int bad = tu_wait(&job, 90000, killed);
+	tu_job_cleanup(&job);
+	cr_assert_eq(bad, 0, "%d of 64 ranks failed", bad);
+	cr_log_info("64 ranks, one lost: %ld ms", tu_now_ms() - t0);
 }
