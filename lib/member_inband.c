@@ -1296,6 +1296,8 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 				    .job_id = p->job_id, .token = p->token,
 				    .bind_host = p->bind_host, .publish_host = p->publish_host,
 				    .links = 2 * p->world_size + 8,
+				    /* at generation 0 every rank may connect at once */
+				    .strangers = p->world_size + FT__CTL_LINKS,
 				    .who = "membership"};
 	char host[FT__BOOK_ENTRY_MAX], port[16];
 	struct inband *b;
