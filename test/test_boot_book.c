@@ -6,7 +6,8 @@
  * clients as forked processes (ft__boot_book) or as raw sockets that send
  * what a broken or hostile client would. After each, the store must still
  * be running and serve a whole job, and stop cleanly on SIGTERM. Every
- * wait has a deadline.
+ * wait has a deadline. The store and the ranks share TOKEN; a raw client
+ * reads its connection's challenge at connect and seals its joins with it.
  */
 
 #include <criterion/criterion.h>
@@ -30,6 +31,8 @@
 #include "bootstrap.h"
 
 extern char **environ;
+
+#define TOKEN "store-test-token"
 
 static const char *build_dir(void)
 {
@@ -134,14 +137,23 @@ Test(book, sources_and_what_each_needs, .timeout = 10)
 
 /* ---- the store's messages ------------------------------------------------------ */
 
-static size_t join_bytes(unsigned char *buf, const char *job, uint32_t rank, uint32_t n,
-			 const char *entry)
+/* A join sealed with token for nonce (NULL: zeros). */
+static size_t join_sealed(unsigned char *buf, const char *job, uint32_t rank, uint32_t n,
+			  const char *entry, const char *token, const uint8_t *nonce)
 {
+	static const uint8_t zero[FT__AUTH_NONCE];
 	struct ft__store_join j = {.rank = rank, .world_size = n};
 
 	snprintf(j.job, sizeof(j.job), "%s", job);
 	snprintf(j.entry, sizeof(j.entry), "%s", entry);
-	return ft__store_join_encode(&j, buf);
+	return ft__store_join_seal(buf, ft__store_join_encode(&j, buf), token,
+				   nonce != NULL ? nonce : zero);
+}
+
+static size_t join_bytes(unsigned char *buf, const char *job, uint32_t rank, uint32_t n,
+			 const char *entry)
+{
+	return join_sealed(buf, job, rank, n, entry, TOKEN, NULL);
 }
 
 Test(store_wire, a_join_parses_only_once_whole, .timeout = 10)
@@ -171,7 +183,7 @@ Test(store_wire, every_field_is_checked, .timeout = 10)
 	buf[0] ^= 0xff;
 	cr_expect_eq(ft__store_join_parse(buf, 4, &j, &why), -FT_EPROTO, "magic");
 	len = join_bytes(buf, "j", 0, 2, "h:1");
-	buf[5] = 2;
+	buf[5] = 1;
 	cr_expect_eq(ft__store_join_parse(buf, len, &j, &why), -FT_EINVAL, "version");
 	len = join_bytes(buf, "j", 2, 2, "h:1");
 	cr_expect_eq(ft__store_join_parse(buf, len, &j, &why), -FT_EINVAL, "rank");
@@ -202,7 +214,7 @@ Test(store_wire, random_joins_are_read_within_bounds, .timeout = 30)
 	for (int i = 0; i < 200000; i++) {
 		size_t len = (size_t)rand_r(&seed) % (FT__STORE_JOIN_MAX + 8);
 		unsigned char *buf = malloc(len > 0 ? len : 1); /* exact size: ASan sees overreads */
-		unsigned char head[8] = {0x46, 0x54, 0x42, 0x53, 0, 1, 0, 1};
+		unsigned char head[8] = {0x46, 0x54, 0x42, 0x53, 0, 2, 0, 1};
 		for (size_t k = 0; k < len; k++)
 			buf[k] = k < 8 ? head[k] : (unsigned char)rand_r(&seed);
 		if (len > 17 && rand_r(&seed) % 2) { /* lengths that fit, often */
@@ -234,6 +246,8 @@ static void store_start(struct store_proc *s)
 	int p[2];
 
 	snprintf(path, sizeof(path), "%s/ftcc-run", build_dir());
+	if (getenv("FTCC_AUTH") == NULL)
+		setenv("FTCC_TOKEN", TOKEN, 1); /* this test's process only */
 	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, p[1], STDOUT_FILENO);
@@ -287,8 +301,12 @@ static void entry_of(int r, char *dst)
 	snprintf(dst, FT__BOOK_ENTRY_MAX, "127.0.%d.%d:%d", r / 200, 1 + r % 200, 30000 + r);
 }
 
-/* A forked rank: 0 when its book is entry_of(r) for every r; 2 timed out, 3 refused, 1 other. */
-static pid_t client(const char *store, const char *job, int rank, int n, int timeout_ms)
+/*
+ * A forked rank holding token: 0 when its book is entry_of(r) for every r;
+ * 2 timed out, 3 refused, 5 refused for its token, 1 other.
+ */
+static pid_t client_tok(const char *store, const char *job, int rank, int n, int timeout_ms,
+			const char *token)
 {
 	pid_t pid = fork();
 
@@ -297,7 +315,7 @@ static pid_t client(const char *store, const char *job, int rank, int n, int tim
 		return pid;
 	/* none of the test's raw connections stays open through this rank */
 	close_range(3, ~0u, 0);
-	struct ft__book_params p = {.how = "store", .store = store, .job_id = job,
+	struct ft__book_params p = {.how = "store", .store = store, .job_id = job, .token = token,
 				    .rank = rank, .world_size = n, .timeout_ms = timeout_ms};
 	char (*book)[FT__BOOK_ENTRY_MAX] = calloc((size_t)n, sizeof(*book));
 	char mine[FT__BOOK_ENTRY_MAX], want[FT__BOOK_ENTRY_MAX];
@@ -307,6 +325,8 @@ static pid_t client(const char *store, const char *job, int rank, int n, int tim
 		_exit(2);
 	if (rc == -FT_ECONFIG)
 		_exit(3);
+	if (rc == -FT_EAUTH)
+		_exit(5);
 	if (rc != 0)
 		_exit(1);
 	for (int r = 0; r < n; r++) {
@@ -317,31 +337,13 @@ static pid_t client(const char *store, const char *job, int rank, int n, int tim
 	_exit(0);
 }
 
-static int raw_connect(const char *addr)
+static pid_t client(const char *store, const char *job, int rank, int n, int timeout_ms)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	struct timeval tv = {.tv_sec = 10};
-	int port = 0, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	cr_assert(fd >= 0);
-	cr_assert(sscanf(addr, "127.0.0.1:%d", &port) == 1);
-	sa.sin_port = htons((uint16_t)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return fd;
+	return client_tok(store, job, rank, n, timeout_ms, TOKEN);
 }
 
-static void raw_send(int fd, const void *buf, size_t len)
-{
-	cr_assert_eq(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
-}
-
-static void raw_join(int fd, const char *job, uint32_t rank, uint32_t n, const char *entry)
-{
-	unsigned char buf[FT__STORE_JOIN_MAX];
-	raw_send(fd, buf, join_bytes(buf, job, rank, n, entry));
-}
+/* Each raw connection's challenge, by descriptor. */
+static uint8_t nonce_of[4096][FT__AUTH_NONCE];
 
 static int read_all(int fd, void *buf, size_t len)
 {
@@ -352,6 +354,44 @@ static int read_all(int fd, void *buf, size_t len)
 		at += (size_t)n;
 	}
 	return 0;
+}
+
+static int raw_connect(const char *addr)
+{
+	unsigned char c[FT__STORE_CHALLENGE_LEN];
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	struct timeval tv = {.tv_sec = 10};
+	int port = 0, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert(fd >= 0);
+	cr_assert(sscanf(addr, "127.0.0.1:%d", &port) == 1);
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	cr_assert_lt(fd, 4096);
+	cr_assert_eq(read_all(fd, c, sizeof(c)), 0, "no challenge from the store");
+	cr_assert_eq(c[7], FT__STORE_CHALLENGE);
+	memcpy(nonce_of[fd], c + 8, FT__AUTH_NONCE);
+	return fd;
+}
+
+static void raw_send(int fd, const void *buf, size_t len)
+{
+	cr_assert_eq(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+/* A join that proves token over fd's challenge. */
+static void raw_join_tok(int fd, const char *job, uint32_t rank, uint32_t n, const char *entry,
+			 const char *token)
+{
+	unsigned char buf[FT__STORE_JOIN_MAX];
+	raw_send(fd, buf, join_sealed(buf, job, rank, n, entry, token, nonce_of[fd]));
+}
+
+static void raw_join(int fd, const char *job, uint32_t rank, uint32_t n, const char *entry)
+{
+	raw_join_tok(fd, job, rank, n, entry, TOKEN);
 }
 
 static uint32_t be32(const unsigned char *p)
