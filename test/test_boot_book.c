@@ -19,6 +19,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -589,6 +590,153 @@ Test(store, a_held_rank_is_waited_for, .timeout = 60)
 	pids[2] = client(s.addr, "t-held", 2, 3, 20000);
 	for (int r = 0; r < 3; r++)
 		cr_expect_eq(wait_ms(pids[r], 30000), 0, "rank %d", r);
+	store_stop(&s);
+}
+
+/* Whether fd sees EOF (or a reset) within ms, having been sent nothing more. */
+static bool closed_within(int fd, long ms)
+{
+	long deadline = now_ms() + ms;
+	char b;
+
+	while (now_ms() < deadline) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		if (poll(&pfd, 1, 50) > 0)
+			return recv(fd, &b, 1, MSG_DONTWAIT) <= 0;
+	}
+	return false;
+}
+
+/*
+ * More idle connections than the store keeps unauthenticated, and joins
+ * that squat on 20 jobs without the token: a real job still gets its book
+ * in time. The oldest idle connection is closed for newer ones, the newest
+ * when its 2 s for a join run out.
+ */
+Test(store_guard, idle_and_squatting_clients_do_not_block_a_job, .timeout = 60)
+{
+	struct store_proc s;
+	int idle[100], sq[20];
+	char job[32];
+	pid_t a, b;
+
+	store_start(&s);
+	for (int i = 0; i < 100; i++)
+		idle[i] = raw_connect(s.addr);
+	/* well within its 2 s: closed for the newer ones */
+	cr_expect(closed_within(idle[0], 300), "the oldest idle connection is still open");
+	for (int i = 0; i < 20; i++) {
+		sq[i] = raw_connect(s.addr);
+		snprintf(job, sizeof(job), "squat-%d", i);
+		raw_join_tok(sq[i], job, 0, 2, "10.6.6.6:6", "not-the-token");
+	}
+	a = client(s.addr, "t-real", 0, 2, 5000);
+	b = client(s.addr, "t-real", 1, 2, 5000);
+	cr_expect_eq(wait_ms(a, 20000), 0, "rank 0 of the real job");
+	cr_expect_eq(wait_ms(b, 20000), 0, "rank 1 of the real job");
+	for (int i = 0; i < 20; i++)
+		expect_refused(sq[i], FT_EAUTH, "a join without the token");
+	cr_expect(closed_within(idle[99], 5000), "an idle connection outlived its 2 s");
+	for (int i = 0; i < 100; i++)
+		close(idle[i]);
+	store_stop(&s);
+}
+
+/* Joins that do not prove the token change nothing: not a waiting place, not a settled book. */
+Test(store_guard, an_unauthenticated_client_cannot_set_or_replace_an_address, .timeout = 60)
+{
+	unsigned char captured[FT__STORE_JOIN_MAX];
+	char body[4096], text[4096], want[512], e0[FT__BOOK_ENTRY_MAX], e1[FT__BOOK_ENTRY_MAX];
+	struct store_proc s;
+	uint32_t v = 0;
+	size_t len, clen;
+	int holder, fd;
+	pid_t b;
+
+	store_start(&s);
+	entry_of(0, e0);
+	entry_of(1, e1);
+	/* rank 0 waits; a retry of its join without the token would replace its connection */
+	holder = raw_connect(s.addr);
+	raw_join(holder, "t-unauth", 0, 2, e0);
+	fd = raw_connect(s.addr);
+	raw_join_tok(fd, "t-unauth", 0, 2, e0, "");
+	expect_refused(fd, FT_EAUTH, "a retry without the token");
+	fd = raw_connect(s.addr);
+	raw_join_tok(fd, "t-unauth", 1, 2, "10.6.6.6:6", "wrong");
+	expect_refused(fd, FT_EAUTH, "rank 1's place taken without the token");
+	b = client(s.addr, "t-unauth", 1, 2, 20000);
+	cr_expect_eq(wait_ms(b, 30000), 0, "rank 1");
+	cr_assert_eq(raw_answer(holder, &v, body, sizeof(body), &len), FT__STORE_BOOK,
+		     "the holder lost its place");
+	close(holder);
+
+	/* the book is settled: a replacement without the token, or a join replayed on another
+	 * connection, is refused and the book stays as it was */
+	fd = raw_connect(s.addr);
+	raw_join_tok(fd, "t-unauth", 1, 2, "10.6.6.6:6", "wrong");
+	expect_refused(fd, FT_EAUTH, "a settled address replaced without the token");
+	fd = raw_connect(s.addr);
+	clen = join_sealed(captured, "t-unauth", 1, 2, "10.5.5.5:5", TOKEN, nonce_of[fd]);
+	close(fd);
+	fd = raw_connect(s.addr);
+	raw_send(fd, captured, clen);
+	expect_refused(fd, FT_EAUTH, "a join sealed for another connection");
+	fd = raw_connect(s.addr);
+	raw_join(fd, "t-unauth", 0, 2, e0);
+	cr_assert_eq(raw_answer(fd, &v, body, sizeof(body), &len), FT__STORE_BOOK);
+	close(fd);
+	book_text(body, len, text, sizeof(text));
+	snprintf(want, sizeof(want), "%s,%s", e0, e1);
+	cr_expect_str_eq(text, want, "the settled book changed");
+	store_stop(&s);
+}
+
+/* A rank with another token is refused at once (FT_EAUTH), and its job goes on without harm. */
+Test(store_guard, a_client_with_the_wrong_token_is_refused, .timeout = 60)
+{
+	struct store_proc s;
+	pid_t a, b, w;
+	long t0;
+
+	store_start(&s);
+	t0 = now_ms();
+	w = client_tok(s.addr, "t-wrong", 1, 2, 10000, "not-the-" TOKEN);
+	cr_expect_eq(wait_ms(w, 20000), 5, "a wrong token is FT_EAUTH");
+	cr_expect_lt(now_ms() - t0, 5000, "refused at once, not at the deadline");
+	a = client(s.addr, "t-wrong", 0, 2, 20000);
+	b = client(s.addr, "t-wrong", 1, 2, 20000);
+	cr_expect_eq(wait_ms(a, 30000), 0);
+	cr_expect_eq(wait_ms(b, 30000), 0);
+	store_stop(&s);
+}
+
+/* ftcc-run --store will not serve without a token unless FTCC_AUTH=none says so. */
+Test(store_guard, no_token_no_store_unless_auth_none, .timeout = 60)
+{
+	char cmd[1024], out[4096];
+	FILE *p;
+	size_t n;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "env -u FTCC_TOKEN -u FTCC_AUTH timeout 10 %s/ftcc-run "
+		 "--store 127.0.0.1:0 2>&1", build_dir());
+	p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	st = pclose(p);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d: %s", st, out);
+	cr_expect_not_null(strstr(out, "FTCC_TOKEN"), "the error says how: %s", out);
+
+	struct store_proc s;
+	unsetenv("FTCC_TOKEN");
+	setenv("FTCC_AUTH", "none", 1);
+	store_start(&s);
+	pid_t a = client_tok(s.addr, "t-none", 0, 2, 20000, "x");
+	pid_t b = client_tok(s.addr, "t-none", 1, 2, 20000, "");
+	cr_expect_eq(wait_ms(a, 30000), 0);
+	cr_expect_eq(wait_ms(b, 30000), 0);
 	store_stop(&s);
 }
 
