@@ -75,9 +75,9 @@ struct ft__store_join {
 	uint8_t mac[FT__AUTH_MAC];      /* as parsed; ft__store_join_seal computes it */
 };
 
-/* Encodes j into buf (FT__STORE_JOIN_MAX bytes at least), without its MAC; returns its length. */
+/* Encodes j into buf (FT__STORE_JOIN_MAX bytes at least) but its MAC; returns its length. */
 size_t ft__store_join_encode(const struct ft__store_join *j, unsigned char *buf);
-/* Appends the MAC of the len-byte join at buf for the challenge's nonce; returns the new length. */
+/* Appends the MAC of the len-byte join at buf for a challenge's nonce; returns the new length. */
 size_t ft__store_join_seal(unsigned char *buf, size_t len, const char *token,
 			   const uint8_t nonce[FT__AUTH_NONCE]);
 /* Whether the join at buf (len bytes, MAC included) was sealed with token for nonce. */
@@ -87,9 +87,10 @@ bool ft__store_join_auth_ok(const unsigned char *buf, size_t len, const char *to
 void ft__store_challenge_encode(unsigned char *buf, const uint8_t nonce[FT__AUTH_NONCE]);
 /*
  * Parses a join (MAC included) from the first len bytes at buf: its
- * length when complete and valid (the MAC is not checked here), 0 while more bytes are needed, -FT_EPROTO when the magic is
- * wrong (not this protocol: no answer is due), -FT_EINVAL when a field is
- * out of range (*why says which; an answer is due).
+ * length when complete and valid (the MAC is not checked here), 0 while
+ * more bytes are needed, -FT_EPROTO when the magic is wrong (not this
+ * protocol: no answer is due), -FT_EINVAL when a field is out of range
+ * (*why says which; an answer is due).
  */
 ssize_t ft__store_join_parse(const unsigned char *buf, size_t len, struct ft__store_join *j,
 			     const char **why);

@@ -730,9 +730,10 @@ static int start_store(struct launcher *L)
 	/* the ranks we launch always have one (setup_job_env); a store alone needs the job's */
 	if (token == NULL || *token == '\0') {
 		if (auth == NULL || strcmp(auth, "none") != 0) {
-			msg(L, "the address store needs the job's token, to take joins only from its "
-			       "ranks: set FTCC_TOKEN to the token the ranks have (or FTCC_AUTH=none "
-			       "to let anyone who reaches the store join or replace a rank)");
+			msg(L, "the address store needs the job's token, to take joins only "
+			       "from its ranks: set FTCC_TOKEN to the token the ranks have (or "
+			       "FTCC_AUTH=none to let anyone who reaches the store join or "
+			       "replace a rank)");
 			return -EPERM;
 		}
 		msg(L, "warning: FTCC_AUTH=none: the store takes joins from anyone who reaches it");

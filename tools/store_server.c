@@ -408,8 +408,9 @@ static void on_join(struct store *s, struct conn *c, const struct ft__store_join
 	int code;
 
 	if (s->auth && !ft__store_join_auth_ok(c->in, len, s->token, c->nonce)) {
-		refuse(s, c, FT_EAUTH, "rank %u of job %s: its join does not prove the store's token",
-		       m->rank, m->job);
+		refuse(s, c, FT_EAUTH,
+		       "rank %u of job %s: its join does not prove the store's token", m->rank,
+		       m->job);
 		return;
 	}
 	c->authed = true;
