@@ -174,6 +174,12 @@ $(B)/test/%: test/%.c $(STATIC) test/testutil.h $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LIB_LDLIBS) -lcriterion $(LDFLAGS)
 
+# The store in-process, where its allocations can fail (test/test_store.c).
+$(B)/test/test_store: test/test_store.c tools/store_server.c $(STATIC) $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -Itools -o $@ $< tools/store_server.c \
+		$(STATIC) $(LIB_LDLIBS) -lcriterion $(LDFLAGS) -Wl,--wrap=malloc,--wrap=free
+
 $(B)/test/boot_rank: test/boot_rank.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)

@@ -58,6 +58,42 @@ size_t ft__store_join_encode(const struct ft__store_join *j, unsigned char *buf)
 	return FT__STORE_JOIN_HDR + jl + el;
 }
 
+static void join_iov(struct iovec iov[2], const uint8_t *nonce, const unsigned char *buf,
+		     size_t len)
+{
+	iov[0] = (struct iovec){.iov_base = (void *)nonce, .iov_len = FT__AUTH_NONCE};
+	iov[1] = (struct iovec){.iov_base = (void *)buf, .iov_len = len};
+}
+
+size_t ft__store_join_seal(unsigned char *buf, size_t len, const char *token,
+			   const uint8_t nonce[FT__AUTH_NONCE])
+{
+	struct iovec iov[2];
+
+	join_iov(iov, nonce, buf, len);
+	ft__auth_mac(token, FT__STORE_LABEL, iov, 2, buf + len);
+	return len + FT__AUTH_MAC;
+}
+
+bool ft__store_join_auth_ok(const unsigned char *buf, size_t len, const char *token,
+			    const uint8_t nonce[FT__AUTH_NONCE])
+{
+	struct iovec iov[2];
+
+	if (len < FT__STORE_JOIN_HDR + FT__AUTH_MAC)
+		return false;
+	join_iov(iov, nonce, buf, len - FT__AUTH_MAC);
+	return ft__auth_mac_ok(token, FT__STORE_LABEL, iov, 2, buf + len - FT__AUTH_MAC);
+}
+
+void ft__store_challenge_encode(unsigned char *buf, const uint8_t nonce[FT__AUTH_NONCE])
+{
+	put32(buf, FT__STORE_MAGIC);
+	put16(buf + 4, FT__STORE_VERSION);
+	put16(buf + 6, FT__STORE_CHALLENGE);
+	memcpy(buf + 8, nonce, FT__AUTH_NONCE);
+}
+
 static ssize_t invalid(const char **why, const char *reason)
 {
 	*why = reason;
@@ -86,7 +122,7 @@ ssize_t ft__store_join_parse(const unsigned char *buf, size_t len, struct ft__st
 		return invalid(why, "rank out of range (0..world size - 1)");
 	if (jl == 0 || jl >= FT__STORE_JOB_MAX || el == 0 || el >= FT__BOOK_ENTRY_MAX)
 		return invalid(why, "job id or address length out of range");
-	if (len < FT__STORE_JOIN_HDR + jl + el)
+	if (len < FT__STORE_JOIN_HDR + jl + el + FT__AUTH_MAC)
 		return 0;
 	if (ft__store_job_check((const char *)buf + FT__STORE_JOIN_HDR, jl) != 0)
 		return invalid(why, "a job id holds only letters, digits and -_.@:");
@@ -96,7 +132,8 @@ ssize_t ft__store_join_parse(const unsigned char *buf, size_t len, struct ft__st
 	j->job[jl] = '\0';
 	memcpy(j->entry, buf + FT__STORE_JOIN_HDR + jl, el);
 	j->entry[el] = '\0';
-	return (ssize_t)(FT__STORE_JOIN_HDR + jl + el);
+	memcpy(j->mac, buf + FT__STORE_JOIN_HDR + jl + el, FT__AUTH_MAC);
+	return (ssize_t)(FT__STORE_JOIN_HDR + jl + el + FT__AUTH_MAC);
 }
 
 void ft__store_answer_header(unsigned char *hdr, unsigned type, uint32_t value, uint32_t body_len)
@@ -176,7 +213,8 @@ static int parse_book(const unsigned char *b, size_t len, const struct ft__book_
  * A refusal: the store's reason into why. -FT_EBUSY when waiting may help
  * (the rank is held by a connection the store still thinks alive, e.g. the
  * one of this rank's earlier incarnation on a host that vanished, or the
- * store is full); -FT_ECONFIG otherwise.
+ * store is full); -FT_EAUTH when the store found that this rank does not
+ * hold its token; -FT_ECONFIG otherwise.
  */
 static int refused(int fd, uint32_t code, uint32_t len, int64_t deadline_ms, char *why)
 {
@@ -188,7 +226,7 @@ static int refused(int fd, uint32_t code, uint32_t len, int64_t deadline_ms, cha
 			why[i] = '?';
 	if (len == 0)
 		snprintf(why, FT__STORE_WHY_MAX, "no reason given");
-	return code == FT_EBUSY ? -FT_EBUSY : -FT_ECONFIG;
+	return code == FT_EBUSY ? -FT_EBUSY : code == FT_EAUTH ? -FT_EAUTH : -FT_ECONFIG;
 }
 
 /* One answer on fd: 0 and the book, a refusal (why says it), -FT_EIO (malformed), or a socket error. */
@@ -225,20 +263,44 @@ static int read_answer(int fd, const struct ft__book_params *p, const char *mine
 	return rc;
 }
 
-/* One attempt: connect, join, wait for the answer. */
-static int store_try(const struct ft__sock_addr *to, const unsigned char *join, size_t jlen,
+/* The store's challenge: 0 and its nonce, -FT_EIO when it is none, or a socket error. */
+static int read_challenge(int fd, const struct ft__book_params *p, uint8_t *nonce,
+			  int64_t deadline_ms)
+{
+	unsigned char c[FT__STORE_CHALLENGE_LEN];
+	int rc = read_full(fd, c, sizeof(c), deadline_ms);
+
+	if (rc != 0)
+		return rc;
+	if (get32(c) != FT__STORE_MAGIC || get16(c + 4) != FT__STORE_VERSION ||
+	    get16(c + 6) != FT__STORE_CHALLENGE) {
+		ft__error("store %s: not an ftcc store, or another version", p->store);
+		return -FT_EIO;
+	}
+	memcpy(nonce, c + 8, FT__AUTH_NONCE);
+	return 0;
+}
+
+/* One attempt: connect, take the challenge, join with its MAC, wait for the answer. */
+static int store_try(const struct ft__sock_addr *to, unsigned char *join, size_t jlen,
 		     const struct ft__book_params *p, const char *mine,
 		     char (*book)[FT__BOOK_ENTRY_MAX], int64_t deadline_ms, char *why)
 {
 	/* keepalive: a store host that vanishes is noticed while this rank waits */
 	const struct ft__sock_opts opts = {.keepalive_ms = FT__STORE_DEAD_MS,
 					   .user_timeout_ms = FT__STORE_DEAD_MS};
+	uint8_t nonce[FT__AUTH_NONCE];
 	int fd, rc;
 
 	rc = ft__sock_connect(to, &opts, deadline_ms, &fd);
 	if (rc != 0)
 		return rc;
-	rc = ft__sock_write_full(fd, join, jlen, deadline_ms);
+	rc = read_challenge(fd, p, nonce, deadline_ms);
+	if (rc == 0)
+		rc = ft__sock_write_full(fd, join,
+					 ft__store_join_seal(join, jlen, p->token ? p->token : "",
+							     nonce),
+					 deadline_ms);
 	if (rc == 0)
 		rc = read_answer(fd, p, mine, book, deadline_ms, why);
 	close(fd);
@@ -280,10 +342,11 @@ int ft__boot_store_book(const struct ft__book_params *p, const char *mine,
 		rc = store_try(&to, join, jlen, p, mine, book, deadline, why);
 		if (rc == 0 || rc == -FT_EIO || rc == -FT_ENOMEM)
 			return rc;
-		if (rc == -FT_ECONFIG || (rc == -FT_EBUSY && ft__ms_left(deadline) == 0)) {
+		if (rc == -FT_ECONFIG || rc == -FT_EAUTH ||
+		    (rc == -FT_EBUSY && ft__ms_left(deadline) == 0)) {
 			ft__error("store %s refused rank %d of job %s: %s", p->store, p->rank,
 				  p->job_id, why);
-			return -FT_ECONFIG;
+			return rc == -FT_EAUTH ? rc : -FT_ECONFIG;
 		}
 		if (ft__ms_left(deadline) == 0)
 			break;

@@ -6,21 +6,34 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "auth.h"
 #include "bootstrap.h"
 #include "ftcc.h"
 
 /*
  * One exchange per connection; integers are big-endian.
  *
- *   join (rank to store): a header, then the job id and the entry
- *     u32 magic "FTBS", u16 version 1, u16 type 1,
- *     u32 rank, u32 world size, u16 job id length, u16 entry length
+ *   challenge (store to rank, at once on accept):
+ *     u32 magic "FTBS", u16 version 2, u16 type 4, 16-byte nonce (fresh)
+ *   join (rank to store): a header, then the job id, the entry and a MAC
+ *     u32 magic, u16 version, u16 type 1,
+ *     u32 rank, u32 world size, u16 job id length, u16 entry length,
+ *     job id, entry, MAC: HMAC-SHA256(token, FT__STORE_LABEL || the
+ *     challenge's nonce || every byte of the join before the MAC)
  *   answer (store to rank): a header, then the body
  *     u32 magic, u16 version, u16 type 2 (book) or 3 (refused),
  *     u32 world size (book) or a positive FT_E* code (refused),
  *     u32 body length
  *     book:    for each rank in order, u8 length and its entry
  *     refused: why, in words
+ *
+ * The MAC proves that the joining process holds the job's token (the
+ * store is started with it) without sending it, and binds the job id, rank
+ * and address to this connection's nonce: a captured join sent again, on
+ * another connection, proves nothing. A join whose MAC does not check out
+ * is refused (FT_EAUTH) and changes nothing. The store's answer is not
+ * signed: the book only says where to connect, and every link made from it
+ * proves the token in its own handshake (lib/auth.h).
  *
  * The store answers a join once every rank of its job has joined, all at
  * once, with the same book; or at once with a refusal when the join does
@@ -35,20 +48,19 @@
  * keeps it, so a later restart sees it too. The survivors keep the book
  * they got; the new incarnation's hello tells them where it is.
  *
- * Nothing here is secret: the book holds addresses, and the links they
- * lead to check the job's token in their own handshake. So the store needs
- * no token and none is sent.
- *
  * Both ends check every field they read; the sizes below bound what
  * either will accept.
  */
 #define FT__STORE_MAGIC 0x46544253u /* "FTBS" */
-#define FT__STORE_VERSION 1
-enum { FT__STORE_JOIN = 1, FT__STORE_BOOK = 2, FT__STORE_REFUSED = 3 };
+#define FT__STORE_VERSION 2
+enum { FT__STORE_JOIN = 1, FT__STORE_BOOK = 2, FT__STORE_REFUSED = 3, FT__STORE_CHALLENGE = 4 };
+#define FT__STORE_LABEL "ftcc store join v2"
+#define FT__STORE_CHALLENGE_LEN (8 + FT__AUTH_NONCE)
 #define FT__STORE_JOIN_HDR 20
 #define FT__STORE_ANSWER_HDR 16
 #define FT__STORE_JOB_MAX FT_NAME_MAX /* job id, NUL included */
-#define FT__STORE_JOIN_MAX (FT__STORE_JOIN_HDR + FT__STORE_JOB_MAX + FT__BOOK_ENTRY_MAX)
+#define FT__STORE_JOIN_MAX \
+	(FT__STORE_JOIN_HDR + FT__STORE_JOB_MAX + FT__BOOK_ENTRY_MAX + FT__AUTH_MAC)
 #define FT__STORE_MAX_RANKS 65536
 #define FT__STORE_WHY_MAX 256
 /* Both ends give up on a silent peer after this long (keepalive and
@@ -60,15 +72,25 @@ struct ft__store_join {
 	uint32_t rank, world_size;
 	char job[FT__STORE_JOB_MAX];
 	char entry[FT__BOOK_ENTRY_MAX];
+	uint8_t mac[FT__AUTH_MAC];      /* as parsed; ft__store_join_seal computes it */
 };
 
-/* Encodes j into buf (FT__STORE_JOIN_MAX bytes at least); returns its length. */
+/* Encodes j into buf (FT__STORE_JOIN_MAX bytes at least) but its MAC; returns its length. */
 size_t ft__store_join_encode(const struct ft__store_join *j, unsigned char *buf);
+/* Appends the MAC of the len-byte join at buf for a challenge's nonce; returns the new length. */
+size_t ft__store_join_seal(unsigned char *buf, size_t len, const char *token,
+			   const uint8_t nonce[FT__AUTH_NONCE]);
+/* Whether the join at buf (len bytes, MAC included) was sealed with token for nonce. */
+bool ft__store_join_auth_ok(const unsigned char *buf, size_t len, const char *token,
+			    const uint8_t nonce[FT__AUTH_NONCE]);
+/* Writes a challenge (FT__STORE_CHALLENGE_LEN bytes) for nonce. */
+void ft__store_challenge_encode(unsigned char *buf, const uint8_t nonce[FT__AUTH_NONCE]);
 /*
- * Parses a join from the first len bytes at buf: its length when complete
- * and valid, 0 while more bytes are needed, -FT_EPROTO when the magic is
- * wrong (not this protocol: no answer is due), -FT_EINVAL when a field is
- * out of range (*why says which; an answer is due).
+ * Parses a join (MAC included) from the first len bytes at buf: its
+ * length when complete and valid (the MAC is not checked here), 0 while
+ * more bytes are needed, -FT_EPROTO when the magic is wrong (not this
+ * protocol: no answer is due), -FT_EINVAL when a field is out of range
+ * (*why says which; an answer is due).
  */
 ssize_t ft__store_join_parse(const unsigned char *buf, size_t len, struct ft__store_join *j,
 			     const char **why);

@@ -89,6 +89,7 @@ struct ft__book_params {
 	const char *store;      /* host:port */
 	const char *peers;      /* comma-separated host:port, by rank */
 	const char *job_id;
+	const char *token;      /* the store's join proves it (NULL: the empty token) */
 	int rank, world_size;
 	int timeout_ms;
 };

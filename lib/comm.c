@@ -351,7 +351,7 @@ static int comm_join(struct ft_comm *c)
 		.bind_host = c->host.listen,
 		.publish_host = c->host.publish,
 		.book = {.how = c->cfg.bootstrap, .store = c->cfg.store, .peers = c->cfg.peers,
-			 .job_id = c->cfg.job_id, .rank = c->cfg.rank,
+			 .job_id = c->cfg.job_id, .token = c->cfg.token, .rank = c->cfg.rank,
 			 .world_size = c->cfg.world_size, .timeout_ms = c->cfg.connect_timeout_ms},
 		.reply_wait_ms = c->cfg.detect_timeout_ms,
 	};

@@ -120,6 +120,7 @@ static int book_step(struct ft_config *cfg, struct ft__book_params *p)
 	}
 	*p = (struct ft__book_params){.how = cfg->bootstrap, .store = cfg->store,
 				      .peers = cfg->peers, .job_id = cfg->job_id,
+				      .token = cfg->token,
 				      .rank = cfg->rank, .world_size = cfg->world_size,
 				      .timeout_ms = cfg->connect_timeout_ms};
 	book = calloc((size_t)cfg->world_size, sizeof(*book));

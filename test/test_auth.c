@@ -564,8 +564,9 @@ Test(token_on_wire, wrong_token_tcp)
 }
 
 /* In-band membership: generation 0 needs every rank, so a rank with another
- * token keeps the job from starting: every rank's ft_init fails (timed
- * out), and none runs on its own. */
+ * token keeps the job from starting: every rank's ft_init fails (the odd
+ * rank's at once, refused by the store; the others' timed out), and none
+ * runs on its own. */
 Test(token_on_wire, wrong_token_tcp_inband)
 {
 	struct traced t;

@@ -6,7 +6,8 @@
  * clients as forked processes (ft__boot_book) or as raw sockets that send
  * what a broken or hostile client would. After each, the store must still
  * be running and serve a whole job, and stop cleanly on SIGTERM. Every
- * wait has a deadline.
+ * wait has a deadline. The store and the ranks share TOKEN; a raw client
+ * reads its connection's challenge at connect and seals its joins with it.
  */
 
 #include <criterion/criterion.h>
@@ -18,6 +19,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,8 @@
 #include "bootstrap.h"
 
 extern char **environ;
+
+#define TOKEN "store-test-token"
 
 static const char *build_dir(void)
 {
@@ -134,14 +138,23 @@ Test(book, sources_and_what_each_needs, .timeout = 10)
 
 /* ---- the store's messages ------------------------------------------------------ */
 
-static size_t join_bytes(unsigned char *buf, const char *job, uint32_t rank, uint32_t n,
-			 const char *entry)
+/* A join sealed with token for nonce (NULL: zeros). */
+static size_t join_sealed(unsigned char *buf, const char *job, uint32_t rank, uint32_t n,
+			  const char *entry, const char *token, const uint8_t *nonce)
 {
+	static const uint8_t zero[FT__AUTH_NONCE];
 	struct ft__store_join j = {.rank = rank, .world_size = n};
 
 	snprintf(j.job, sizeof(j.job), "%s", job);
 	snprintf(j.entry, sizeof(j.entry), "%s", entry);
-	return ft__store_join_encode(&j, buf);
+	return ft__store_join_seal(buf, ft__store_join_encode(&j, buf), token,
+				   nonce != NULL ? nonce : zero);
+}
+
+static size_t join_bytes(unsigned char *buf, const char *job, uint32_t rank, uint32_t n,
+			 const char *entry)
+{
+	return join_sealed(buf, job, rank, n, entry, TOKEN, NULL);
 }
 
 Test(store_wire, a_join_parses_only_once_whole, .timeout = 10)
@@ -171,7 +184,7 @@ Test(store_wire, every_field_is_checked, .timeout = 10)
 	buf[0] ^= 0xff;
 	cr_expect_eq(ft__store_join_parse(buf, 4, &j, &why), -FT_EPROTO, "magic");
 	len = join_bytes(buf, "j", 0, 2, "h:1");
-	buf[5] = 2;
+	buf[5] = 1;
 	cr_expect_eq(ft__store_join_parse(buf, len, &j, &why), -FT_EINVAL, "version");
 	len = join_bytes(buf, "j", 2, 2, "h:1");
 	cr_expect_eq(ft__store_join_parse(buf, len, &j, &why), -FT_EINVAL, "rank");
@@ -202,7 +215,7 @@ Test(store_wire, random_joins_are_read_within_bounds, .timeout = 30)
 	for (int i = 0; i < 200000; i++) {
 		size_t len = (size_t)rand_r(&seed) % (FT__STORE_JOIN_MAX + 8);
 		unsigned char *buf = malloc(len > 0 ? len : 1); /* exact size: ASan sees overreads */
-		unsigned char head[8] = {0x46, 0x54, 0x42, 0x53, 0, 1, 0, 1};
+		unsigned char head[8] = {0x46, 0x54, 0x42, 0x53, 0, 2, 0, 1};
 		for (size_t k = 0; k < len; k++)
 			buf[k] = k < 8 ? head[k] : (unsigned char)rand_r(&seed);
 		if (len > 17 && rand_r(&seed) % 2) { /* lengths that fit, often */
@@ -234,6 +247,8 @@ static void store_start(struct store_proc *s)
 	int p[2];
 
 	snprintf(path, sizeof(path), "%s/ftcc-run", build_dir());
+	if (getenv("FTCC_AUTH") == NULL)
+		setenv("FTCC_TOKEN", TOKEN, 1); /* this test's process only */
 	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, p[1], STDOUT_FILENO);
@@ -287,8 +302,12 @@ static void entry_of(int r, char *dst)
 	snprintf(dst, FT__BOOK_ENTRY_MAX, "127.0.%d.%d:%d", r / 200, 1 + r % 200, 30000 + r);
 }
 
-/* A forked rank: 0 when its book is entry_of(r) for every r; 2 timed out, 3 refused, 1 other. */
-static pid_t client(const char *store, const char *job, int rank, int n, int timeout_ms)
+/*
+ * A forked rank holding token: 0 when its book is entry_of(r) for every r;
+ * 2 timed out, 3 refused, 5 refused for its token, 1 other.
+ */
+static pid_t client_tok(const char *store, const char *job, int rank, int n, int timeout_ms,
+			const char *token)
 {
 	pid_t pid = fork();
 
@@ -297,7 +316,7 @@ static pid_t client(const char *store, const char *job, int rank, int n, int tim
 		return pid;
 	/* none of the test's raw connections stays open through this rank */
 	close_range(3, ~0u, 0);
-	struct ft__book_params p = {.how = "store", .store = store, .job_id = job,
+	struct ft__book_params p = {.how = "store", .store = store, .job_id = job, .token = token,
 				    .rank = rank, .world_size = n, .timeout_ms = timeout_ms};
 	char (*book)[FT__BOOK_ENTRY_MAX] = calloc((size_t)n, sizeof(*book));
 	char mine[FT__BOOK_ENTRY_MAX], want[FT__BOOK_ENTRY_MAX];
@@ -307,6 +326,8 @@ static pid_t client(const char *store, const char *job, int rank, int n, int tim
 		_exit(2);
 	if (rc == -FT_ECONFIG)
 		_exit(3);
+	if (rc == -FT_EAUTH)
+		_exit(5);
 	if (rc != 0)
 		_exit(1);
 	for (int r = 0; r < n; r++) {
@@ -317,31 +338,13 @@ static pid_t client(const char *store, const char *job, int rank, int n, int tim
 	_exit(0);
 }
 
-static int raw_connect(const char *addr)
+static pid_t client(const char *store, const char *job, int rank, int n, int timeout_ms)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	struct timeval tv = {.tv_sec = 10};
-	int port = 0, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	cr_assert(fd >= 0);
-	cr_assert(sscanf(addr, "127.0.0.1:%d", &port) == 1);
-	sa.sin_port = htons((uint16_t)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return fd;
+	return client_tok(store, job, rank, n, timeout_ms, TOKEN);
 }
 
-static void raw_send(int fd, const void *buf, size_t len)
-{
-	cr_assert_eq(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
-}
-
-static void raw_join(int fd, const char *job, uint32_t rank, uint32_t n, const char *entry)
-{
-	unsigned char buf[FT__STORE_JOIN_MAX];
-	raw_send(fd, buf, join_bytes(buf, job, rank, n, entry));
-}
+/* Each raw connection's challenge, by descriptor. */
+static uint8_t nonce_of[4096][FT__AUTH_NONCE];
 
 static int read_all(int fd, void *buf, size_t len)
 {
@@ -352,6 +355,44 @@ static int read_all(int fd, void *buf, size_t len)
 		at += (size_t)n;
 	}
 	return 0;
+}
+
+static int raw_connect(const char *addr)
+{
+	unsigned char c[FT__STORE_CHALLENGE_LEN];
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	struct timeval tv = {.tv_sec = 10};
+	int port = 0, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert(fd >= 0);
+	cr_assert(sscanf(addr, "127.0.0.1:%d", &port) == 1);
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	cr_assert_lt(fd, 4096);
+	cr_assert_eq(read_all(fd, c, sizeof(c)), 0, "no challenge from the store");
+	cr_assert_eq(c[7], FT__STORE_CHALLENGE);
+	memcpy(nonce_of[fd], c + 8, FT__AUTH_NONCE);
+	return fd;
+}
+
+static void raw_send(int fd, const void *buf, size_t len)
+{
+	cr_assert_eq(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+/* A join that proves token over fd's challenge. */
+static void raw_join_tok(int fd, const char *job, uint32_t rank, uint32_t n, const char *entry,
+			 const char *token)
+{
+	unsigned char buf[FT__STORE_JOIN_MAX];
+	raw_send(fd, buf, join_sealed(buf, job, rank, n, entry, token, nonce_of[fd]));
+}
+
+static void raw_join(int fd, const char *job, uint32_t rank, uint32_t n, const char *entry)
+{
+	raw_join_tok(fd, job, rank, n, entry, TOKEN);
 }
 
 static uint32_t be32(const unsigned char *p)
@@ -549,6 +590,153 @@ Test(store, a_held_rank_is_waited_for, .timeout = 60)
 	pids[2] = client(s.addr, "t-held", 2, 3, 20000);
 	for (int r = 0; r < 3; r++)
 		cr_expect_eq(wait_ms(pids[r], 30000), 0, "rank %d", r);
+	store_stop(&s);
+}
+
+/* Whether fd sees EOF (or a reset) within ms, having been sent nothing more. */
+static bool closed_within(int fd, long ms)
+{
+	long deadline = now_ms() + ms;
+	char b;
+
+	while (now_ms() < deadline) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		if (poll(&pfd, 1, 50) > 0)
+			return recv(fd, &b, 1, MSG_DONTWAIT) <= 0;
+	}
+	return false;
+}
+
+/*
+ * More idle connections than the store keeps unauthenticated, and joins
+ * that squat on 20 jobs without the token: a real job still gets its book
+ * in time. The oldest idle connection is closed for newer ones, the newest
+ * when its 2 s for a join run out.
+ */
+Test(store_guard, idle_and_squatting_clients_do_not_block_a_job, .timeout = 60)
+{
+	struct store_proc s;
+	int idle[100], sq[20];
+	char job[32];
+	pid_t a, b;
+
+	store_start(&s);
+	for (int i = 0; i < 100; i++)
+		idle[i] = raw_connect(s.addr);
+	/* well within its 2 s: closed for the newer ones */
+	cr_expect(closed_within(idle[0], 300), "the oldest idle connection is still open");
+	for (int i = 0; i < 20; i++) {
+		sq[i] = raw_connect(s.addr);
+		snprintf(job, sizeof(job), "squat-%d", i);
+		raw_join_tok(sq[i], job, 0, 2, "10.6.6.6:6", "not-the-token");
+	}
+	a = client(s.addr, "t-real", 0, 2, 5000);
+	b = client(s.addr, "t-real", 1, 2, 5000);
+	cr_expect_eq(wait_ms(a, 20000), 0, "rank 0 of the real job");
+	cr_expect_eq(wait_ms(b, 20000), 0, "rank 1 of the real job");
+	for (int i = 0; i < 20; i++)
+		expect_refused(sq[i], FT_EAUTH, "a join without the token");
+	cr_expect(closed_within(idle[99], 5000), "an idle connection outlived its 2 s");
+	for (int i = 0; i < 100; i++)
+		close(idle[i]);
+	store_stop(&s);
+}
+
+/* Joins that do not prove the token change nothing: not a waiting place, not a settled book. */
+Test(store_guard, an_unauthenticated_client_cannot_set_or_replace_an_address, .timeout = 60)
+{
+	unsigned char captured[FT__STORE_JOIN_MAX];
+	char body[4096], text[4096], want[512], e0[FT__BOOK_ENTRY_MAX], e1[FT__BOOK_ENTRY_MAX];
+	struct store_proc s;
+	uint32_t v = 0;
+	size_t len, clen;
+	int holder, fd;
+	pid_t b;
+
+	store_start(&s);
+	entry_of(0, e0);
+	entry_of(1, e1);
+	/* rank 0 waits; a retry of its join without the token would replace its connection */
+	holder = raw_connect(s.addr);
+	raw_join(holder, "t-unauth", 0, 2, e0);
+	fd = raw_connect(s.addr);
+	raw_join_tok(fd, "t-unauth", 0, 2, e0, "");
+	expect_refused(fd, FT_EAUTH, "a retry without the token");
+	fd = raw_connect(s.addr);
+	raw_join_tok(fd, "t-unauth", 1, 2, "10.6.6.6:6", "wrong");
+	expect_refused(fd, FT_EAUTH, "rank 1's place taken without the token");
+	b = client(s.addr, "t-unauth", 1, 2, 20000);
+	cr_expect_eq(wait_ms(b, 30000), 0, "rank 1");
+	cr_assert_eq(raw_answer(holder, &v, body, sizeof(body), &len), FT__STORE_BOOK,
+		     "the holder lost its place");
+	close(holder);
+
+	/* the book is settled: a replacement without the token, or a join replayed on another
+	 * connection, is refused and the book stays as it was */
+	fd = raw_connect(s.addr);
+	raw_join_tok(fd, "t-unauth", 1, 2, "10.6.6.6:6", "wrong");
+	expect_refused(fd, FT_EAUTH, "a settled address replaced without the token");
+	fd = raw_connect(s.addr);
+	clen = join_sealed(captured, "t-unauth", 1, 2, "10.5.5.5:5", TOKEN, nonce_of[fd]);
+	close(fd);
+	fd = raw_connect(s.addr);
+	raw_send(fd, captured, clen);
+	expect_refused(fd, FT_EAUTH, "a join sealed for another connection");
+	fd = raw_connect(s.addr);
+	raw_join(fd, "t-unauth", 0, 2, e0);
+	cr_assert_eq(raw_answer(fd, &v, body, sizeof(body), &len), FT__STORE_BOOK);
+	close(fd);
+	book_text(body, len, text, sizeof(text));
+	snprintf(want, sizeof(want), "%s,%s", e0, e1);
+	cr_expect_str_eq(text, want, "the settled book changed");
+	store_stop(&s);
+}
+
+/* A rank with another token is refused at once (FT_EAUTH), and its job goes on without harm. */
+Test(store_guard, a_client_with_the_wrong_token_is_refused, .timeout = 60)
+{
+	struct store_proc s;
+	pid_t a, b, w;
+	long t0;
+
+	store_start(&s);
+	t0 = now_ms();
+	w = client_tok(s.addr, "t-wrong", 1, 2, 10000, "not-the-" TOKEN);
+	cr_expect_eq(wait_ms(w, 20000), 5, "a wrong token is FT_EAUTH");
+	cr_expect_lt(now_ms() - t0, 5000, "refused at once, not at the deadline");
+	a = client(s.addr, "t-wrong", 0, 2, 20000);
+	b = client(s.addr, "t-wrong", 1, 2, 20000);
+	cr_expect_eq(wait_ms(a, 30000), 0);
+	cr_expect_eq(wait_ms(b, 30000), 0);
+	store_stop(&s);
+}
+
+/* ftcc-run --store will not serve without a token unless FTCC_AUTH=none says so. */
+Test(store_guard, no_token_no_store_unless_auth_none, .timeout = 60)
+{
+	char cmd[1024], out[4096];
+	FILE *p;
+	size_t n;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "env -u FTCC_TOKEN -u FTCC_AUTH timeout 10 %s/ftcc-run "
+		 "--store 127.0.0.1:0 2>&1", build_dir());
+	p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	st = pclose(p);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d: %s", st, out);
+	cr_expect_not_null(strstr(out, "FTCC_TOKEN"), "the error says how: %s", out);
+
+	struct store_proc s;
+	unsetenv("FTCC_TOKEN");
+	setenv("FTCC_AUTH", "none", 1);
+	store_start(&s);
+	pid_t a = client_tok(s.addr, "t-none", 0, 2, 20000, "x");
+	pid_t b = client_tok(s.addr, "t-none", 1, 2, 20000, "");
+	cr_expect_eq(wait_ms(a, 30000), 0);
+	cr_expect_eq(wait_ms(b, 30000), 0);
 	store_stop(&s);
 }
 

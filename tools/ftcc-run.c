@@ -302,7 +302,10 @@ static void usage(FILE *f)
 	      "                        at HOST (default every interface) and PORT (0: any);\n"
 	      "                        with no PROGRAM, serve only, for ranks started by\n"
 	      "                        something else: print FTCC_STORE=HOST:PORT on stdout and\n"
-	      "                        serve until SIGINT or SIGTERM (exit 0) or --timeout\n"
+	      "                        serve until SIGINT or SIGTERM (exit 0) or --timeout;\n"
+	      "                        a store alone takes joins only from ranks that prove\n"
+	      "                        FTCC_TOKEN, which must be set to the ranks' token\n"
+	      "                        (FTCC_AUTH=none: no token, anyone may join; a warning)\n"
 	      "  -h, --help            show this help\n"
 	      "\n"
 	      "Environment of each rank: FTCC_RANK, FTCC_WORLD_SIZE, FTCC_INCARNATION (0, +1 on\n"
@@ -719,11 +722,24 @@ static void store_shown(const char *addr, char *out, size_t cap)
 static int start_store(struct launcher *L)
 {
 	char host[256] = "127.0.0.1", port[16] = "0", addr[320], shown[320];
+	const char *token = getenv("FTCC_TOKEN"), *auth = getenv("FTCC_AUTH");
 	int rc;
 
 	if (L->opt.store != NULL)
 		store_arg(L->opt.store, host, sizeof(host), port, sizeof(port));
-	rc = store_open(&L->store, host, port, L->opt.argv == NULL, store_say, L, addr,
+	/* the ranks we launch always have one (setup_job_env); a store alone needs the job's */
+	if (token == NULL || *token == '\0') {
+		if (auth == NULL || strcmp(auth, "none") != 0) {
+			msg(L, "the address store needs the job's token, to take joins only "
+			       "from its ranks: set FTCC_TOKEN to the token the ranks have (or "
+			       "FTCC_AUTH=none to let anyone who reaches the store join or "
+			       "replace a rank)");
+			return -EPERM;
+		}
+		msg(L, "warning: FTCC_AUTH=none: the store takes joins from anyone who reaches it");
+		token = NULL;
+	}
+	rc = store_open(&L->store, host, port, token, L->opt.argv == NULL, store_say, L, addr,
 			sizeof(addr));
 	if (rc < 0) {
 		msg(L, "cannot serve the address store at %s: %s",

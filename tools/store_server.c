@@ -3,23 +3,36 @@
 /*
  * A connection goes through three states and is closed:
  *
- *   READING  its join, which must arrive within JOIN_MS (a client that
- *            connects and says nothing cannot hold a descriptor for long);
+ *   READING  it got a fresh challenge at accept; its join, which must prove
+ *            the job's token over that challenge, must arrive whole within
+ *            JOIN_MS, in at most FT__STORE_JOIN_MAX bytes;
  *   WAITING  it holds its rank's place in a job until every rank has
- *            joined; it may wait as long as it likes (its own deadline
- *            closes it), and when it closes the place is free again;
+ *            joined, for at most WAIT_MS (then it is closed and its client
+ *            joins again: a place no live rank refreshes is given up); when
+ *            it closes the place is free again;
  *   SENDING  an answer (the book, or a refusal), taken within SEND_MS.
+ *
+ * Until its join proves the token a connection is unauthenticated: it can
+ * change nothing, and at most MAX_UNAUTH such connections are open. A new
+ * one past that closes the oldest, rather than being refused, so that
+ * clients that connect and stall can delay a real rank by one retry at
+ * most, never lock it out. A store run without a token (FTCC_AUTH=none,
+ * the caller's choice) takes any well-formed join as proven.
  *
  * When the last rank of a job joins, the book is built once and every
  * waiting connection of the job sends it (one buffer, counted references).
  * A settled job keeps its book for ranks that join again (restarted ones:
- * lib/boot_store.h), until MAX_JOBS newer jobs push it out.
+ * lib/boot_store.h), until MAX_JOBS newer jobs push it out; only a client
+ * that proves the token can change it. A job not yet settled leaves when
+ * its last waiting connection closes (at the latest WAIT_MS after its last
+ * join), so the table holds only jobs whose ranks are still coming.
  *
  * Everything a client sends is checked by ft__store_join_parse before it
  * is used; every buffer is bounded by the protocol's limits; a client that
  * breaks the protocol is answered (when it spoke it at all) and closed.
  * Memory: at most MAX_JOBS jobs of 16 bytes per rank, plus a connection's
- * few hundred bytes; the kernel's descriptor limit bounds the connections,
+ * few hundred bytes; the kernel's descriptor limit bounds the
+ * authenticated connections (a waiting rank each), MAX_UNAUTH the others,
  * and running out of descriptors pauses accepting for a moment.
  */
 
@@ -33,14 +46,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "boot_store.h"
 #include "internal.h"
 #include "sock.h"
 #include "store_server.h"
 
-#define JOIN_MS 10000
+#define JOIN_MS 2000
+#define WAIT_MS 120000
 #define SEND_MS 30000
 #define MAX_JOBS 16
+#define MAX_UNAUTH 64
 #define ACCEPT_PAUSE_MS 100
 
 struct answer {
@@ -62,7 +78,9 @@ enum conn_state { READING, WAITING, SENDING, CLOSED };
 struct conn {
 	int fd;
 	enum conn_state state;
-	int64_t deadline_ms;    /* READING and SENDING */
+	int64_t deadline_ms;
+	bool authed;            /* its join proved the token: counted in nunauth until then */
+	uint8_t nonce[FT__AUTH_NONCE]; /* the challenge it was sent */
 	unsigned char in[FT__STORE_JOIN_MAX];
 	size_t in_len;
 	struct job *job;        /* WAITING: the job and the rank it holds */
@@ -79,6 +97,9 @@ struct store {
 	size_t nconns, cap;
 	struct job *jobs[MAX_JOBS];
 	size_t njobs;
+	size_t nunauth;         /* open connections that proved no token */
+	bool auth;              /* false: FTCC_AUTH=none, any join is taken */
+	char token[FT_NAME_MAX];
 	int verbose;
 	store_say_fn *say_fn;
 	void *arg;
@@ -266,6 +287,8 @@ static void conn_close(struct store *s, struct conn *c)
 		return;
 	if (c->state == WAITING)
 		job_leave(s, c);
+	if (!c->authed)
+		s->nunauth--;
 	answer_put(c->out);
 	c->out = NULL;
 	close(c->fd);
@@ -277,10 +300,20 @@ static void settle(struct store *s, struct job *j)
 {
 	j->book = book_build(j);
 	if (j->book == NULL) {
-		/* no memory for it now: the ranks time out and try again */
-		for (uint32_t r = 0; r < j->world_size; r++)
-			if (j->holder[r] != NULL)
-				conn_close(s, j->holder[r]); /* the last close frees j */
+		/*
+		 * No memory for it now: the ranks see their connection close and
+		 * join again. Each holder is detached before it is closed, so no
+		 * close frees j under this loop; j goes after it.
+		 */
+		for (uint32_t r = 0; r < j->world_size; r++) {
+			struct conn *c = j->holder[r];
+			j->holder[r] = NULL;
+			if (c != NULL) {
+				c->job = NULL;
+				conn_close(s, c);
+			}
+		}
+		job_free(s, j);
 		return;
 	}
 	if (s->verbose)
@@ -360,18 +393,29 @@ static void hold(struct store *s, struct job *j, struct conn *c, const struct ft
 	}
 	j->holder[m->rank] = c;
 	c->state = WAITING;
+	c->deadline_ms = ft__now_ms() + WAIT_MS;
 	c->job = j;
 	c->rank = m->rank;
 	if (j->joined == j->world_size)
 		settle(s, j);
 }
 
-static void on_join(struct store *s, struct conn *c, const struct ft__store_join *m)
+/* A join of len bytes at c->in, parsed into m: nothing changes unless it proves the token. */
+static void on_join(struct store *s, struct conn *c, const struct ft__store_join *m, size_t len)
 {
-	struct job *j = job_find(s, m->job);
+	struct job *j;
 	char why[FT__STORE_WHY_MAX];
 	int code;
 
+	if (s->auth && !ft__store_join_auth_ok(c->in, len, s->token, c->nonce)) {
+		refuse(s, c, FT_EAUTH,
+		       "rank %u of job %s: its join does not prove the store's token", m->rank,
+		       m->job);
+		return;
+	}
+	c->authed = true;
+	s->nunauth--;
+	j = job_find(s, m->job);
 	if (j == NULL)
 		j = job_new(s, m->job, m->world_size);
 	if (misfit(j, m, &code, why, sizeof(why)) != NULL) {
@@ -407,7 +451,7 @@ static void read_join(struct store *s, struct conn *c)
 	} else if (n > 0 && (size_t)n != c->in_len) {
 		refuse(s, c, FT_EPROTO, "bytes after the join");
 	} else if (n > 0) {
-		on_join(s, c, &m);
+		on_join(s, c, &m, (size_t)n);
 	}
 }
 
@@ -432,6 +476,33 @@ static void conn_event(struct store *s, struct conn *c, short revents)
 		read_join(s, c);
 	else if (c->state == WAITING && (revents & (POLLIN | POLLERR | POLLHUP)))
 		read_waiting(s, c);
+}
+
+/* The oldest connection that proved no token leaves for a new one. */
+static void evict_unauth(struct store *s)
+{
+	for (size_t i = 0; i < s->nconns; i++) {
+		struct conn *c = s->conns[i];
+		if (c->state != CLOSED && !c->authed) {
+			if (s->verbose)
+				say(s, "closed %s: %d unauthenticated connections, it the oldest",
+				    c->peer, MAX_UNAUTH);
+			conn_close(s, c);
+			return;
+		}
+	}
+}
+
+/* Sends c its challenge, a fresh nonce: 0, or -1 (c is to be closed). */
+static int challenge(struct conn *c)
+{
+	unsigned char m[FT__STORE_CHALLENGE_LEN];
+
+	if (ft__auth_random(c->nonce, sizeof(c->nonce)) != 0)
+		return -1;
+	ft__store_challenge_encode(m, c->nonce);
+	/* a fresh socket's buffer takes these few bytes whole */
+	return send(c->fd, m, sizeof(m), MSG_NOSIGNAL) == (ssize_t)sizeof(m) ? 0 : -1;
 }
 
 static void accept_all(struct store *s)
@@ -473,6 +544,14 @@ static void accept_all(struct store *s)
 		c->fd = fd;
 		c->state = READING;
 		c->deadline_ms = ft__now_ms() + JOIN_MS;
+		if (challenge(c) != 0) {
+			close(fd);
+			free(c);
+			continue;
+		}
+		if (s->nunauth >= MAX_UNAUTH)
+			evict_unauth(s);
+		s->nunauth++;
 		if (getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
 				NI_NUMERICHOST | NI_NUMERICSERV) == 0)
 			snprintf(c->peer, sizeof(c->peer), "%s:%s", host, port);
@@ -484,15 +563,20 @@ static void accept_all(struct store *s)
 
 /* ---- the interface ---------------------------------------------------------------- */
 
-int store_open(struct store **sp, const char *host, const char *port, int verbose,
-	       store_say_fn *say_fn, void *arg, char *addr, size_t addrlen)
+int store_open(struct store **sp, const char *host, const char *port, const char *token,
+	       int verbose, store_say_fn *say_fn, void *arg, char *addr, size_t addrlen)
 {
-	struct store *s = calloc(1, sizeof(*s));
+	struct store *s;
 	int rc;
 
 	*sp = NULL;
-	if (s == NULL)
+	if (token != NULL && strlen(token) >= sizeof(s->token))
+		return -FT_EINVAL;
+	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return -FT_ENOMEM;
+	s->auth = token != NULL;
+	if (token != NULL)
+		snprintf(s->token, sizeof(s->token), "%s", token);
 	rc = ft__sock_listen_at("store", host, port, 1024, &s->fd, addr, addrlen);
 	if (rc != 0) {
 		free(s);
@@ -527,8 +611,7 @@ int store_poll_timeout(const struct store *s)
 
 	for (size_t i = 0; i < s->nconns; i++) {
 		const struct conn *c = s->conns[i];
-		if ((c->state == READING || c->state == SENDING) &&
-		    (next == 0 || c->deadline_ms < next))
+		if (c->state != CLOSED && (next == 0 || c->deadline_ms < next))
 			next = c->deadline_ms;
 	}
 	return next == 0 ? -1 : ft__ms_left(next);
@@ -538,13 +621,16 @@ static void expire(struct store *s, int64_t now)
 {
 	for (size_t i = 0; i < s->nconns; i++) {
 		struct conn *c = s->conns[i];
-		if (c->state == READING && now >= c->deadline_ms)
+		if (c->state == CLOSED || now < c->deadline_ms)
+			continue;
+		if (c->state == READING)
 			say(s, "closed %s: no join within %d ms", c->peer, JOIN_MS);
-		else if (c->state == SENDING && now >= c->deadline_ms)
+		else if (c->state == SENDING)
 			say(s, "closed %s: it did not take its answer within %d ms", c->peer,
 			    SEND_MS);
-		else
-			continue;
+		else if (s->verbose)
+			say(s, "closed %s: rank %u of job %s waited %d ms (it joins again)",
+			    c->peer, c->rank, c->job->id, WAIT_MS);
 		conn_close(s, c);
 	}
 }

@@ -13,12 +13,14 @@ typedef void store_say_fn(void *arg, const char *line);
 /*
  * Listens on host (NULL or "": every IPv4 interface) and port ("0": the
  * kernel picks); addr gets the address bound ("0.0.0.0:PORT" for every
- * interface). The store says what it refuses and which ranks join again;
- * with verbose, also each book it settles. 0, or a negative FT_E* code
+ * interface). A join must prove token (lib/boot_store.h); NULL takes
+ * any join (FTCC_AUTH=none: the caller decides, and warns). The store
+ * says what it refuses and which ranks join again; with verbose, also
+ * each book it settles. 0, or a negative FT_E* code
  * (the reason is said).
  */
-int store_open(struct store **s, const char *host, const char *port, int verbose,
-	       store_say_fn *say, void *arg, char *addr, size_t addrlen);
+int store_open(struct store **s, const char *host, const char *port, const char *token,
+	       int verbose, store_say_fn *say, void *arg, char *addr, size_t addrlen);
 /* How many pollfds store_poll_fill may fill (at most). */
 size_t store_poll_count(const struct store *s);
 /* Fills pfds with what the store waits for; returns how many it filled. */
