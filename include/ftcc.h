@@ -163,7 +163,30 @@ struct ft_op_info {
 	double elapsed_ms;      /* wall time of the call */
 };
 
-/* cfg NULL: configuration from the environment. */
+/*
+ * Threads. Every call on one communicator (collectives, state, checkpoints,
+ * the accessors ft_rank/ft_size/ft_orig_rank/ft_generation, ft_finalize)
+ * must come from one thread at a time: the caller serializes them (the
+ * library's own threads, the failure detector and the shm guard, never
+ * call back into the application). Calls on different communicators may
+ * run on different threads at once. ft_strerror, ft_err_name, ft_dtype_size
+ * and ft_ckpt_interval_for_pls may be called from any thread at any time;
+ * ft_init(NULL, ...) and ft_config_from_env read the environment and must
+ * not race a setenv.
+ *
+ * Blocking. ft_init blocks until the job's first view settles (at most
+ * connect_timeout_ms); collectives block until their result is held
+ * (recovering from failures on the way, under the policy); ft_finalize
+ * blocks only to say goodbye. Buffers are the caller's, borrowed for the
+ * call only.
+ *
+ * fork(). A child forked after ft_init holds none of the communicator's
+ * sockets or lock files (they are closed in the child as it starts), so
+ * the parent's death is seen at once and its restart is not blocked; the
+ * child must not call ftcc on its parent's communicator.
+ *
+ * cfg NULL: configuration from the environment.
+ */
 int ft_init(const struct ft_config *cfg, struct ft_comm **comm);
 /*
  * Releases everything the communicator holds; the handle stays valid only

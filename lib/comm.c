@@ -460,6 +460,13 @@ static uint64_t spin_budget(const struct ft_comm *c)
 	return local_ranks(c) <= sysconf(_SC_NPROCESSORS_ONLN) ? 1000000u : 0;
 }
 
+/* The token goes with the struct, wiped so that no freed page keeps it. */
+static void comm_free(struct ft_comm *c)
+{
+	ft__wipe(c->cfg.token, sizeof(c->cfg.token));
+	free(c);
+}
+
 static int init_call(const struct ft_config *cfg, struct ft_comm **comm)
 {
 	struct ft_comm *c;
@@ -476,14 +483,14 @@ static int init_call(const struct ft_config *cfg, struct ft_comm **comm)
 	else
 		rc = ft__config_import(cfg, &c->cfg);
 	if (rc != 0) {
-		free(c);
+		comm_free(c);
 		return rc;
 	}
 	rc = ft__config_check(&c->cfg);
 	if (rc == 0)
 		rc = ft__fault_parse(c->cfg.fault, &c->fault, NULL, 0);
 	if (rc != 0) {
-		free(c);
+		comm_free(c);
 		return rc;
 	}
 	ft__log_level = c->cfg.log_level;
@@ -491,11 +498,11 @@ static int init_call(const struct ft_config *cfg, struct ft_comm **comm)
 	c->tp_ops = ft_transport_lookup(c->cfg.transport);
 	if (c->tp_ops == NULL) {
 		ft__error("transport '%s' is not built into this library", c->cfg.transport);
-		free(c);
+		comm_free(c);
 		return -FT_ENOSYS;
 	}
 	if ((rc = ft__config_tp_env(&c->cfg, &c->tp_env)) != 0) {
-		free(c);
+		comm_free(c);
 		return rc;
 	}
 	ft__fault_incarnation(&c->fault, (uint32_t)c->tp_env.incarnation);
@@ -510,7 +517,7 @@ static int init_call(const struct ft_config *cfg, struct ft_comm **comm)
 		c->members = calloc(1, sizeof(int));
 		if (c->members == NULL) {
 			ft__trace_close(c->trace);
-			free(c);
+			comm_free(c);
 			return -FT_ENOMEM;
 		}
 		*comm = c;
@@ -523,7 +530,7 @@ static int init_call(const struct ft_config *cfg, struct ft_comm **comm)
 		rc = ft_barrier(c);
 	if (rc != 0) {
 		(void)comm_release(c); /* init failed: that is the error to report */
-		free(c);
+		comm_free(c);
 		return rc;
 	}
 	*comm = c;
@@ -554,6 +561,7 @@ static int finalize_call(struct ft_comm *c)
 		c->policy->finalize(c);
 	c->finalizing = true; /* a clean end: the logs go */
 	rc = comm_release(c);
+	ft__wipe(c->cfg.token, sizeof(c->cfg.token)); /* the struct outlives the call */
 	c->finalized = true;
 	pthread_mutex_lock(&finalized_lock);
 	c->next_finalized = finalized_list;

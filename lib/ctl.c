@@ -113,6 +113,7 @@ void ft__ctl_close(struct ft__ctl *ctl)
 	if (ctl->listen_fd >= 0)
 		close(ctl->listen_fd);
 	ctl->listen_fd = -1;
+	ft__wipe(ctl->token, sizeof(ctl->token));
 }
 
 /* A stranger: accepted here, its hello not passed yet. */

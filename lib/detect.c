@@ -997,6 +997,7 @@ void ft__det_destroy(struct ft__det *d)
 	free(d->since);
 	free(d->auth);
 	free(d->owe);
+	ft__wipe(d->token, sizeof(d->token));
 	free(d);
 }
 

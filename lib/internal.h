@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "ftcc.h"
@@ -47,6 +48,12 @@ static inline uint64_t ft__now_ns(void)
 static inline int64_t ft__now_ms(void)
 {
 	return (int64_t)(ft__now_ns() / 1000000ull);
+}
+
+/* Wipes a secret (a token) in a way the compiler cannot drop as a dead store. */
+static inline void ft__wipe(void *p, size_t n)
+{
+	explicit_bzero(p, n);
 }
 
 /* Milliseconds left until deadline_ms (a ft__now_ms() value), at least 0. */

@@ -121,6 +121,7 @@ static int tcp_open(const struct ft_tp_params *p, struct ft_transport **out)
 fail:
 	if (tp->epfd >= 0)
 		close(tp->epfd);
+	ft__wipe(tp->token, sizeof(tp->token));
 	free(tp);
 	return rc;
 }
@@ -822,6 +823,7 @@ static void tcp_close(struct ft_transport *tp)
 		close(tp->listen_fd);
 	if (tp->epfd >= 0)
 		close(tp->epfd);
+	ft__wipe(tp->token, sizeof(tp->token));
 	free(tp);
 }
 

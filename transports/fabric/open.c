@@ -356,6 +356,7 @@ static void fab_close(struct ft_transport *tp)
 	free(tp->evq);
 	pthread_mutex_unlock(&tp->lock);
 	pthread_mutex_destroy(&tp->lock);
+	ft__wipe(tp->token, sizeof(tp->token));
 	free(tp);
 }
 
