@@ -801,6 +801,71 @@ static void sweep_dead(const struct mbf *r, const char *dir, uint32_t gen)
 	closedir(d);
 }
 
+/* Whether a live process holds lock file path (a rank of this job alive). */
+static bool lock_held(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	bool held;
+
+	if (fd < 0)
+		return false;
+	held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+	close(fd); /* drops the probe's shared lock at once */
+	return held;
+}
+
+/* Unlinks every entry of dir (no subdirectories but gen-<g>, emptied first). */
+static void empty_dir(const char *dir, int depth)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char path[1100];
+
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+		    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path))
+			continue;
+		if (depth == 0 && strncmp(e->d_name, "gen-", 4) == 0) {
+			empty_dir(path, 1);
+			rmdir(path);
+		} else {
+			unlink(path);
+		}
+	}
+	closedir(d);
+}
+
+/*
+ * The job's last rank to leave takes the job's directory with it (the
+ * departure markers, views and member files the others left): every rank
+ * unlinks its own lock file before it looks, so whichever looks last finds
+ * no lock held and removes it (two that look at once both remove: harmless).
+ * While any rank of the job lives (holds its lock), everything stays: a
+ * settle in progress reads the departure markers.
+ */
+static void remove_job_if_last(const struct mbf *r)
+{
+	DIR *d = opendir(r->dir);
+	struct dirent *e;
+	char path[1100];
+	int orig;
+
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		snprintf(path, sizeof(path), "%s/%s", r->dir, e->d_name);
+		if (sscanf(e->d_name, "lock-%d", &orig) == 1 && lock_held(path)) {
+			closedir(d);
+			return;
+		}
+	}
+	closedir(d);
+	empty_dir(r->dir, 0);
+	rmdir(r->dir);
+}
+
 static void mbf_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 {
 	struct mbf *r = be(mb);
@@ -826,7 +891,7 @@ static void mbf_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 		unlink(path);
 		close(r->lock_fd);
 		r->lock_fd = -1;
-		rmdir(r->dir);
+		remove_job_if_last(r);
 	}
 	free(r->dead_since);
 	free(r);

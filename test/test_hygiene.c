@@ -1,6 +1,9 @@
 /* test_hygiene.c: what a job leaves behind: no token in a finalized rank's memory. */
 #include <criterion/criterion.h>
 
+#include <dirent.h>
+#include <sys/stat.h>
+
 #include "testutil.h"
 
 /*
@@ -76,4 +79,90 @@ Test(hygiene, finalized_rank_holds_no_token, .timeout = 60)
 		tu_spawn(&job, r, finalize_then_scan, NULL, tweak);
 	cr_expect_eq(tu_wait(&job, 30000, NULL), 0, "a rank kept the token (or failed)");
 	tu_job_cleanup(&job);
+}
+
+/* Allreduces until the job has lost a rank, then a few more. */
+static int run_until_shrunk(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	char path[400];
+	int64_t v;
+
+	(void)arg;
+	for (int i = 0, after = 0; i < 100000 && after < 5; i++) {
+		v = rank;
+		if (ft_allreduce(comm, FT_IN_PLACE, &v, 1, FT_INT64, FT_SUM, NULL) != 0)
+			return 2;
+		if (i == 0) {
+			snprintf(path, sizeof(path), "%s/running-%d", (const char *)arg, rank);
+			close(open(path, O_CREAT | O_WRONLY, 0600));
+		}
+		if (ft_size(comm) < n)
+			after++;
+		tu_sleep_ms(2);
+	}
+	return 0;
+}
+
+static void shrink_only(struct ft_config *cfg, int rank)
+{
+	(void)rank;
+	cfg->policy = FT_POLICY_SHRINK;
+}
+
+/* A clean end after a shrink leaves nothing of the job in the rendezvous
+ * (the departure markers once stayed, and with them the job directory). */
+Test(hygiene, shrunk_job_leaves_no_rendezvous, .timeout = 120)
+{
+	struct tu_job job;
+	int killed[4] = {0, 0, 1, 0};
+	char jobdir[400], path[400];
+	struct stat st;
+
+	tu_job_init(&job, 4);
+	for (int r = 0; r < 4; r++)
+		tu_spawn(&job, r, run_until_shrunk, job.dir, shrink_only);
+	for (int r = 0; r < 4; r++) {
+		snprintf(path, sizeof(path), "%s/running-%d", job.dir, r);
+		cr_assert(tu_wait_file(path, tu_now_ms() + 30000), "rank %d never ran", r);
+	}
+	kill(job.pids[2], SIGKILL);
+	cr_assert_eq(tu_wait(&job, 60000, killed), 0, "a survivor failed");
+	snprintf(jobdir, sizeof(jobdir), "%s/%s", job.dir, job.job_id);
+	cr_expect_neq(stat(jobdir, &st), 0, "the job's directory %s stayed", jobdir);
+	tu_job_cleanup(&job);
+}
+
+/* Whether dir holds anything but . and .. (false when it is gone). */
+static bool dir_has_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool any = false;
+
+	if (d == NULL)
+		return false;
+	while (!any && (e = readdir(d)) != NULL)
+		any = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+	closedir(d);
+	return any;
+}
+
+/* A rejoin job killed at ftcc-run's --timeout never finalizes; its
+ * pairwise logs once stayed (in /dev/shm by default) for good. */
+Test(hygiene, timed_out_rejoin_job_leaves_no_logs, .timeout = 120)
+{
+	const char *b = getenv("FTCC_BUILD_DIR") ? getenv("FTCC_BUILD_DIR") : "build";
+	char logs[] = "/tmp/ftcc-hygiene-logs-XXXXXX", cmd[1200];
+	int st;
+
+	cr_assert_not_null(mkdtemp(logs));
+	snprintf(cmd, sizeof(cmd),
+		 "env -u FTCC_JOB_ID -u FTCC_RENDEZVOUS FTCC_POLICY=rejoin FTCC_LOG_DIR=%s "
+		 "%s/ftcc-run -n 3 --timeout 3 %s/examples/train_rejoin 1000000 1000 5 "
+		 ">/dev/null 2>&1", logs, b, b);
+	st = system(cmd);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 0, "the job was to be cut by its timeout");
+	cr_expect(!dir_has_entries(logs), "the job's logs stayed in %s", logs);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", logs);
+	cr_expect_eq(system(cmd), 0);
 }

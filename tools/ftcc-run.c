@@ -123,6 +123,7 @@ struct launcher {
 	struct buf out;            /* scratch for prefixed output */
 	struct timespec t0;
 	char *rendezvous_made;     /* directory we created and must remove, or NULL */
+	bool job_made;             /* the job id is ours: its logs go when the job ends */
 	struct rlimit orig_nofile; /* restored in children */
 	bool shutting_down;        /* no more restarts or --kill */
 	bool timed_out;
@@ -605,6 +606,7 @@ static int setup_job_env(struct launcher *L)
 		snprintf(id, sizeof(id), "run-%ld-%s", (long)getpid(), hex);
 		if (setenv("FTCC_JOB_ID", id, 1) < 0)
 			return -ENOMEM;
+		L->job_made = true;
 	}
 	if (!env_set("FTCC_TOKEN")) {
 		err = random_hex(hex, 16);
@@ -646,6 +648,36 @@ static void remove_rendezvous(struct launcher *L)
 		    strerror(errno));
 	free(L->rendezvous_made);
 	L->rendezvous_made = NULL;
+}
+
+/*
+ * The pairwise logs of a job whose id this launcher made: no restart can
+ * use them once it ends (a new run gets a new id), and a job killed at its
+ * --timeout (or by a signal) never finalizes, which is when ranks remove
+ * their own. Where the library puts them (FTCC_LOG_DIR, else its default
+ * roots for either durability), under the job id.
+ */
+static void remove_job_logs(struct launcher *L)
+{
+	const char *dir = getenv("FTCC_LOG_DIR"), *tmp = getenv("TMPDIR"), *job;
+	char roots[3][PATH_MAX], path[PATH_MAX + 128];
+	int n = 0;
+
+	if (!L->job_made || (job = getenv("FTCC_JOB_ID")) == NULL)
+		return;
+	if (dir != NULL && *dir != '\0') {
+		snprintf(roots[n++], sizeof(roots[0]), "%s", dir);
+	} else {
+		snprintf(roots[n++], sizeof(roots[0]), "/dev/shm/ftcc-log-%u", (unsigned)getuid());
+		snprintf(roots[n++], sizeof(roots[0]), "%s/ftcc-log-%u",
+			 tmp != NULL && *tmp != '\0' ? tmp : "/tmp", (unsigned)getuid());
+	}
+	for (int i = 0; i < n; i++) {
+		if (snprintf(path, sizeof(path), "%s/%s", roots[i], job) >= (int)sizeof(path))
+			continue;
+		if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) < 0 && errno != ENOENT)
+			msg(L, "cannot remove the job's logs in %s: %s", path, strerror(errno));
+	}
 }
 
 /* 1024 ranks need two pipes each: more than the usual soft limit of 1024 fds. */
@@ -1501,6 +1533,7 @@ int main(int argc, char **argv)
 			remove_shm_regions(L->dead[i]);
 	free(L->dead);
 	remove_rendezvous(L);
+	remove_job_logs(L);
 	store_close(L->store);
 
 	int status = exit_status(L);
