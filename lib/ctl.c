@@ -135,25 +135,12 @@ static int count_kind(const struct ft__ctl *ctl, bool ours, bool stranger)
 	return n;
 }
 
-/* Strangers get one warning line per period, with a count of those held back. */
-#define WARN_PERIOD_MS 10000
-
 static void stranger_warn(struct ft__ctl *ctl, const char *what, int claim)
 {
-	int64_t now = ft__now_ms();
-
-	if (ctl->warn_ms != 0 && now - ctl->warn_ms < WARN_PERIOD_MS) {
-		ctl->warn_held++;
-		return;
-	}
 	if (claim >= 0)
-		ft__warn("%s: %s (it claimed rank %d); %u more such since the last warning",
-			 ctl->who, what, claim, ctl->warn_held);
+		ft__warn_gated(&ctl->warn, "%s: %s (it claimed rank %d)", ctl->who, what, claim);
 	else
-		ft__warn("%s: %s; %u more such since the last warning", ctl->who, what,
-			 ctl->warn_held);
-	ctl->warn_ms = now;
-	ctl->warn_held = 0;
+		ft__warn_gated(&ctl->warn, "%s: %s", ctl->who, what);
 }
 
 /* Takes fd as a link of its kind: its index, or -1 (fd closed) when that

@@ -9,6 +9,7 @@
 
 #include "auth.h"
 #include "ftcc.h"
+#include "internal.h"
 #include "membership.h"
 #include "sock.h"
 
@@ -100,8 +101,7 @@ struct ft__ctl {
 	struct ft__ctl_link *links;     /* nlinks of them */
 	int out_cap, in_cap, stranger_cap; /* each kind's share of the slots */
 	int hello_ms;
-	int64_t warn_ms;                /* strangers' warnings: one line per period */
-	unsigned warn_held;             /* ... and how many were held back since */
+	struct ft__warn_gate warn;      /* strangers' warnings */
 	struct ft__auth_seen seen;      /* nonces of the hellos accepted */
 	struct ft__sock_opts sock_opts;
 	int refused_claim;              /* the rank a hello refused for its token or job

@@ -20,6 +20,18 @@ enum { FT__LOG_ERROR, FT__LOG_WARN, FT__LOG_INFO, FT__LOG_DEBUG };
 extern int ft__log_level;
 extern int ft__log_rank;
 void ft__log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * Warnings anyone can provoke (strangers' connections) pass a gate: at most
+ * one line per FT__WARN_PERIOD_MS, which counts the lines held back since.
+ * A gate belongs to the one thread that owns what it guards.
+ */
+#define FT__WARN_PERIOD_MS 10000
+struct ft__warn_gate {
+	int64_t last_ms;        /* 0: nothing printed yet */
+	unsigned held;
+};
+void ft__warn_gated(struct ft__warn_gate *g, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /* Checks the level before formatting; keeps errno. */
 #define ft__log(level, ...)                               \

@@ -86,6 +86,7 @@ struct ft_transport {
 	int npend;
 	struct ft__sock_opts sock_opts; /* keepalive, user timeout, FTCC_TCP_BUFFER */
 	char token[FT_NAME_MAX];        /* the key of the hellos' MACs */
+	struct ft__warn_gate warn;      /* strangers' warnings */
 	struct ft__auth_seen seen;      /* nonces of the hellos accepted */
 	bool auth_refused;              /* this accept refused the expected rank's hello for its token */
 };
@@ -236,9 +237,10 @@ static void refuse_fd(const struct ft_transport *tp, int fd, const struct ft_hel
 	close(fd);
 }
 
-static void refuse(const struct ft_transport *tp, struct pending_conn *pc, int rc, const char *why)
+static void refuse(struct ft_transport *tp, struct pending_conn *pc, int rc, const char *why)
 {
-	ft__warn("tcp: refused connection from %s: %s (%s)", pc->from, why, ft_strerror(rc));
+	ft__warn_gated(&tp->warn, "tcp: refused connection from %s: %s (%s)", pc->from, why,
+		       ft_strerror(rc));
 	refuse_fd(tp, pc->fd, pc->got == sizeof(pc->hello) ? &pc->hello : NULL, rc);
 	pc->fd = -1;
 }
@@ -416,7 +418,8 @@ done:
 			pend[tp->npend++] = pend[i];
 			continue;
 		}
-		ft__warn("tcp: dropped connection from %s that sent no valid handshake", pend[i].from);
+		ft__warn_gated(&tp->warn, "tcp: dropped connection from %s that sent no valid handshake",
+			       pend[i].from);
 		close(pend[i].fd);
 	}
 	if (rc == -FT_ETIMEDOUT && tp->auth_refused) {
