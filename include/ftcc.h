@@ -126,6 +126,9 @@ struct ft_config {
 	char store[256];                /* host:port of the address store (ftcc-run --store) */
 	char peers[4096];               /* host:port of each rank's membership listener, by rank,
 					 * comma-separated */
+	/* ftcc 0.7: with token "", "" makes one and shares it where the job has a
+	 * private channel (README, "The job token"); "none" runs unauthenticated */
+	char auth[16];
 };
 
 #define FT_CONFIG_INIT                                                                   \

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "auth.h"
 #include "bootstrap.h"
 #include "internal.h"
 
@@ -177,6 +178,74 @@ int ft__boot_pmix_book(const struct ft__book_params *p, const char *mine,
 	return 0;
 }
 
+/*
+ * The token: rank 0 makes it and puts it under a key of its own, and the
+ * fence collects it to every rank's server, as the book's entries. A fence
+ * of its own, before the book's (ranks meet fences in the same order).
+ * PMIx keeps the key-value space to the job's processes: the servers talk
+ * to local clients of the job's user only.
+ */
+static unsigned tokens_made;
+
+int ft__boot_pmix_token(const struct ft__book_params *p, char *token, size_t cap)
+{
+	int64_t deadline = ft__now_ms() + p->timeout_ms;
+	char key[PMIX_MAX_KEYLEN + 1], mine[72];
+	pmix_proc_t me, root;
+	pmix_value_t *v = NULL;
+	pmix_info_t info;
+	pmix_status_t st;
+	int secs, rc = 0, n;
+
+	n = snprintf(key, sizeof(key), "ftcc.%s.%u.tok", p->job_id,
+		     __atomic_fetch_add(&tokens_made, 1, __ATOMIC_RELAXED));
+	if (n < 0 || (size_t)n >= sizeof(key) || cap < 65)
+		return -FT_ECONFIG;
+	st = PMIx_Init(&me, NULL, 0);
+	if (st != PMIX_SUCCESS) {
+		ft__error("pmix bootstrap: no PMIx server to share a token through (%s): set "
+			  "FTCC_TOKEN", PMIx_Error_string(st));
+		return -FT_ECONFIG;
+	}
+	if ((rc = check_job(&me, p)) != 0)
+		goto out;
+	if (p->rank == 0) {
+		uint8_t raw[32];
+		if ((rc = ft__auth_random(raw, sizeof(raw))) != 0)
+			goto out;
+		for (size_t i = 0; i < sizeof(raw); i++)
+			snprintf(mine + 2 * i, 3, "%02x", raw[i]);
+		ft__wipe(raw, sizeof(raw));
+		rc = put_mine(key, mine);
+		ft__wipe(mine, sizeof(mine));
+		if (rc != 0)
+			goto out;
+	}
+	if ((rc = fence(&me, deadline)) != 0)
+		goto out;
+	PMIX_PROC_LOAD(&root, me.nspace, 0);
+	secs = seconds_left(deadline);
+	PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &secs, PMIX_INT);
+	st = PMIx_Get(&root, key, &info, 1, &v);
+	PMIX_INFO_DESTRUCT(&info);
+	if (st != PMIX_SUCCESS) {
+		rc = pmix_error("rank 0's token", st);
+		goto out;
+	}
+	if (v->type != PMIX_STRING || v->data.string == NULL || strlen(v->data.string) != 64 ||
+	    strspn(v->data.string, "0123456789abcdef") != 64) {
+		ft__error("pmix bootstrap: rank 0's token is malformed");
+		rc = -FT_EPROTO;
+	} else {
+		memcpy(token, v->data.string, 65);
+		ft__wipe(v->data.string, 64);
+	}
+	PMIX_VALUE_RELEASE(v);
+out:
+	PMIx_Finalize(NULL, 0);
+	return rc;
+}
+
 void ft__boot_pmix_end(void)
 {
 	unsigned n = __atomic_load_n(&held, __ATOMIC_RELAXED);
@@ -204,6 +273,16 @@ int ft__boot_pmix_book(const struct ft__book_params *p, const char *mine,
 
 void ft__boot_pmix_end(void)
 {
+}
+
+int ft__boot_pmix_token(const struct ft__book_params *p, char *token, size_t cap)
+{
+	(void)p;
+	(void)token;
+	(void)cap;
+	ft__error("pmix bootstrap: this ftcc was built without PMIx, so it cannot share a token "
+		  "through it: set FTCC_TOKEN");
+	return -FT_ENOSYS;
 }
 
 #endif

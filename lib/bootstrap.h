@@ -108,6 +108,9 @@ int ft__boot_entry_check(const char *s, size_t len, const char **why);
 int ft__boot_pmix_book(const struct ft__book_params *p, const char *mine,
 		       char (*book)[FT__BOOK_ENTRY_MAX]);
 void ft__boot_pmix_end(void);
+/* The job's token through PMIx: rank 0 makes it and puts it, every rank
+ * reads it after a fence (token.c). 0 and token (cap >= 65), or an error. */
+int ft__boot_pmix_token(const struct ft__book_params *p, char *token, size_t cap);
 int ft__boot_store_book(const struct ft__book_params *p, const char *mine,
 			char (*book)[FT__BOOK_ENTRY_MAX]);
 

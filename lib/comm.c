@@ -8,6 +8,7 @@
 #include "ckpt.h"
 #include "comm.h"
 #include "policy.h"
+#include "token.h"
 
 static int comm_usable(const struct ft_comm *c)
 {
@@ -367,6 +368,9 @@ static int comm_join(struct ft_comm *c)
 		return -FT_ENOSYS;
 	}
 	if ((rc = choose_host(c)) != 0)
+		return rc;
+	/* before anything copies the token: the detector, the transport, membership */
+	if ((rc = ft__token_resolve(&c->cfg)) != 0)
 		return rc;
 	rc = ft__mb_open(&c->mb, &mp);
 	if (rc != 0)

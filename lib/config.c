@@ -216,8 +216,12 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 	    (rc = env_str("FTCC_BOOTSTRAP", cfg->bootstrap, sizeof(cfg->bootstrap), errbuf,
 			  errlen)) != 0 ||
 	    (rc = env_str("FTCC_STORE", cfg->store, sizeof(cfg->store), errbuf, errlen)) != 0 ||
-	    (rc = env_str("FTCC_PEERS", cfg->peers, sizeof(cfg->peers), errbuf, errlen)) != 0)
+	    (rc = env_str("FTCC_PEERS", cfg->peers, sizeof(cfg->peers), errbuf, errlen)) != 0 ||
+	    (rc = env_str("FTCC_AUTH", cfg->auth, sizeof(cfg->auth), errbuf, errlen)) != 0)
 		return rc;
+	if (cfg->auth[0] != '\0' && strcmp(cfg->auth, "none") != 0)
+		return cfg_error(errbuf, errlen, "FTCC_AUTH='%s': expected none (or unset)",
+				 cfg->auth);
 	/* Open MPI across several hosts with no rendezvous named: in-band
 	 * membership, first addresses from PMIx (README, "Across hosts") */
 	int local = ft__boot_local_ranks(process_env, NULL);
@@ -381,7 +385,9 @@ int ft__config_check(struct ft_config *cfg)
 	    memchr(cfg->job_id, 0, sizeof(cfg->job_id)) == NULL ||
 	    memchr(cfg->token, 0, sizeof(cfg->token)) == NULL ||
 	    memchr(cfg->transport, 0, sizeof(cfg->transport)) == NULL ||
-	    memchr(cfg->bind_host, 0, sizeof(cfg->bind_host)) == NULL)
+	    memchr(cfg->bind_host, 0, sizeof(cfg->bind_host)) == NULL ||
+	    memchr(cfg->auth, 0, sizeof(cfg->auth)) == NULL ||
+	    (cfg->auth[0] != '\0' && strcmp(cfg->auth, "none") != 0))
 		return -FT_EINVAL;
 	if (strchr(cfg->job_id, '/') != NULL || strcmp(cfg->job_id, "..") == 0 ||
 	    strcmp(cfg->job_id, ".") == 0)
