@@ -1014,7 +1014,7 @@ Test(errors, every_code_has_its_name_and_message, .timeout = 20)
 	};
 	size_t n = sizeof(codes) / sizeof(codes[0]);
 
-	cr_expect_eq(n, 19u);
+	cr_expect_eq(n, 21u);
 	for (size_t i = 0; i < n; i++) {
 		cr_expect_gt(codes[i].code, 0, "%s", codes[i].name);
 		cr_expect_str_eq(ft_err_name(-codes[i].code), codes[i].name);
@@ -1227,4 +1227,20 @@ Test(config, data_link_timeouts, .timeout = 20)
 		cr_expect_eq(ka, 1500, "policy %d", p);
 		cr_expect_eq(ut, 0, "policy %d: a late reader must not lose its links", p);
 	}
+}
+
+/* FTCC_AUTH: "none" or unset; anything else names the variable. */
+Test(config, auth_setting, .timeout = 20)
+{
+	struct ft_config cfg;
+
+	base_env();
+	load_ok(&cfg);
+	cr_expect_str_eq(cfg.auth, "");
+	set("FTCC_AUTH", "none");
+	load_ok(&cfg);
+	cr_expect_str_eq(cfg.auth, "none");
+	set("FTCC_AUTH", "off");
+	expect_bad("FTCC_AUTH", "off", "not none");
+	clean_env();
 }
