@@ -53,8 +53,12 @@ NO_ZLIB := HAVE_ZLIB=$(HAVE_ZLIB) was set by hand
 endif
 
 LIB_SRC := $(wildcard lib/*.c) transports/tcp.c
-LIB_LDLIBS := -lpthread -lm
-FEATURES :=
+# libcrypto (OpenSSL, libssl-dev): HMAC-SHA256, random bytes, constant-time
+# compare for the handshakes and tokens (README, "Dependencies"). Required.
+CRYPTO_CFLAGS := $(shell $(PKG_CONFIG) --cflags libcrypto 2>/dev/null)
+CRYPTO_LIBS := $(or $(shell $(PKG_CONFIG) --libs libcrypto 2>/dev/null),-lcrypto)
+LIB_LDLIBS := -lpthread -lm $(CRYPTO_LIBS)
+FEATURES := $(CRYPTO_CFLAGS)
 ifeq ($(HAVE_FABRIC),1)
 LIB_SRC += $(FABRIC_SRC)
 FEATURES += -DFTCC_HAVE_FABRIC=1

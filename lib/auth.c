@@ -1,208 +1,102 @@
-/* auth.c: SHA-256 (FIPS 180-4), HMAC-SHA256 (RFC 2104), nonces, constant-time compare, the replay cache. */
+/* auth.c: HMAC-SHA256, SHA-256, random nonces and constant-time compare from OpenSSL's libcrypto; the replay cache. */
+#include <pthread.h>
 #include <string.h>
-#include <sys/random.h>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <openssl/rand.h>
 
 #include "auth.h"
 #include "internal.h"
 
-static const uint32_t K[64] = {
-	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
-	0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
-	0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
-	0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
-	0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
-	0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-	0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
-	0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-	0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-	0xc67178f2,
-};
+/*
+ * The cryptography is libcrypto's (README, "Dependencies"): a hand-written
+ * SHA-256 was one more thing to get wrong. The MAC algorithm is fetched
+ * once per process; each MAC gets a context of its own, so threads (the
+ * detector, the main thread) never share one.
+ */
+static EVP_MAC *hmac_alg;
+static pthread_once_t hmac_once = PTHREAD_ONCE_INIT;
 
-static inline uint32_t ror(uint32_t x, unsigned n)
+static void hmac_fetch(void)
 {
-	return x >> n | x << (32 - n);
+	hmac_alg = EVP_MAC_fetch(NULL, "HMAC", NULL);
 }
 
-static inline uint32_t load_be32(const uint8_t *p)
+/* HMAC-SHA256 keyed with key over the n pieces; false when libcrypto fails. */
+static bool hmac_pieces(const void *key, size_t keylen, const struct iovec *pre, int npre,
+			const struct iovec *iov, int n, uint8_t out[FT__SHA256_BYTES])
 {
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+	static const uint8_t empty[1];
+	char digest[] = "SHA256";
+	OSSL_PARAM params[] = {
+		OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+		OSSL_PARAM_construct_end(),
+	};
+	EVP_MAC_CTX *ctx;
+	size_t len = 0;
+	bool ok;
+
+	pthread_once(&hmac_once, hmac_fetch);
+	if (hmac_alg == NULL || (ctx = EVP_MAC_CTX_new(hmac_alg)) == NULL)
+		return false;
+	/* an empty key is a key (a NULL one would mean "the previous key") */
+	ok = EVP_MAC_init(ctx, keylen > 0 ? key : empty, keylen, params) == 1;
+	for (int i = 0; ok && i < npre; i++)
+		ok = EVP_MAC_update(ctx, pre[i].iov_base, pre[i].iov_len) == 1;
+	for (int i = 0; ok && i < n; i++)
+		ok = EVP_MAC_update(ctx, iov[i].iov_base, iov[i].iov_len) == 1;
+	ok = ok && EVP_MAC_final(ctx, out, &len, FT__SHA256_BYTES) == 1 && len == FT__SHA256_BYTES;
+	EVP_MAC_CTX_free(ctx);
+	return ok;
 }
 
-static inline void store_be32(uint8_t *p, uint32_t v)
+int ft__sha256_iov(const struct iovec *iov, int n, uint8_t out[FT__SHA256_BYTES])
 {
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	unsigned len = 0;
+	bool ok = ctx != NULL && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1;
+
+	for (int i = 0; ok && i < n; i++)
+		ok = EVP_DigestUpdate(ctx, iov[i].iov_base, iov[i].iov_len) == 1;
+	ok = ok && EVP_DigestFinal_ex(ctx, out, &len) == 1 && len == FT__SHA256_BYTES;
+	EVP_MD_CTX_free(ctx);
+	return ok ? 0 : -FT_EIO;
 }
 
-/* One 64-byte block into the state (FIPS 180-4, 6.2.2). */
-static void compress(uint32_t h[8], const uint8_t *block)
+int ft__sha256(const void *p, size_t n, uint8_t out[FT__SHA256_BYTES])
 {
-	uint32_t w[64], a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6],
-			k = h[7];
+	struct iovec iov = {(void *)p, n};
 
-	for (int t = 0; t < 16; t++)
-		w[t] = load_be32(block + 4 * t);
-	for (int t = 16; t < 64; t++) {
-		uint32_t s0 = ror(w[t - 15], 7) ^ ror(w[t - 15], 18) ^ (w[t - 15] >> 3);
-		uint32_t s1 = ror(w[t - 2], 17) ^ ror(w[t - 2], 19) ^ (w[t - 2] >> 10);
-		w[t] = w[t - 16] + s0 + w[t - 7] + s1;
-	}
-	for (int t = 0; t < 64; t++) {
-		uint32_t t1 = k + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K[t] +
-			      w[t];
-		uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-		k = g;
-		g = f;
-		f = e;
-		e = d + t1;
-		d = c;
-		c = b;
-		b = a;
-		a = t1 + t2;
-	}
-	h[0] += a;
-	h[1] += b;
-	h[2] += c;
-	h[3] += d;
-	h[4] += e;
-	h[5] += f;
-	h[6] += g;
-	h[7] += k;
+	return ft__sha256_iov(&iov, 1, out);
 }
 
-void ft__sha256_init(struct ft__sha256 *s)
+int ft__hmac_sha256_iov(const void *key, size_t keylen, const struct iovec *iov, int n,
+			uint8_t out[FT__SHA256_BYTES])
 {
-	static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-				       0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-
-	memcpy(s->h, h0, sizeof(h0));
-	s->bytes = 0;
-	s->nbuf = 0;
+	return hmac_pieces(key, keylen, NULL, 0, iov, n, out) ? 0 : -FT_EIO;
 }
 
-void ft__sha256_update(struct ft__sha256 *s, const void *p, size_t n)
+int ft__hmac_sha256(const void *key, size_t keylen, const void *p, size_t n,
+		    uint8_t out[FT__SHA256_BYTES])
 {
-	const uint8_t *in = p;
+	struct iovec iov = {(void *)p, n};
 
-	s->bytes += n;
-	if (s->nbuf > 0) {
-		size_t take = 64 - s->nbuf < n ? 64 - s->nbuf : n;
-		memcpy(s->buf + s->nbuf, in, take);
-		s->nbuf += take;
-		in += take;
-		n -= take;
-		if (s->nbuf < 64)
-			return;
-		compress(s->h, s->buf);
-		s->nbuf = 0;
-	}
-	for (; n >= 64; in += 64, n -= 64)
-		compress(s->h, in);
-	memcpy(s->buf, in, n);
-	s->nbuf = n;
-}
-
-/* Padding: 0x80, zeros up to 56 mod 64, then the length in bits (big endian). */
-void ft__sha256_final(struct ft__sha256 *s, uint8_t out[FT__SHA256_BYTES])
-{
-	uint64_t bits = s->bytes * 8;
-
-	s->buf[s->nbuf++] = 0x80;
-	if (s->nbuf > 56) {
-		memset(s->buf + s->nbuf, 0, 64 - s->nbuf);
-		compress(s->h, s->buf);
-		s->nbuf = 0;
-	}
-	memset(s->buf + s->nbuf, 0, 56 - s->nbuf);
-	store_be32(s->buf + 56, (uint32_t)(bits >> 32));
-	store_be32(s->buf + 60, (uint32_t)bits);
-	compress(s->h, s->buf);
-	for (int i = 0; i < 8; i++)
-		store_be32(out + 4 * i, s->h[i]);
-	memset(s, 0, sizeof(*s));
-}
-
-void ft__sha256(const void *p, size_t n, uint8_t out[FT__SHA256_BYTES])
-{
-	struct ft__sha256 s;
-
-	ft__sha256_init(&s);
-	ft__sha256_update(&s, p, n);
-	ft__sha256_final(&s, out);
-}
-
-void ft__hmac_init(struct ft__hmac *h, const void *key, size_t keylen)
-{
-	uint8_t k[64] = {0}, pad[64];
-
-	if (keylen > sizeof(k))
-		ft__sha256(key, keylen, k);
-	else if (keylen > 0)
-		memcpy(k, key, keylen);
-	for (int i = 0; i < 64; i++)
-		pad[i] = k[i] ^ 0x36;
-	ft__sha256_init(&h->inner);
-	ft__sha256_update(&h->inner, pad, sizeof(pad));
-	for (int i = 0; i < 64; i++)
-		pad[i] = k[i] ^ 0x5c;
-	ft__sha256_init(&h->outer);
-	ft__sha256_update(&h->outer, pad, sizeof(pad));
-	memset(k, 0, sizeof(k));
-	memset(pad, 0, sizeof(pad));
-}
-
-void ft__hmac_update(struct ft__hmac *h, const void *p, size_t n)
-{
-	ft__sha256_update(&h->inner, p, n);
-}
-
-void ft__hmac_final(struct ft__hmac *h, uint8_t out[FT__SHA256_BYTES])
-{
-	uint8_t inner[FT__SHA256_BYTES];
-
-	ft__sha256_final(&h->inner, inner);
-	ft__sha256_update(&h->outer, inner, sizeof(inner));
-	ft__sha256_final(&h->outer, out);
-	memset(inner, 0, sizeof(inner));
-}
-
-void ft__hmac_sha256(const void *key, size_t keylen, const void *p, size_t n,
-		     uint8_t out[FT__SHA256_BYTES])
-{
-	struct ft__hmac h;
-
-	ft__hmac_init(&h, key, keylen);
-	ft__hmac_update(&h, p, n);
-	ft__hmac_final(&h, out);
+	return ft__hmac_sha256_iov(key, keylen, &iov, 1, out);
 }
 
 bool ft__auth_equal(const void *a, const void *b, size_t n)
 {
-	const volatile uint8_t *x = a, *y = b;
-	uint8_t diff = 0;
-
-	for (size_t i = 0; i < n; i++)
-		diff |= x[i] ^ y[i];
-	return diff == 0;
+	return CRYPTO_memcmp(a, b, n) == 0;
 }
 
 int ft__auth_random(void *p, size_t n)
 {
-	uint8_t *out = p;
-
-	while (n > 0) {
-		ssize_t r = getrandom(out, n, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			ft__error("no random bytes from the kernel for a handshake nonce: %s",
-				  r < 0 ? strerror(errno) : "none");
-			return -FT_EIO;
-		}
-		out += r;
-		n -= (size_t)r;
+	if (n > INT32_MAX || RAND_bytes(p, (int)n) != 1) {
+		ft__error("no random bytes from libcrypto for a handshake nonce or a token");
+		return -FT_EIO;
 	}
 	return 0;
 }
@@ -210,24 +104,25 @@ int ft__auth_random(void *p, size_t n)
 void ft__auth_mac(const char *token, const char *label, const struct iovec *iov, int n,
 		  uint8_t mac[FT__AUTH_MAC])
 {
-	struct ft__hmac h;
+	struct iovec pre = {(void *)label, strlen(label) + 1};
 
-	ft__hmac_init(&h, token, strlen(token));
-	ft__hmac_update(&h, label, strlen(label) + 1);
-	for (int i = 0; i < n; i++)
-		ft__hmac_update(&h, iov[i].iov_base, iov[i].iov_len);
-	ft__hmac_final(&h, mac);
+	if (!hmac_pieces(token, strlen(token), &pre, 1, iov, n, mac)) {
+		/* a MAC that matches nothing: the handshake is refused, never let through */
+		ft__error("libcrypto could not compute a handshake's HMAC-SHA256");
+		if (ft__auth_random(mac, FT__AUTH_MAC) != 0)
+			memset(mac, 0xa5, FT__AUTH_MAC);
+	}
 }
 
 bool ft__auth_mac_ok(const char *token, const char *label, const struct iovec *iov, int n,
 		     const uint8_t mac[FT__AUTH_MAC])
 {
+	struct iovec pre = {(void *)label, strlen(label) + 1};
 	uint8_t want[FT__AUTH_MAC];
-	bool ok;
+	bool ok = hmac_pieces(token, strlen(token), &pre, 1, iov, n, want) &&
+		  ft__auth_equal(want, mac, sizeof(want));
 
-	ft__auth_mac(token, label, iov, n, want);
-	ok = ft__auth_equal(want, mac, sizeof(want));
-	memset(want, 0, sizeof(want));
+	ft__wipe(want, sizeof(want));
 	return ok;
 }
 

@@ -1,4 +1,4 @@
-/* auth.h: proving the job's token without sending it: SHA-256, HMAC-SHA256, nonces, a replay cache. */
+/* auth.h: proving the job's token without sending it: HMAC-SHA256 and nonces (libcrypto), a replay cache. */
 #ifndef FTCC_AUTH_H
 #define FTCC_AUTH_H
 
@@ -39,33 +39,19 @@
 #define FT__AUTH_MAC 32
 #define FT__AUTH_SEEN 64
 
-struct ft__sha256 {
-	uint32_t h[8];
-	uint64_t bytes;         /* message bytes so far */
-	uint8_t buf[64];
-	size_t nbuf;
-};
-
-void ft__sha256_init(struct ft__sha256 *s);
-void ft__sha256_update(struct ft__sha256 *s, const void *p, size_t n);
-void ft__sha256_final(struct ft__sha256 *s, uint8_t out[FT__SHA256_BYTES]);
-void ft__sha256(const void *p, size_t n, uint8_t out[FT__SHA256_BYTES]);
-
-struct ft__hmac {
-	struct ft__sha256 inner, outer;
-};
-
-/* HMAC-SHA256 (RFC 2104); a key longer than 64 bytes is hashed first. */
-void ft__hmac_init(struct ft__hmac *h, const void *key, size_t keylen);
-void ft__hmac_update(struct ft__hmac *h, const void *p, size_t n);
-void ft__hmac_final(struct ft__hmac *h, uint8_t out[FT__SHA256_BYTES]);
-void ft__hmac_sha256(const void *key, size_t keylen, const void *p, size_t n,
-		     uint8_t out[FT__SHA256_BYTES]);
+/* SHA-256 and HMAC-SHA256 (libcrypto), whole or in pieces: 0, or -FT_EIO
+ * when libcrypto fails (out is then undefined). An empty key is a key. */
+int ft__sha256(const void *p, size_t n, uint8_t out[FT__SHA256_BYTES]);
+int ft__sha256_iov(const struct iovec *iov, int n, uint8_t out[FT__SHA256_BYTES]);
+int ft__hmac_sha256(const void *key, size_t keylen, const void *p, size_t n,
+		    uint8_t out[FT__SHA256_BYTES]);
+int ft__hmac_sha256_iov(const void *key, size_t keylen, const struct iovec *iov, int n,
+			uint8_t out[FT__SHA256_BYTES]);
 
 /* Whether a and b hold the same n bytes, in a time that depends on n only. */
 bool ft__auth_equal(const void *a, const void *b, size_t n);
 
-/* n random bytes from the kernel (getrandom): 0, or -FT_EIO. */
+/* n random bytes (libcrypto's generator, seeded by the kernel): 0, or -FT_EIO. */
 int ft__auth_random(void *p, size_t n);
 
 /* HMAC-SHA256 keyed with token over label (its NUL included) || the n pieces. */

@@ -3,7 +3,7 @@
 # or, given names, only those (optional parts: `deps.sh afl++` for make fuzz).
 # Runs apt-get as root or through sudo, and says what it installs.
 set -eu
-PKGS="build-essential pkg-config libfabric-dev libfabric-bin liburing-dev libcriterion-dev
+PKGS="build-essential pkg-config libssl-dev libfabric-dev libfabric-bin liburing-dev libcriterion-dev
 openmpi-bin libopenmpi-dev libpmix-dev mpich libmpich-dev libgloo-dev gnuplot-nox strace iproute2"
 [ $# -gt 0 ] && PKGS="$*"
 missing=""
