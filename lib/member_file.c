@@ -587,6 +587,25 @@ static bool awaited_at_start(struct mbf *r, int who)
 	return now - r->dead_since[who] < r->start_wait_ms;
 }
 
+static bool lock_held(const char *path);
+
+/*
+ * Whether rank who of this job is alive in a new incarnation (it holds its
+ * lock-<r>, taken first in ft_init) although its record here is of a dead
+ * one. At the job's first view such a rank is not gone: it may be looking
+ * for the job elsewhere (a later generation, after a restart). Counting it
+ * out once let a restarted rank settle a first view of its own while its
+ * job's other ranks lived, take its own buffer for the job's sum and run
+ * the whole job alone.
+ */
+static bool lives_again(const struct mbf *r, int who)
+{
+	char path[800];
+
+	snprintf(path, sizeof(path), "%s/lock-%d", r->dir, who);
+	return who != r->rank && lock_held(path);
+}
+
 static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,
 			  const int *back, int nback, bool force, struct ft__view *view)
 {
@@ -648,7 +667,8 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 		/* rejoin: a dead candidate (not one that finalized) is awaited
 		 * for a new incarnation too: at the job's start, or when this
 		 * rank did not see it die (several died at once) */
-		if (rc == MEMBER_DEAD && departed(r, who) != 1 && awaited_at_start(r, who))
+		if (rc == MEMBER_DEAD && departed(r, who) != 1 &&
+		    (awaited_at_start(r, who) || (gen == 0 && lives_again(r, who))))
 			rc = MEMBER_ABSENT;
 		else if (rc == MEMBER_LIVE && r->dead_since != NULL)
 			r->dead_since[who] = 0;
@@ -723,23 +743,27 @@ out:
 	return rc;
 }
 
+/* Whether a live process holds lock file path (a rank of this job alive). */
+static bool lock_held(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	bool held;
+
+	if (fd < 0)
+		return false;
+	held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+	close(fd); /* drops the probe's shared lock at once */
+	return held;
+}
+
 /* Whether another rank of this job holds its lock (is alive). */
 static bool other_alive(const struct mbf *r)
 {
 	char path[800];
 
 	for (int i = 0; i < r->world_size; i++) {
-		int fd;
-		bool held;
-		if (i == r->rank)
-			continue;
 		snprintf(path, sizeof(path), "%s/lock-%d", r->dir, i);
-		fd = open(path, O_RDWR | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-		close(fd);
-		if (held)
+		if (i != r->rank && lock_held(path))
 			return true;
 	}
 	return false;
@@ -799,19 +823,6 @@ static void sweep_dead(const struct mbf *r, const char *dir, uint32_t gen)
 		}
 	}
 	closedir(d);
-}
-
-/* Whether a live process holds lock file path (a rank of this job alive). */
-static bool lock_held(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	bool held;
-
-	if (fd < 0)
-		return false;
-	held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-	close(fd); /* drops the probe's shared lock at once */
-	return held;
 }
 
 /* Unlinks every entry of dir (no subdirectories but gen-<g>, emptied first). */

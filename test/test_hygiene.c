@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 
 #include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include "testutil.h"
@@ -165,4 +166,71 @@ Test(hygiene, timed_out_rejoin_job_leaves_no_logs, .timeout = 120)
 	cr_expect(!dir_has_entries(logs), "the job's logs stayed in %s", logs);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", logs);
 	cr_expect_eq(system(cmd), 0);
+}
+
+static void short_connect(struct ft_config *cfg, int rank)
+{
+	(void)rank;
+	cfg->connect_timeout_ms = 4000;
+	cfg->rejoin_timeout_ms = 1000;
+	cfg->policy = FT_POLICY_REJOIN;
+}
+
+static int size_is_world(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	(void)rank;
+	(void)arg;
+	fprintf(stderr, "ran with %d of %d ranks\n", ft_size(comm), n);
+	return ft_size(comm) == n ? 0 : 3;
+}
+
+/*
+ * The review's world of one: the job's ranks were restarted; rank 1's new
+ * incarnation found the first view's records of the others' dead
+ * incarnations, counted them out, settled a first view of its own and ran
+ * the whole job alone, while the others' new incarnations lived (looking
+ * for the job in a later generation). Here the others' records name a dead
+ * process and their locks are held (by this test, as their new
+ * incarnations would): rank 1 must not settle without them (ft_init times
+ * out), never run alone.
+ */
+Test(hygiene, no_world_of_one, .timeout = 60)
+{
+	struct tu_job job;
+	int skip[3] = {1, 0, 1}, locks[3] = {-1, -1, -1};
+	char dir[400], path[500], host[256];
+	pid_t dead = fork();
+
+	if (dead == 0)
+		_exit(0);
+	cr_assert_gt(dead, 0);
+	waitpid(dead, NULL, 0);
+	cr_assert_eq(gethostname(host, sizeof(host)), 0);
+	tu_job_init(&job, 3);
+	if (job.peers[0] != '\0')
+		cr_skip_test("SKIPPED: the file rendezvous is this test's subject (not in-band)");
+	snprintf(dir, sizeof(dir), "%s/%s", job.dir, job.job_id);
+	cr_assert_eq(mkdir(dir, 0700), 0);
+	snprintf(path, sizeof(path), "%s/gen-0", dir);
+	cr_assert_eq(mkdir(path, 0700), 0);
+	for (int r = 0; r < 3; r += 2) {
+		FILE *f;
+		snprintf(path, sizeof(path), "%s/gen-0/member-%d", dir, r);
+		cr_assert_not_null(f = fopen(path, "w"));
+		fprintf(f, "127.0.0.1:%d %d %s 127.0.0.1:%d 0\n", 1000 + r, (int)dead, host, 2000 + r);
+		fclose(f);
+		snprintf(path, sizeof(path), "%s/lock-%d", dir, r);
+		locks[r] = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		cr_assert_geq(locks[r], 0);
+		cr_assert_eq(flock(locks[r], LOCK_EX | LOCK_NB), 0);
+	}
+	tu_spawn(&job, 1, size_is_world, NULL, short_connect);
+	job.pids[0] = job.pids[2] = 0;
+	tu_wait(&job, 30000, skip);
+	cr_expect(WIFEXITED(job.status[1]) && WEXITSTATUS(job.status[1]) == 100,
+		  "rank 1 alone: exit status %d, want ft_init to fail (100)",
+		  WIFEXITED(job.status[1]) ? WEXITSTATUS(job.status[1]) : -1);
+	for (int r = 0; r < 3; r += 2)
+		close(locks[r]);
+	tu_job_cleanup(&job);
 }
