@@ -108,6 +108,8 @@ static int comm_release(struct ft_comm *c)
 	ft__rejoin_log_close(c, c->finalizing);
 	free(c->regs);
 	c->regs = NULL;
+	free(c->fresh_op);
+	c->fresh_op = NULL;
 	c->nreg = c->reg_cap = 0;
 	free(c->state);
 	c->state = NULL;
@@ -155,6 +157,10 @@ static void owed_ops(struct ft_comm *c, const struct ft__view *v)
 
 	c->nowed = 0;
 	c->state_root = -1;
+	if (c->fresh_op == NULL)
+		c->fresh_op = calloc((size_t)c->cfg.world_size, sizeof(uint64_t));
+	if (c->fresh_op != NULL)
+		memset(c->fresh_op, 0, (size_t)c->cfg.world_size * sizeof(uint64_t));
 	for (uint32_t g = lo; g <= v->generation && g > 0; g++) {
 		struct ft__view gv = {0};
 		uint64_t gfirst = v->first_op;
@@ -165,8 +171,13 @@ static void owed_ops(struct ft_comm *c, const struct ft__view *v)
 		}
 		for (int r = 0; r < c->cfg.world_size; r++) {
 			struct ft__member m;
-			bool dup = false;
-			if (ft__mb_lookup(&c->mb, g, r, &m) != 0 || !m.rejoining)
+			bool dup = false, member = false;
+			/* only a member of v is owed anything: the records of one
+			 * that is not may vanish (it finalized) while members load
+			 * v, and a transfer some run and others not is a mismatch */
+			for (int i = 0; i < v->size && !member; i++)
+				member = v->members[i] == r;
+			if (!member || ft__mb_lookup(&c->mb, g, r, &m) != 0 || !m.rejoining)
 				continue;
 			/* its application's first op: the one after the op it
 			 * replays (next_op = first + 1), else that view's first op;
@@ -180,6 +191,8 @@ static void owed_ops(struct ft_comm *c, const struct ft__view *v)
 				continue;
 			if (fresh != NULL)
 				fresh[r] = true; /* its state is not yet the job's */
+			if (c->fresh_op != NULL)
+				c->fresh_op[r] = m.next_op;
 			for (int j = 0; j < c->nowed; j++)
 				dup |= c->owed_op[j] == m.next_op;
 			if (!dup && c->nowed < (int)FT__ARRAY_SIZE(c->owed_op))

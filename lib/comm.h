@@ -91,6 +91,8 @@ struct ft_comm {
 	int state_root;                 /* original rank that sends the state */
 	int nowed;                      /* ops at whose start the state goes to newcomers */
 	uint64_t owed_op[8];
+	uint64_t *fresh_op;             /* by original rank: the op at which a newcomer
+					 * takes the state (its application's first), 0 none */
 	struct ft__state_region *state; /* ft_state_register */
 	int nstate;
 	bool state_received;            /* rejoined: the state transfer reached it */

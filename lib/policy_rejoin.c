@@ -246,11 +246,48 @@ static void rejoin_attempt(const struct ft_comm *c, const struct ft__call *k, st
 	a->hooks = c->det != NULL ? &rejoin_hooks : NULL;
 }
 
+/*
+ * A newcomer's first op that does not match the survivors' (its program
+ * resumed at another collective than the one the job stands at: the
+ * state it got was taken there) is the newcomer's mistake: it is sent away
+ * (FT_EEXCLUDED, and the survivors declare it, so that its detector learns
+ * it is out), and the survivors run the op again as after a crash, never
+ * failing with FT_EMISMATCH because of it. A mismatch among ranks that are
+ * not new is the caller's, as ever. One newcomer at a time: if several
+ * came back at this op, the next attempt finds the next one.
+ */
+static int newcomer_mismatch(struct ft_comm *c, uint64_t seq)
+{
+	if (c->fresh_op == NULL)
+		return -FT_EMISMATCH;
+	if (c->rejoined && c->fresh_op[c->cfg.rank] == seq) {
+		ft__error("rejoin: this rank's program called another collective than the job "
+			  "stands at (op %llu, where the state it got was taken): it is sent "
+			  "away; resume where the registered state says (ftcc.h, ft_state_sync)",
+			  (unsigned long long)seq);
+		c->broken = -FT_EEXCLUDED;
+		return -FT_EEXCLUDED;
+	}
+	for (int i = 0; i < c->size; i++) {
+		int r = c->members[i];
+		if (r == c->cfg.rank || c->fresh_op[r] != seq)
+			continue;
+		ft__warn("rejoin: rank %d, just back, called another collective than op %llu: "
+			 "sent away", r, (unsigned long long)seq);
+		c->fresh_op[r] = 0;
+		ft__det_suspect(c->det, r);
+		return -FT_EPEERFAILED;
+	}
+	return -FT_EMISMATCH;
+}
+
 static int rejoin_recover(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co, int rc,
 			  struct ft__run *run)
 {
 	uint64_t t0;
 
+	if (rc == -FT_EMISMATCH && c->det != NULL)
+		rc = newcomer_mismatch(c, run->seq);
 	if (c->det == NULL ||
 	    !(rc == -FT_EPEERFAILED || rc == -FT_EABORTED || ft__det_pending(c->det)))
 		return rc;

@@ -17,12 +17,15 @@
 #   RUN_ARGS=...  ftcc-run options instead of --restart;
 #   COLL=rs       the job reduce-scatters (train_rejoin's "rs"): each rank's
 #                 digests are its own block's, compared rank by rank;
-#   COLL=ag       the job allgathers (train_rejoin's "ag").
+#   COLL=ag       the job allgathers (train_rejoin's "ag");
+#   PROG=train_steps  that example instead (steps of one to three collectives
+#                 of different kinds, resumed mid-step): STEPS is its steps,
+#                 and the ops are those its failure-free run printed.
 # A run past REJOIN_DEADLINE seconds (default 120) is a hang: a failure.
 set -u
 B=$1 N=$2 STEPS=$3 COUNT=$4
 TRIALS=${TRIALS:-0} KILLS=${KILLS:-1} FAULTS=${FAULTS:-} MODE=${MODE:-exact}
-WRAP=${WRAP:-} RUN_ARGS=${RUN_ARGS:---restart} COLL=${COLL:-}
+WRAP=${WRAP:-} RUN_ARGS=${RUN_ARGS:---restart} COLL=${COLL:-} PROG=${PROG:-train_rejoin}
 DEADLINE=${REJOIN_DEADLINE:-120}
 PAUSE=${REJOIN_PAUSE_MS:-2}
 export FTCC_POLICY=rejoin
@@ -30,13 +33,13 @@ export FTCC_LOG_LEVEL=${FTCC_LOG_LEVEL:-2}
 export FTCC_REJOIN_TIMEOUT_MS=${FTCC_REJOIN_TIMEOUT_MS:-20000}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-label="n=$N steps=$STEPS count=$COUNT${COLL:+ $COLL}${FTCC_TRANSPORT:+ $FTCC_TRANSPORT}${FI_PROVIDER:+/$FI_PROVIDER}${FTCC_LOG_ENGINE:+ $FTCC_LOG_ENGINE}"
+label="${PROG#train_rejoin} n=$N steps=$STEPS count=$COUNT${COLL:+ $COLL}${FTCC_TRANSPORT:+ $FTCC_TRANSPORT}${FI_PROVIDER:+/$FI_PROVIDER}${FTCC_LOG_ENGINE:+ $FTCC_LOG_ENGINE}"
 
 run() { # out ftcc-run-args...
 	out=$1
 	shift
 	# shellcheck disable=SC2086
-	timeout "$DEADLINE" "$B/ftcc-run" -n "$N" --tag "$@" $WRAP "$B/examples/train_rejoin" \
+	timeout "$DEADLINE" "$B/ftcc-run" -n "$N" --tag "$@" $WRAP "$B/examples/$PROG" \
 		"$STEPS" "$COUNT" "$PAUSE" $COLL >"$out" 2>&1
 }
 
@@ -62,7 +65,11 @@ dur=$((($(date +%s%N) - t0) / 1000000))
 init=$(sed -n 's/^\[[0-9]*\.[0-9]* +\([0-9.]*\)s\] op 1 digest.*/\1/p' "$tmp/ref" | sort -g | tail -1 |
 	awk '{printf "%d", $1 * 1000}')
 [ -n "$init" ] || init=300
-last=$(sed -n "s/^\[[0-9]*\.[0-9]* +\([0-9.]*\)s\] op $STEPS digest.*/\1/p" "$tmp/ref" | sort -g | head -1 |
+# the last op: train_steps runs more ops than steps
+[ "$PROG" != train_rejoin ] &&
+	KEYS=$(ops "$tmp/ref" | cut -d' ' -f1 | sort -u | wc -l) &&
+	LASTOP=$(ops "$tmp/ref" | cut -d' ' -f1 | sort -n | tail -1)
+last=$(sed -n "s/^\[[0-9]*\.[0-9]* +\([0-9.]*\)s\] op ${LASTOP:-$STEPS} digest.*/\1/p" "$tmp/ref" | sort -g | head -1 |
 	awk '{printf "%d", $1 * 1000}')
 [ -n "$last" ] || last=$dur
 ops "$tmp/ref" | sort -u >"$tmp/ref.ops"

@@ -75,6 +75,16 @@ step "tcp n=4 reduce-scatter" env COLL=rs TRIALS="$(few 2 "$mode")" FAULTS="$R" 
 A="rank=2,op=3,phase=allgather,step=1,seg=0|rank=1,op=5,phase=commit,step=0"
 A="$A|rank=0,op=4,phase=allgather,step=0,seg=0,at=recorded"
 step "tcp n=4 allgather" env COLL=ag TRIALS=1 FAULTS="$A" REJOIN_PAUSE_MS=10 "$C" "$B" 4 20 50000
+# steps of one to three collectives of different kinds (examples/train_steps:
+# SGD with momentum, a broadcast every 7th step, a MAX every 11th), 5 ranks,
+# random outside kills: a newcomer resumes where the job stands, mid-step
+# too, from the position it registered with its state (the review's program
+# once resumed at the step's start, and the job ended)
+step "train_steps n=5 random kills" env PROG=train_steps TRIALS="$(few 6 "$mode")" \
+	REJOIN_PAUSE_MS=5 "$C" "$B" 5 60 2000
+step "train_steps n=5 killed at mid-step collectives" env PROG=train_steps \
+	FAULTS="rank=1,op=11,phase=between|rank=2,op=11,phase=broadcast,step=0,seg=0|rank=3,op=16,phase=between" \
+	REJOIN_PAUSE_MS=5 "$C" "$B" 5 60 2000
 # 4. fallbacks: never a wrong result. A newcomer the job went on without
 #    exits (ft_init: -FT_EEXCLUDED); restarting it again would only find the
 #    job over, so one restart.
@@ -88,6 +98,12 @@ step "nobody comes back: shrink after the rejoin timeout" env MODE=fallback KILL
 step "nobody comes back, connect timeout 5 s, rejoin timeout 10 s" env MODE=fallback KILLS=1 \
 	FAULTS="$K" RUN_ARGS="--ignore-killed" FTCC_CONNECT_TIMEOUT_MS=5000 FTCC_REJOIN_TIMEOUT_MS=10000 \
 	REJOIN_PAUSE_MS=0 "$C" "$B" 4 6 1000000
+# a newcomer whose program resumes at the step's start, not where the job
+# stands (train_steps "naive"): it is sent away (FT_EEXCLUDED), the
+# survivors never fail with FT_EMISMATCH, and go on exactly or by shrinking
+step "a newcomer resuming at the wrong collective is sent away" env MODE=fallback PROG=train_steps \
+	COLL=naive FAULTS="rank=1,op=11,phase=between" RUN_ARGS="--restart --max-restarts 1" \
+	FTCC_REJOIN_TIMEOUT_MS=3000 REJOIN_PAUSE_MS=5 "$C" "$B" 5 60 2000
 step "durability none" env MODE=fallback FAULTS="$K" FTCC_LOG_DURABILITY=none REJOIN_PAUSE_MS=0 \
 	"$C" "$B" 4 6 1000000
 for how in trunc flip gone; do
