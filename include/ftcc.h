@@ -161,7 +161,16 @@ struct ft_op_info {
 	double elapsed_ms;      /* wall time of the call */
 };
 
-/* cfg NULL: configuration from the environment. */
+/*
+ * cfg NULL: configuration from the environment.
+ * A child forked after ft_init (a data loader's workers) holds none of the
+ * communicator's descriptors: the library closes them in the child at
+ * fork (pthread_atfork), so that the child neither hides this rank's death
+ * from its peers nor keeps its rendezvous lock from its restart. The child
+ * must not call ftcc on the parent's communicator; it may ft_init one of
+ * its own. (The fabric transport's libfabric-internal descriptors are the
+ * exception: README, "Children forked after ft_init".)
+ */
 int ft_init(const struct ft_config *cfg, struct ft_comm **comm);
 /*
  * Releases everything the communicator holds; the handle stays valid only

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "boot_store.h"
+#include "fdreg.h"
 #include "internal.h"
 #include "sock.h"
 
@@ -238,10 +239,11 @@ static int store_try(const struct ft__sock_addr *to, const unsigned char *join, 
 	rc = ft__sock_connect(to, &opts, deadline_ms, &fd);
 	if (rc != 0)
 		return rc;
+	ft__fd_own(fd);
 	rc = ft__sock_write_full(fd, join, jlen, deadline_ms);
 	if (rc == 0)
 		rc = read_answer(fd, p, mine, book, deadline_ms, why);
-	close(fd);
+	ft__fd_close(fd);
 	return rc;
 }
 

@@ -12,6 +12,7 @@
 #include "ckpt.h"
 #include "comm.h"
 #include "crc32c.h"
+#include "fdreg.h"
 #include "internal.h"
 #include "log.h"
 #include "reduce.h"
@@ -284,11 +285,12 @@ static void compact(struct ft__ckpt *ck)
 	}
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ft__fd_own(fd);
 	if (fd < 0 || write_all(fd, buf, len, 0) != 0 || (ck->cfg.sync && fdatasync(fd) != 0) ||
 	    rename(tmp, path) != 0) {
 		ft__warn("ckpt: compacting the journal failed: %s; it grows", strerror(errno));
 		if (fd >= 0) {
-			close(fd);
+			ft__fd_close(fd);
 			unlink(tmp);
 		}
 		free(buf);
@@ -296,13 +298,14 @@ static void compact(struct ft__ckpt *ck)
 	}
 	if (ck->cfg.sync) {
 		int dfd = open(ck->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		ft__fd_own(dfd);
 		if (dfd >= 0) {
 			fsync(dfd);
-			close(dfd);
+			ft__fd_close(dfd);
 		}
 	}
 	free(buf);
-	close(ck->jfd);
+	ft__fd_close(ck->jfd);
 	ck->jfd = fd;
 	ck->jpos = len;
 }
@@ -680,11 +683,11 @@ static void ck_free(struct ft__ckpt *ck)
 		for (size_t i = 0; i < ck->img.nregs; i++)
 			for (int s = 0; s < 2; s++)
 				if (ck->img.fd[i][s] >= 0)
-					close(ck->img.fd[i][s]);
+					ft__fd_close(ck->img.fd[i][s]);
 	ck->img.own_fds = false;
 	ft__ck_image_free(&ck->img);
 	if (ck->jfd >= 0)
-		close(ck->jfd);
+		ft__fd_close(ck->jfd);
 	for (size_t i = 0; i < ck->nreg; i++)
 		free(ck->reg[i].saved);
 	for (int k = 0; k < 2; k++) {
@@ -754,6 +757,7 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 	if ((rc = ft__ck_path(path, sizeof(path), ck->dir, ck->rank, -1, 0)) < 0)
 		return rc;
 	ck->jfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	ft__fd_own(ck->jfd);
 	if (ck->jfd < 0)
 		return -errno;
 	for (size_t i = 0; i < ck->nreg; i++)
@@ -762,6 +766,7 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 					      s)) < 0)
 				return rc;
 			ck->img.fd[i][s] = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+			ft__fd_own(ck->img.fd[i][s]);
 			if (ck->img.fd[i][s] < 0)
 				return -errno;
 			if (!*resumed && ftruncate(ck->img.fd[i][s], 0) < 0)

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdreg.h"
 #include "internal.h"
 #include "membership.h"
 
@@ -121,11 +122,12 @@ static int write_atomic(const char *dir, const char *name, const char *text, int
 	    snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
 		return -FT_EINVAL;
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ft__fd_own(fd);
 	if (fd < 0)
 		return -errno;
 	rc = write_all(fd, text, strlen(text));
 	/* close reports deferred write errors (NFS) */
-	if (close(fd) != 0 && rc == 0)
+	if (ft__fd_close(fd) != 0 && rc == 0)
 		rc = -errno;
 	if (rc == 0) {
 		/* link() fails if the name exists: exclusive creation of a whole file. */
@@ -141,6 +143,7 @@ static int write_atomic(const char *dir, const char *name, const char *text, int
 static int read_file(const char *path, char *buf, size_t cap, bool *cut)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ft__fd_own(fd);
 	size_t have = 0;
 	char extra;
 
@@ -152,7 +155,7 @@ static int read_file(const char *path, char *buf, size_t cap, bool *cut)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			close(fd);
+			ft__fd_close(fd);
 			return -FT_EIO;
 		}
 		if (n == 0)
@@ -163,7 +166,7 @@ static int read_file(const char *path, char *buf, size_t cap, bool *cut)
 		}
 		have += (size_t)n;
 	}
-	close(fd);
+	ft__fd_close(fd);
 	buf[have] = '\0';
 	return (int)have;
 }
@@ -307,6 +310,7 @@ static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	}
 	snprintf(path, sizeof(path), "%s/lock-%d", r->dir, r->rank);
 	r->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	ft__fd_own(r->lock_fd);
 	if (r->lock_fd < 0) {
 		ft__error("rendezvous: cannot open %s: %s", path, strerror(errno));
 		return -FT_EIO;
@@ -314,7 +318,7 @@ static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	if (flock(r->lock_fd, LOCK_EX | LOCK_NB) != 0) {
 		ft__error("rendezvous: rank %d of job in %s is already held by a live process",
 			  r->rank, r->dir);
-		close(r->lock_fd);
+		ft__fd_close(r->lock_fd);
 		r->lock_fd = -1;
 		return -FT_EBUSY;
 	}
@@ -735,10 +739,11 @@ static bool other_alive(const struct mbf *r)
 			continue;
 		snprintf(path, sizeof(path), "%s/lock-%d", r->dir, i);
 		fd = open(path, O_RDWR | O_CLOEXEC);
+		ft__fd_own(fd);
 		if (fd < 0)
 			continue;
 		held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-		close(fd);
+		ft__fd_close(fd);
 		if (held)
 			return true;
 	}
@@ -792,10 +797,11 @@ static void sweep_dead(const struct mbf *r, const char *dir, uint32_t gen)
 				unlink(path);
 		} else if (sscanf(e->d_name, "lock-%d", &orig) == 1 && orig != r->rank) {
 			int fd = open(path, O_RDWR | O_CLOEXEC);
+			ft__fd_own(fd);
 			if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
 				unlink(path);
 			if (fd >= 0)
-				close(fd);
+				ft__fd_close(fd);
 		}
 	}
 	closedir(d);
@@ -824,7 +830,7 @@ static void mbf_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 			sweep_dead(r, r->dir, gen);
 		snprintf(path, sizeof(path), "%s/lock-%d", r->dir, r->rank);
 		unlink(path);
-		close(r->lock_fd);
+		ft__fd_close(r->lock_fd);
 		r->lock_fd = -1;
 		rmdir(r->dir);
 	}

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "fdreg.h"
 #include "policy.h"
 
 /*
@@ -378,8 +379,9 @@ static int other_payload(const struct ft_comm *c, const char *dir, uint64_t seq,
 	if (ft__log_path(path, sizeof(path), dir, c->cfg.rank, (int)((seq + 1) & 1), "in") != 0)
 		return -1;
 	fd = open(path, O_RDWR | O_CLOEXEC);
+	ft__fd_own(fd);
 	if (fd >= 0 && (fstat(fd, &st) != 0 || (uint64_t)st.st_size < bytes)) {
-		close(fd);
+		ft__fd_close(fd);
 		fd = -1;
 	}
 	return fd;
@@ -418,6 +420,7 @@ static int replay(struct ft_comm *c, const char *dir, uint64_t f, const struct f
 		if ((rc = ft__log_path(path, sizeof(path), dir, c->cfg.rank, (int)(seq & 1), "in")) != 0)
 			return rc;
 		fd = open(path, O_RDONLY | O_CLOEXEC);
+		ft__fd_own(fd);
 		if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size < bytes) {
 			rc = fd < 0 ? -errno : -FT_ECORRUPT;
 			goto out;
@@ -467,9 +470,9 @@ out:
 	if (out != NULL)
 		munmap(out, bytes ? bytes : 1);
 	if (fd >= 0)
-		close(fd);
+		ft__fd_close(fd);
 	if (ofd >= 0)
-		close(ofd);
+		ft__fd_close(ofd);
 	return rc;
 }
 
