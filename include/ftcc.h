@@ -27,6 +27,7 @@ extern "C" {
 	XX(BUSY, EBUSY, "rank already in use by a live process on this rendezvous")      \
 	XX(TIMEDOUT, ETIMEDOUT, "timed out")                                             \
 	XX(CONNREFUSED, ECONNREFUSED, "connection refused")                              \
+	XX(ACCES, EACCES, "refused: a shared directory or file that is not this user's") \
 	XX(CONFIG, FT_ERR_BASE + 1, "bad configuration or environment variable")         \
 	XX(PEERFAILED, FT_ERR_BASE + 2, "a peer failed")                                 \
 	XX(EXCLUDED, FT_ERR_BASE + 3, "this rank is not a member of the current view")   \

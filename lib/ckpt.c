@@ -13,6 +13,7 @@
 #include "comm.h"
 #include "crc32c.h"
 #include "fdreg.h"
+#include "file.h"
 #include "internal.h"
 #include "log.h"
 #include "reduce.h"
@@ -181,7 +182,11 @@ static int ck_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_
 			   : c->cfg.log_dir[0] != '\0' ? c->cfg.log_dir
 			   : c->tp_env.default_log_root;
 	int n = snprintf(out, cap, "%s/%s", base, c->cfg.job_id);
-	return n < 0 || (size_t)n >= cap ? -FT_EINVAL : 0;
+
+	if (n < 0 || (size_t)n >= cap)
+		return -FT_EINVAL;
+	/* the default is a predictable name in a shared place: ours alone, or refused */
+	return base == c->tp_env.default_log_root ? ft__dir_private(base, FT__DIR_UNREADABLE) : 0;
 }
 
 static int write_all(int fd, const void *buf, size_t len, uint64_t off)
@@ -284,7 +289,9 @@ static void compact(struct ft__ckpt *ck)
 		return;
 	}
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* a fresh file: a name planted there (a link elsewhere) is removed, never followed */
+	unlink(tmp);
+	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	ft__fd_own(fd);
 	if (fd < 0 || write_all(fd, buf, len, 0) != 0 || (ck->cfg.sync && fdatasync(fd) != 0) ||
 	    rename(tmp, path) != 0) {
@@ -756,7 +763,7 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 
 	if ((rc = ft__ck_path(path, sizeof(path), ck->dir, ck->rank, -1, 0)) < 0)
 		return rc;
-	ck->jfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	ck->jfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	ft__fd_own(ck->jfd);
 	if (ck->jfd < 0)
 		return -errno;
@@ -765,7 +772,8 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 			if ((rc = ft__ck_path(path, sizeof(path), ck->dir, ck->rank, ck->reg[i].index,
 					      s)) < 0)
 				return rc;
-			ck->img.fd[i][s] = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+			ck->img.fd[i][s] = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+						0600);
 			ft__fd_own(ck->img.fd[i][s]);
 			if (ck->img.fd[i][s] < 0)
 				return -errno;

@@ -218,7 +218,7 @@ int ft__ck_image_open(const char *dir, int rank, struct ft__ck_image *img)
 	memset(img, 0, sizeof(*img));
 	if ((rc = ft__ck_path(path, sizeof(path), dir, rank, -1, 0)) < 0)
 		return rc;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	ft__fd_own(fd);
 	if (fd < 0)
 		return -FT_EIO;
@@ -255,7 +255,7 @@ int ft__ck_image_open(const char *dir, int rank, struct ft__ck_image *img)
 			img->fd[i][s] = -1;
 			if (ft__ck_path(path, sizeof(path), dir, rank, (int)img->regs[i].index,
 					s) == 0) {
-				img->fd[i][s] = open(path, O_RDONLY | O_CLOEXEC);
+				img->fd[i][s] = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 				ft__fd_own(img->fd[i][s]);
 			}
 		}

@@ -270,7 +270,7 @@ static int read_file(const char *path, uint64_t max, unsigned char **out, size_t
 
 	*out = NULL;
 	*len = 0;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	ft__fd_own(fd);
 	if (fd < 0)
 		return -errno;
@@ -339,7 +339,7 @@ int ft__log_check_payload(const char *path, const void *regs, size_t nreg, uint6
 
 	if (path == NULL || (nreg != 0 && regs == NULL))
 		return -FT_EINVAL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	ft__fd_own(fd);
 	if (fd < 0)
 		return -errno;

@@ -243,14 +243,14 @@ static int slot_open(struct ft__log *l, int slot)
 	rc = ft__log_path(path, sizeof(path), l->dir, l->rank, slot, "log");
 	if (rc < 0)
 		return rc;
-	s->jfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	s->jfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	ft__fd_own(s->jfd);
 	if (s->jfd < 0)
 		return -errno;
 	rc = ft__log_path(path, sizeof(path), l->dir, l->rank, slot, "in");
 	if (rc < 0)
 		return rc;
-	s->infd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	s->infd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	ft__fd_own(s->infd);
 	if (s->infd < 0)
 		return -errno;
