@@ -102,9 +102,11 @@ endif
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
 # Programs the tests run: a rank that builds the address book, and the same
-# rank with MPI calls (when Open MPI's compiler is installed).
+# rank with MPI calls (when Open MPI's compiler is installed); a rank that
+# forks a child after ft_init (test_fork).
 MPICC_OPENMPI := $(shell command -v mpicc.openmpi 2>/dev/null)
-TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mpi)
+TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mpi) \
+	$(B)/test/fork_rank
 
 .PHONY: all lib tools examples test fuzz fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
@@ -185,6 +187,10 @@ $(B)/test/test_store: test/test_store.c tools/store_server.c $(STATIC) $(FLAGS)
 		$(STATIC) $(LIB_LDLIBS) -lcriterion $(LDFLAGS) -Wl,--wrap=malloc,--wrap=free
 
 $(B)/test/boot_rank: test/boot_rank.c $(STATIC) $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+
+$(B)/test/fork_rank: test/fork_rank.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 

@@ -27,7 +27,7 @@ extern "C" {
 	XX(BUSY, EBUSY, "rank already in use by a live process on this rendezvous")      \
 	XX(TIMEDOUT, ETIMEDOUT, "timed out")                                             \
 	XX(CONNREFUSED, ECONNREFUSED, "connection refused")                              \
-	XX(ACCES, EACCES, "permission denied (a file or directory is not this user's)")  \
+	XX(ACCES, EACCES, "refused: a directory or file that is not this user's")        \
 	XX(NOSPC, ENOSPC, "no space left on the device")                                 \
 	XX(CONFIG, FT_ERR_BASE + 1, "bad configuration or environment variable")         \
 	XX(PEERFAILED, FT_ERR_BASE + 2, "a peer failed")                                 \
@@ -183,10 +183,13 @@ struct ft_op_info {
  * blocks only to say goodbye. Buffers are the caller's, borrowed for the
  * call only.
  *
- * fork(). A child forked after ft_init holds none of the communicator's
- * sockets or lock files (they are closed in the child as it starts), so
- * the parent's death is seen at once and its restart is not blocked; the
- * child must not call ftcc on its parent's communicator.
+ * fork(). A child forked after ft_init (a data loader's workers) holds
+ * none of the communicator's descriptors: the library closes them in the
+ * child at fork (pthread_atfork), so that the child neither hides this
+ * rank's death from its peers nor keeps its rendezvous lock from its
+ * restart. The child must not call ftcc on the parent's communicator; it
+ * may ft_init one of its own. (The fabric transport's libfabric-internal
+ * descriptors are the exception: README, "Children forked after ft_init".)
  *
  * cfg NULL: configuration from the environment.
  */

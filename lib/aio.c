@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "aio.h"
+#include "fdreg.h"
 #include "internal.h"
 
 /*
@@ -85,9 +86,10 @@ static void aio_setup(struct ft__aio *a, unsigned depth, bool want_uring, const 
 					    : IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
 	if (rc == -EINVAL)
 		rc = io_uring_queue_init(a->depth, &a->ring, 0);
-	if (rc == 0)
+	if (rc == 0) {
 		a->uring = true;
-	else
+		ft__fd_own(a->ring.ring_fd);
+	} else
 		ft__warn("%s: io_uring_queue_init: %s; using pwrite", who, strerror(-rc));
 #else
 	ft__warn("%s: built without io_uring; using pwrite", who);
@@ -107,8 +109,10 @@ void ft__aio_init_prompt(struct ft__aio *a, unsigned depth, bool want_uring, con
 void ft__aio_fini(struct ft__aio *a)
 {
 #ifdef FTCC_HAVE_URING
-	if (a->uring)
+	if (a->uring) {
+		ft__fd_disown(a->ring.ring_fd);
 		io_uring_queue_exit(&a->ring);
+	}
 #endif
 	a->uring = false;
 }

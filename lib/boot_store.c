@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "boot_store.h"
+#include "fdreg.h"
 #include "internal.h"
 #include "sock.h"
 
@@ -295,6 +296,7 @@ static int store_try(const struct ft__sock_addr *to, unsigned char *join, size_t
 	rc = ft__sock_connect(to, &opts, deadline_ms, &fd);
 	if (rc != 0)
 		return rc;
+	ft__fd_own(fd);
 	rc = read_challenge(fd, p, nonce, deadline_ms);
 	if (rc == 0)
 		rc = ft__sock_write_full(fd, join,
@@ -303,7 +305,7 @@ static int store_try(const struct ft__sock_addr *to, unsigned char *join, size_t
 					 deadline_ms);
 	if (rc == 0)
 		rc = read_answer(fd, p, mine, book, deadline_ms, why);
-	close(fd);
+	ft__fd_close(fd);
 	return rc;
 }
 

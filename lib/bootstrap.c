@@ -37,7 +37,7 @@ static void hydra_job_id(char *dst, size_t cap)
 		int ppid;
 
 		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-		f = fopen(path, "r");
+		f = fopen(path, "re");
 		if (f == NULL)
 			break;
 		if (fgets(buf, sizeof(buf), f) == NULL) {

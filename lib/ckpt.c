@@ -12,6 +12,8 @@
 #include "ckpt.h"
 #include "comm.h"
 #include "crc32c.h"
+#include "fdreg.h"
+#include "file.h"
 #include "internal.h"
 #include "log.h"
 #include "reduce.h"
@@ -180,7 +182,11 @@ static int ck_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_
 			   : c->cfg.log_dir[0] != '\0' ? c->cfg.log_dir
 			   : c->tp_env.default_log_root;
 	int n = snprintf(out, cap, "%s/%s", base, c->cfg.job_id);
-	return n < 0 || (size_t)n >= cap ? -FT_EINVAL : 0;
+
+	if (n < 0 || (size_t)n >= cap)
+		return -FT_EINVAL;
+	/* the default is a predictable name in a shared place: ours alone, or refused */
+	return base == c->tp_env.default_log_root ? ft__dir_private(base, FT__DIR_UNREADABLE) : 0;
 }
 
 static int write_all(int fd, const void *buf, size_t len, uint64_t off)
@@ -283,12 +289,15 @@ static void compact(struct ft__ckpt *ck)
 		return;
 	}
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* a fresh file: a name planted there (a link elsewhere) is removed, never followed */
+	unlink(tmp);
+	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	ft__fd_own(fd);
 	if (fd < 0 || write_all(fd, buf, len, 0) != 0 || (ck->cfg.sync && fdatasync(fd) != 0) ||
 	    rename(tmp, path) != 0) {
 		ft__warn("ckpt: compacting the journal failed: %s; it grows", strerror(errno));
 		if (fd >= 0) {
-			close(fd);
+			ft__fd_close(fd);
 			unlink(tmp);
 		}
 		free(buf);
@@ -296,13 +305,14 @@ static void compact(struct ft__ckpt *ck)
 	}
 	if (ck->cfg.sync) {
 		int dfd = open(ck->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		ft__fd_own(dfd);
 		if (dfd >= 0) {
 			fsync(dfd);
-			close(dfd);
+			ft__fd_close(dfd);
 		}
 	}
 	free(buf);
-	close(ck->jfd);
+	ft__fd_close(ck->jfd);
 	ck->jfd = fd;
 	ck->jpos = len;
 }
@@ -680,11 +690,11 @@ static void ck_free(struct ft__ckpt *ck)
 		for (size_t i = 0; i < ck->img.nregs; i++)
 			for (int s = 0; s < 2; s++)
 				if (ck->img.fd[i][s] >= 0)
-					close(ck->img.fd[i][s]);
+					ft__fd_close(ck->img.fd[i][s]);
 	ck->img.own_fds = false;
 	ft__ck_image_free(&ck->img);
 	if (ck->jfd >= 0)
-		close(ck->jfd);
+		ft__fd_close(ck->jfd);
 	for (size_t i = 0; i < ck->nreg; i++)
 		free(ck->reg[i].saved);
 	for (int k = 0; k < 2; k++) {
@@ -753,7 +763,8 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 
 	if ((rc = ft__ck_path(path, sizeof(path), ck->dir, ck->rank, -1, 0)) < 0)
 		return rc;
-	ck->jfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	ck->jfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	ft__fd_own(ck->jfd);
 	if (ck->jfd < 0)
 		return -errno;
 	for (size_t i = 0; i < ck->nreg; i++)
@@ -761,7 +772,9 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 			if ((rc = ft__ck_path(path, sizeof(path), ck->dir, ck->rank, ck->reg[i].index,
 					      s)) < 0)
 				return rc;
-			ck->img.fd[i][s] = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+			ck->img.fd[i][s] = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+						0600);
+			ft__fd_own(ck->img.fd[i][s]);
 			if (ck->img.fd[i][s] < 0)
 				return -errno;
 			if (!*resumed && ftruncate(ck->img.fd[i][s], 0) < 0)

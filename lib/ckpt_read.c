@@ -9,6 +9,7 @@
 
 #include "ckpt.h"
 #include "crc32c.h"
+#include "fdreg.h"
 #include "internal.h"
 
 #define JOURNAL_MAX ((uint64_t)1 << 34) /* a larger journal is refused, not read */
@@ -29,7 +30,7 @@ void ft__ck_image_free(struct ft__ck_image *img)
 		for (size_t i = 0; i < img->nregs; i++)
 			for (int s = 0; s < 2; s++)
 				if (img->fd[i][s] >= 0)
-					close(img->fd[i][s]);
+					ft__fd_close(img->fd[i][s]);
 	free(img->fd);
 	free(img->regs);
 	free(img->first);
@@ -217,16 +218,17 @@ int ft__ck_image_open(const char *dir, int rank, struct ft__ck_image *img)
 	memset(img, 0, sizeof(*img));
 	if ((rc = ft__ck_path(path, sizeof(path), dir, rank, -1, 0)) < 0)
 		return rc;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	ft__fd_own(fd);
 	if (fd < 0)
 		return -FT_EIO;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > JOURNAL_MAX) {
-		close(fd);
+		ft__fd_close(fd);
 		return -FT_ECORRUPT;
 	}
 	buf = malloc((size_t)st.st_size + 1);
 	if (buf == NULL) {
-		close(fd);
+		ft__fd_close(fd);
 		return -FT_ENOMEM;
 	}
 	while (got < (size_t)st.st_size) {
@@ -237,7 +239,7 @@ int ft__ck_image_open(const char *dir, int rank, struct ft__ck_image *img)
 			break;
 		got += (size_t)n;
 	}
-	close(fd);
+	ft__fd_close(fd);
 	rc = ft__ck_parse(buf, got, img);
 	free(buf);
 	if (img->regs == NULL)
@@ -251,8 +253,11 @@ int ft__ck_image_open(const char *dir, int rank, struct ft__ck_image *img)
 	for (size_t i = 0; i < img->nregs; i++)
 		for (int s = 0; s < 2; s++) {
 			img->fd[i][s] = -1;
-			if (ft__ck_path(path, sizeof(path), dir, rank, (int)img->regs[i].index, s) == 0)
-				img->fd[i][s] = open(path, O_RDONLY | O_CLOEXEC);
+			if (ft__ck_path(path, sizeof(path), dir, rank, (int)img->regs[i].index,
+					s) == 0) {
+				img->fd[i][s] = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+				ft__fd_own(img->fd[i][s]);
+			}
 		}
 	return rc;
 }

@@ -354,6 +354,7 @@ static int comm_join(struct ft_comm *c)
 	struct ft__mb_params mp = {
 		.backend = c->cfg.membership,
 		.root = c->cfg.rendezvous,
+		.private_root = strcmp(c->cfg.rendezvous, c->tp_env.default_rendezvous) == 0,
 		.job_id = c->cfg.job_id,
 		.rank = c->cfg.rank,
 		.world_size = c->cfg.world_size,

@@ -16,6 +16,16 @@
 static int cfg_error(char *errbuf, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* <$TMPDIR or /tmp>/<name>-<uid>: a per-user directory in a shared place (checked private
+ * where it is used: lib/file.h). */
+static void per_user_dir(char *buf, size_t len, const char *name)
+{
+	const char *t = getenv("TMPDIR");
+
+	snprintf(buf, len, "%s/%s-%u", t != NULL && *t != '\0' ? t : "/tmp", name,
+		 (unsigned)getuid());
+}
+
 static int cfg_error(char *errbuf, size_t errlen, const char *fmt, ...)
 {
 	char msg[512];
@@ -238,11 +248,8 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 	/* Under a launcher with no rendezvous given, ranks on one host meet in a
 	 * per-user directory under a job id derived from the launcher's identity. */
 	if (cfg->rendezvous[0] == '\0' && strcmp(cfg->membership, "file") == 0 &&
-	    (boot.launcher == FT__LAUNCHER_OMPI || boot.launcher == FT__LAUNCHER_MPICH)) {
-		const char *t = getenv("TMPDIR");
-		snprintf(cfg->rendezvous, sizeof(cfg->rendezvous), "%s/ftcc-%u",
-			 t != NULL && *t != '\0' ? t : "/tmp", (unsigned)getuid());
-	}
+	    (boot.launcher == FT__LAUNCHER_OMPI || boot.launcher == FT__LAUNCHER_MPICH))
+		per_user_dir(cfg->rendezvous, sizeof(cfg->rendezvous), "ftcc");
 	if (cfg->job_id[0] == '\0') {
 		ft__boot_job_id(&boot, process_env, NULL, cfg->job_id, sizeof(cfg->job_id));
 		if (cfg->job_id[0] == '\0' && cfg->world_size == 1)
@@ -469,13 +476,12 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e)
 	/* process durability: shared memory (survives the process, and a
 	 * mapped page cache file on disk would be written back: 64 MiB per op);
 	 * host durability: the disk, under $TMPDIR */
-	s = getenv("TMPDIR");
 	if (cfg->log_durability == FT_DURABILITY_PROCESS && access("/dev/shm", W_OK) == 0)
 		snprintf(e->default_log_root, sizeof(e->default_log_root), "/dev/shm/ftcc-log-%u",
 			 (unsigned)getuid());
 	else
-		snprintf(e->default_log_root, sizeof(e->default_log_root), "%s/ftcc-log-%u",
-			 s != NULL && *s != '\0' ? s : "/tmp", (unsigned)getuid());
+		per_user_dir(e->default_log_root, sizeof(e->default_log_root), "ftcc-log");
+	per_user_dir(e->default_rendezvous, sizeof(e->default_rendezvous), "ftcc");
 	cma = env_bool("FI_SHM_DISABLE_CMA");
 	e->shm_cma = cma < 0 ? -1 : !cma;
 	return 0;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "crc32c.h"
+#include "fdreg.h"
 #include "internal.h"
 #include "log.h"
 
@@ -269,7 +270,8 @@ static int read_file(const char *path, uint64_t max, unsigned char **out, size_t
 
 	*out = NULL;
 	*len = 0;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	ft__fd_own(fd);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &st) < 0) {
@@ -306,7 +308,7 @@ static int read_file(const char *path, uint64_t max, unsigned char **out, size_t
 	*out = buf;
 	*len = n;
 out_close:
-	close(fd);
+	ft__fd_close(fd);
 	return rc;
 }
 
@@ -337,7 +339,8 @@ int ft__log_check_payload(const char *path, const void *regs, size_t nreg, uint6
 
 	if (path == NULL || (nreg != 0 && regs == NULL))
 		return -FT_EINVAL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	ft__fd_own(fd);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &st) < 0) {
@@ -391,7 +394,7 @@ int ft__log_check_payload(const char *path, const void *regs, size_t nreg, uint6
 out_free:
 	free(chunk);
 out_close:
-	close(fd);
+	ft__fd_close(fd);
 	return rc;
 }
 

@@ -10,6 +10,7 @@
 
 #include "aio.h"
 #include "crc32c.h"
+#include "fdreg.h"
 #include "internal.h"
 #include "log.h"
 
@@ -242,13 +243,15 @@ static int slot_open(struct ft__log *l, int slot)
 	rc = ft__log_path(path, sizeof(path), l->dir, l->rank, slot, "log");
 	if (rc < 0)
 		return rc;
-	s->jfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	s->jfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	ft__fd_own(s->jfd);
 	if (s->jfd < 0)
 		return -errno;
 	rc = ft__log_path(path, sizeof(path), l->dir, l->rank, slot, "in");
 	if (rc < 0)
 		return rc;
-	s->infd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	s->infd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	ft__fd_own(s->infd);
 	if (s->infd < 0)
 		return -errno;
 	return 0;
@@ -319,9 +322,9 @@ void ft__log_close(struct ft__log *l)
 		if (s->map != NULL)
 			munmap(s->map, s->map_len);
 		if (s->jfd >= 0)
-			close(s->jfd);
+			ft__fd_close(s->jfd);
 		if (s->infd >= 0)
-			close(s->infd);
+			ft__fd_close(s->infd);
 	}
 	if (l->leak)
 		return;         /* the kernel may still read the buffers: better lost than reused */

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdreg.h"
+#include "file.h"
 #include "internal.h"
 #include "membership.h"
 
@@ -120,12 +122,15 @@ static int write_atomic(const char *dir, const char *name, const char *text, int
 	if (snprintf(tmp, sizeof(tmp), "%s/.%s.%d.tmp", dir, name, (int)getpid()) >= (int)sizeof(tmp) ||
 	    snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
 		return -FT_EINVAL;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* a fresh file: a name planted there (a link elsewhere) is removed, never followed */
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	ft__fd_own(fd);
 	if (fd < 0)
 		return -errno;
 	rc = write_all(fd, text, strlen(text));
 	/* close reports deferred write errors (NFS) */
-	if (close(fd) != 0 && rc == 0)
+	if (ft__fd_close(fd) != 0 && rc == 0)
 		rc = -errno;
 	if (rc == 0) {
 		/* link() fails if the name exists: exclusive creation of a whole file. */
@@ -140,7 +145,8 @@ static int write_atomic(const char *dir, const char *name, const char *text, int
  * file longer than cap - 1 bytes is cut there and *cut set. */
 static int read_file(const char *path, char *buf, size_t cap, bool *cut)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	ft__fd_own(fd);
 	size_t have = 0;
 	char extra;
 
@@ -152,7 +158,7 @@ static int read_file(const char *path, char *buf, size_t cap, bool *cut)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			close(fd);
+			ft__fd_close(fd);
 			return -FT_EIO;
 		}
 		if (n == 0)
@@ -163,7 +169,7 @@ static int read_file(const char *path, char *buf, size_t cap, bool *cut)
 		}
 		have += (size_t)n;
 	}
-	close(fd);
+	ft__fd_close(fd);
 	buf[have] = '\0';
 	return (int)have;
 }
@@ -300,21 +306,26 @@ static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	    snprintf(r->dir, sizeof(r->dir), "%s/%s", p->root, p->job_id) >= (int)sizeof(r->dir))
 		return -FT_EINVAL;
 	snprintf(mb->where, sizeof(mb->where), "in %s", r->dir);
+	if (p->private_root && (rc = ft__dir_private(p->root, 0)) != 0)
+		return rc;
 	rc = mkdir_p(r->dir);
 	if (rc != 0) {
 		ft__error("rendezvous: cannot create %s: %s", r->dir, strerror(-rc));
 		return rc == -ENOMEM ? -FT_ENOMEM : -FT_EIO;
 	}
 	snprintf(path, sizeof(path), "%s/lock-%d", r->dir, r->rank);
-	r->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	r->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	ft__fd_own(r->lock_fd);
 	if (r->lock_fd < 0) {
-		ft__error("rendezvous: cannot open %s: %s", path, strerror(errno));
-		return -FT_EIO;
+		int err = errno;
+		ft__error("rendezvous: cannot open %s: %s", path,
+			  err == ELOOP ? "refused: a symbolic link (remove it)" : strerror(err));
+		return err == ELOOP ? -FT_EACCES : -FT_EIO;
 	}
 	if (flock(r->lock_fd, LOCK_EX | LOCK_NB) != 0) {
 		ft__error("rendezvous: rank %d of job in %s is already held by a live process",
 			  r->rank, r->dir);
-		close(r->lock_fd);
+		ft__fd_close(r->lock_fd);
 		r->lock_fd = -1;
 		return -FT_EBUSY;
 	}
@@ -751,8 +762,9 @@ static bool lock_held(const char *path)
 
 	if (fd < 0)
 		return false;
+	ft__fd_own(fd);
 	held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-	close(fd); /* drops the probe's shared lock at once */
+	ft__fd_close(fd); /* drops the probe's shared lock at once */
 	return held;
 }
 
@@ -815,11 +827,12 @@ static void sweep_dead(const struct mbf *r, const char *dir, uint32_t gen)
 			    read_member(r, gen, orig, NULL) == MEMBER_DEAD)
 				unlink(path);
 		} else if (sscanf(e->d_name, "lock-%d", &orig) == 1 && orig != r->rank) {
-			int fd = open(path, O_RDWR | O_CLOEXEC);
+			int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+			ft__fd_own(fd);
 			if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
 				unlink(path);
 			if (fd >= 0)
-				close(fd);
+				ft__fd_close(fd);
 		}
 	}
 	closedir(d);
@@ -900,7 +913,7 @@ static void mbf_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 			sweep_dead(r, r->dir, gen);
 		snprintf(path, sizeof(path), "%s/lock-%d", r->dir, r->rank);
 		unlink(path);
-		close(r->lock_fd);
+		ft__fd_close(r->lock_fd);
 		r->lock_fd = -1;
 		remove_job_if_last(r);
 	}

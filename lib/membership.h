@@ -60,6 +60,8 @@ struct ft__member {
 struct ft__mb_params {
 	const char *backend;    /* "file"; NULL: the default, "file" */
 	const char *root;       /* file: the rendezvous directory */
+	bool private_root;      /* file: root is a per-user directory in a shared place
+				 * (/tmp/ftcc-<uid>): made and checked private */
 	const char *job_id;
 	int rank;               /* this process's original rank */
 	int world_size;

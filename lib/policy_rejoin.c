@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "fdreg.h"
+#include "file.h"
 #include "policy.h"
 
 /*
@@ -325,6 +327,16 @@ static void log_dir(const struct ft_comm *c, char *buf, size_t len)
 		 c->cfg.job_id);
 }
 
+/* The default root (/dev/shm/ftcc-log-<uid>) is a predictable name in a
+ * shared place: logs go there, and are read back, only if it is this
+ * user's alone (the logs hold gradients). A root the user chose is theirs. */
+static int log_root_private(const struct ft_comm *c)
+{
+	if (c->cfg.log_dir[0] != '\0')
+		return 0;
+	return ft__dir_private(c->tp_env.default_log_root, FT__DIR_UNREADABLE);
+}
+
 /* What ties a log to this run of the job (not another with the same id). */
 static void log_job(const struct ft_comm *c, char *buf, size_t len)
 {
@@ -344,7 +356,9 @@ void ft__rejoin_log_open(struct ft_comm *c)
 		return;
 	log_dir(c, dir, sizeof(dir));
 	log_job(c, job, sizeof(job));
-	rc = ft__log_open(&p, &c->plog);
+	rc = log_root_private(c);
+	if (rc == 0)
+		rc = ft__log_open(&p, &c->plog);
 	if (rc != 0) {
 		ft__warn("log: cannot open this rank's log in %s (%s): a new incarnation of this "
 			 "rank could not rejoin", dir, ft_strerror(rc));
@@ -414,9 +428,10 @@ static int other_payload(const struct ft_comm *c, const char *dir, uint64_t seq,
 
 	if (ft__log_path(path, sizeof(path), dir, c->cfg.rank, (int)((seq + 1) & 1), "in") != 0)
 		return -1;
-	fd = open(path, O_RDWR | O_CLOEXEC);
+	fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	ft__fd_own(fd);
 	if (fd >= 0 && (fstat(fd, &st) != 0 || (uint64_t)st.st_size < bytes)) {
-		close(fd);
+		ft__fd_close(fd);
 		fd = -1;
 	}
 	return fd;
@@ -454,7 +469,8 @@ static int replay(struct ft_comm *c, const char *dir, uint64_t f, const struct f
 		struct stat st;
 		if ((rc = ft__log_path(path, sizeof(path), dir, c->cfg.rank, (int)(seq & 1), "in")) != 0)
 			return rc;
-		fd = open(path, O_RDONLY | O_CLOEXEC);
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		ft__fd_own(fd);
 		if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size < bytes) {
 			rc = fd < 0 ? -errno : -FT_ECORRUPT;
 			goto out;
@@ -504,9 +520,9 @@ out:
 	if (out != NULL)
 		munmap(out, bytes ? bytes : 1);
 	if (fd >= 0)
-		close(fd);
+		ft__fd_close(fd);
 	if (ofd >= 0)
-		close(ofd);
+		ft__fd_close(ofd);
 	return rc;
 }
 
@@ -532,8 +548,10 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 	log_dir(c, dir, sizeof(dir));
 	log_job(c, job, sizeof(job));
 	if (c->cfg.log_durability != FT_DURABILITY_NONE) {
-		rc = ft__log_last_input(dir, c->cfg.rank, ft__log_job_hash(job), &last, &lgen, &op,
-					NULL, 0);
+		rc = log_root_private(c);
+		if (rc == 0)
+			rc = ft__log_last_input(dir, c->cfg.rank, ft__log_job_hash(job), &last,
+						&lgen, &op, NULL, 0);
 		have = rc == 0;
 		if (rc != 0)
 			ft__warn("rejoin: no usable log in %s (%s): nothing to replay; the "

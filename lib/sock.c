@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fdreg.h"
 #include "internal.h"
 #include "sock.h"
 
@@ -83,12 +84,13 @@ static bool route_source(const char *hostport, char *out, size_t cap)
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		ft__fd_own(fd);
 		if (fd < 0)
 			continue;
 		found = connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
 			getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
 			numeric((struct sockaddr *)&ss, sl, out, cap);
-		close(fd);
+		ft__fd_close(fd);
 	}
 	freeaddrinfo(ai);
 	return found;
@@ -279,7 +281,7 @@ int ft__sock_listen_port(const char *who, const char *bind_host, const char *pub
 		int err = errno;
 		ft__error("%s: cannot listen on %s: %s", who, h, strerror(err));
 		if (fd >= 0)
-			close(fd);
+			ft__fd_close(fd);
 		freeaddrinfo(ai);
 		/* a given port another process holds: this rank runs already */
 		return err == EADDRINUSE ? -FT_EBUSY : -FT_EIO;
@@ -289,13 +291,13 @@ int ft__sock_listen_port(const char *who, const char *bind_host, const char *pub
 		snprintf(host, sizeof(host), "%s", publish_host);
 	else if (ft__sock_is_wildcard(host)) {
 		ft__error("%s: listening on the wildcard %s with no address to publish", who, h);
-		close(fd);
+		ft__fd_close(fd);
 		return -FT_EINVAL;
 	}
 	n = snprintf(addr, addrlen, strchr(host, ':') != NULL ? "[%s]:%s" : "%s:%s", host, port);
 	if (n < 0 || (size_t)n >= addrlen) {
 		ft__error("%s: address %s:%s does not fit in %zu bytes", who, host, port, addrlen);
-		close(fd);
+		ft__fd_close(fd);
 		return -FT_EINVAL;
 	}
 	*fd_out = fd;
@@ -413,7 +415,7 @@ int ft__sock_connect(const struct ft__sock_addr *to, const struct ft__sock_opts 
 	}
 	if (rc != 0) {
 		rc = ft__sock_error(errno);
-		close(fd);
+		ft__fd_close(fd);
 		return rc;
 	}
 	*fd_out = fd;

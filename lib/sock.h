@@ -98,7 +98,9 @@ bool ft__sock_is_wildcard(const char *host);
  */
 int ft__sock_listen(const char *who, const char *bind_host, const char *publish_host, int backlog,
 		    int *fd, char *addr, size_t addrlen);
-/* The same at a given port ("0": the kernel picks); -FT_EBUSY: the port is taken. */
+/* The same at a given port ("0": the kernel picks); -FT_EBUSY: the port is taken.
+ * The listeners and ft__sock_connect's sockets are the caller's to register
+ * with ft__fd_own (fdreg.h): the library's own, a server's not. */
 int ft__sock_listen_port(const char *who, const char *bind_host, const char *publish_host,
 			 const char *port, int backlog, int *fd, char *addr, size_t addrlen);
 /*

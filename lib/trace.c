@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fdreg.h"
 #include "internal.h"
 #include "trace.h"
 #include "transport.h"
@@ -185,6 +186,8 @@ int ft__trace_open(const char *pattern, int rank, struct ft__trace **out)
 		ft__warn("trace %s: cannot open (%s): tracing is off", t->path, strerror(errno));
 		goto fail_open;
 	}
+	/* a forked child that exits would otherwise flush our buffer into the file a second time */
+	ft__fd_own(fileno(t->f));
 	setvbuf(t->f, NULL, _IOFBF, BUF_BYTES);
 	/* the offset is taken between two monotonic readings, as near as it gets */
 	t->flushed_ns = ft__now_ns();
@@ -214,6 +217,7 @@ void ft__trace_close(struct ft__trace *t)
 		end_event(t, true, "{}}\n]\n");
 		pthread_mutex_unlock(&t->lock);
 	}
+	ft__fd_disown(fileno(t->f));
 	if (fclose(t->f) != 0 && !t->dead)
 		ft__warn("trace %s: cannot write (%s)", t->path, strerror(errno));
 	pthread_mutex_destroy(&t->lock);

@@ -166,7 +166,10 @@ struct ft_tp_env {
 				     * 0 CMA off (SAR), 1 CMA on */
 	int incarnation;            /* FTCC_INCARNATION (ftcc-run --restart counts them); 0 */
 	int log_pwrite;             /* FTCC_LOG_ENGINE=pwrite: the pairwise log without io_uring */
-	char default_log_root[512];    /* where logs go when FTCC_LOG_DIR is unset */
+	char default_log_root[512];    /* where logs go when FTCC_LOG_DIR is unset (checked
+					* private: lib/file.h) */
+	char default_rendezvous[512];  /* the per-user rendezvous ranks meet in under a
+					* launcher when none is given (checked private) */
 	char ckpt_dir[512];         /* FTCC_CKPT_DIR: checkpoints' base directory; "": the log's */
 	char launcher_addrs[256];   /* host:port of the launcher (Open MPI's mpirun), comma-
 				     * separated: where a rank looks for its interface; "" */

@@ -13,6 +13,7 @@
 
 #include "auth.h"
 #include "crc32c.h"
+#include "fdreg.h"
 #include "internal.h"
 #include "sock.h"
 #include "transport.h"
@@ -109,6 +110,7 @@ static int tcp_open(const struct ft_tp_params *p, struct ft_transport **out)
 					       .user_timeout_ms = p->user_timeout_ms,
 					       .buffer = p->env->tcp_buffer};
 	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
+	ft__fd_own(tp->epfd);
 	if (tp->epfd < 0) {
 		rc = -FT_EIO;
 		goto fail;
@@ -117,11 +119,12 @@ static int tcp_open(const struct ft_tp_params *p, struct ft_transport **out)
 			     sizeof(tp->addr));
 	if (rc != 0)
 		goto fail;
+	ft__fd_own(tp->listen_fd);
 	*out = tp;
 	return 0;
 fail:
 	if (tp->epfd >= 0)
-		close(tp->epfd);
+		ft__fd_close(tp->epfd);
 	ft__wipe(tp->token, sizeof(tp->token));
 	free(tp);
 	return rc;
@@ -194,6 +197,7 @@ static int tcp_connect(struct ft_transport *tp, const char *addr, const struct f
 	}
 	if (rc != 0)
 		return rc;
+	ft__fd_own(fd);
 	rc = ft__sock_write_full(fd, hello, sizeof(*hello), deadline);
 	if (rc != 0)
 		goto fail;
@@ -205,7 +209,7 @@ static int tcp_connect(struct ft_transport *tp, const char *addr, const struct f
 	memcpy((*out)->nonce, hello->nonce, sizeof(hello->nonce));
 	return 0;
 fail:
-	close(fd);
+	ft__fd_close(fd);
 	return rc;
 }
 
@@ -234,7 +238,7 @@ static void refuse_fd(const struct ft_transport *tp, int fd, const struct ft_hel
 		ft_hello_ack_seal(&ack, hello->nonce, rc, tp->token);
 		(void)!send(fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
 	}
-	close(fd);
+	ft__fd_close(fd);
 }
 
 static void refuse(struct ft_transport *tp, struct pending_conn *pc, int rc, const char *why)
@@ -284,7 +288,7 @@ static int accept_finish(struct ft_transport *tp, int fd, const struct ft_hello 
 	if (rc == 0)
 		*got = *hello;
 	else
-		close(fd);
+		ft__fd_close(fd);
 	return rc;
 }
 
@@ -313,7 +317,7 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 		if (ft_hello_check(expect, &e.hello, tp->token) == 0 &&
 		    ft__auth_seen_add(&tp->seen, e.hello.nonce) == 0)
 			return accept_finish(tp, e.fd, &e.hello, deadline, out, got);
-		close(e.fd);
+		ft__fd_close(e.fd);
 	}
 	rc = -FT_ETIMEDOUT;
 	for (;;) {
@@ -342,6 +346,7 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 			int fd = accept4(tp->listen_fd, (struct sockaddr *)&ss, &sl,
 					 SOCK_CLOEXEC | SOCK_NONBLOCK);
 			if (fd >= 0) {
+				ft__fd_own(fd);
 				struct pending_conn *pc = &pend[npend++];
 				char h[NI_MAXHOST] = "?", p[NI_MAXSERV] = "?";
 				getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
@@ -420,7 +425,7 @@ done:
 		}
 		ft__warn_gated(&tp->warn, "tcp: dropped connection from %s that sent no valid handshake",
 			       pend[i].from);
-		close(pend[i].fd);
+		ft__fd_close(pend[i].fd);
 	}
 	if (rc == -FT_ETIMEDOUT && tp->auth_refused) {
 		ft__error("tcp: rank %d's handshakes failed for their token, job or version",
@@ -764,7 +769,7 @@ static void link_destroy(struct ft_link *l)
 			break;
 		}
 	if (l->fd >= 0)
-		close(l->fd);
+		ft__fd_close(l->fd);
 	free(l->sq.ops);
 	free(l->rq.ops);
 	free(l->in);
@@ -817,15 +822,15 @@ static void tcp_close(struct ft_transport *tp)
 	while (tp->links != NULL)
 		link_destroy(tp->links);
 	for (int i = 0; i < tp->nearly; i++)
-		close(tp->early[i].fd);
+		ft__fd_close(tp->early[i].fd);
 	free(tp->early);
 	for (int i = 0; i < tp->npend; i++)
-		close(tp->pend[i].fd);
+		ft__fd_close(tp->pend[i].fd);
 	free(tp->pend);
 	if (tp->listen_fd >= 0)
-		close(tp->listen_fd);
+		ft__fd_close(tp->listen_fd);
 	if (tp->epfd >= 0)
-		close(tp->epfd);
+		ft__fd_close(tp->epfd);
 	ft__wipe(tp->token, sizeof(tp->token));
 	free(tp);
 }

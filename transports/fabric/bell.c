@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fabric.h"
+#include "fdreg.h"
 
 /*
  * libfabric's shm provider offers no wait object that another process can
@@ -59,19 +60,20 @@ struct ft_bell *ft__fab_bell_own(void)
 	/* A forked child shares its parent's page: it needs one of its own. */
 	if (own != NULL && own->pid != (int32_t)getpid()) {
 		munmap(own, BELL_BYTES);
-		close(own_fd);
+		ft__fd_close(own_fd);
 		own = NULL;
 		own_fd = -1;
 		own_failed = false;
 	}
 	if (own == NULL && !own_failed) {
 		int fd = memfd_create("ftcc-bell", MFD_CLOEXEC);
+		ft__fd_own(fd);
 		void *p = MAP_FAILED;
 		if (fd >= 0 && ftruncate(fd, BELL_BYTES) == 0)
 			p = mmap(NULL, BELL_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		if (p == MAP_FAILED) {
 			if (fd >= 0)
-				close(fd);
+				ft__fd_close(fd);
 			own_failed = true;
 		} else {
 			own = p;
@@ -104,14 +106,15 @@ struct ft_bell *ft__fab_bell_map(int pid, int handle)
 		return NULL; /* ft__fab_bell_own: not to be unmapped */
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, handle);
 	fd = open(path, O_RDWR | O_CLOEXEC);
+	ft__fd_own(fd);
 	if (fd < 0)
 		return NULL;
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != BELL_BYTES) {
-		close(fd);
+		ft__fd_close(fd);
 		return NULL;
 	}
 	p = mmap(NULL, BELL_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
+	ft__fd_close(fd);
 	if (p == MAP_FAILED)
 		return NULL;
 	/* Another file, or another process under a reused pid: never ring it. */

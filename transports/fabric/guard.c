@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fabric.h"
+#include "fdreg.h"
 
 /*
  * Each shm endpoint owns a region (a file in /dev/shm) that every peer maps,
@@ -79,7 +80,7 @@ static void region_drop(struct ft_guard *g, unsigned i)
 	if (r->head != NULL)
 		munmap(r->head, GUARD_PAGE);
 	if (r->pidfd >= 0)
-		close(r->pidfd);
+		ft__fd_close(r->pidfd);
 	g->r[i] = g->r[--g->n];
 }
 
@@ -198,6 +199,7 @@ struct ft_guard *ft__fab_guard_open(void)
 	if (g == NULL)
 		return NULL;
 	g->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ft__fd_own(g->efd);
 	if (g->efd < 0) {
 		free(g);
 		return NULL;
@@ -205,7 +207,7 @@ struct ft_guard *ft__fab_guard_open(void)
 	pthread_mutex_init(&g->mu, NULL);
 	if (pthread_create(&g->thread, NULL, guard_main, g) != 0) {
 		pthread_mutex_destroy(&g->mu);
-		close(g->efd);
+		ft__fd_close(g->efd);
 		free(g);
 		return NULL;
 	}
@@ -222,14 +224,15 @@ static char *map_head(const char *name, int pid)
 
 	snprintf(path, sizeof(path), "/dev/shm/%s", name);
 	fd = open(path, O_RDWR | O_CLOEXEC);
+	ft__fd_own(fd);
 	if (fd < 0)
 		return NULL;
 	if (fstat(fd, &st) != 0 || st.st_size < GUARD_PAGE) {
-		close(fd);
+		ft__fd_close(fd);
 		return NULL;
 	}
 	head = mmap(NULL, GUARD_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
+	ft__fd_close(fd);
 	if (head == MAP_FAILED)
 		return NULL;
 	memcpy(&owner, head + GUARD_PID_OFF, sizeof(owner));
@@ -270,6 +273,7 @@ bool ft__fab_guard_add(struct ft_guard *g, const char *region, int pid, bool own
 	if (!own) {
 #ifdef SYS_pidfd_open
 		r.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		ft__fd_own(r.pidfd);
 #endif
 		if (r.pidfd < 0) {
 			if (r.head != NULL)
@@ -315,6 +319,6 @@ void ft__fab_guard_close(struct ft_guard *g)
 		region_drop(g, 0);
 	free(g->r);
 	pthread_mutex_destroy(&g->mu);
-	close(g->efd);
+	ft__fd_close(g->efd);
 	free(g);
 }

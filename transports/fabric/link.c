@@ -5,6 +5,7 @@
 
 #include "crc32c.h"
 #include "fabric.h"
+#include "fdreg.h"
 
 int ft__fab_fi_to_ft(int err)
 {
@@ -72,7 +73,7 @@ void ft__fab_link_free(struct ft_link *l)
 		ft__fab_guard_own(tp, l->m.hello.name, l->m.hello.namelen, false);
 	}
 	if (l->pidfd >= 0)
-		close(l->pidfd);
+		ft__fd_close(l->pidfd);
 	if (l->peer_bell != tp->bell)
 		ft__fab_bell_unmap(l->peer_bell);
 	ft__fab_unreg(&l->m_mr);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "fabric.h"
+#include "fdreg.h"
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 {
@@ -324,7 +325,7 @@ static void fab_close(struct ft_transport *tp)
 	tp->guard = NULL;
 	ft__fab_check_watched(tp);
 	while (tp->nwatch > 0)
-		close(tp->watch[--tp->nwatch].pidfd);
+		ft__fd_close(tp->watch[--tp->nwatch].pidfd);
 	ft__fab_reap_dead(tp, true);
 	if (tp->av != NULL)
 		fi_close(&tp->av->fid);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "fabric.h"
+#include "fdreg.h"
 
 /*
  * shm keeps a file in /dev/shm per endpoint ("fi_shm://PID:UID:IDX" names
@@ -189,6 +190,7 @@ void ft__fab_watch_peer(struct ft_link *l, uint64_t node, int pid, const uint8_t
 	}
 #ifdef SYS_pidfd_open
 	l->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	ft__fd_own(l->pidfd);
 	if (l->pidfd < 0 && errno == ESRCH) {
 		l->dead = true;
 		l->grace = ft__now_ms() + FAB_DEAD_GRACE_MS;
@@ -220,7 +222,7 @@ void ft__fab_keep_watching(struct ft_transport *tp, struct ft_link *l)
 		if (strcmp(tp->watch[i].region, w.region) == 0)
 			return;
 	if (tp->nwatch == FAB_WATCH_MAX) {
-		close(tp->watch[0].pidfd);
+		ft__fd_close(tp->watch[0].pidfd);
 		memmove(&tp->watch[0], &tp->watch[1], --tp->nwatch * sizeof(tp->watch[0]));
 	}
 	tp->watch[tp->nwatch++] = w;
@@ -236,7 +238,7 @@ void ft__fab_check_watched(struct ft_transport *tp)
 			continue;
 		}
 		reap_later(tp, tp->watch[i].region);
-		close(tp->watch[i].pidfd);
+		ft__fd_close(tp->watch[i].pidfd);
 		tp->nwatch--;
 		memmove(&tp->watch[i], &tp->watch[i + 1], (tp->nwatch - i) * sizeof(tp->watch[0]));
 	}

@@ -1,0 +1,22 @@
+/* file.h: per-user directories the library makes in shared places (/tmp, /dev/shm), checked private. */
+#ifndef FTCC_FILE_H
+#define FTCC_FILE_H
+
+/* What else ft__dir_private refuses: group or other access of any kind,
+ * not only write (a directory of gradient logs). */
+#define FT__DIR_UNREADABLE 1u
+
+/*
+ * Makes dir (mode 0700) if it is absent, then accepts it only if it is a
+ * directory itself (not a symbolic link to one), owned by this effective
+ * user, and neither group- nor other-writable (with FT__DIR_UNREADABLE:
+ * no group or other permission at all). Its parent must exist. A
+ * predictable name in a world-writable place could otherwise be made by
+ * another user first: a symbolic link sending our files elsewhere, or a
+ * directory where that user writes views or reads logs. 0, or -FT_EACCES
+ * with an error naming the path and what is wrong with it (-FT_EIO when
+ * it can be neither made nor examined).
+ */
+int ft__dir_private(const char *dir, unsigned flags);
+
+#endif
