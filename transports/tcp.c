@@ -441,8 +441,8 @@ static bool judge_hello(struct ft_transport *tp, const struct ft_hello *expect,
 }
 
 /* Judges pc's whole proof: 0 when the link is made, else pc is refused. */
-static int judge_proof(struct ft_transport *tp, struct pending_conn *pc, struct ft_link **out,
-		       struct ft_hello *got)
+static int judge_proof(struct ft_transport *tp, const struct ft_hello *expect,
+		       struct pending_conn *pc, struct ft_link **out, struct ft_hello *got)
 {
 	int rc;
 
@@ -451,6 +451,12 @@ static int judge_proof(struct ft_transport *tp, struct pending_conn *pc, struct 
 	if (ft_hello_proof_check(&pc->proof, &pc->hello, pc->challenge, tp->token) != 0) {
 		refuse(tp, pc, -FT_EAUTH, "a hello whose sender could not prove it (a copy?)");
 		return -FT_EAUTH;
+	}
+	/* challenged by an accept that was interrupted: this one may expect
+	 * another generation */
+	if ((rc = ft_hello_check(expect, &pc->hello, tp->token)) != 0) {
+		refuse(tp, pc, rc, "a proved hello this accept does not expect");
+		return rc;
 	}
 	if (ft__auth_seen_add(&tp->seen, pc->hello.nonce) != 0) {
 		refuse(tp, pc, -FT_EAUTH, "a hello proved twice");
@@ -557,7 +563,7 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 			}
 			if (pc->pgot < sizeof(pc->proof))
 				continue;
-			rc = judge_proof(tp, pc, out, got);
+			rc = judge_proof(tp, expect, pc, out, got);
 			if (rc == 0 || rc == -FT_ENOMEM)
 				goto done;
 			rc = -FT_ETIMEDOUT;
