@@ -90,9 +90,12 @@ uint32_t ft__fi_version(void);
  *            (link id, node, pid, names, bell) route the answer and watch
  *            the peer, and are under a MAC of their own bound to the hello
  *            (fields_mac), so none can be altered in flight. There is no
- *            challenge from the acceptor yet (tcp has one): a copy of a
- *            hello raced ahead of the original is refused only by the
- *            replay cache once one of them was accepted;
+ *            challenge from the acceptor yet (tcp has one). Over RDM that
+ *            leaves a copy raced ahead of the original little: the link it
+ *            opens is the one the MAC names (the original's endpoint and
+ *            link id: answers go there; RDM frames were never
+ *            authenticated, lib/auth.h). Over MSG the copy's own
+ *            connection would hold the link: still open;
  *   ACK      acceptor -> connector: struct ft_hello_ack, its MAC checked
  *            against the connector's hello (a wrong token: -FT_EAUTH);
  *   HDR      connector -> acceptor: a frame header (abort frames too);
