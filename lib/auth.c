@@ -126,11 +126,18 @@ bool ft__auth_mac_ok(const char *token, const char *label, const struct iovec *i
 	return ok;
 }
 
-int ft__auth_seen_add(struct ft__auth_seen *s, const uint8_t nonce[FT__AUTH_NONCE])
+bool ft__auth_seen_has(const struct ft__auth_seen *s, const uint8_t nonce[FT__AUTH_NONCE])
 {
 	for (unsigned i = 0; i < s->count; i++)
 		if (memcmp(s->nonce[i], nonce, FT__AUTH_NONCE) == 0)
-			return -FT_EAUTH;
+			return true;
+	return false;
+}
+
+int ft__auth_seen_add(struct ft__auth_seen *s, const uint8_t nonce[FT__AUTH_NONCE])
+{
+	if (ft__auth_seen_has(s, nonce))
+		return -FT_EAUTH;
 	memcpy(s->nonce[s->next], nonce, FT__AUTH_NONCE);
 	s->next = (s->next + 1) % FT__AUTH_SEEN;
 	if (s->count < FT__AUTH_SEEN)

@@ -8,22 +8,31 @@
 #include <sys/uio.h>
 
 /*
- * Every link (data or control) opens with a hello from the connecting side
- * and an answer from the accepting side. Neither carries the token: the
- * hello carries a fresh random nonce and MAC = HMAC-SHA256(token, label ||
- * every other byte of the hello, nonce included); the answer carries
- * HMAC-SHA256(token, label' || the hello's nonce || the answer). The labels
- * differ by link kind and direction, so no MAC can be replayed as another.
+ * Every link (data or control) opens with a hello from the connecting side,
+ * an answer from the accepting side and a proof from the connecting side.
+ * None carries the token: the hello carries a fresh random nonce Nc and
+ * MAC = HMAC-SHA256(token, label || every other byte of the hello, Nc
+ * included); the answer carries a fresh nonce Na of the acceptor's (the
+ * challenge) and HMAC-SHA256(token, label' || Nc || the answer, Na
+ * included); the proof is HMAC-SHA256(token, label'' || the whole hello ||
+ * Na). The labels differ by link kind and direction, so no MAC can be
+ * replayed as another.
  *
- * Why no challenge from the acceptor: ranks connect to their right
- * neighbour and only then accept from their left, so a connector must not
- * wait for its peer before its hello has gone out (a ring of such waits is
- * a deadlock). Freshness on the acceptor's side comes instead from a cache
- * of the nonces it accepted: a captured hello sent again is refused. A
- * hello also names its generation and both ranks, and a rank accepts one
- * link per neighbour and generation, so a hello older than the cache is
- * refused for its generation. The connector learns that the acceptor holds
- * the token when the answer's MAC over its own fresh nonce checks out.
+ * The acceptor takes no frame from a link before its proof checks out, so
+ * a link is bound to both sides' fresh nonces: a hello copied off the wire
+ * and raced to the acceptor ahead of the original gets its own Na, which
+ * the copier cannot prove, and the original still gets a link. The cache
+ * of nonces accepted (below) only refuses a copy early and loudly.
+ *
+ * Why the connector never waits for the answer before it returns: ranks
+ * connect to their right neighbour and only then accept from their left,
+ * so a connect that waited for its peer's answer would close a ring of
+ * waits. The connector answers the challenge later, from whatever it runs
+ * next (progress, its own accept, a control link's reading), and holds
+ * its frames until the proof is out; the acceptor's wait for the proof
+ * ends because every rank reaches that point without waiting on another.
+ * The connector learns that the acceptor holds the token when the
+ * answer's MAC over its own fresh nonce checks out.
  *
  * What this does not do: encrypt or authenticate the frames that follow a
  * hello. A job on a network others can write to needs IPsec, WireGuard or a
@@ -69,5 +78,7 @@ struct ft__auth_seen {
 
 /* 0 and nonce remembered when it is not in s; -FT_EAUTH (a replay) when it is. */
 int ft__auth_seen_add(struct ft__auth_seen *s, const uint8_t nonce[FT__AUTH_NONCE]);
+/* Whether nonce is in s (nothing remembered). */
+bool ft__auth_seen_has(const struct ft__auth_seen *s, const uint8_t nonce[FT__AUTH_NONCE]);
 
 #endif

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "fdreg.h"
 #include "internal.h"
 #include "sock.h"
 
@@ -31,23 +32,32 @@ struct ctl_hello {
 	uint8_t mac[FT__AUTH_MAC];
 };
 
-/* MAC: over ACK_LABEL, the hello's nonce, the message's header and status, reserved. */
+/* MAC: over ACK_LABEL, the hello's nonce, the message's header and every byte before mac. */
 struct ctl_ack {
 	int32_t status;         /* 0, or why the hello was refused */
 	uint32_t reserved;
+	uint8_t challenge[FT__AUTH_NONCE];      /* Na: zeros in a refusal */
+	uint8_t mac[FT__AUTH_MAC];
+};
+
+/* MAC: over PROOF_LABEL, the whole HELLO message as sent, the ACK's challenge
+ * and the PROOF's header. */
+struct ctl_proof {
 	uint8_t mac[FT__AUTH_MAC];
 };
 
 /* The MACs cover headers and bodies as sent: no padding may hide in them. */
 _Static_assert(sizeof(struct ctl_hdr) == 16 &&
 		       offsetof(struct ctl_hello, mac) + FT__AUTH_MAC == sizeof(struct ctl_hello) &&
-		       offsetof(struct ctl_ack, mac) == 8,
+		       offsetof(struct ctl_ack, mac) == 8 + FT__AUTH_NONCE &&
+		       sizeof(struct ctl_ack) == 8 + FT__AUTH_NONCE + FT__AUTH_MAC,
 	       "control messages have padding");
-_Static_assert(sizeof(struct ctl_hdr) + sizeof(struct ctl_ack) == FT__CTL_ACK_BYTES,
-	       "FT__CTL_ACK_BYTES is wrong");
+_Static_assert(sizeof(struct ctl_hdr) + sizeof(struct ctl_hello) == FT__CTL_HELLO_BYTES,
+	       "FT__CTL_HELLO_BYTES is wrong");
 
-#define HELLO_LABEL "ftcc/2 control hello"
-#define ACK_LABEL "ftcc/2 control ack"
+#define HELLO_LABEL "ftcc/3 control hello"
+#define ACK_LABEL "ftcc/3 control ack"
+#define PROOF_LABEL "ftcc/3 control proof"
 
 int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 {
@@ -88,6 +98,8 @@ int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 	rc = ft__sock_listen_port(ctl->who, p->bind_host, p->publish_host,
 				  p->port != NULL ? p->port : "0", 64, &ctl->listen_fd, ctl->addr,
 				  sizeof(ctl->addr));
+	if (rc == 0)
+		ft__fd_own(ctl->listen_fd); /* a forked child closes it (fdreg.h) */
 	/* an unresolvable bind host is the configuration's fault */
 	return rc == -FT_EINVAL ? -FT_ECONFIG : rc;
 }
@@ -98,8 +110,9 @@ void ft__ctl_drop(struct ft__ctl *ctl, int i)
 
 	if (l->fd < 0)
 		return;
-	close(l->fd);
+	ft__fd_close(l->fd);
 	free(l->in);
+	free(l->outbox);
 	*l = (struct ft__ctl_link){.fd = -1, .peer = -1};
 }
 
@@ -111,7 +124,7 @@ void ft__ctl_close(struct ft__ctl *ctl)
 	ctl->links = NULL;
 	ctl->nlinks = 0;
 	if (ctl->listen_fd >= 0)
-		close(ctl->listen_fd);
+		ft__fd_close(ctl->listen_fd);
 	ctl->listen_fd = -1;
 	ft__wipe(ctl->token, sizeof(ctl->token));
 }
@@ -151,7 +164,7 @@ static int link_new(struct ft__ctl *ctl, int fd, int peer, uint32_t gen, bool ou
 	int cap = ours ? ctl->out_cap : ctl->stranger_cap;
 
 	if (count_kind(ctl, ours, !ours) >= cap) {
-		close(fd);
+		ft__fd_close(fd);
 		return -1;
 	}
 	for (int i = 0; i < ctl->nlinks; i++) {
@@ -166,7 +179,7 @@ static int link_new(struct ft__ctl *ctl, int fd, int peer, uint32_t gen, bool ou
 						      .ours = ours};
 		return i;
 	}
-	close(fd);
+	ft__fd_close(fd);
 	return -1;
 }
 
@@ -177,33 +190,60 @@ static struct ctl_hdr make_hdr(const struct ft__ctl *ctl, enum ft__ctl_type type
 				.gen = gen, .from = ctl->rank};
 }
 
+/* Writes n pieces to link i in one call, all or nothing: 0, or -FT_EPEERFAILED. */
+static int write_all(struct ft__ctl_link *l, struct iovec *iov, int n)
+{
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+	size_t total = 0;
+	ssize_t w;
+
+	for (int k = 0; k < n; k++)
+		total += iov[k].iov_len;
+	do
+		w = sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (w < 0 && errno == EINTR);
+	return w == (ssize_t)total ? 0 : -FT_EPEERFAILED;
+}
+
+/* What a link connected here may hold for its peer's ACK: a few of the
+ * largest messages (the owner's first sends on a link follow the hello at
+ * once: a failed set, a heartbeat, a ballot). */
+static size_t outbox_cap(const struct ft__ctl *ctl)
+{
+	return 4 * ctl->msg_cap > FT__CTL_OUTBOX_MIN ? 4 * ctl->msg_cap : FT__CTL_OUTBOX_MIN;
+}
+
 int ft__ctl_send(struct ft__ctl *ctl, int i, enum ft__ctl_type type, uint32_t gen,
 		 const void *payload, size_t len)
 {
 	struct ft__ctl_link *l = &ctl->links[i];
 	struct ctl_hdr h = make_hdr(ctl, type, gen, len);
-	struct iovec iov[3] = {{l->ack, sizeof(l->ack)}, {&h, sizeof(h)}, {(void *)payload, len}};
-	int skip = l->ack_owed ? 0 : 1;
-	struct msghdr mh = {.msg_iov = iov + skip, .msg_iovlen = (size_t)((len > 0 ? 3 : 2) - skip)};
-	size_t total = (skip ? 0 : sizeof(l->ack)) + sizeof(h) + len;
-	ssize_t n;
+	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
 
 	if (len > ctl->max_payload)
 		return -FT_EINVAL;
 	if (l->fd < 0 || l->connecting)
 		return -FT_EPEERFAILED;
-	do
-		n = sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)total)
-		return -FT_EPEERFAILED;
-	l->ack_owed = false;
-	return 0;
+	if (l->ours && !l->proved) {
+		/* nothing but the PROOF may lead: held until the ACK's challenge */
+		if (l->outbox == NULL && (l->outbox = malloc(outbox_cap(ctl))) == NULL)
+			return -FT_EPEERFAILED;
+		if (l->out_len + sizeof(h) + len > outbox_cap(ctl))
+			return -FT_EPEERFAILED;
+		memcpy(l->outbox + l->out_len, &h, sizeof(h));
+		if (len > 0)
+			memcpy(l->outbox + l->out_len + sizeof(h), payload, len);
+		l->out_len += sizeof(h) + len;
+		return 0;
+	}
+	return write_all(l, iov, len > 0 ? 2 : 1);
 }
 
-/* The connecting side's hello on link i, to original rank `to`, sealed under the token. */
+/* The connecting side's hello on link i, to original rank `to`, sealed under
+ * the token; kept for the proof. */
 static int send_hello(struct ft__ctl *ctl, int i, int to, uint32_t gen)
 {
+	struct ft__ctl_link *l = &ctl->links[i];
 	struct ctl_hello hello;
 	struct ctl_hdr h = make_hdr(ctl, FT__CTL_HELLO, gen, sizeof(hello));
 	struct iovec iov[2] = {{&h, sizeof(h)}, {&hello, offsetof(struct ctl_hello, mac)}};
@@ -215,9 +255,11 @@ static int send_hello(struct ft__ctl *ctl, int i, int to, uint32_t gen)
 	if ((rc = ft__auth_random(hello.nonce, sizeof(hello.nonce))) != 0)
 		return rc;
 	ft__auth_mac(ctl->token, HELLO_LABEL, iov, 2, hello.mac);
-	memcpy(ctl->links[i].nonce, hello.nonce, sizeof(hello.nonce));
-	ctl->links[i].await_ack = true;
-	return ft__ctl_send(ctl, i, FT__CTL_HELLO, gen, &hello, sizeof(hello));
+	memcpy(l->hello, &h, sizeof(h));
+	memcpy(l->hello + sizeof(h), &hello, sizeof(hello));
+	l->await_ack = true;
+	iov[0] = (struct iovec){l->hello, sizeof(l->hello)};
+	return write_all(l, iov, 1);
 }
 
 int ft__ctl_connect(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen, int timeout_ms)
@@ -230,6 +272,7 @@ int ft__ctl_connect(struct ft__ctl *ctl, const char *addr, int to, uint32_t gen,
 	rc = ft__sock_connect(&a, &ctl->sock_opts, ft__now_ms() + timeout_ms, &fd);
 	if (rc != 0)
 		return rc == -FT_ECONNREFUSED || rc == -FT_ETIMEDOUT ? rc : -FT_EPEERFAILED;
+	ft__fd_own(fd);
 	i = link_new(ctl, fd, to, gen, true);
 	if (i < 0)
 		return -FT_ENOMEM;
@@ -250,12 +293,13 @@ int ft__ctl_connect_start(struct ft__ctl *ctl, const char *addr, int to, uint32_
 	fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -FT_ENOMEM; /* no descriptor or buffer here: says nothing of the peer */
+	ft__fd_own(fd);
 	ft__sock_tune(fd, &ctl->sock_opts);
 	if (connect(fd, (const struct sockaddr *)&a.ss, a.len) != 0 && errno != EINPROGRESS) {
 		/* no local port left is a shortage here too */
 		int rc = errno == EADDRNOTAVAIL || errno == EAGAIN ? -FT_ENOMEM
 								   : ft__sock_error(errno);
-		close(fd);
+		ft__fd_close(fd);
 		return rc;
 	}
 	i = link_new(ctl, fd, to, gen, true);
@@ -284,8 +328,10 @@ static int finish_connect(struct ft__ctl *ctl, int i)
 	return send_hello(ctl, i, l->peer, l->gen) == 0 ? 1 : -FT_EPEERFAILED;
 }
 
-/* What a stranger may send before its hello is judged: the hello itself. */
+/* What a stranger may send before its hello is judged: the hello itself;
+ * once challenged, before its proof is judged: the proof. */
 #define HELLO_BYTES (sizeof(struct ctl_hdr) + sizeof(struct ctl_hello))
+#define PROOF_BYTES (sizeof(struct ctl_hdr) + sizeof(struct ctl_proof))
 
 int ft__ctl_sweep(struct ft__ctl *ctl, int64_t now_ms)
 {
@@ -313,7 +359,7 @@ static bool stranger_peek(const struct ft__ctl_link *l, bool *whole)
 	unsigned char buf[HELLO_BYTES];
 	ssize_t n;
 
-	*whole = l->have >= HELLO_BYTES;
+	*whole = l->challenged || l->have >= HELLO_BYTES;
 	if (*whole)
 		return true;
 	do
@@ -363,13 +409,15 @@ void ft__ctl_accept(struct ft__ctl *ctl)
 		fd = accept4(ctl->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
+		ft__fd_own(fd);
 		ft__sock_tune(fd, &ctl->sock_opts);
 		link_new(ctl, fd, -1, 0, false);
 	}
 }
 
-/* Whether a hello may open a link to this rank: 0, -FT_EAUTH (another job or
- * token, or a nonce accepted before), -FT_EPROTO (not for this rank or world). */
+/* Whether a hello may open a link to this rank, its proof to come: 0,
+ * -FT_EAUTH (another job or token, or the nonce of a link already proved),
+ * -FT_EPROTO (not for this rank or world). */
 static int hello_verdict(struct ft__ctl *ctl, const struct ctl_hdr *h, const struct ctl_hello *hello)
 {
 	struct iovec iov[2] = {{(void *)h, sizeof(*h)},
@@ -381,13 +429,15 @@ static int hello_verdict(struct ft__ctl *ctl, const struct ctl_hdr *h, const str
 	if (h->from < 0 || h->from >= ctl->world_size || h->from == ctl->rank ||
 	    hello->to != ctl->rank)
 		return -FT_EPROTO;
-	return ft__auth_seen_add(&ctl->seen, hello->nonce);
+	return ft__auth_seen_has(&ctl->seen, hello->nonce) ? -FT_EAUTH : 0;
 }
 
 /* Judges the first message of a link accepted here and answers it if it is
- * a whole hello: 0 when the link may go on, else the link is closed. */
+ * a whole hello: 0 when it passed (ACK sent with the challenge, the hello
+ * kept for the proof), else the link is closed. */
 static int take_hello(struct ft__ctl *ctl, int i, const struct ctl_hdr *h, const unsigned char *p)
 {
+	struct ft__ctl_link *l = &ctl->links[i];
 	struct ctl_hello hello;
 	struct ctl_ack ack = {0};
 	struct ctl_hdr ah;
@@ -407,17 +457,29 @@ static int take_hello(struct ft__ctl *ctl, int i, const struct ctl_hdr *h, const
 		ft__ctl_drop(ctl, i);
 		return -FT_ENOMEM;
 	}
+	if (rc == 0 && (rc = ft__auth_random(ack.challenge, sizeof(ack.challenge))) != 0) {
+		ft__ctl_drop(ctl, i);
+		return rc;
+	}
 	ah = make_hdr(ctl, FT__CTL_ACK, h->gen, sizeof(ack));
 	struct iovec iov[3] = {{hello.nonce, sizeof(hello.nonce)}, {&ah, sizeof(ah)},
 			       {&ack, offsetof(struct ctl_ack, mac)}};
 	ft__auth_mac(ctl->token, ACK_LABEL, iov, 3, ack.mac);
+	iov[0] = (struct iovec){&ah, sizeof(ah)};
+	iov[1] = (struct iovec){&ack, sizeof(ack)};
 	if (rc == 0) {
-		memcpy(ctl->links[i].ack, &ah, sizeof(ah));
-		memcpy(ctl->links[i].ack + sizeof(ah), &ack, sizeof(ack));
-		ctl->links[i].ack_owed = true;
+		/* alone, at once: the connector needs the challenge to go on */
+		if (write_all(l, iov, 2) != 0) {
+			ft__ctl_drop(ctl, i);
+			return -FT_EPEERFAILED;
+		}
+		memcpy(l->challenge, ack.challenge, sizeof(l->challenge));
+		memcpy(l->hello, h, sizeof(*h));
+		memcpy(l->hello + sizeof(*h), p, sizeof(hello));
+		l->challenged = true;
 		return 0;
 	}
-	(void)ft__ctl_send(ctl, i, FT__CTL_ACK, h->gen, &ack, sizeof(ack));
+	(void)write_all(l, iov, 2);
 	if (rc == -FT_EAUTH && h->from >= 0 && h->from < ctl->world_size && h->from != ctl->rank)
 		ctl->refused_claim = h->from;
 	stranger_warn(ctl, rc == -FT_EAUTH ? "refused a control hello: wrong job or token, or "
@@ -429,23 +491,72 @@ static int take_hello(struct ft__ctl *ctl, int i, const struct ctl_hdr *h, const
 	return rc;
 }
 
-/* The peer's answer to our hello on link i: its status, or -FT_EAUTH when it
- * does not prove the token, -FT_EPROTO when it is no answer. */
-static int ack_verdict(const struct ft__ctl *ctl, int i, const struct ctl_hdr *h,
-		       const unsigned char *p)
+/* The PROOF of the hello kept on link i for its challenge: 0 when it passes
+ * (its nonce remembered), else the link is closed. A proof that fails
+ * names no one: anyone may copy a hello, so it is no refusal of a rank. */
+static int take_proof(struct ft__ctl *ctl, int i, const struct ctl_hdr *h, const unsigned char *p)
 {
-	const struct ft__ctl_link *l = &ctl->links[i];
+	struct ft__ctl_link *l = &ctl->links[i];
+	struct ctl_hdr hh;
+	struct ctl_hello hello;
+	struct ctl_proof proof;
+
+	memcpy(&hh, l->hello, sizeof(hh));
+	memcpy(&hello, l->hello + sizeof(hh), sizeof(hello));
+	if (h->type == FT__CTL_PROOF && h->len == sizeof(proof) && h->from == hh.from &&
+	    h->gen == hh.gen) {
+		struct iovec iov[3] = {{l->hello, sizeof(l->hello)},
+				       {l->challenge, sizeof(l->challenge)},
+				       {(void *)h, sizeof(*h)}};
+		memcpy(&proof, p, sizeof(proof));
+		if (ft__auth_mac_ok(ctl->token, PROOF_LABEL, iov, 3, proof.mac) &&
+		    ft__auth_seen_add(&ctl->seen, hello.nonce) == 0)
+			return 0;
+	}
+	stranger_warn(ctl, "closed a control link whose hello was not proved (a copy?)", -1);
+	ft__ctl_drop(ctl, i);
+	return -FT_EAUTH;
+}
+
+/* The peer's answer to our hello on link i: its status, or -FT_EAUTH when it
+ * does not prove the token, -FT_EPROTO when it is no answer. Accepted: the
+ * PROOF of its challenge and what waited for it go out in one write. */
+static int take_ack(struct ft__ctl *ctl, int i, const struct ctl_hdr *h, const unsigned char *p)
+{
+	struct ft__ctl_link *l = &ctl->links[i];
 	struct ctl_ack ack;
+	struct ctl_proof proof;
+	struct ctl_hdr ph = make_hdr(ctl, FT__CTL_PROOF, l->gen, sizeof(proof));
+	int rc;
 
 	if (h->type != FT__CTL_ACK || h->len != sizeof(ack))
 		return -FT_EPROTO;
 	memcpy(&ack, p, sizeof(ack));
-	struct iovec iov[3] = {{(void *)l->nonce, sizeof(l->nonce)}, {(void *)h, sizeof(*h)},
+	/* our hello's nonce: its place in the kept hello */
+	const unsigned char *nonce = l->hello + sizeof(struct ctl_hdr) +
+				     offsetof(struct ctl_hello, nonce);
+	struct iovec iov[3] = {{(void *)nonce, FT__AUTH_NONCE}, {(void *)h, sizeof(*h)},
 			       {&ack, offsetof(struct ctl_ack, mac)}};
 	if (!ft__auth_mac_ok(ctl->token, ACK_LABEL, iov, 3, ack.mac))
 		return -FT_EAUTH;
-	return ack.status == 0 || ack.status == -FT_EAUTH || ack.status == -FT_EPROTO ? ack.status
-											: -FT_EPROTO;
+	rc = ack.status == 0 || ack.status == -FT_EAUTH || ack.status == -FT_EPROTO ? ack.status
+										     : -FT_EPROTO;
+	if (rc != 0)
+		return rc;
+	iov[0] = (struct iovec){l->hello, sizeof(l->hello)};
+	iov[1] = (struct iovec){ack.challenge, sizeof(ack.challenge)};
+	iov[2] = (struct iovec){&ph, sizeof(ph)};
+	ft__auth_mac(ctl->token, PROOF_LABEL, iov, 3, proof.mac);
+	iov[0] = (struct iovec){&ph, sizeof(ph)};
+	iov[1] = (struct iovec){&proof, sizeof(proof)};
+	iov[2] = (struct iovec){l->outbox, l->out_len};
+	if (write_all(l, iov, l->out_len > 0 ? 3 : 2) != 0)
+		return -FT_EPEERFAILED;
+	l->proved = true;
+	free(l->outbox);
+	l->outbox = NULL;
+	l->out_len = 0;
+	return 0;
 }
 
 int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
@@ -470,11 +581,17 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 		}
 		if (l->have >= sizeof(h)) {
 			memcpy(&h, l->in, sizeof(h));
-			if (is_stranger(l) && (h.magic != CTL_MAGIC || h.type != FT__CTL_HELLO ||
-					       h.len != sizeof(struct ctl_hello))) {
+			bool want_proof = l->challenged;
+			if (is_stranger(l) &&
+			    (h.magic != CTL_MAGIC ||
+			     h.type != (want_proof ? FT__CTL_PROOF : FT__CTL_HELLO) ||
+			     h.len != (want_proof ? sizeof(struct ctl_proof)
+						  : sizeof(struct ctl_hello)))) {
 				/* judged on its header: no more of it is read */
-				stranger_warn(ctl, "refused a control link that did not open "
-						   "with a hello", -1);
+				stranger_warn(ctl, want_proof ? "closed a control link that did "
+								"not prove its hello"
+							      : "refused a control link that did "
+								"not open with a hello", -1);
 				ft__ctl_drop(ctl, i);
 				return 0;
 			}
@@ -485,20 +602,36 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 				const unsigned char *p = l->in + sizeof(h);
 				l->used = sizeof(h) + h.len;
 				l->last_rx_ms = ft__now_ms();
-				if (l->peer < 0) {
+				if (l->peer < 0 && !l->challenged) {
 					if (take_hello(ctl, i, &h, p) != 0)
 						return 0;
-					l->peer = h.from;
-					l->gen = h.gen;
-				} else if (l->await_ack) {
-					int rc = ack_verdict(ctl, i, &h, p);
+					continue; /* its proof may be here already */
+				} else if (l->peer < 0) {
+					struct ctl_hdr hh;
+					if (take_proof(ctl, i, &h, p) != 0)
+						return 0;
+					/* proved: the link is its sender's, and the owner
+					 * hears of its hello now */
+					memcpy(&hh, l->hello, sizeof(hh));
+					l->challenged = false;
+					l->peer = hh.from;
+					l->gen = hh.gen;
+					*m = (struct ft__ctl_msg){.type = hh.type, .gen = hh.gen,
+								  .from = hh.from, .len = hh.len,
+								  .payload = l->hello + sizeof(hh)};
+					return 1;
+				} else if (l->await_ack && !l->proved) {
+					int rc = take_ack(ctl, i, &h, p);
 					if (rc != 0) {
 						ft__warn("%s: rank %d refused our control link: %s",
 							 ctl->who, l->peer, ft_strerror(rc));
 						return rc;
 					}
-					l->await_ack = false;
 					continue;
+				} else if (l->await_ack) {
+					/* the peer sends nothing between its ACK and our
+					 * PROOF: a message now says the PROOF passed */
+					l->await_ack = false;
 				}
 				*m = (struct ft__ctl_msg){.type = h.type, .gen = h.gen, .from = h.from,
 							  .len = h.len, .payload = p};
@@ -507,7 +640,8 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 		}
 		/* a stranger is read no further than a hello */
 		n = recv(l->fd, l->in + l->have,
-			 (is_stranger(l) ? HELLO_BYTES : ctl->msg_cap) - l->have, MSG_DONTWAIT);
+			 (!is_stranger(l) ? ctl->msg_cap
+			  : l->challenged ? PROOF_BYTES : HELLO_BYTES) - l->have, MSG_DONTWAIT);
 		if (n == 0 || (n < 0 && errno == ECONNRESET)) {
 			if (is_stranger(l)) {
 				ft__ctl_drop(ctl, i);

@@ -15,30 +15,47 @@
 
 /*
  * Wire format: every message is a header (magic, type, payload length,
- * sender's generation and original rank) and len payload bytes. The side
- * that connects sends a HELLO first (job id, the rank it wants, a fresh
- * nonce and a MAC keyed with the token over the header and all that: the
- * token itself never travels, lib/auth.h); the accepting side takes no
- * other message from a link until a HELLO passes (same job, a MAC that
- * checks out under its token, a nonce it has not accepted before,
- * addressed to this rank, from another rank of the world) and answers
- * every whole HELLO with an ACK (a status and a MAC over the hello's nonce):
- * a refusal at once, an acceptance in front of the next message it sends on
- * the link (one write, as before there were ACKs: a peer that said goodbye
- * and closed at once must not see two writes, the second failing before its
- * goodbye is read). The connecting side does not wait for the ACK before it
- * sends (its peer may be connecting to its own neighbour), but takes no
- * message from the link before an ACK of status 0 whose MAC checks out. A message longer
- * than the largest this world can need, or with a bad magic, ends the link.
+ * sender's generation and original rank) and len payload bytes.
+ *
+ * Handshake, so that a link is bound to both sides' fresh nonces before
+ * any message is taken from it:
+ *   HELLO  connector -> acceptor: job id, the rank it wants, a fresh nonce
+ *          Nc and a MAC keyed with the token over the header (its
+ *          generation and rank included) and all that (the token itself
+ *          never travels, lib/auth.h);
+ *   ACK    acceptor -> connector, at once and alone: a status, a fresh
+ *          nonce Na (the challenge) and a MAC over Nc, the header, the
+ *          status and Na. A HELLO that fails (another job or token, a nonce
+ *          that owns a link already, not for this rank or world) is
+ *          answered with its refusal and the link closed;
+ *   PROOF  connector -> acceptor: a MAC over the whole HELLO as sent, Na
+ *          and its own header.
+ * The acceptor reads nothing of a link but its HELLO and then its PROOF;
+ * only a PROOF that checks out identifies the link (peer, generation) and
+ * hands the HELLO to the owner, so a HELLO copied off the wire and raced
+ * ahead of the original never opens a link: its copier cannot prove Na.
+ * The connecting side does not wait for the ACK (its peer may be
+ * connecting to its own neighbour): what it sends before the ACK waits in
+ * the link's outbox, and the PROOF and the outbox go out in one write when
+ * ft__ctl_next reads an ACK of status 0 whose MAC checks out; it takes no
+ * message from the link before that. Its link counts as taken by the peer
+ * (await_ack false) at the peer's first message after that ACK: the peer
+ * sends none before the PROOF passed, and a close before it is no news of
+ * the peer's death (-FT_EBUSY below). The acceptor's ACK goes out before
+ * the owner hears of the link, so the owner's first message is one write
+ * (a peer that said goodbye and closed at once must not see two writes,
+ * the second failing before its goodbye is read). A message longer than
+ * the largest this world can need, or with a bad magic, ends the link.
  *
  * Slots: links this rank connects, links whose hello passed here, and
  * links accepted here that have not passed one yet (strangers, as far as
- * anyone knows) each have their own share of the table, so that strangers
- * can never take the slot a neighbour's link needs. A stranger holds at
- * most a hello's bytes, for at most hello_ms: a link whose hello has not
- * passed by then is closed, and when the strangers' share is full a new
- * connection closes the oldest stranger that has not sent a whole hello
- * yet (one that has is judged first). A link closed before it answered our
+ * anyone knows: a link is one until its PROOF passed) each have their own
+ * share of the table, so that strangers can never take the slot a
+ * neighbour's link needs. A stranger holds at most a hello's bytes, for at
+ * most hello_ms: a link whose proof has not passed by then is closed, and
+ * when the strangers' share is full a new connection closes the oldest
+ * stranger that has not sent a whole hello yet (one that has is judged
+ * first, one challenged waits for its proof). A link closed before it answered our
  * own hello is no news of its peer's death (it may have closed ours to make
  * room, or been a stranger's victim): ft__ctl_next says -FT_EBUSY, and the
  * owner connects again.
@@ -54,11 +71,13 @@
 
 #define FT__CTL_LINKS 16     /* links when ft__ctl_params.links is 0 */
 #define FT__CTL_HELLO_MS 1000 /* a link accepted here must pass its hello within this */
-#define FT__CTL_ACK_BYTES 56    /* an ACK message, header included */
+#define FT__CTL_HELLO_BYTES 200 /* a HELLO message, header included */
+#define FT__CTL_OUTBOX_MIN 4096 /* least a link may hold for its peer's ACK */
 
 enum ft__ctl_type {
 	FT__CTL_HELLO = 1, FT__CTL_HB, FT__CTL_NOTICE, FT__CTL_BYE,
 	FT__CTL_ACK,    /* the answer to a hello; ctl.c's own, never returned */
+	FT__CTL_PROOF,  /* the answer to an ACK's challenge; ctl.c's own, never returned */
 	/* in-band membership (member_inband.c) */
 	FT__CTL_MB_COLLECT = 16, FT__CTL_MB_RECORD, FT__CTL_MB_PROPOSE, FT__CTL_MB_ACCEPT,
 	FT__CTL_MB_NACK, FT__CTL_MB_BOOK, FT__CTL_MB_COMMIT, FT__CTL_MB_NOQUORUM
@@ -82,11 +101,15 @@ struct ft__ctl_link {
 	bool connecting;        /* ft__ctl_connect_start: not yet connected, hello not sent */
 	size_t have, used;      /* bytes in `in`; bytes of it already returned */
 	unsigned char *in;
-	bool await_ack;         /* connected here: the peer has not proved the token yet */
-	uint8_t nonce[FT__AUTH_NONCE];  /* connected here: our hello's */
-	bool ack_owed;          /* accepted here: ack goes out with the next message */
+	bool await_ack;         /* connected here: the peer has not shown that it took the
+				 * link (its ACK, then a message after our PROOF) */
+	bool proved;            /* connected here: its ACK proved the token, our PROOF went */
 	bool ours;              /* connected here (else accepted here) */
-	uint8_t ack[FT__CTL_ACK_BYTES];
+	bool challenged;        /* accepted here: its HELLO passed, ACK sent, PROOF due */
+	uint8_t challenge[FT__AUTH_NONCE];      /* accepted here: Na */
+	unsigned char hello[FT__CTL_HELLO_BYTES]; /* the HELLO as sent (here) or received */
+	unsigned char *outbox;  /* connected here: messages sent before the ACK */
+	size_t out_len;
 };
 
 struct ft__ctl {
@@ -155,8 +178,9 @@ void ft__ctl_accept(struct ft__ctl *ctl);
  * returns the ms until the next such deadline, or -1 when none is pending. */
 int ft__ctl_sweep(struct ft__ctl *ctl, int64_t now_ms);
 /* Sends one message: 0, -FT_EPEERFAILED when the link cannot carry it
- * (broken, or the peer stopped reading; the link is left open), -FT_EINVAL
- * when len exceeds max_payload. */
+ * (broken, or the peer stopped reading; the link is left open; on a link
+ * connected here that awaits its ACK, the outbox is full), -FT_EINVAL when
+ * len exceeds max_payload. */
 int ft__ctl_send(struct ft__ctl *ctl, int i, enum ft__ctl_type type, uint32_t gen,
 		 const void *payload, size_t len);
 /*

@@ -10,6 +10,7 @@
 
 #include "ctl.h"
 #include "detect.h"
+#include "fdreg.h"
 #include "internal.h"
 #include "trace.h"
 
@@ -924,6 +925,8 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 		ft__det_destroy(d);
 		return -FT_ENOMEM;
 	}
+	ft__fd_own(d->cmd[0]);
+	ft__fd_own(d->cmd[1]);
 	d->ctl_opened = true;
 	rc = ft__ctl_open(&d->ctl, &cp);
 	if (rc == 0 && (d->owe = calloc((size_t)d->ctl.nlinks, sizeof(bool))) == NULL)
@@ -984,9 +987,9 @@ void ft__det_destroy(struct ft__det *d)
 	if (d->ctl_opened)
 		ft__ctl_close(&d->ctl);
 	if (d->cmd[0] >= 0)
-		close(d->cmd[0]);
+		ft__fd_close(d->cmd[0]);
 	if (d->cmd[1] >= 0)
-		close(d->cmd[1]);
+		ft__fd_close(d->cmd[1]);
 	if (d->lock_made)
 		pthread_mutex_destroy(&d->lock);
 	if (d->cond_made)

@@ -17,23 +17,33 @@
 extern "C" {
 #endif
 
-#define FT_PROTO_VERSION 2
+#define FT_PROTO_VERSION 3
 #define FT_HELLO_MAGIC 0x46544348u /* "FTCH" */
 #define FT_FRAME_MAGIC 0x46544346u /* "FTCF" */
 #define FT_FRAME_MAX_PAYLOAD (64u << 20)
 
 /*
- * Link handshake, sent by the connecting side as the first bytes of a link.
- * The accepting side answers with a struct ft_hello_ack. Strings are
- * NUL-padded; the job id must match exactly.
- *
- * The token never travels (lib/auth.h has the scheme and its limits): the
- * hello carries a fresh nonce and a MAC keyed with the token over every
- * byte before it (ft_hello_seal); the acceptor checks it (ft_hello_check)
- * and refuses a nonce it accepted before (a captured hello sent again). The
- * answer carries a MAC over the hello's nonce and the status, so that the
- * connector knows the acceptor holds the token too (ft_hello_ack_check). A
- * wrong token on either side is -FT_EAUTH on both.
+ * Link handshake: three messages, the first two of which cross nothing.
+ *   hello   connector -> acceptor: struct ft_hello with a fresh nonce Nc and
+ *           a MAC under the token over every byte before it (ft_hello_seal);
+ *   answer  acceptor -> connector: struct ft_hello_ack with a fresh nonce Na
+ *           of its own (the challenge) and a MAC over Nc, Na and the status
+ *           (ft_hello_ack_seal), so that the connector knows the acceptor
+ *           holds the token too (ft_hello_ack_check);
+ *   proof   connector -> acceptor: struct ft_hello_proof, a MAC over the
+ *           whole hello (Nc, both ranks, generation, kind, job) and Na
+ *           (ft_hello_proof_seal), before any frame.
+ * The tcp acceptor takes a link only once its proof checks out
+ * (ft_hello_proof_check): a copy of a hello seen on the wire gets an answer
+ * with another Na, which only the holder of the token can prove, so a copy
+ * raced ahead of the original never owns a link (the replay cache is only
+ * a second line now). The connector never waits for the answer in connect:
+ * its peer may be connecting to its own neighbour; it answers the challenge
+ * from progress and accept, and holds its frames until the proof is out.
+ * (fabric has no proof yet: transports/fabric/fabric.h.) Strings are
+ * NUL-padded; the job id must match exactly. A wrong token on either side
+ * is -FT_EAUTH on both. Fields a transport sends around the hello go under
+ * a MAC of their own bound to it (ft_hello_ext_seal).
  */
 #define FT_HELLO_NONCE 16
 #define FT_HELLO_MAC 32
@@ -54,7 +64,14 @@ struct ft_hello {
 struct ft_hello_ack {
 	uint32_t magic;
 	int32_t status;         /* 0 or a negative FT_E* code */
-	uint8_t mac[FT_HELLO_MAC];      /* HMAC-SHA256(token, label || hello's nonce || magic, status) */
+	uint8_t challenge[FT_HELLO_NONCE];      /* Na: fresh, what the proof must cover */
+	uint8_t mac[FT_HELLO_MAC];      /* HMAC(token, label || hello's nonce || magic..Na) */
+};
+
+struct ft_hello_proof {
+	uint32_t magic;
+	uint32_t reserved;
+	uint8_t mac[FT_HELLO_MAC];      /* HMAC(token, label || the whole hello || Na) */
 };
 
 enum ft_link_kind { FT_LINK_DATA = 1, FT_LINK_CONTROL = 2 };
@@ -117,15 +134,30 @@ int ft_hello_seal(struct ft_hello *h, const char *token);
  * anything else. Pure: the caller refuses a nonce it has accepted before.
  */
 int ft_hello_check(const struct ft_hello *expect, const struct ft_hello *got, const char *token);
-/* The answer to the hello whose nonce is given, with status (0: accepted). */
-void ft_hello_ack_seal(struct ft_hello_ack *ack, const uint8_t nonce[FT_HELLO_NONCE], int status,
-		       const char *token);
+/* The answer to the hello whose nonce is given, with status (0: accepted)
+ * and challenge (NULL: none, zeros; a refusal needs none). */
+void ft_hello_ack_seal(struct ft_hello_ack *ack, const uint8_t nonce[FT_HELLO_NONCE],
+		       const uint8_t challenge[FT_HELLO_NONCE], int status, const char *token);
 /* The connector's reading of an answer to its hello of that nonce: the
  * status it carries (0, or why the acceptor refused); -FT_EAUTH when its MAC
  * does not check out under token (the acceptor holds another token), or
  * -FT_EPROTO when it is malformed. */
 int ft_hello_ack_check(const struct ft_hello_ack *ack, const uint8_t nonce[FT_HELLO_NONCE],
 		       const char *token);
+/* The connector's proof that it sent hello h and holds the token, for the
+ * answer's challenge. */
+void ft_hello_proof_seal(struct ft_hello_proof *p, const struct ft_hello *h,
+			 const uint8_t challenge[FT_HELLO_NONCE], const char *token);
+/* 0 when p proves h for challenge under token, else -FT_EAUTH. */
+int ft_hello_proof_check(const struct ft_hello_proof *p, const struct ft_hello *h,
+			 const uint8_t challenge[FT_HELLO_NONCE], const char *token);
+/* A MAC under token over the sealed hello h and the len bytes of ext, the
+ * fields a transport sends with it (ext must hold no padding). */
+void ft_hello_ext_seal(const struct ft_hello *h, const void *ext, size_t len, const char *token,
+		       uint8_t mac[FT_HELLO_MAC]);
+/* 0 when mac is that MAC, else -FT_EAUTH. */
+int ft_hello_ext_check(const struct ft_hello *h, const void *ext, size_t len, const char *token,
+		       const uint8_t mac[FT_HELLO_MAC]);
 
 struct ft_transport;
 struct ft_link;
@@ -215,11 +247,15 @@ struct ft_transport_ops {
 	int (*local_addr)(struct ft_transport *tp, char *buf, size_t len);
 	/* Connect to addr and send hello, sealed by the caller with params' token
 	 * (deadline in ms). Never waits for the answer: a refusal, or an answer
-	 * without proof of the token (-FT_EAUTH), is a link error later. */
+	 * without proof of the token (-FT_EAUTH), is a link error later; the
+	 * answer's challenge is proved from progress or accept (tcp), before
+	 * the link's first frame. */
 	int (*connect)(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
 		       int timeout_ms, struct ft_link **out);
 	/* Accept the next incoming link whose hello passes ft_hello_check(expect,
-	 * ·, params' token) with a nonce not accepted before; refuses (and logs)
+	 * ·, params' token) with a nonce not accepted before and (tcp) whose
+	 * proof answers this side's challenge, meanwhile answering the
+	 * challenges to this transport's own connects; refuses (and logs)
 	 * anything else; fills *got with its hello. At the deadline: -FT_EAUTH
 	 * when a hello claiming expect's from_rank failed for its token, job or
 	 * version, else -FT_ETIMEDOUT. */
@@ -246,6 +282,11 @@ struct ft_transport_ops {
 };
 
 const struct ft_transport_ops *ft_transport_lookup(const char *name);
+/* tcp: answers the challenges that came back to tp's connects, reporting
+ * nothing (accept and progress do it themselves): for a test that holds
+ * both ends of a link and accepts on one while the other waits. Not for
+ * use from another thread than tp's owner. */
+void ft__tcp_answer_challenges(struct ft_transport *tp);
 
 #ifdef __cplusplus
 }

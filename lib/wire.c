@@ -11,13 +11,20 @@
 _Static_assert(offsetof(struct ft_hello, nonce) == 24 + 128 &&
 		       offsetof(struct ft_hello, mac) + FT_HELLO_MAC == sizeof(struct ft_hello),
 	       "struct ft_hello has padding");
-_Static_assert(offsetof(struct ft_hello_ack, mac) == 8, "struct ft_hello_ack has padding");
+_Static_assert(offsetof(struct ft_hello_ack, mac) == 8 + FT_HELLO_NONCE &&
+		       sizeof(struct ft_hello_ack) == 8 + FT_HELLO_NONCE + FT_HELLO_MAC,
+	       "struct ft_hello_ack has padding");
+_Static_assert(offsetof(struct ft_hello_proof, mac) == 8 &&
+		       sizeof(struct ft_hello_proof) == 8 + FT_HELLO_MAC,
+	       "struct ft_hello_proof has padding");
 _Static_assert(FT_HELLO_NONCE == FT__AUTH_NONCE && FT_HELLO_MAC == FT__AUTH_MAC,
 	       "hello and auth.h disagree on sizes");
 
 /* Labels of the data link's MACs (the control links' differ: ctl.c). */
-#define HELLO_LABEL "ftcc/2 data hello"
-#define ACK_LABEL "ftcc/2 data ack"
+#define HELLO_LABEL "ftcc/3 data hello"
+#define ACK_LABEL "ftcc/3 data ack"
+#define PROOF_LABEL "ftcc/3 data proof"
+#define EXT_LABEL "ftcc/3 data hello fields"
 
 static void hello_iov(const struct ft_hello *h, struct iovec *iov)
 {
@@ -70,16 +77,63 @@ static void ack_iov(const struct ft_hello_ack *ack, const uint8_t *nonce, struct
 	iov[1] = (struct iovec){(void *)ack, offsetof(struct ft_hello_ack, mac)};
 }
 
-void ft_hello_ack_seal(struct ft_hello_ack *ack, const uint8_t nonce[FT_HELLO_NONCE], int status,
-		       const char *token)
+void ft_hello_ack_seal(struct ft_hello_ack *ack, const uint8_t nonce[FT_HELLO_NONCE],
+		       const uint8_t challenge[FT_HELLO_NONCE], int status, const char *token)
 {
 	struct iovec iov[2];
 
 	memset(ack, 0, sizeof(*ack));
 	ack->magic = FT_HELLO_MAGIC;
 	ack->status = status;
+	if (challenge != NULL)
+		memcpy(ack->challenge, challenge, sizeof(ack->challenge));
 	ack_iov(ack, nonce, iov);
 	ft__auth_mac(token, ACK_LABEL, iov, 2, ack->mac);
+}
+
+/* The whole hello (its nonce and MAC too), then the challenge. */
+static void proof_iov(const struct ft_hello *h, const uint8_t *challenge, struct iovec iov[2])
+{
+	iov[0] = (struct iovec){(void *)h, sizeof(*h)};
+	iov[1] = (struct iovec){(void *)challenge, FT_HELLO_NONCE};
+}
+
+void ft_hello_proof_seal(struct ft_hello_proof *p, const struct ft_hello *h,
+			 const uint8_t challenge[FT_HELLO_NONCE], const char *token)
+{
+	struct iovec iov[2];
+
+	memset(p, 0, sizeof(*p));
+	p->magic = FT_HELLO_MAGIC;
+	proof_iov(h, challenge, iov);
+	ft__auth_mac(token, PROOF_LABEL, iov, 2, p->mac);
+}
+
+int ft_hello_proof_check(const struct ft_hello_proof *p, const struct ft_hello *h,
+			 const uint8_t challenge[FT_HELLO_NONCE], const char *token)
+{
+	struct iovec iov[2];
+
+	proof_iov(h, challenge, iov);
+	if (p->magic != FT_HELLO_MAGIC || !ft__auth_mac_ok(token, PROOF_LABEL, iov, 2, p->mac))
+		return -FT_EAUTH;
+	return 0;
+}
+
+void ft_hello_ext_seal(const struct ft_hello *h, const void *ext, size_t len, const char *token,
+		       uint8_t mac[FT_HELLO_MAC])
+{
+	struct iovec iov[2] = {{(void *)h, sizeof(*h)}, {(void *)ext, len}};
+
+	ft__auth_mac(token, EXT_LABEL, iov, 2, mac);
+}
+
+int ft_hello_ext_check(const struct ft_hello *h, const void *ext, size_t len, const char *token,
+		       const uint8_t mac[FT_HELLO_MAC])
+{
+	struct iovec iov[2] = {{(void *)h, sizeof(*h)}, {(void *)ext, len}};
+
+	return ft__auth_mac_ok(token, EXT_LABEL, iov, 2, mac) ? 0 : -FT_EAUTH;
 }
 
 static int known_error(int32_t status)

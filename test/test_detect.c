@@ -167,6 +167,27 @@ static int accept_right(void)
 	return -1;
 }
 
+/* LEFT's link to the detector, its hello answered and proved: what LEFT
+ * sends before that waits in the link's outbox, and the detector takes
+ * nothing from it until the proof. */
+static int connect_left(void)
+{
+	int64_t end = ft__now_ms() + WAIT_MS;
+	struct ft__ctl *c = &w.ctl[LEFT];
+	int i = ft__ctl_connect(c, ft__det_addr(w.d), ME, 0, WAIT_MS);
+
+	while (i >= 0 && !c->links[i].proved && ft__now_ms() < end) {
+		struct pollfd p = {.fd = c->links[i].fd, .events = POLLIN};
+		struct ft__ctl_msg m;
+		int rc;
+		(void)poll(&p, 1, 10);
+		rc = ft__ctl_next(c, i, &m);
+		cr_assert_eq(rc, 0, "LEFT's link to the detector: %s", ft_err_name(rc));
+	}
+	cr_assert(i < 0 || c->links[i].proved, "the detector never answered LEFT's hello");
+	return i;
+}
+
 /* Starts the detector on generation 0 of the whole world, both neighbours linked. */
 static void start_world(int heartbeat_ms, int timeout_ms)
 {
@@ -175,7 +196,7 @@ static void start_world(int heartbeat_ms, int timeout_ms)
 	open_world(heartbeat_ms, timeout_ms);
 	cr_assert_eq(ft__det_start(w.d, 0, all, W), 0);
 	w.link[RIGHT] = accept_right();
-	w.link[LEFT] = ft__ctl_connect(&w.ctl[LEFT], ft__det_addr(w.d), ME, 0, WAIT_MS);
+	w.link[LEFT] = connect_left();
 	cr_assert_geq(w.link[LEFT], 0, "cannot link to the detector: %s", ft_err_name(w.link[LEFT]));
 }
 
@@ -486,51 +507,143 @@ static int dial(const char *addr)
 	return fd;
 }
 
-/* The detector's answer to a hello written on a fresh connection: its status. */
-static int32_t answer_to(const unsigned char *hello, size_t len)
+/* A NOTICE naming rank r as rank `from` would send it, raw. */
+static void raw_notice(int fd, int32_t from, int32_t r)
 {
-	unsigned char ack[256];
-	int32_t status;
-	uint16_t type;
-	int fd = dial(ft__det_addr(w.d));
+	unsigned char msg[20];
+	uint32_t magic = 0x6c637466u, gen = 0;
+	uint16_t type = FT__CTL_NOTICE, len = 4;
 
-	cr_assert_eq(write(fd, hello, len), (ssize_t)len);
-	read_msg(fd, ack, sizeof(ack));
-	memcpy(&type, ack + 4, sizeof(type));
-	cr_expect_eq(type, FT__CTL_ACK);
-	memcpy(&status, ack + 16, sizeof(status));
-	close(fd);
-	return status;
+	memcpy(msg, &magic, 4);
+	memcpy(msg + 4, &type, 2);
+	memcpy(msg + 6, &len, 2);
+	memcpy(msg + 8, &gen, 4);
+	memcpy(msg + 12, &from, 4);
+	memcpy(msg + 16, &r, 4);
+	cr_assert_eq(write(fd, msg, sizeof(msg)), (ssize_t)sizeof(msg));
+}
+
+/* Rank 4's control hello to the detector, captured: rank 4 dials its own
+ * listener, which the test reads raw; *c keeps rank 4's end (link *i), *fd
+ * the test's. */
+static size_t capture_hello(struct ft__ctl *c, int *i, int *fd, unsigned char *hello, size_t cap)
+{
+	struct ft__ctl_params cp = {.rank = 4, .world_size = W, .job_id = JOB, .token = TOKEN,
+				    .bind_host = "127.0.0.1"};
+	size_t len;
+
+	cr_assert_eq(ft__ctl_open(c, &cp), 0);
+	*i = ft__ctl_connect(c, c->addr, ME, 0, WAIT_MS);
+	cr_assert_geq(*i, 0);
+	*fd = accept(c->listen_fd, NULL, NULL);
+	cr_assert_geq(*fd, 0);
+	len = read_msg(*fd, hello, cap);
+	cr_expect_null(memmem(hello, len, TOKEN, strlen(TOKEN)), "the token is in the hello");
+	return len;
+}
+
+/* Whether the detector closed fd (EOF or reset) within ms. */
+static bool closed_within(int fd, int ms)
+{
+	int64_t end = ft__now_ms() + ms;
+	char b;
+
+	while (ft__now_ms() < end) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		(void)poll(&p, 1, 20);
+		ssize_t r = recv(fd, &b, 1, MSG_DONTWAIT);
+		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+			return true;
+	}
+	return false;
+}
+
+/* Waits ms, then whether the detector holds rank r failed. */
+static bool failed_after(int r, int ms)
+{
+	usleep((useconds_t)ms * 1000);
+	return ft__det_failed(w.d, r);
 }
 
 /*
  * A control hello seen on the wire (rank 4's, addressed to the detector) is
- * sent again by someone without the token: the first copy opens a link,
- * the second is refused, though its MAC is good.
+ * sent by someone without the token, with a notice behind it: it is
+ * answered (with a challenge the sender cannot prove), but the link never
+ * opens, so the notice is never taken, and the link is closed. Once a copy
+ * owns a link, the same hello again is refused at once.
  */
 Test(detect, replayed_hello_refused, .timeout = 60)
 {
 	struct ft__ctl c;
-	struct ft__ctl_params cp = {.rank = 4, .world_size = W, .job_id = JOB, .token = TOKEN,
-				    .bind_host = "127.0.0.1"};
-	unsigned char hello[512];
+	unsigned char hello[512], ack[256];
+	int32_t status;
 	size_t len;
-	int fd;
+	int i, fd, copy;
 
 	start_world(50, 30000);
-	/* capture: rank 4 dials its own listener, which the test reads raw */
-	cr_assert_eq(ft__ctl_open(&c, &cp), 0);
-	cr_assert_geq(ft__ctl_connect(&c, c.addr, ME, 0, WAIT_MS), 0);
-	fd = accept(c.listen_fd, NULL, NULL);
-	cr_assert_geq(fd, 0);
-	len = read_msg(fd, hello, sizeof(hello));
-	cr_expect_null(memmem(hello, len, TOKEN, strlen(TOKEN)), "the token is in the hello");
+	len = capture_hello(&c, &i, &fd, hello, sizeof(hello));
 	close(fd);
 	ft__ctl_close(&c);
 
-	cr_expect_eq(answer_to(hello, len), 0, "the first copy");
-	cr_expect_eq(answer_to(hello, len), -FT_EAUTH, "the copy sent again");
+	copy = dial(ft__det_addr(w.d));
+	cr_assert_eq(write(copy, hello, len), (ssize_t)len);
+	raw_notice(copy, 4, 0);
+	read_msg(copy, ack, sizeof(ack));
+	memcpy(&status, ack + 16, sizeof(status));
+	cr_expect_eq(status, 0, "a whole hello whose MAC is good is answered");
+	cr_expect(!failed_after(0, 300), "the copy's notice was taken: it owns a link");
+	cr_expect(closed_within(copy, 2 * FT__CTL_HELLO_MS + WAIT_MS),
+		  "the copy's link is left open");
+	close(copy);
 	cr_expect(!ft__det_failed(w.d, 4));
+	close_world();
+}
+
+/*
+ * The race: someone who sees rank 4's hello on the wire (here: a man in the
+ * middle who holds it back) sends a copy ahead of the original, with a
+ * notice naming rank 0 behind it. The copy must not get the link (its notice
+ * is never taken); the original, relayed after it, must (its own notice
+ * naming rank 0, sent behind its hello, is taken).
+ */
+Test(detect, hello_copy_raced_ahead_gets_no_link, .timeout = 60)
+{
+	struct ft__ctl c;
+	struct ft__ctl_msg m;
+	unsigned char hello[512];
+	const int32_t zero = 0;
+	size_t len;
+	int i, orig, copy, fwd;
+	int64_t end;
+
+	start_world(50, 30000);
+	len = capture_hello(&c, &i, &orig, hello, sizeof(hello));
+	cr_assert_eq(ft__ctl_send(&c, i, FT__CTL_NOTICE, 0, &zero, sizeof(zero)), 0);
+	copy = dial(ft__det_addr(w.d));
+	cr_assert_eq(write(copy, hello, len), (ssize_t)len);
+	raw_notice(copy, 4, 0);
+	cr_expect(!failed_after(0, 300), "the copy raced ahead took the link");
+	/* the original, relayed both ways while rank 4 reads its end */
+	fwd = dial(ft__det_addr(w.d));
+	cr_assert_eq(write(fwd, hello, len), (ssize_t)len);
+	for (end = ft__now_ms() + WAIT_MS; !ft__det_failed(w.d, 0) && ft__now_ms() < end;) {
+		struct pollfd p[2] = {{.fd = orig, .events = POLLIN}, {.fd = fwd, .events = POLLIN}};
+		char buf[1024];
+		(void)poll(p, 2, 10);
+		for (int k = 0; k < 2; k++) {
+			ssize_t n = recv(p[k].fd, buf, sizeof(buf), MSG_DONTWAIT);
+			if (n > 0)
+				cr_assert_eq(write(k == 0 ? fwd : orig, buf, (size_t)n), n);
+		}
+		int rc = ft__ctl_next(&c, i, &m);
+		cr_assert_geq(rc, 0, "rank 4's link: %s", ft_err_name(rc));
+	}
+	cr_expect(ft__det_failed(w.d, 0), "the original never got its link");
+	cr_expect(!ft__det_failed(w.d, 4));
+	close(copy);
+	close(fwd);
+	close(orig);
+	ft__ctl_close(&c);
 	close_world();
 }
 
@@ -571,7 +684,7 @@ Test(detect, neighbour_with_another_token, .timeout = 60)
 	open_world(50, 30000);
 	w.right_token = NULL;
 	cr_assert_eq(ft__det_start(w.d, 0, all, W), 0);
-	w.link[LEFT] = ft__ctl_connect(&w.ctl[LEFT], ft__det_addr(w.d), ME, 0, WAIT_MS);
+	w.link[LEFT] = connect_left();
 	cr_assert_geq(w.link[LEFT], 0);
 	refuse_right_until(right_failed);
 	cr_expect(ft__det_failed(w.d, RIGHT), "the detector kept a neighbour without the token");
@@ -632,7 +745,7 @@ Test(detect, claims_alone_change_nothing, .timeout = 60)
 	usleep(500 * 1000);
 	cr_expect(!ft__det_pending(w.d), "the detector gave up on claims alone");
 	w.link[RIGHT] = accept_right();
-	w.link[LEFT] = ft__ctl_connect(&w.ctl[LEFT], ft__det_addr(w.d), ME, 0, WAIT_MS);
+	w.link[LEFT] = connect_left();
 	cr_assert_geq(w.link[LEFT], 0);
 	usleep(300 * 1000);
 	cr_expect(!ft__det_pending(w.d));
@@ -698,7 +811,7 @@ Test(detect, strangers_take_no_neighbours_slot, .timeout = 60)
 	/* the left neighbour's new link passes among them */
 	cr_assert_eq(ft__ctl_send(&w.ctl[LEFT], w.link[LEFT], FT__CTL_BYE, 0, NULL, 0), 0);
 	ft__ctl_drop(&w.ctl[LEFT], w.link[LEFT]);
-	w.link[LEFT] = ft__ctl_connect(&w.ctl[LEFT], ft__det_addr(w.d), ME, 0, WAIT_MS);
+	w.link[LEFT] = connect_left();
 	cr_assert_geq(w.link[LEFT], 0);
 	int rc = next_msg(LEFT, 1000, &m, NULL, NULL);
 	cr_expect_eq(rc, 0, "the left neighbour's new link did not pass among strangers: %s",
@@ -747,7 +860,7 @@ Test(detect, black_holed_neighbour_blocks_no_heartbeat, .timeout = 60)
 		(void)connect(fill[k], (struct sockaddr *)&sa, sizeof(sa));
 	}
 	cr_assert_eq(ft__det_start(w.d, 0, all, W), 0);
-	w.link[LEFT] = ft__ctl_connect(&w.ctl[LEFT], ft__det_addr(w.d), ME, 0, WAIT_MS);
+	w.link[LEFT] = connect_left();
 	cr_assert_geq(w.link[LEFT], 0);
 	start = last = ft__now_ms();
 	while (ft__now_ms() - start < 2000) {

@@ -21,6 +21,10 @@
 #include "transport.h"
 #include "internal.h"
 
+#ifdef FTCC_HAVE_FABRIC
+#include "../transports/fabric/fabric.h"
+#endif
+
 /*
  * Part one calls ft_frame_check and ft_hello_check directly. Part two opens
  * two TCP transports in this process: "rx" (rank 0) accepts, "tx" (rank 1)
@@ -338,7 +342,7 @@ Test(hello, ack_proves_the_token, .timeout = 20)
 	struct ft_hello_ack a;
 	uint8_t other[FT_HELLO_NONCE];
 
-	ft_hello_ack_seal(&a, h.nonce, 0, TOKEN);
+	ft_hello_ack_seal(&a, h.nonce, NULL, 0, TOKEN);
 	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), 0);
 	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, "wrong"), -FT_EAUTH, "another token");
 	memcpy(other, h.nonce, sizeof(other));
@@ -346,17 +350,72 @@ Test(hello, ack_proves_the_token, .timeout = 20)
 	cr_expect_eq(ft_hello_ack_check(&a, other, TOKEN), -FT_EAUTH, "another hello's answer");
 	a.status = -FT_ESTALE;
 	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EAUTH, "status changed");
-	ft_hello_ack_seal(&a, h.nonce, -FT_ESTALE, TOKEN);
+	ft_hello_ack_seal(&a, h.nonce, NULL, -FT_ESTALE, TOKEN);
 	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_ESTALE, "a refusal");
 	a.status = 0;
 	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EAUTH, "refusal turned to 0");
-	ft_hello_ack_seal(&a, h.nonce, 5, TOKEN);
+	ft_hello_ack_seal(&a, h.nonce, NULL, 5, TOKEN);
 	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EPROTO, "a positive status");
-	ft_hello_ack_seal(&a, h.nonce, INT32_MIN, TOKEN);
+	ft_hello_ack_seal(&a, h.nonce, NULL, INT32_MIN, TOKEN);
 	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EPROTO, "an unknown code");
-	ft_hello_ack_seal(&a, h.nonce, 0, TOKEN);
+	ft_hello_ack_seal(&a, h.nonce, NULL, 0, TOKEN);
 	a.magic = FT_FRAME_MAGIC;
 	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EPROTO, "bad magic");
+}
+
+/* The answer's challenge is under its MAC, and only a proof of the whole
+ * hello and that challenge, under the token, passes. */
+Test(hello, proof_binds_hello_and_challenge, .timeout = 20)
+{
+	struct ft_hello h = good_hello(), other = good_hello();
+	struct ft_hello_ack a;
+	struct ft_hello_proof p;
+	uint8_t na[FT_HELLO_NONCE], nb[FT_HELLO_NONCE];
+
+	memset(na, 0x5a, sizeof(na));
+	memset(nb, 0xa5, sizeof(nb));
+	ft_hello_ack_seal(&a, h.nonce, na, 0, TOKEN);
+	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), 0);
+	cr_expect_eq(memcmp(a.challenge, na, sizeof(na)), 0);
+	a.challenge[0] ^= 1;
+	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EAUTH, "challenge changed");
+
+	ft_hello_proof_seal(&p, &h, na, TOKEN);
+	cr_expect_eq(ft_hello_proof_check(&p, &h, na, TOKEN), 0);
+	cr_expect_eq(ft_hello_proof_check(&p, &h, nb, TOKEN), -FT_EAUTH, "another challenge");
+	cr_expect_eq(ft_hello_proof_check(&p, &other, na, TOKEN), -FT_EAUTH, "another hello");
+	cr_expect_eq(ft_hello_proof_check(&p, &h, na, "wrong"), -FT_EAUTH, "another token");
+	other = h;
+	other.generation++;
+	cr_expect_eq(ft_hello_proof_check(&p, &other, na, TOKEN), -FT_EAUTH, "generation");
+	other = h;
+	other.from_rank++;
+	cr_expect_eq(ft_hello_proof_check(&p, &other, na, TOKEN), -FT_EAUTH, "rank");
+	p.magic = 0;
+	cr_expect_eq(ft_hello_proof_check(&p, &h, na, TOKEN), -FT_EAUTH, "bad magic");
+	cr_expect_null(memmem(&p, sizeof(p), TOKEN, strlen(TOKEN)));
+}
+
+/* A transport's fields around a hello: any byte changed fails their MAC. */
+Test(hello, ext_fields_under_the_mac, .timeout = 20)
+{
+	struct ft_hello h = good_hello(), other = good_hello();
+	unsigned char ext[64];
+	uint8_t mac[FT_HELLO_MAC];
+
+	for (size_t i = 0; i < sizeof(ext); i++)
+		ext[i] = (unsigned char)i;
+	ft_hello_ext_seal(&h, ext, sizeof(ext), TOKEN, mac);
+	cr_expect_eq(ft_hello_ext_check(&h, ext, sizeof(ext), TOKEN, mac), 0);
+	cr_expect_eq(ft_hello_ext_check(&other, ext, sizeof(ext), TOKEN, mac), -FT_EAUTH,
+		     "bound to another hello");
+	cr_expect_eq(ft_hello_ext_check(&h, ext, sizeof(ext), "wrong", mac), -FT_EAUTH);
+	for (size_t i = 0; i < sizeof(ext); i++) {
+		ext[i] ^= 0x10;
+		cr_expect_eq(ft_hello_ext_check(&h, ext, sizeof(ext), TOKEN, mac), -FT_EAUTH,
+			     "byte %zu changed", i);
+		ext[i] ^= 0x10;
+	}
 }
 
 Test(hello, unterminated_strings, .timeout = 20)
@@ -400,6 +459,10 @@ static const struct ft_transport_ops *tcp_ops(void)
 /* The keepalive and user timeout transports are opened with (ms; 0: none). */
 static int tp_keepalive_ms, tp_user_timeout_ms;
 
+/* see accept_pumped */
+static struct ft_transport *pump_tx;
+static volatile int pump_stop;
+
 static struct ft_transport *tp_open_keyed(int rank, const char *token)
 {
 	/* the knobs a test sets (FTCC_TCP_BUFFER) reach the transport as in the
@@ -423,6 +486,8 @@ static struct ft_transport *tp_open_keyed(int rank, const char *token)
 	cfg.world_size = 2;
 	cr_assert_eq(ft__config_tp_env(&cfg, &env), 0);
 	rc = tcp_ops()->open(&params, &tp);
+	if (rc == 0 && rank != 0)
+		pump_tx = tp;
 
 	cr_assert_eq(rc, 0, "open: %s", ft_err_name(rc));
 	cr_assert_not_null(tp);
@@ -432,6 +497,49 @@ static struct ft_transport *tp_open_keyed(int rank, const char *token)
 static struct ft_transport *tp_open(int rank)
 {
 	return tp_open_keyed(rank, TOKEN);
+}
+
+/*
+ * The connecting transport of a test that holds both ends of a link in one
+ * thread: its link's proof is due while the acceptor waits for it, so a
+ * helper thread answers the challenges while accept_pumped waits (the main
+ * thread does not touch it meanwhile). Set when a transport of a rank
+ * other than 0 opens, cleared when it closes.
+ */
+
+static void *pump_main(void *arg)
+{
+	struct ft_transport *tx = arg;
+
+	while (!pump_stop) {
+		struct timespec ts = {0, 1000000};
+		ft__tcp_answer_challenges(tx);
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+static int accept_pumped(struct ft_transport *rx, const struct ft_hello *expect, int timeout_ms,
+			 struct ft_link **out, struct ft_hello *got)
+{
+	pthread_t th;
+	int rc;
+
+	if (pump_tx == NULL)
+		return tcp_ops()->accept(rx, expect, timeout_ms, out, got);
+	pump_stop = 0;
+	cr_assert_eq(pthread_create(&th, NULL, pump_main, pump_tx), 0);
+	rc = tcp_ops()->accept(rx, expect, timeout_ms, out, got);
+	pump_stop = 1;
+	pthread_join(th, NULL);
+	return rc;
+}
+
+static void tp_close(struct ft_transport *tp)
+{
+	if (tp == pump_tx)
+		pump_tx = NULL;
+	tcp_ops()->close(tp);
 }
 
 struct evlog {
@@ -520,7 +628,7 @@ static void pair_open_hello(struct pair *p, const struct ft_hello *hello)
 	cr_assert_eq(rc, 0, "connect: %s", ft_err_name(rc));
 	cr_assert_not_null(p->sl);
 	memset(&got, 0, sizeof(got));
-	rc = tcp_ops()->accept(p->rx, &expect, WAIT_MS, &p->rl, &got);
+	rc = accept_pumped(p->rx, &expect, WAIT_MS, &p->rl, &got);
 	cr_assert_eq(rc, 0, "accept: %s", ft_err_name(rc));
 	cr_assert_not_null(p->rl);
 	cr_expect_eq(memcmp(&got, hello, sizeof(got)), 0, "accept must return the hello it took");
@@ -535,8 +643,8 @@ static void pair_open(struct pair *p)
 
 static void pair_close(struct pair *p)
 {
-	tcp_ops()->close(p->tx);
-	tcp_ops()->close(p->rx);
+	tp_close(p->tx);
+	tp_close(p->rx);
 }
 
 static struct ft_frame frame_for(uint64_t length, uint32_t seg)
@@ -834,19 +942,66 @@ static void expect_ack(int fd, const uint8_t *nonce, int status)
 	cr_expect_eq(rc, status, "ack check: %s", ft_err_name(rc));
 }
 
+/* A raw connector's side of the handshake, in a thread of its own while the
+ * acceptor waits in accept: reads the answer to hello h on fd and, when it
+ * accepts (status 0, MAC good), writes the proof of its challenge keyed
+ * with token (a copier without the token: any other). */
+struct prover {
+	pthread_t th;
+	int fd;
+	struct ft_hello h;
+	const char *token;
+	int status;             /* the answer's check, or 1: no answer */
+	struct ft_hello_ack ack;
+};
+
+static void *prover_main(void *arg)
+{
+	struct prover *p = arg;
+	struct ft_hello_proof proof;
+
+	p->status = 1;
+	if (raw_read(p->fd, &p->ack, sizeof(p->ack), WAIT_MS) != sizeof(p->ack))
+		return NULL;
+	p->status = ft_hello_ack_check(&p->ack, p->h.nonce, TOKEN);
+	if (p->status != 0)
+		return NULL;
+	ft_hello_proof_seal(&proof, &p->h, p->ack.challenge, p->token);
+	if (send(p->fd, &proof, sizeof(proof), MSG_NOSIGNAL) != (ssize_t)sizeof(proof))
+		p->status = 2;
+	return NULL;
+}
+
+static void prover_start(struct prover *p, int fd, const struct ft_hello *h, const char *token)
+{
+	memset(p, 0, sizeof(*p));
+	p->fd = fd;
+	p->h = *h;
+	p->token = token;
+	cr_assert_eq(pthread_create(&p->th, NULL, prover_main, p), 0);
+}
+
+static int prover_join(struct prover *p)
+{
+	pthread_join(p->th, NULL);
+	return p->status;
+}
+
 /* A plain socket that has done the handshake with rx; *rl is rx's side of it. */
 static int raw_peer(struct ft_transport *rx, struct ft_link **rl)
 {
 	struct ft_hello h = good_hello(), expect = good_hello(), got;
+	struct prover pv;
 	char addr[128];
 	int fd, rc;
 
 	cr_assert_eq(tcp_ops()->local_addr(rx, addr, sizeof(addr)), 0);
 	fd = raw_connect(addr);
 	raw_write(fd, &h, sizeof(h));
-	rc = tcp_ops()->accept(rx, &expect, WAIT_MS, rl, &got);
+	prover_start(&pv, fd, &h, TOKEN);
+	rc = accept_pumped(rx, &expect, WAIT_MS, rl, &got);
 	cr_assert_eq(rc, 0, "accept: %s", ft_err_name(rc));
-	expect_ack(fd, h.nonce, 0);
+	cr_assert_eq(prover_join(&pv), 0, "the answer to a raw peer's hello");
 	return fd;
 }
 
@@ -926,7 +1081,7 @@ Test(tcp, mismatched_headers_leave_buffer_untouched, .timeout = 20)
 	bad_frame_case(rx, &e, &g, 64, -FT_EPROTO, "abort frame with a payload");
 	g = abort_frame(0);
 	bad_frame_case(rx, &e, &g, 0, -FT_EPROTO, "abort frame with status 0");
-	tcp_ops()->close(rx);
+	tp_close(rx);
 }
 
 /* A good frame, then a bad one: the first lands, the second's buffer stays clean. */
@@ -960,7 +1115,7 @@ Test(tcp, bad_frame_after_good_one, .timeout = 20)
 	close(fd);
 	free(b1);
 	free(b2);
-	tcp_ops()->close(rx);
+	tp_close(rx);
 }
 
 /* A header that arrives in pieces is still checked before any payload lands. */
@@ -986,7 +1141,7 @@ Test(tcp, header_in_pieces, .timeout = 20)
 	expect_untouched(buf, 32, "header in pieces");
 	close(fd);
 	free(buf);
-	tcp_ops()->close(rx);
+	tp_close(rx);
 }
 
 Test(tcp, sender_gone_mid_frame, .timeout = 20)
@@ -1007,7 +1162,7 @@ Test(tcp, sender_gone_mid_frame, .timeout = 20)
 	cr_expect_eq(log.ev[0].type, FT_TP_LINK_ERROR);
 	cr_expect_eq(log.ev[0].status, -FT_EPEERFAILED, "%s", ft_err_name(log.ev[0].status));
 	free(buf);
-	tcp_ops()->close(rx);
+	tp_close(rx);
 }
 
 struct trickle {
@@ -1072,7 +1227,7 @@ Test(tcp, large_payload_trickling_in, .timeout = 20)
 	close(fd);
 	free(wire);
 	free(dst);
-	tcp_ops()->close(rx);
+	tp_close(rx);
 }
 
 /* A peer that stops half way through a large payload and closes is seen at once. */
@@ -1106,7 +1261,7 @@ Test(tcp, sender_gone_mid_large_payload, .timeout = 20)
 	close(fd);
 	free(wire);
 	free(dst);
-	tcp_ops()->close(rx);
+	tp_close(rx);
 }
 
 Test(tcp, post_recv_too_large, .timeout = 20)
@@ -1290,12 +1445,12 @@ Test(tcp, sender_transport_close_is_peer_failure, .timeout = 20)
 
 	pair_open(&p);
 	/* No receive posted: the end of the stream is reported all the same. */
-	tcp_ops()->close(p.tx);
+	tp_close(p.tx);
 	wait_one(p.rx, &p.rxl, WAIT_MS);
 	cr_assert_eq(p.rxl.n, 1);
 	cr_expect_eq(p.rxl.ev[0].type, FT_TP_LINK_ERROR);
 	cr_expect_eq(p.rxl.ev[0].status, -FT_EPEERFAILED, "%s", ft_err_name(p.rxl.ev[0].status));
-	tcp_ops()->close(p.rx);
+	tp_close(p.rx);
 }
 
 Test(tcp, receiver_close_is_peer_failure_for_sender, .timeout = 20)
@@ -1321,7 +1476,7 @@ static int accept_for(struct ft_transport *rx, int timeout_ms, struct ft_link **
 {
 	struct ft_hello expect = good_hello();
 	int64_t t0 = ft__now_ms();
-	int rc = tcp_ops()->accept(rx, &expect, timeout_ms, rl, got);
+	int rc = accept_pumped(rx, &expect, timeout_ms, rl, got);
 
 	*elapsed = ft__now_ms() - t0;
 	return rc;
@@ -1352,7 +1507,7 @@ Test(tcp, accept_times_out_alone, .timeout = 20)
 	struct ft_transport *rx = tp_open(0);
 
 	expect_timeout(rx, "nobody connects");
-	tcp_ops()->close(rx);
+	tp_close(rx);
 }
 
 Test(tcp, accept_refuses_garbage, .timeout = 20)
@@ -1387,7 +1542,7 @@ Test(tcp, accept_refuses_garbage, .timeout = 20)
 	expect_timeout(rx, "http request");
 	expect_ack(fd, (const uint8_t *)junk + offsetof(struct ft_hello, nonce), -FT_EPROTO);
 	close(fd);
-	tcp_ops()->close(rx);
+	tp_close(rx);
 }
 
 Test(tcp, accept_refuses_partial_hello, .timeout = 20)
@@ -1403,7 +1558,7 @@ Test(tcp, accept_refuses_partial_hello, .timeout = 20)
 	expect_timeout(rx, "hello one byte short");
 	cr_expect(raw_closed(fd, WAIT_MS), "stalled connection kept after accept gave up");
 	close(fd);
-	tcp_ops()->close(rx);
+	tp_close(rx);
 }
 
 /* Connects tx (keyed with tx_token) with hello h; accept must refuse it, and
@@ -1432,8 +1587,8 @@ static void refused_keyed_case(const char *tx_token, const struct ft_hello *h, i
 		cr_expect_eq(ev->link, sl);
 		cr_expect_eq(ev->peer, h->to_rank);
 	}
-	tcp_ops()->close(tx);
-	tcp_ops()->close(rx);
+	tp_close(tx);
+	tp_close(rx);
 }
 
 static void refused_hello_case(const struct ft_hello *h, int want, const char *what)
@@ -1475,22 +1630,24 @@ Test(tcp, wrong_token_fails_both_ends, .timeout = 20)
 	refused_keyed_case("their-token", &h, -FT_EAUTH, "both ends, their token");
 }
 
-/* A hello seen on the wire and sent again is refused, even though its MAC
- * is good; the first copy is accepted. */
+/* A hello seen on the wire and sent again once its link is made is refused
+ * at once, even though its MAC is good. */
 Test(tcp, replayed_hello_refused, .timeout = 20)
 {
 	struct ft_transport *rx = tp_open(0);
 	struct ft_hello h = good_hello(), expect = good_hello(), got;
 	struct ft_link *rl = NULL;
+	struct prover pv;
 	char addr[128];
 	int first, again, rc;
 
 	cr_assert_eq(tcp_ops()->local_addr(rx, addr, sizeof(addr)), 0);
 	first = raw_connect(addr);
 	raw_write(first, &h, sizeof(h));
-	rc = tcp_ops()->accept(rx, &expect, WAIT_MS, &rl, &got);
+	prover_start(&pv, first, &h, TOKEN);
+	rc = accept_pumped(rx, &expect, WAIT_MS, &rl, &got);
 	cr_assert_eq(rc, 0, "accept: %s", ft_err_name(rc));
-	expect_ack(first, h.nonce, 0);
+	cr_assert_eq(prover_join(&pv), 0);
 	again = raw_connect(addr);
 	raw_write(again, &h, sizeof(h));
 	expect_timeout(rx, "the same hello again");
@@ -1498,7 +1655,97 @@ Test(tcp, replayed_hello_refused, .timeout = 20)
 	cr_expect(raw_closed(again, WAIT_MS), "replayed connection left open");
 	close(again);
 	close(first);
-	tcp_ops()->close(rx);
+	tp_close(rx);
+}
+
+/* Relays bytes between two sockets of a man in the middle until stop. */
+struct relay {
+	pthread_t th;
+	int a, b;
+	volatile int stop;
+};
+
+static void *relay_main(void *arg)
+{
+	struct relay *r = arg;
+	char buf[4096];
+
+	while (!r->stop) {
+		struct pollfd p[2] = {{.fd = r->a, .events = POLLIN}, {.fd = r->b, .events = POLLIN}};
+		if (poll(p, 2, 5) <= 0)
+			continue;
+		for (int k = 0; k < 2; k++) {
+			if (!(p[k].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			ssize_t n = recv(p[k].fd, buf, sizeof(buf), MSG_DONTWAIT);
+			if (n <= 0)
+				return NULL;
+			if (send(k == 0 ? r->b : r->a, buf, (size_t)n, MSG_NOSIGNAL) != n)
+				return NULL;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Someone who sees a real hello on the wire (here: a man in the middle who
+ * holds it back) races a copy of it to the acceptor ahead of the original.
+ * The copy gets an answer, but cannot prove the challenge in it without the
+ * token: it must not get the link, and the original, relayed after it, must
+ * (its frames arrive on the link accept returns).
+ */
+Test(tcp, hello_copy_raced_ahead_gets_no_link, .timeout = 30)
+{
+	struct ft_transport *rx = tp_open(0), *tx = tp_open(1);
+	struct ft_hello h = good_hello(), expect = good_hello(), got, seen;
+	struct ft_link *rl = NULL, *sl = NULL;
+	struct evlog rxl = { .n = 0 }, txl = { .n = 0 };
+	struct ft_frame f = frame_for(10, 0);
+	struct prover copier;
+	struct relay mitm = { .stop = 0 };
+	char rx_addr[128], mitm_addr[64];
+	unsigned char buf[10];
+	int lfd = -1, copy, rc;
+
+	cr_assert_eq(tcp_ops()->local_addr(rx, rx_addr, sizeof(rx_addr)), 0);
+	cr_assert_eq(ft__sock_listen("test", "127.0.0.1", NULL, 4, &lfd, mitm_addr,
+				     sizeof(mitm_addr)), 0);
+	/* the real connector dials the man in the middle, who reads its hello */
+	cr_assert_eq(tcp_ops()->connect(tx, mitm_addr, &h, WAIT_MS, &sl), 0);
+	mitm.a = accept(lfd, NULL, NULL);
+	cr_assert_geq(mitm.a, 0);
+	cr_assert_eq(raw_read(mitm.a, &seen, sizeof(seen), WAIT_MS), sizeof(seen));
+	cr_assert_eq(memcmp(&seen, &h, sizeof(h)), 0);
+	/* the copy goes first, and its sender answers the challenge as best it can */
+	copy = raw_connect(rx_addr);
+	raw_write(copy, &seen, sizeof(seen));
+	prover_start(&copier, copy, &seen, "a guess at the token");
+	/* then the original */
+	mitm.b = raw_connect(rx_addr);
+	raw_write(mitm.b, &seen, sizeof(seen));
+	cr_assert_eq(pthread_create(&mitm.th, NULL, relay_main, &mitm), 0);
+	rc = accept_pumped(rx, &expect, WAIT_MS, &rl, &got);
+	cr_assert_eq(rc, 0, "accept: %s", ft_err_name(rc));
+	cr_expect_eq(prover_join(&copier), 0, "the copy was not challenged");
+	cr_expect(raw_closed(copy, WAIT_MS), "the copy's connection is left open");
+	/* the link accept returned is the original's: tx's frame arrives on it */
+	cr_assert_eq(tcp_ops()->post_recv(rl, &f, buf, NULL), 0);
+	cr_assert_eq(tcp_ops()->post_send(sl, &f, "0123456789", NULL), 0);
+	drive(rx, &rxl, 1, tx, &txl, 1, 3000);
+	cr_expect_eq(rxl.n, 1, "the link accept returned carries nothing of the original's");
+	if (rxl.n == 1) {
+		cr_expect_eq(rxl.ev[0].type, FT_TP_RECV_DONE);
+		cr_expect_eq(rxl.ev[0].status, 0);
+		cr_expect_eq(memcmp(buf, "0123456789", 10), 0);
+	}
+	mitm.stop = 1;
+	pthread_join(mitm.th, NULL);
+	close(copy);
+	close(mitm.a);
+	close(mitm.b);
+	close(lfd);
+	tp_close(tx);
+	tp_close(rx);
 }
 
 /* The other end of fd, a socket of this process (same addresses, crossed). */
@@ -1556,8 +1803,8 @@ Test(tcp, links_follow_the_timeouts, .timeout = 20)
 	expect_liveness(peer_fd(fd), 1, 15, 30000, "connected");
 	close(fd);
 	close(raw);
-	tcp_ops()->close(tx);
-	tcp_ops()->close(rx);
+	tp_close(tx);
+	tp_close(rx);
 
 	/* a detector runs: keepalive only */
 	tp_keepalive_ms = 1000;
@@ -1566,7 +1813,7 @@ Test(tcp, links_follow_the_timeouts, .timeout = 20)
 	raw = raw_peer(rx, &rl);
 	expect_liveness(peer_fd(raw), 1, 1, 0, "accepted, keepalive only");
 	close(raw);
-	tcp_ops()->close(rx);
+	tp_close(rx);
 	close(lfd);
 }
 
@@ -1584,13 +1831,14 @@ Test(tcp, refused_link_with_queued_frame, .timeout = 20)
 
 	cr_assert_eq(tcp_ops()->local_addr(rx, addr, sizeof(addr)), 0);
 	cr_assert_eq(tcp_ops()->connect(tx, addr, &h, WAIT_MS, &sl), 0);
+	pump_tx = NULL; /* the refusal must come to a link with a frame queued */
 	expect_giving_up(rx, -FT_EAUTH, "wrong token");
 	cr_assert_eq(tcp_ops()->post_send(sl, &f, src, NULL), 0);
 	ev = wait_for(tx, &log, FT_TP_LINK_ERROR, WAIT_MS);
 	cr_assert_not_null(ev);
 	cr_expect_eq(ev->status, -FT_EAUTH, "%s", ft_err_name(ev->status));
-	tcp_ops()->close(tx);
-	tcp_ops()->close(rx);
+	tp_close(tx);
+	tp_close(rx);
 }
 
 Test(tcp, valid_connection_accepted_past_bad_ones, .timeout = 20)
@@ -1636,8 +1884,8 @@ Test(tcp, valid_connection_accepted_past_bad_ones, .timeout = 20)
 	cr_expect_eq(memcmp(buf, "0123456789", 10), 0);
 	close(stall);
 	close(garbage);
-	tcp_ops()->close(tx);
-	tcp_ops()->close(rx);
+	tp_close(tx);
+	tp_close(rx);
 }
 
 Test(tcp, accept_any_rank, .timeout = 20)
@@ -1650,10 +1898,10 @@ Test(tcp, accept_any_rank, .timeout = 20)
 	expect.from_rank = -1;
 	cr_assert_eq(tcp_ops()->local_addr(rx, addr, sizeof(addr)), 0);
 	cr_assert_eq(tcp_ops()->connect(tx, addr, &h, WAIT_MS, &sl), 0);
-	cr_assert_eq(tcp_ops()->accept(rx, &expect, WAIT_MS, &rl, &got), 0);
+	cr_assert_eq(accept_pumped(rx, &expect, WAIT_MS, &rl, &got), 0);
 	cr_expect_eq(got.from_rank, 6);
-	tcp_ops()->close(tx);
-	tcp_ops()->close(rx);
+	tp_close(tx);
+	tp_close(rx);
 }
 
 /*
@@ -1683,8 +1931,8 @@ Test(tcp, accept_not_blocked_by_many_stalled_connections, .timeout = 20)
 	cr_expect_eq(rc, 0, "accept: %s after %lld ms", ft_err_name(rc), (long long)ms);
 	for (int i = 0; i < 20; i++)
 		close(fds[i]);
-	tcp_ops()->close(tx);
-	tcp_ops()->close(rx);
+	tp_close(tx);
+	tp_close(rx);
 }
 
 /* --- connect ------------------------------------------------------------ */
@@ -1708,14 +1956,14 @@ Test(tcp, connect_errors, .timeout = 20)
 
 	/* Nobody listens on a closed transport's port: refused once the deadline passes. */
 	cr_assert_eq(tcp_ops()->local_addr(gone, addr, sizeof(addr)), 0);
-	tcp_ops()->close(gone);
+	tp_close(gone);
 	t0 = ft__now_ms();
 	rc = tcp_ops()->connect(tx, addr, &h, 200, &sl);
 	cr_expect_eq(rc, -FT_ECONNREFUSED, "%s", ft_err_name(rc));
 	cr_expect_null(sl);
 	cr_expect_geq(ft__now_ms() - t0, 190, "gave up before the deadline");
 	cr_expect_lt(ft__now_ms() - t0, 3000);
-	tcp_ops()->close(tx);
+	tp_close(tx);
 }
 
 Test(tcp, local_addr_small_buffer, .timeout = 20)
@@ -1727,8 +1975,57 @@ Test(tcp, local_addr_small_buffer, .timeout = 20)
 	cr_expect_eq(strncmp(addr, "127.0.0.1:", 10), 0, "'%s'", addr);
 	cr_expect_neq(atoi(addr + 10), 0, "port 0 published: '%s'", addr);
 	cr_expect_eq(tcp_ops()->local_addr(tp, small, sizeof(small)), -FT_EINVAL);
-	tcp_ops()->close(tp);
+	tp_close(tp);
 	/* close and link_close accept NULL (half-made objects). */
-	tcp_ops()->close(NULL);
+	tp_close(NULL);
 	tcp_ops()->link_close(NULL);
 }
+
+#ifdef FTCC_HAVE_FABRIC
+/* --- the libfabric hello's fields ---------------------------------------- */
+
+/*
+ * The fields the libfabric transport sends around its hello route the
+ * answer (link id, endpoint names) and watch the peer (node, pid, home,
+ * bell): trusted, so under a MAC bound to the hello. Each one altered after
+ * sealing is refused, and so is a sealed set moved onto another hello.
+ */
+Test(fabric_hello, altered_fields_refused, .timeout = 20)
+{
+	struct fab_hello_msg m, bad;
+
+	memset(&m, 0, sizeof(m));
+	m.hello = good_hello();
+	m.link_id = 7;
+	m.node = 0x1234;
+	m.piece = 65536;
+	m.pid = 4242;
+	m.namelen = 4;
+	memcpy(m.name, "ep-a", 4);
+	m.homelen = 4;
+	memcpy(m.home, "ep-h", 4);
+	m.bell = 3;
+	ft__fab_hello_fields_seal(&m, TOKEN);
+	cr_expect_eq(ft__fab_hello_fields_check(&m, TOKEN), 0);
+	cr_expect_eq(ft__fab_hello_fields_check(&m, "wrong"), -FT_EAUTH, "another token");
+	cr_expect_null(memmem(&m, sizeof(m), TOKEN, strlen(TOKEN)));
+#define EXPECT_FIELD_ALTERED(stmt)                                                                 \
+	do {                                                                                 \
+		bad = m;                                                                     \
+		stmt;                                                                        \
+		cr_expect_eq(ft__fab_hello_fields_check(&bad, TOKEN), -FT_EAUTH, "%s", #stmt); \
+	} while (0)
+	EXPECT_FIELD_ALTERED(bad.link_id++);
+	EXPECT_FIELD_ALTERED(bad.node ^= 1);
+	EXPECT_FIELD_ALTERED(bad.piece = 1);
+	EXPECT_FIELD_ALTERED(bad.pid = 1);
+	EXPECT_FIELD_ALTERED(bad.namelen = 3);
+	EXPECT_FIELD_ALTERED(bad.name[0] = 'X');
+	EXPECT_FIELD_ALTERED(bad.homelen = 5);
+	EXPECT_FIELD_ALTERED(bad.home[3] = 'X');
+	EXPECT_FIELD_ALTERED(bad.bell = -1);
+	EXPECT_FIELD_ALTERED(bad.hello = good_hello());
+	EXPECT_FIELD_ALTERED(bad.fields_mac[0] ^= 1);
+#undef EXPECT_FIELD_ALTERED
+}
+#endif

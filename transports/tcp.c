@@ -21,10 +21,20 @@
 /*
  * A link is one TCP connection used in one direction for frames (the
  * connecting side sends, the accepting side receives) plus the handshake's
- * answer coming back (struct ft_hello_ack, whose MAC over the hello's nonce
- * the connector checks when it reads it: transport.h). All sockets are nonblocking and registered once,
- * edge-triggered, for input and output; a link remembers whether it may read
- * or write until a call says EAGAIN, so no epoll_ctl happens per frame.
+ * answer coming back (transport.h). Handshake: the connector writes its
+ * hello in connect and returns; the acceptor, in accept, answers a hello
+ * that passes with its challenge and makes the link only once the proof
+ * has come back. The connector reads the answer and writes the proof
+ * wherever it runs next: progress (do_recv, then do_send), or its own
+ * accept (drive_connects), which is where a ring of ranks that all
+ * connected first waits; its frames stay queued until the proof is out.
+ * So no rank waits on a peer that waits on it: every rank of the ring
+ * reaches its accept without waiting, and answers its right neighbour's
+ * challenge from there while it waits for its left one's proof.
+ *
+ * All sockets are nonblocking and registered once, edge-triggered, for
+ * input and output; a link remembers whether it may read or write until a
+ * call says EAGAIN, so no epoll_ctl happens per frame.
  *
  * Receiving: a frame's header is read (or found in the link's small inbound
  * buffer), compared with the header the engine posted (ft_frame_check), and
@@ -58,8 +68,10 @@ struct ft_link {
 	int fd;
 	int peer;
 	bool sending;           /* connecting side: frames go out, ack comes in */
-	bool need_ack;
-	uint8_t nonce[FT_HELLO_NONCE];  /* connecting side: its hello's, which the ack's MAC covers */
+	bool need_ack;          /* connecting side: no answer yet, so no frame may go */
+	struct ft_hello hello;  /* connecting side: its hello, which the answer and proof cover */
+	struct ft_hello_proof proof;    /* connecting side: goes out before the first frame */
+	size_t proof_left;      /* bytes of proof not written yet */
 	bool can_read, can_write;
 	bool eof;
 	int error;              /* nonzero once broken; reported once */
@@ -206,17 +218,23 @@ static int tcp_connect(struct ft_transport *tp, const char *addr, const struct f
 		rc = -FT_ENOMEM;
 		goto fail;
 	}
-	memcpy((*out)->nonce, hello->nonce, sizeof(hello->nonce));
+	(*out)->hello = *hello;
 	return 0;
 fail:
 	ft__fd_close(fd);
 	return rc;
 }
 
+/* A connection short of its handshake: reading its hello, then (challenged:
+ * answered with our nonce) its proof. */
 struct pending_conn {
 	int fd;
 	size_t got;
 	struct ft_hello hello;
+	bool challenged;
+	uint8_t challenge[FT_HELLO_NONCE];
+	size_t pgot;
+	struct ft_hello_proof proof;
 	char from[64];
 };
 
@@ -235,7 +253,7 @@ static void refuse_fd(const struct ft_transport *tp, int fd, const struct ft_hel
 	struct ft_hello_ack ack;
 
 	if (hello != NULL) {
-		ft_hello_ack_seal(&ack, hello->nonce, rc, tp->token);
+		ft_hello_ack_seal(&ack, hello->nonce, NULL, rc, tp->token);
 		(void)!send(fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
 	}
 	ft__fd_close(fd);
@@ -245,7 +263,9 @@ static void refuse(struct ft_transport *tp, struct pending_conn *pc, int rc, con
 {
 	ft__warn_gated(&tp->warn, "tcp: refused connection from %s: %s (%s)", pc->from, why,
 		       ft_strerror(rc));
-	refuse_fd(tp, pc->fd, pc->got == sizeof(pc->hello) ? &pc->hello : NULL, rc);
+	/* a challenged connection has had its answer */
+	refuse_fd(tp, pc->fd, pc->got == sizeof(pc->hello) && !pc->challenged ? &pc->hello : NULL,
+		  rc);
 	pc->fd = -1;
 }
 
@@ -270,35 +290,205 @@ static bool keep_early(struct ft_transport *tp, const struct ft_hello *expect,
 	return true;
 }
 
-/* Acknowledges an accepted handshake and makes the link; fd is consumed. */
-static int accept_finish(struct ft_transport *tp, int fd, const struct ft_hello *hello,
-			 int64_t deadline, struct ft_link **out, struct ft_hello *got)
+/* Answers pc's hello, which passed, with a fresh challenge: 0, or the
+ * error (pc is left for the caller to refuse). */
+static int challenge(const struct ft_transport *tp, struct pending_conn *pc)
 {
 	struct ft_hello_ack ack;
+	int rc = ft__auth_random(pc->challenge, sizeof(pc->challenge));
+
+	if (rc != 0)
+		return rc;
+	ft_hello_ack_seal(&ack, pc->hello.nonce, pc->challenge, 0, tp->token);
+	/* the first bytes on a fresh socket: they fit, or the peer is no rank */
+	if (send(pc->fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack))
+		return -FT_EPROTO;
+	pc->challenged = true;
+	pc->pgot = 0;
+	return 0;
+}
+
+/* Makes the link of a handshake whose proof passed; fd is consumed. */
+static int accept_finish(struct ft_transport *tp, int fd, const struct ft_hello *hello,
+			 struct ft_link **out, struct ft_hello *got)
+{
+	ft__sock_tune(fd, &tp->sock_opts);
+	*out = link_new(tp, fd, hello->from_rank, false);
+	if (*out == NULL) {
+		ft__fd_close(fd);
+		return -FT_ENOMEM;
+	}
+	*got = *hello;
+	return 0;
+}
+
+static int fill_inbuf(struct ft_link *l);
+static void link_fail(struct ft_link *l, int err);
+
+/*
+ * A connecting link's answer, once whole in its inbound buffer: checked,
+ * and the proof of its challenge made ready to go before any frame. Reads
+ * more input when the answer is not whole yet; a link that fails is left
+ * for progress to report.
+ */
+static void take_answer(struct ft_link *l)
+{
+	struct ft_hello_ack ack;
+	int st;
+
+	while (l->need_ack && !l->error) {
+		if (l->in_end - l->in_start < sizeof(ack)) {
+			if (!fill_inbuf(l)) {
+				if (l->eof && !l->error)
+					link_fail(l, -FT_EPEERFAILED);
+				return;
+			}
+			continue;
+		}
+		memcpy(&ack, l->in + l->in_start, sizeof(ack));
+		l->in_start += sizeof(ack);
+		l->need_ack = false;
+		st = ft_hello_ack_check(&ack, l->hello.nonce, l->tp->token);
+		if (st != 0) {
+			ft__error("tcp: rank %d refused our link: %s", l->peer, ft_strerror(st));
+			link_fail(l, st);
+			return;
+		}
+		ft_hello_proof_seal(&l->proof, &l->hello, ack.challenge, l->tp->token);
+		l->proof_left = sizeof(l->proof);
+	}
+}
+
+/* Writes what is left of a connecting link's proof, without waiting. */
+static void send_proof(struct ft_link *l)
+{
+	while (l->proof_left > 0 && l->can_write && !l->error) {
+		ssize_t n = send(l->fd, (char *)&l->proof + sizeof(l->proof) - l->proof_left,
+				 l->proof_left, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0)
+			l->proof_left -= (size_t)n;
+		else if (n < 0 && errno == EAGAIN)
+			l->can_write = false;
+		else if (n < 0 && errno != EINTR)
+			link_fail(l, ft__sock_error(errno));
+	}
+}
+
+#define TCP_DRIVE_MAX 16
+
+/* This transport's connecting links still short of an answer (at most max). */
+static int awaiting_answer(struct ft_transport *tp, struct ft_link **out, int max)
+{
+	int n = 0;
+
+	for (struct ft_link *l = tp->links; l != NULL && n < max; l = l->next)
+		if (l->sending && (l->need_ack || l->proof_left > 0) && !l->error)
+			out[n++] = l;
+	return n;
+}
+
+/* Answers the challenges that came back to our own connects (the peer's
+ * accept waits for the proof while we wait in ours). */
+static void drive_connects(struct ft_link **drv, int n)
+{
+	for (int i = 0; i < n; i++) {
+		drv[i]->can_read = drv[i]->can_write = true;
+		take_answer(drv[i]);
+		send_proof(drv[i]);
+	}
+}
+
+/* Reads more of pc's hello, or of its proof once challenged: false when
+ * it closed or failed (pc refused), true otherwise. */
+static bool pending_read(struct ft_transport *tp, struct pending_conn *pc)
+{
+	char *at = pc->challenged ? (char *)&pc->proof + pc->pgot : (char *)&pc->hello + pc->got;
+	size_t want = pc->challenged ? sizeof(pc->proof) - pc->pgot : sizeof(pc->hello) - pc->got;
+	ssize_t r = recv(pc->fd, at, want, 0);
+
+	if (r <= 0) {
+		if (r < 0 && (errno == EAGAIN || errno == EINTR))
+			return true;
+		refuse(tp, pc, -FT_EPROTO, "closed before its handshake");
+		return false;
+	}
+	if (pc->challenged)
+		pc->pgot += (size_t)r;
+	else
+		pc->got += (size_t)r;
+	return true;
+}
+
+/* Judges pc's whole hello: challenged (true) when it passes, else kept for
+ * a later generation or refused (false). */
+static bool judge_hello(struct ft_transport *tp, const struct ft_hello *expect,
+			struct pending_conn *pc)
+{
+	int rc = ft_hello_check(expect, &pc->hello, tp->token);
+	bool replay = false;
+	char why[160];
+
+	if (rc != 0 && keep_early(tp, expect, pc))
+		return false;
+	if (rc == -FT_EAUTH &&
+	    (expect->from_rank < 0 || pc->hello.from_rank == expect->from_rank))
+		tp->auth_refused = true;
+	/* a copy of a hello that owns a link already: refused at once, loudly */
+	if (rc == 0 && ft__auth_seen_has(&tp->seen, pc->hello.nonce)) {
+		replay = true;
+		rc = -FT_EAUTH;
+	}
+	if (rc == 0 && (rc = challenge(tp, pc)) == 0)
+		return true;
+	snprintf(why, sizeof(why), "%shandshake of rank %d for rank %d, generation %u, kind %u",
+		 replay ? "replayed " : "", pc->hello.from_rank, pc->hello.to_rank,
+		 pc->hello.generation, pc->hello.kind);
+	refuse(tp, pc, rc, pc->hello.magic == FT_HELLO_MAGIC ? why : "bad magic");
+	return false;
+}
+
+/* Judges pc's whole proof: 0 when the link is made, else pc is refused. */
+static int judge_proof(struct ft_transport *tp, const struct ft_hello *expect,
+		       struct pending_conn *pc, struct ft_link **out, struct ft_hello *got)
+{
 	int rc;
 
-	ft_hello_ack_seal(&ack, hello->nonce, 0, tp->token);
-	rc = ft__sock_write_full(fd, &ack, sizeof(ack), deadline);
-
-	if (rc == 0) {
-		ft__sock_tune(fd, &tp->sock_opts);
-		*out = link_new(tp, fd, hello->from_rank, false);
-		rc = *out != NULL ? 0 : -FT_ENOMEM;
+	/* a failed proof is no news of the rank its hello names: anyone may
+	 * copy a hello, so it never makes the accept's timeout -FT_EAUTH */
+	if (ft_hello_proof_check(&pc->proof, &pc->hello, pc->challenge, tp->token) != 0) {
+		refuse(tp, pc, -FT_EAUTH, "a hello whose sender could not prove it (a copy?)");
+		return -FT_EAUTH;
 	}
-	if (rc == 0)
-		*got = *hello;
-	else
-		ft__fd_close(fd);
+	/* challenged by an accept that was interrupted: this one may expect
+	 * another generation */
+	if ((rc = ft_hello_check(expect, &pc->hello, tp->token)) != 0) {
+		refuse(tp, pc, rc, "a proved hello this accept does not expect");
+		return rc;
+	}
+	if (ft__auth_seen_add(&tp->seen, pc->hello.nonce) != 0) {
+		refuse(tp, pc, -FT_EAUTH, "a hello proved twice");
+		return -FT_EAUTH;
+	}
+	rc = accept_finish(tp, pc->fd, &pc->hello, out, got);
+	pc->fd = -1;
 	return rc;
+}
+
+void ft__tcp_answer_challenges(struct ft_transport *tp)
+{
+	struct ft_link *drv[TCP_DRIVE_MAX];
+
+	drive_connects(drv, awaiting_answer(tp, drv, TCP_DRIVE_MAX));
 }
 
 static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
 		      struct ft_link **out, struct ft_hello *got)
 {
 	int64_t deadline = ft__now_ms() + timeout_ms;
-	struct pollfd pfd[TCP_PENDING_ACCEPT + 1];
+	struct pollfd pfd[TCP_PENDING_ACCEPT + 1 + TCP_DRIVE_MAX];
+	struct ft_link *drv[TCP_DRIVE_MAX];
 	struct pending_conn *pend;
-	int npend, rc = -FT_ETIMEDOUT;
+	int npend, ndrv, rc = -FT_ETIMEDOUT;
 
 	*out = NULL;
 	/* Connections short of their handshake outlive an interrupted call: an
@@ -314,17 +504,29 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 		if (e.hello.generation > expect->generation)
 			continue;
 		tp->early[i--] = tp->early[--tp->nearly];
-		if (ft_hello_check(expect, &e.hello, tp->token) == 0 &&
-		    ft__auth_seen_add(&tp->seen, e.hello.nonce) == 0)
-			return accept_finish(tp, e.fd, &e.hello, deadline, out, got);
-		ft__fd_close(e.fd);
+		if (npend == TCP_PENDING_ACCEPT) {
+			ft__fd_close(e.fd);
+			continue;
+		}
+		pend[npend] = (struct pending_conn){.fd = e.fd, .got = sizeof(e.hello),
+						    .hello = e.hello};
+		snprintf(pend[npend].from, sizeof(pend[npend].from), "an early connection");
+		if (judge_hello(tp, expect, &pend[npend]))
+			npend++;
+		else if (pend[npend].fd >= 0)
+			ft__fd_close(pend[npend].fd); /* kept again for a later generation: not here */
 	}
 	rc = -FT_ETIMEDOUT;
 	for (;;) {
 		int n = 0, left = ft__ms_left(deadline);
+		ndrv = awaiting_answer(tp, drv, TCP_DRIVE_MAX);
+		drive_connects(drv, ndrv);
 		pfd[n++] = (struct pollfd){.fd = tp->listen_fd, .events = POLLIN};
 		for (int i = 0; i < npend; i++)
 			pfd[n++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+		for (int i = 0; i < ndrv; i++)
+			pfd[n++] = (struct pollfd){.fd = drv[i]->fd,
+						   .events = drv[i]->need_ack ? POLLIN : POLLOUT};
 		if (left == 0)
 			break;
 		if (tp->interrupted != NULL) {
@@ -340,6 +542,7 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 			break;
 		}
 		bool backlog_blocked = (pfd[0].revents & POLLIN) && npend == TCP_PENDING_ACCEPT;
+		int npolled = npend;
 		if ((pfd[0].revents & POLLIN) && npend < TCP_PENDING_ACCEPT) {
 			struct sockaddr_storage ss;
 			socklen_t sl = sizeof(ss);
@@ -351,51 +554,27 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 				char h[NI_MAXHOST] = "?", p[NI_MAXSERV] = "?";
 				getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
 					    NI_NUMERICHOST | NI_NUMERICSERV);
-				pc->fd = fd;
-				pc->got = 0;
+				*pc = (struct pending_conn){.fd = fd};
 				snprintf(pc->from, sizeof(pc->from), "%.46s:%.5s", h, p);
 			}
 		}
-		for (int i = 1; i < n; i++) {
-			struct pending_conn *pc = &pend[i - 1];
-			ssize_t r;
-			if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
+		for (int i = 0; i < npolled; i++) {
+			struct pending_conn *pc = &pend[i];
+			if (!(pfd[1 + i].revents & (POLLIN | POLLHUP | POLLERR)))
 				continue;
-			r = recv(pc->fd, (char *)&pc->hello + pc->got, sizeof(pc->hello) - pc->got, 0);
-			if (r <= 0) {
-				if (r < 0 && (errno == EAGAIN || errno == EINTR))
-					continue;
-				refuse(tp, pc, -FT_EPROTO, "closed before its handshake");
+			if (!pending_read(tp, pc))
 				continue;
-			}
-			pc->got += (size_t)r;
-			if (pc->got < sizeof(pc->hello))
-				continue;
-			rc = ft_hello_check(expect, &pc->hello, tp->token);
-			if (rc != 0 && keep_early(tp, expect, pc)) {
-				rc = -FT_ETIMEDOUT;
+			if (!pc->challenged) {
+				if (pc->got == sizeof(pc->hello))
+					(void)judge_hello(tp, expect, pc);
 				continue;
 			}
-			if (rc == -FT_EAUTH && (expect->from_rank < 0 ||
-						pc->hello.from_rank == expect->from_rank))
-				tp->auth_refused = true;
-			bool replay = rc == 0 && ft__auth_seen_add(&tp->seen, pc->hello.nonce) != 0;
-			if (replay)
-				rc = -FT_EAUTH;
-			if (rc != 0) {
-				char why[160];
-				snprintf(why, sizeof(why),
-					 "%shandshake of rank %d for rank %d, generation %u, kind %u",
-					 replay ? "replayed " : "",
-					 pc->hello.from_rank, pc->hello.to_rank, pc->hello.generation,
-					 pc->hello.kind);
-				refuse(tp, pc, rc, pc->hello.magic == FT_HELLO_MAGIC ? why : "bad magic");
-				rc = -FT_ETIMEDOUT;
+			if (pc->pgot < sizeof(pc->proof))
 				continue;
-			}
-			rc = accept_finish(tp, pc->fd, &pc->hello, deadline, out, got);
-			pc->fd = -1;
-			goto done;
+			rc = judge_proof(tp, expect, pc, out, got);
+			if (rc == 0 || rc == -FT_ENOMEM)
+				goto done;
+			rc = -FT_ETIMEDOUT;
 		}
 		/* Compact refused entries. */
 		int k = 0;
@@ -403,10 +582,10 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 			if (pend[i].fd >= 0)
 				pend[k++] = pend[i];
 		npend = k;
-		/* Every slot holds a connection still short of its hello while another
-		 * waits in the backlog: drop the oldest, so that stalled peers cannot
-		 * lock a valid one out (nor leave poll spinning on the readable
-		 * listening socket until the deadline). */
+		/* Every slot holds a connection still short of its handshake while
+		 * another waits in the backlog: drop the oldest, so that stalled
+		 * peers cannot lock a valid one out (nor leave poll spinning on the
+		 * readable listening socket until the deadline). */
 		if (backlog_blocked && npend == TCP_PENDING_ACCEPT) {
 			refuse(tp, &pend[0], -FT_ETIMEDOUT, "too many connections short of a handshake");
 			memmove(pend, pend + 1, (size_t)--npend * sizeof(pend[0]));
@@ -414,7 +593,8 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 	}
 done:
 	/* Interrupted (a failure is being handled, the accept will be called
-	 * again): keep what is short of its handshake. Given up: drop it. */
+	 * again): keep what is short of its handshake. Given up, or a link
+	 * made: drop it (a copy raced ahead of the original ends here). */
 	tp->npend = 0;
 	for (int i = 0; i < npend; i++) {
 		if (pend[i].fd < 0)
@@ -423,10 +603,13 @@ done:
 			pend[tp->npend++] = pend[i];
 			continue;
 		}
-		ft__warn_gated(&tp->warn, "tcp: dropped connection from %s that sent no valid handshake",
+		ft__warn_gated(&tp->warn, "tcp: dropped connection from %s that completed no handshake",
 			       pend[i].from);
 		ft__fd_close(pend[i].fd);
 	}
+	/* our own connects may have been answered while we took this one */
+	ndrv = awaiting_answer(tp, drv, TCP_DRIVE_MAX);
+	drive_connects(drv, ndrv);
 	if (rc == -FT_ETIMEDOUT && tp->auth_refused) {
 		ft__error("tcp: rank %d's handshakes failed for their token, job or version",
 			  expect->from_rank);
@@ -514,10 +697,15 @@ static int do_send(struct ft_link *l, struct ft_tp_event *ev, int max)
 							 .ctx = op->ctx, .peer = l->peer};
 			queue_pop(&l->sq);
 		}
-		if (!l->can_write || l->sq.len == 0 || l->error || nev == max)
+		/* no frame before the proof, which goes first */
+		if (!l->can_write || l->sq.len == 0 || l->error || nev == max || l->need_ack)
 			break;
 		struct iovec iov[TCP_IOV];
 		int niov = 0;
+		if (l->proof_left > 0) {
+			iov[niov].iov_base = (char *)&l->proof + sizeof(l->proof) - l->proof_left;
+			iov[niov++].iov_len = l->proof_left;
+		}
 		for (size_t i = 0; i < l->sq.len && niov + 2 <= TCP_IOV; i++) {
 			struct tcp_op *op = queue_at(&l->sq, i);
 			size_t hs = sizeof(op->hdr);
@@ -541,7 +729,9 @@ static int do_send(struct ft_link *l, struct ft_tp_event *ev, int max)
 			continue;
 		}
 		/* Account every byte written; completions are reported above. */
-		size_t left = (size_t)n;
+		size_t left = (size_t)n, p = left < l->proof_left ? left : l->proof_left;
+		l->proof_left -= p;
+		left -= p;
 		for (size_t i = 0; left > 0; i++) {
 			struct tcp_op *op = queue_at(&l->sq, i);
 			size_t take = op_total(op) - op->done;
@@ -602,19 +792,10 @@ static int do_recv(struct ft_link *l, struct ft_tp_event *ev, int max)
 	while (!l->error && nev < max) {
 		size_t avail = l->in_end - l->in_start;
 		if (l->need_ack) {
-			struct ft_hello_ack ack;
-			if (avail >= sizeof(ack)) {
-				memcpy(&ack, l->in + l->in_start, sizeof(ack));
-				l->in_start += sizeof(ack);
-				l->need_ack = false;
-				int st = ft_hello_ack_check(&ack, l->nonce, l->tp->token);
-				if (st != 0) {
-					ft__error("tcp: rank %d refused our link: %s", l->peer,
-						  ft_strerror(st));
-					link_fail(l, st);
-				}
-				continue;
-			}
+			take_answer(l);
+			if (l->need_ack || l->error)
+				break;
+			continue;
 		} else if (l->rq.len > 0) {
 			struct tcp_op *op = queue_at(&l->rq, 0);
 			size_t plen = op->hdr.length;
@@ -703,8 +884,16 @@ static int link_io(struct ft_link *l, struct ft_tp_event *ev, int max)
 	if (l->fd < 0)
 		return 0;
 	n += do_send(l, ev, max);
-	if (n < max)
+	if (n < max) {
+		bool answered = !l->need_ack;
 		n += do_recv(l, ev + n, max - n);
+		/* the answer just came: the proof, and the frames held for it, go now */
+		if (!answered && !l->need_ack) {
+			send_proof(l);
+			if (n < max)
+				n += do_send(l, ev + n, max - n);
+		}
+	}
 	if (l->error && !l->error_reported && n < max) {
 		l->error_reported = true;
 		ev[n++] = (struct ft_tp_event){.type = FT_TP_LINK_ERROR, .status = l->error,
@@ -731,7 +920,8 @@ static void harvest(struct ft_transport *tp, int timeout_ms)
 /* A link has work that waits only on an edge epoll may already hold. */
 static bool link_stalled(const struct ft_link *l)
 {
-	return (!l->can_write && l->sq.len > 0) || (!l->can_read && l->rq.len > 0);
+	return (!l->can_write && (l->sq.len > 0 || l->proof_left > 0)) ||
+	       (!l->can_read && (l->rq.len > 0 || l->need_ack));
 }
 
 /*
@@ -801,11 +991,14 @@ static void tcp_link_abort(struct ft_link *l, const struct ft_frame *abort_frame
 			l->sq.len = 0;
 		if (queue_push(&l->sq, abort_frame, NULL, NULL) == 0) {
 			struct ft_tp_event ev[4];
+			/* the abort is a frame: it waits for the answer and the proof */
 			while (l->sq.len > 0 && !l->error && ft__ms_left(deadline) > 0) {
-				l->can_write = true;
+				l->can_write = l->can_read = true;
+				take_answer(l);
 				do_send(l, ev, 4);
 				if (l->sq.len > 0 && !l->error) {
-					struct pollfd pfd = {.fd = l->fd, .events = POLLOUT};
+					struct pollfd pfd = {.fd = l->fd,
+							     .events = l->need_ack ? POLLIN : POLLOUT};
 					poll(&pfd, 1, ft__ms_left(deadline));
 				}
 			}

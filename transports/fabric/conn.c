@@ -218,6 +218,7 @@ int ft__fab_connect(struct ft_transport *tp, const char *addr, const struct ft_h
 			goto fail;
 		}
 	}
+	ft__fab_hello_fields_seal(&l->m.hello, tp->token);
 	ft__fab_watch_peer(l, pa.node, pa.pid, pa.name, pa.namelen, pa.bell);
 	l->want[C_HELLO] = true;
 	l->want[C_ACK_RX] = true;
@@ -229,6 +230,27 @@ int ft__fab_connect(struct ft_transport *tp, const char *addr, const struct ft_h
 fail:
 	ft__fab_link_free(l);
 	return rc;
+}
+
+/* The fields around the hello, from link_id to bell: what the MAC of
+ * fields_mac covers besides the hello itself. */
+#define FIELDS_AT offsetof(struct fab_hello_msg, link_id)
+#define FIELDS_LEN (offsetof(struct fab_hello_msg, fields_mac) - FIELDS_AT)
+
+_Static_assert(FIELDS_AT == sizeof(struct ft_hello) &&
+		       offsetof(struct fab_hello_msg, fields_mac) + FT_HELLO_MAC ==
+			       sizeof(struct fab_hello_msg),
+	       "struct fab_hello_msg has padding");
+
+void ft__fab_hello_fields_seal(struct fab_hello_msg *m, const char *token)
+{
+	ft_hello_ext_seal(&m->hello, (const char *)m + FIELDS_AT, FIELDS_LEN, token, m->fields_mac);
+}
+
+int ft__fab_hello_fields_check(const struct fab_hello_msg *m, const char *token)
+{
+	return ft_hello_ext_check(&m->hello, (const char *)m + FIELDS_AT, FIELDS_LEN, token,
+				  m->fields_mac);
 }
 
 /* ---- accepting ---- */
@@ -269,7 +291,7 @@ static void refuse_rdm(struct ft_transport *tp, const struct fab_inbox *in, int 
 	if (l == NULL)
 		return;
 	l->tx_rank = m->hello.to_rank;
-	ft_hello_ack_seal(&l->m.ack_tx, m->hello.nonce, rc, tp->token);
+	ft_hello_ack_seal(&l->m.ack_tx, m->hello.nonce, NULL, rc, tp->token);
 	ft__fab_watch_peer(l, m->node, m->pid, NULL, 0, -1);
 	if (av_lookup(tp, m->name, m->namelen, &l->addr) == 0)
 		ft__fab_ctl_post(l, C_ACK_TX);
@@ -297,6 +319,12 @@ static int hello_verdict(struct ft_transport *tp, const struct ft_hello *expect,
 	rc = ft_hello_check(expect, &m->hello, tp->token);
 	if (rc == -FT_EAUTH && (expect->from_rank < 0 || m->hello.from_rank == expect->from_rank))
 		tp->auth_refused = true;
+	/* the fields that route answers and watch the peer are trusted too */
+	if (rc == 0 && ft__fab_hello_fields_check(m, tp->token) != 0) {
+		ft__warn("fabric: refused a hello of rank %d whose fields were altered",
+			 m->hello.from_rank);
+		rc = -FT_EAUTH;
+	}
 	return rc;
 }
 
@@ -415,7 +443,7 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 			ft__warn("fabric: refused %s: %s",
 				 l->m.hello.hello.magic == FT_HELLO_MAGIC ? why : "bad magic",
 				 ft_strerror(rc));
-			ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, rc, tp->token);
+			ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, rc, tp->token);
 			if (l->connected)
 				ft__fab_ctl_post(l, C_ACK_TX);
 			ft__fab_link_shutdown(l, false, FAB_CLOSE_WAIT_MS);
@@ -457,7 +485,7 @@ int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int t
 		ft__fab_wait(tp, tp->interrupted != NULL && ft__ms_left(deadline) > 20
 			     ? 20 : ft__ms_left(deadline));
 	}
-	ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, 0, tp->token);
+	ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, 0, tp->token);
 	l->want[C_ACK_TX] = true;
 	l->want[C_CLOSE_RX] = !tp->msg;
 	l->piece = (size_t)l->m.hello.piece;

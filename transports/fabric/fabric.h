@@ -87,8 +87,15 @@ uint32_t ft__fi_version(void);
  *            hello for a newer generation than the accept waiting now is
  *            kept for the accept of its generation. The MAC of struct
  *            ft_hello proves the token (transport.h); the fields around it
- *            only route the answer and watch the peer, so a forged one can
- *            break a link but never open one;
+ *            (link id, node, pid, names, bell) route the answer and watch
+ *            the peer, and are under a MAC of their own bound to the hello
+ *            (fields_mac), so none can be altered in flight. There is no
+ *            challenge from the acceptor yet (tcp has one). Over RDM that
+ *            leaves a copy raced ahead of the original little: the link it
+ *            opens is the one the MAC names (the original's endpoint and
+ *            link id: answers go there; RDM frames were never
+ *            authenticated, lib/auth.h). Over MSG the copy's own
+ *            connection would hold the link: still open;
  *   ACK      acceptor -> connector: struct ft_hello_ack, its MAC checked
  *            against the connector's hello (a wrong token: -FT_EAUTH);
  *   HDR      connector -> acceptor: a frame header (abort frames too);
@@ -192,6 +199,7 @@ struct fab_hello_msg {
 	uint32_t homelen;
 	uint8_t home[FAB_NAME_MAX];     /* the connector's published endpoint */
 	int32_t bell;                   /* the connector's bell (bell.c), -1: none */
+	uint8_t fields_mac[FT_HELLO_MAC];       /* ft_hello_ext_seal over hello, link_id..bell */
 };
 
 struct fab_close_msg {
@@ -403,6 +411,10 @@ int ft__fab_connect(struct ft_transport *tp, const char *addr, const struct ft_h
 		    int timeout_ms, struct ft_link **out);
 int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
 		   struct ft_link **out, struct ft_hello *got);
+/* Puts m's fields around its sealed hello under a MAC bound to it. */
+void ft__fab_hello_fields_seal(struct fab_hello_msg *m, const char *token);
+/* 0 when m's fields are as its sender sealed them, else -FT_EAUTH. */
+int ft__fab_hello_fields_check(const struct fab_hello_msg *m, const char *token);
 /* RDM: keeps a hello taken by a slot until an accept judges it. */
 void ft__fab_inbox_add(struct ft_transport *tp, const struct fab_hello_msg *msg, size_t len);
 /* MSG: reads the connection events; returns how many were read. */
