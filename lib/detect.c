@@ -513,9 +513,16 @@ static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t 
 		lock(d);
 		bool dead = d->failed[l->peer];
 		unlock(d);
-		if (dead)
+		if (dead) {
+			/* the news first: a rank counted out but alive (sent away,
+			 * or wrongly suspected) leaves on it, instead of taking the
+			 * close for its neighbours' deaths and settling a view of
+			 * its own; a dead one's kernel drops it */
+			if (!l->connecting)
+				(void)ft__ctl_send(&d->ctl, i, FT__CTL_NOTICE, d->gen, ranks,
+						   (size_t)n * sizeof(int32_t));
 			link_close(d, i);
-		else if (i == d->left_ci || i == d->right_ci)
+		} else if (i == d->left_ci || i == d->right_ci)
 			send_failed_set(d, i);
 		if (d->out)
 			return;

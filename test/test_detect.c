@@ -315,6 +315,34 @@ Test(detect, notice_reaches_both_neighbours, .timeout = 60)
 	close_world();
 }
 
+/*
+ * A neighbour counted out while alive (sent away, or wrongly suspected)
+ * hears it before its link closes: it then leaves, instead of taking the
+ * close for this rank's death (a newcomer sent away once did, and settled
+ * a view of its own with the ranks that had not heard yet).
+ */
+Test(detect, a_rank_counted_out_hears_it_first, .timeout = 60)
+{
+	const int32_t right[] = {RIGHT};
+	struct ft__ctl_msg m;
+	int32_t got[W];
+	int n = 0, rc;
+
+	start_world(50, 30000);
+	/* the right neighbour answers its hello, as a live one does */
+	cr_assert_eq(ft__ctl_send(&w.ctl[RIGHT], w.link[RIGHT], FT__CTL_HB, 0, NULL, 0), 0);
+	send_notice(LEFT, right, 1);
+	rc = next_msg(RIGHT, WAIT_MS, &m, got, &n);
+	cr_expect_eq(rc, 1, "the rank counted out got no notice before the close: %s",
+		     ft_err_name(rc));
+	if (rc == 1) {
+		cr_expect_eq(m.type, FT__CTL_NOTICE);
+		cr_expect_eq(n, 1);
+		cr_expect_eq(got[0], RIGHT, "the notice names rank %d", got[0]);
+	}
+	close_world();
+}
+
 Test(detect, failed_set_only_grows, .timeout = 60)
 {
 	const int32_t four[] = {4}, zero[] = {0}, zero_four[] = {0, 4};
