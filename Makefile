@@ -214,7 +214,7 @@ deps:
 # The log reader's fuzz harness. The replay driver (plain compiler, ASan and
 # UBSan) runs the seed corpus in make test; make fuzz builds the harness
 # with afl++ and fuzzes for FUZZ_SECONDS; make fuzz-corpus rewrites the seeds.
-FUZZ_SRC := test/fuzz/fuzz_log.c lib/log_read.c lib/crc32c.c lib/reduce.c
+FUZZ_SRC := test/fuzz/fuzz_log.c lib/log_read.c lib/crc32c.c lib/reduce.c lib/fdreg.c lib/log.c
 FUZZ_SECONDS ?= 60
 $(B)/fuzz/fuzz_log_replay: $(FUZZ_SRC) lib/log.h $(FLAGS)
 	@mkdir -p $(dir $@)

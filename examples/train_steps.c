@@ -1,10 +1,11 @@
-/* train_steps.c: steps of several collectives that a restarted rank resumes exactly, mid-step too (train_steps [STEPS] [COUNT] [PAUSE_MS] [naive]). */
+/* train_steps.c: steps of several collectives that a restarted rank resumes exactly, mid-step too (train_steps [STEPS] [COUNT] [PAUSE_MS] [naive|-] [fork]). */
 #include <ftcc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /*
  * SGD with momentum. Each step: (0) average the gradients (ft_allreduce);
@@ -22,7 +23,9 @@
  * only in a local variable of the step. (A program that resumed at the
  * step's start would call the wrong collective: the library then sends it
  * away with FT_EEXCLUDED and the survivors go on. "naive" makes this
- * program that mistake, to show it.)
+ * program that mistake, to show it.) With "fork", each rank first forks a
+ * worker that outlives it by a few seconds, as a data loader's do: the
+ * library keeps the worker from holding the rank's links and lock.
  *
  * Each op prints a digest of its result, and each rank its model's at the
  * end: equal to those of a run where nothing fails.
@@ -74,6 +77,7 @@ int main(int argc, char **argv)
 	size_t count = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : 4096;
 	int pause_ms = argc > 3 ? atoi(argv[3]) : 5;
 	int naive = argc > 4 && strcmp(argv[4], "naive") == 0;
+	int worker = argc > 5 && strcmp(argv[5], "fork") == 0;
 	struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
 	struct where at = {0, 0};
 	struct schedule sched = {0.05f, 0};
@@ -93,6 +97,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	me = ft_orig_rank(comm, ft_rank(comm));
+	if (worker) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			struct timespec nap = {3, 0};
+			nanosleep(&nap, NULL); /* a loader's worker: no ftcc here */
+			_exit(0);
+		}
+		if (pid < 0)
+			perror("fork");
+	}
 	if ((rc = ft_state_register(comm, model, count * sizeof(float), FT_STATE_REPLICATED)) < 0 ||
 	    (rc = ft_state_register(comm, mom, count * sizeof(float), FT_STATE_REPLICATED)) < 0 ||
 	    (rc = ft_state_register(comm, &sched, sizeof(sched), FT_STATE_REPLICATED)) < 0 ||

@@ -600,6 +600,16 @@ static bool awaited_at_start(struct mbf *r, int who)
 
 static bool lock_held(const char *path);
 
+/* Whether rank who took its lock (lock-<r>, first thing in ft_init) and no
+ * process holds it now: it died, or left (a departure marker says which). */
+static bool lock_orphaned(const struct mbf *r, int who)
+{
+	char path[800];
+
+	snprintf(path, sizeof(path), "%s/lock-%d", r->dir, who);
+	return who != r->rank && access(path, F_OK) == 0 && !lock_held(path);
+}
+
 /*
  * Whether rank who of this job is alive in a new incarnation (it holds its
  * lock-<r>, taken first in ft_init) although its record here is of a dead
@@ -668,6 +678,11 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 			ops[i] = m.next_op;
 			continue;
 		}
+		/* died inside ft_init before it published: its lock file, taken
+		 * first, is there and held by no one (waiting for it until the
+		 * connect timeout failed every rank's ft_init) */
+		if (rc == MEMBER_ABSENT && gen == 0 && lock_orphaned(r, who))
+			rc = MEMBER_DEAD;
 		if ((rc == MEMBER_ABSENT || rc == MEMBER_CORRUPT) && gen > 0) {
 			int left = departed(r, who);
 			if (left == 1 || read_member(r, gen - 1, who, NULL) == MEMBER_DEAD)

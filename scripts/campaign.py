@@ -1,0 +1,201 @@
+#!/usr/bin/python3
+"""campaign.py BUILD_DIR [TRIALS]: randomized fault trials; a table per cell; fails on any wrong, hung or lost.
+
+Cells: shrink over file and in-band membership, rejoin over the file
+rendezvous (rejoin needs it), each over TCP, libfabric shm and libfabric
+tcp;ofi_rxm (a provider libfabric lacks is skipped, and said so). Every
+trial runs examples/train_steps (SGD with momentum: a float32 AVG
+allreduce every step, a broadcast every 7th, a MAX allreduce every 11th)
+on 5 ranks under ftcc-run and SIGKILLs one to three of them from outside:
+the first at a random moment from the start (inside ft_init too) to the
+job's end, the others a random 0-150 ms later (during the recovery, or
+the restarted rank's state transfer under rejoin); in a third of the
+trials every rank has forked a worker that outlives it (a data loader's).
+
+Verdicts, against a failure-free run of the same cell:
+  wrong  an op at 5 contributors whose digest is not the failure-free
+         one, two ranks that printed different results for one op, or
+         survivors that end with different models;
+  hung   the job did not end within its deadline;
+  lost   a rank that was not killed did not finish (excluded, failed);
+  exact  every op at 5 contributors (rejoin: the killed ranks came back);
+  lossy  some ops by fewer (shrink's result over the survivors; under
+         rejoin, its fallback when a killed rank could not come back).
+CAMPAIGN_SEED replays a campaign; each failure prints its command line.
+"""
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+
+B = sys.argv[1] if len(sys.argv) > 1 else "build"
+TRIALS = int(sys.argv[2]) if len(sys.argv) > 2 else int(os.environ.get("CAMPAIGN_TRIALS", "1000"))
+SEED = int(os.environ.get("CAMPAIGN_SEED", str(int(time.time()))))
+N, STEPS, COUNT, PAUSE = 5, 60, 2000, 5
+DEADLINE = 90
+
+OP = re.compile(r"^\[(\d+)\.(\d+) [^]]*\] op (\d+) digest ([0-9a-f]+) contributors (\d+)$")
+MODEL = re.compile(r"^\[(\d+)\.(\d+) [^]]*\] model ([0-9a-f]+)$")
+EXIT = re.compile(r"^ftcc-run: rank (\d+) \(pid \d+\) (exited with status (\d+)|killed by signal (\d+))")
+
+
+def provider_ok(prov):
+    if prov is None:
+        return True
+    try:
+        return subprocess.run(["fi_info", "-p", prov], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode == 0
+    except OSError:
+        return False
+
+
+def env_for(policy, membership, prov):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("FTCC_") or k == "FI_PROVIDER":
+            del env[k]
+    env["FTCC_POLICY"] = policy
+    env["FTCC_REJOIN_TIMEOUT_MS"] = "10000"
+    env["FI_SHM_DISABLE_CMA"] = "1"
+    if membership == "inband":
+        env["FTCC_MEMBERSHIP"] = "inband"
+    if prov is not None:
+        env["FTCC_TRANSPORT"] = "fabric"
+        env["FI_PROVIDER"] = prov
+    return env
+
+
+def run(policy, membership, prov, kills, fork):
+    args = [f"{B}/ftcc-run", "-n", str(N), "--tag", "--timeout", str(DEADLINE)]
+    if policy == "rejoin":
+        args += ["--restart", "--max-restarts", "3"]
+    else:
+        args += ["--ignore-killed"]
+    for rank, at in kills:
+        args += ["--kill", f"{rank}@{at:.3f}"]
+    args += [f"{B}/examples/train_steps", str(STEPS), str(COUNT), str(PAUSE), "-"]
+    if fork:
+        args.append("fork")
+    env = env_for(policy, membership, prov)
+    try:
+        p = subprocess.run(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=DEADLINE + 60)
+        return p.returncode, p.stdout.decode(errors="replace"), args, env
+    except subprocess.TimeoutExpired as e:
+        return 124, (e.stdout or b"").decode(errors="replace"), args, env
+
+
+def parse(out):
+    ops, models, status = {}, {}, {}
+    for line in out.splitlines():
+        m = OP.match(line)
+        if m:
+            ops.setdefault(int(m.group(3)), set()).add((m.group(4), int(m.group(5))))
+            continue
+        m = MODEL.match(line)
+        if m:
+            models[int(m.group(1))] = m.group(3)
+            continue
+        m = EXIT.match(line)
+        if m:
+            status[int(m.group(1))] = ("exit", int(m.group(3))) if m.group(3) else \
+                ("signal", int(m.group(4)))
+    return ops, models, status
+
+
+def judge(ref, policy, rc, out, victims):
+    ops, models, status = parse(out)
+    if rc == 124:
+        return "hung", "past its deadline"
+    for op, results in ops.items():
+        if len(results) > 1:
+            return "wrong", f"op {op}: ranks printed {sorted(results)}"
+        digest, contributors = next(iter(results))
+        if contributors == N and ref.get(op) != digest:
+            return "wrong", f"op {op}: digest {digest} at {N} contributors, want {ref.get(op)}"
+    if len(set(models.values())) > 1:
+        return "wrong", f"models differ: {models}"
+    healthy = [r for r in range(N) if r not in victims]
+    for r in healthy:
+        st = status.get(r)
+        if r not in models or (st is not None and st != ("exit", 0)):
+            return "lost", f"rank {r} (never killed) did not finish: {st}"
+    lossy = any(c < N for results in ops.values() for _, c in results)
+    if policy == "rejoin" and not lossy and len(models) != N:
+        lossy = True
+    return ("lossy" if lossy else "exact"), ""
+
+
+def main():
+    rnd = random.Random(SEED)
+    cells = []
+    for prov in (None, "shm", "tcp;ofi_rxm"):
+        name = "tcp" if prov is None else prov
+        if not provider_ok(prov):
+            print(f"campaign: SKIPPED: libfabric provider '{prov}' is not available", flush=True)
+            continue
+        cells += [("shrink", "file", prov, name), ("shrink", "inband", prov, name),
+                  ("rejoin", "file", prov, name)]
+    print(f"campaign: seed {SEED} (CAMPAIGN_SEED replays it), {TRIALS} trials over "
+          f"{len(cells)} cells", flush=True)
+    refs, span = {}, {}
+    for policy, membership, prov, name in cells:
+        t0 = time.time()
+        rc, out, args, _ = run(policy, membership, prov, [], False)
+        ops, models, _ = parse(out)
+        if rc != 0 or len(models) != N or any(len(v) != 1 for v in ops.values()):
+            print(f"campaign: the failure-free run of {policy}/{membership}/{name} failed "
+                  f"(status {rc}):\n{out[-3000:]}")
+            return 1
+        refs[(policy, membership, name)] = {op: next(iter(v))[0] for op, v in ops.items()}
+        span[(policy, membership, name)] = time.time() - t0
+    table = {c[:2] + (c[3],): dict(trials=0, exact=0, lossy=0, wrong=0, hung=0, lost=0)
+             for c in cells}
+    bad = 0
+    for t in range(TRIALS):
+        policy, membership, prov, name = cells[t % len(cells)]
+        key = (policy, membership, name)
+        k = rnd.choices([1, 2, 3], weights=[5, 3, 2])[0]
+        victims = rnd.sample(range(N), k)
+        first = rnd.uniform(0, span[key] * 0.9)
+        if rnd.random() < 0.1:
+            first = rnd.uniform(0, 0.05)          # inside ft_init
+        kills = [(victims[0], first)]
+        for v in victims[1:]:
+            kills.append((v, kills[-1][1] + rnd.uniform(0, 0.15)))
+        fork = rnd.random() < 1 / 3
+        rc, out, args, env = run(policy, membership, prov, kills, fork)
+        verdict, why = judge(refs[key], policy, rc, out, set(victims))
+        row = table[key]
+        row["trials"] += 1
+        row[verdict] += 1
+        if verdict in ("wrong", "hung", "lost"):
+            bad += 1
+            envs = " ".join(f"{k}={env[k]}" for k in sorted(env)
+                            if k.startswith("FTCC_") or k.startswith("FI_"))
+            print(f"campaign: trial {t} {policy}/{membership}/{name} {verdict}: {why}\n"
+                  f"  {envs} {' '.join(args)}\n" + "\n".join(
+                      "  | " + ln for ln in out.splitlines() if " digest " not in ln)[-4000:],
+                  flush=True)
+        if (t + 1) % 50 == 0:
+            print(f"campaign: {t + 1} of {TRIALS} trials, {bad} bad", flush=True)
+    print()
+    print("| policy | membership | transport | trials | exact | lossy | wrong | hung | "
+          "healthy lost |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    tot = dict(trials=0, exact=0, lossy=0, wrong=0, hung=0, lost=0)
+    for (policy, membership, name), row in table.items():
+        print(f"| {policy} | {membership} | {name} | {row['trials']} | {row['exact']} | "
+              f"{row['lossy']} | {row['wrong']} | {row['hung']} | {row['lost']} |")
+        for c in tot:
+            tot[c] += row[c]
+    print(f"| all | | | {tot['trials']} | {tot['exact']} | {tot['lossy']} | {tot['wrong']} | "
+          f"{tot['hung']} | {tot['lost']} |")
+    print(f"campaign: seed {SEED}: {bad} trials wrong, hung or with a healthy rank lost")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
