@@ -263,12 +263,14 @@ bench: all
 bench-compare: all $(B)/gloo_bench $(B)/mpi_bench
 	@scripts/bench-compare.sh $(B)
 
-# The longer fault campaign: FTCC_SHRINK_TRIALS random outside kills per
-# (ranks, count) pair, n = 3..8, over TCP and libfabric tcp;ofi_rxm.
-campaign: all $(B)/test/test_shrink
-	FTCC_SHRINK_TRIALS=$${FTCC_SHRINK_TRIALS:-10} $(B)/test/test_shrink --filter 'shrink/random_outside_kill'
-	FTCC_SHRINK_TRIALS=$${FTCC_SHRINK_TRIALS:-10} FTCC_TEST_TRANSPORT=fabric FI_PROVIDER='tcp;ofi_rxm' \
-		$(B)/test/test_shrink --filter 'shrink/random_outside_kill'
+# The reliability campaign (scripts/campaign.py): CAMPAIGN_TRIALS (default
+# 1000) randomized trials, one to three outside kills at random moments
+# (inside ft_init, during recovery and state transfer too), with and
+# without forked workers, across shrink (file, in-band) and rejoin, over
+# TCP, libfabric shm and tcp;ofi_rxm; a table per cell. CAMPAIGN_SEED
+# replays one. make test runs a slice of it.
+campaign: all
+	/usr/bin/python3 scripts/campaign.py $(B) $${CAMPAIGN_TRIALS:-1000}
 
 # The longer rejoin campaign: every random-kill row of test/rejoin_tests.sh
 # with CAMPAIGN_TRIALS trials (default 20).

@@ -283,6 +283,17 @@ int ft_state_register(struct ft_comm *comm, void *ptr, size_t bytes, unsigned fl
  * restore's error is returned (here or by that ft_ckpt_enable): -FT_ECORRUPT
  * when some block had no valid copy (the others are restored).
  * Elsewhere, and once done: returns 0 at once.
+ *
+ * Where to resume. The state a newcomer gets is the survivors' as they
+ * entered the collective the newcomer must call next (ft_rejoined's
+ * next_op), which in a step of several collectives may be its second or
+ * third. So a program whose steps run more than one collective registers
+ * where it is with its state (a replicated region holding the step and
+ * the index of its next collective, written before each call) and resumes
+ * exactly there; every collective's input must follow from registered
+ * state (examples/train_steps.c). A newcomer whose next call does not
+ * match the survivors' (it resumed elsewhere) gets -FT_EEXCLUDED and is
+ * sent away; the survivors go on as after a crash.
  */
 int ft_state_sync(struct ft_comm *comm);
 /*

@@ -930,7 +930,9 @@ static void mbf_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 		unlink(path);
 		ft__fd_close(r->lock_fd);
 		r->lock_fd = -1;
-		remove_job_if_last(r);
+		/* only a rank that said goodbye (a clean end) cleans up after the job */
+		if (departed(r, r->rank) == 1)
+			remove_job_if_last(r);
 	}
 	free(r->dead_since);
 	free(r);

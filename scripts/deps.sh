@@ -4,7 +4,8 @@
 # Runs apt-get as root or through sudo, and says what it installs.
 set -eu
 PKGS="build-essential pkg-config libssl-dev libfabric-dev libfabric-bin liburing-dev libcriterion-dev
-openmpi-bin libopenmpi-dev libpmix-dev mpich libmpich-dev libgloo-dev gnuplot-nox strace iproute2"
+openmpi-bin libopenmpi-dev libpmix-dev mpich libmpich-dev libgloo-dev gnuplot-nox strace iproute2
+python3"
 [ $# -gt 0 ] && PKGS="$*"
 missing=""
 for p in $PKGS; do

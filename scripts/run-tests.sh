@@ -55,6 +55,12 @@ item check-install 300 "$(dirname "$0")/check-install.sh" "$B"
 if [ -x "$B/examples/train_rejoin" ] && [ -z "${FTCC_SKIP_REJOIN:-}" ]; then
 	item rejoin_tests 900 "$(dirname "$0")"/../test/rejoin_tests.sh "$B"
 fi
+# A slice of the reliability campaign (make campaign runs 1000 trials):
+# two random trials per cell, kills from outside, every verdict checked.
+if [ -x "$B/examples/train_steps" ] && [ -x /usr/bin/python3 ]; then
+	item campaign_slice 900 /usr/bin/python3 "$(dirname "$0")"/campaign.py "$B" \
+		"${FTCC_CAMPAIGN_SLICE:-18}"
+fi
 # The log reader's fuzz seeds (and their prefixes) under ASan and UBSan.
 if [ -x "$B/fuzz/fuzz_log_replay" ]; then
 	item fuzz_log_replay 300 "$B/fuzz/fuzz_log_replay" "$(dirname "$0")"/../test/fuzz/corpus/*
