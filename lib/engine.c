@@ -57,18 +57,20 @@ static void send_broken(struct ft__coll *co, int err)
  * cable would, and fails the op here.
  */
 /*
- * Before a hang, the frames this rank already queued go out (up to 1 s): a
- * hung rank stops at the point named, with what it sent before it on the
- * wire, not with a batch of earlier sends stuck in its own queue. What the
- * transport reports meanwhile is dropped; this rank never returns.
+ * Before a hang, the frames this rank already queued go out: a hung rank
+ * stops at the point named, with what it sent before it on the wire, not
+ * with a batch of earlier sends stuck in its own queue. Only their
+ * completion or a broken link ends the wait, never a clock: this rank never
+ * returns anyway, and with a deadline a rank descheduled past it hung with
+ * a frame its neighbours need still queued (the earlier frames are the
+ * point's premise). What the transport reports meanwhile is dropped.
  */
 static void flush_before_hang(struct ft__coll *co)
 {
 	struct ft_comm *c = co->c;
 	struct ft_tp_event ev[FT__EV_MAX];
-	int64_t end = ft__now_ms() + 1000;
 
-	while (co->send_done < co->send_posted && ft__ms_left(end) > 0) {
+	while (co->send_done < co->send_posted) {
 		int nev = c->tp_ops->progress(c->tp, 10, ev, FT__EV_MAX);
 		if (nev < 0)
 			return;
