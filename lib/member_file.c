@@ -287,6 +287,59 @@ static void gen_dir(const struct mbf *r, uint32_t gen, char *buf, size_t len)
 
 /* ---- open, publish, lookup ---- */
 
+/*
+ * Takes this rank's lock-<r> (held while the process lives) so that the
+ * file never stands unheld for a live rank: a new file is made under a
+ * temporary name, locked, then linked into place; an existing one (an
+ * earlier incarnation's) is locked where it is. Then its time is stamped:
+ * a lock file unheld but stamped lately is a rank of this run that died
+ * (lock_orphaned); an old one may be an earlier job's.
+ */
+static int lock_take(struct mbf *r, const char *path)
+{
+	char tmp[900];
+	int fd = -1, err;
+
+	for (int tries = 0; tries < 3; tries++) {
+		fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0 && errno == ENOENT) {
+			if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >=
+			    (int)sizeof(tmp))
+				return -FT_EINVAL;
+			(void)unlink(tmp);
+			fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+			if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && link(tmp, path) != 0) {
+				err = errno;
+				close(fd);
+				(void)unlink(tmp);
+				if (err == EEXIST)
+					continue; /* another took the name first: lock that one */
+				errno = err;
+				fd = -1;
+			} else if (fd >= 0) {
+				(void)unlink(tmp);
+			}
+		}
+		break;
+	}
+	if (fd < 0) {
+		err = errno;
+		ft__error("rendezvous: cannot open %s: %s", path,
+			  err == ELOOP ? "refused: a symbolic link (remove it)" : strerror(err));
+		return err == ELOOP ? -FT_EACCES : -FT_EIO;
+	}
+	ft__fd_own(fd);
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		ft__error("rendezvous: rank %d of job in %s is already held by a live process",
+			  r->rank, r->dir);
+		ft__fd_close(fd);
+		return -FT_EBUSY;
+	}
+	(void)futimens(fd, NULL);
+	r->lock_fd = fd;
+	return 0;
+}
+
 static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
 {
 	struct mbf *r = calloc(1, sizeof(*r));
@@ -314,21 +367,9 @@ static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
 		return rc == -ENOMEM ? -FT_ENOMEM : -FT_EIO;
 	}
 	snprintf(path, sizeof(path), "%s/lock-%d", r->dir, r->rank);
-	r->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	ft__fd_own(r->lock_fd);
-	if (r->lock_fd < 0) {
-		int err = errno;
-		ft__error("rendezvous: cannot open %s: %s", path,
-			  err == ELOOP ? "refused: a symbolic link (remove it)" : strerror(err));
-		return err == ELOOP ? -FT_EACCES : -FT_EIO;
-	}
-	if (flock(r->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-		ft__error("rendezvous: rank %d of job in %s is already held by a live process",
-			  r->rank, r->dir);
-		ft__fd_close(r->lock_fd);
-		r->lock_fd = -1;
-		return -FT_EBUSY;
-	}
+	rc = lock_take(r, path);
+	if (rc != 0)
+		return rc;
 	return 0;
 }
 
@@ -600,14 +641,20 @@ static bool awaited_at_start(struct mbf *r, int who)
 
 static bool lock_held(const char *path);
 
-/* Whether rank who took its lock (lock-<r>, first thing in ft_init) and no
- * process holds it now: it died, or left (a departure marker says which). */
+/* Whether rank who took its lock (lock-<r>, first thing in ft_init) in this
+ * run and no process holds it now: it died, or left (a departure marker
+ * says which). A lock file stamped long ago may be an earlier job's (same
+ * id): not taken for this run's. */
+#define LOCK_RECENT_S 60 /* a rank of this run took its lock within this of now */
+
 static bool lock_orphaned(const struct mbf *r, int who)
 {
 	char path[800];
+	struct stat st;
 
 	snprintf(path, sizeof(path), "%s/lock-%d", r->dir, who);
-	return who != r->rank && access(path, F_OK) == 0 && !lock_held(path);
+	return who != r->rank && lstat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+	       st.st_mtime >= time(NULL) - LOCK_RECENT_S && !lock_held(path);
 }
 
 /*

@@ -107,7 +107,7 @@ for row in "rank=1,op=5,phase=allgather,step=1,seg=2|replay from its log" \
 	i=0
 	while [ $i -lt "$T" ]; do
 		if [ "$spec" = @random ]; then
-			at=$(awk -v s="$(od -An -N4 -tu4 /dev/urandom)" 'BEGIN{srand(s); printf "%.2f", 1.0 + rand() * 0.8}')
+			at=$(awk -v s="$(($(od -An -N4 -tu4 /dev/urandom | tr -d " ") % 2147483647))" 'BEGIN{srand(s); printf "%.2f", 1.0 + rand() * 0.8}')
 			rejoin_trial "@$at" >>"$res"
 		else
 			rejoin_trial "$spec" >>"$res"
