@@ -183,7 +183,8 @@ static int read_full(int fd, void *buf, size_t len, int64_t deadline_ms)
 	return 0;
 }
 
-/* The book's body: world_size entries, each checked; mine must be at my rank. */
+/* The book's body: world_size entries, each checked or FT__STORE_GONE (an empty
+ * entry in book); mine must be at my rank. */
 static int parse_book(const unsigned char *b, size_t len, const struct ft__book_params *p,
 		      const char *mine, char (*book)[FT__BOOK_ENTRY_MAX])
 {
@@ -192,6 +193,13 @@ static int parse_book(const unsigned char *b, size_t len, const struct ft__book_
 
 	for (int r = 0; r < p->world_size; r++) {
 		size_t n = at < len ? b[at] : 0;
+		bool gone = at < len && n == strlen(FT__STORE_GONE) && n <= len - at - 1 &&
+			    memcmp(b + at + 1, FT__STORE_GONE, n) == 0;
+		if (gone) {
+			book[r][0] = '\0';
+			at += 1 + n;
+			continue;
+		}
 		if (at >= len || n > len - at - 1 ||
 		    ft__boot_entry_check((const char *)b + at + 1, n, &why) != 0) {
 			ft__error("store %s: rank %d's address in the book is malformed", p->store,

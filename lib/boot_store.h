@@ -24,7 +24,10 @@
  *     u32 magic, u16 version, u16 type 2 (book) or 3 (refused),
  *     u32 world size (book) or a positive FT_E* code (refused),
  *     u32 body length
- *     book:    for each rank in order, u8 length and its entry
+ *     book:    for each rank in order, u8 length and its entry, or
+ *              FT__STORE_GONE ("-", length 1): the launcher that serves the
+ *              store saw the rank's process die before the book went out
+ *              (tools/store_server.h, store_rank_died)
  *     refused: why, in words
  *
  * The MAC proves that the joining process holds the job's token (the
@@ -63,6 +66,8 @@ enum { FT__STORE_JOIN = 1, FT__STORE_BOOK = 2, FT__STORE_REFUSED = 3, FT__STORE_
 	(FT__STORE_JOIN_HDR + FT__STORE_JOB_MAX + FT__BOOK_ENTRY_MAX + FT__AUTH_MAC)
 #define FT__STORE_MAX_RANKS 65536
 #define FT__STORE_WHY_MAX 256
+/* A gone rank's entry in a book: no host:port (ft__boot_entry_check) reads so. */
+#define FT__STORE_GONE "-"
 /* Both ends give up on a silent peer after this long (keepalive and
  * TCP_USER_TIMEOUT, sock.h): a store host or a waiting rank's host that
  * vanished. No configuration reaches the store, so one fixed value. */

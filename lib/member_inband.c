@@ -61,7 +61,13 @@
  * waited long enough (force) goes on without.
  *
  * Generation 0 needs every rank (no force): a refused connection then only
- * means the rank has not started yet, and is tried again.
+ * means the rank has not started yet, and is tried again. The one
+ * exception is a rank the book marks gone (an empty entry: ftcc-run saw
+ * its process die before it joined its store, bootstrap.h): its death is
+ * certain from the start, it is never connected to, and the view of
+ * generation 0 holds exactly the ranks not so marked. Every rank got the
+ * same book, so all agree on that view's members without a word, and its
+ * coordinator is the lowest rank not marked.
  *
  * What a message can move is bounded by what this rank itself settled: it
  * takes a COMMIT only for the generation it is settling or the next one,
@@ -90,6 +96,7 @@ struct ib_rank {
 	int link;               /* index in ctl.links, -1 none */
 	int64_t retry_ms;       /* generation 0: when to connect again */
 	bool certain;           /* its death is certain */
+	bool gone;              /* the book marks it gone: never in generation 0 */
 	/* the generation being settled, coordinator's side */
 	bool asked, replied, proposed, accepted, told;
 	uint64_t next_op;
@@ -112,6 +119,7 @@ struct inband {
 	struct ft__ctl ctl;
 	bool ctl_open;
 	int rank, world;
+	int ngone;              /* ranks the book marks gone */
 	int reply_wait_ms;
 	char (*book)[FT__BOOK_ENTRY_MAX];
 	struct ib_rank *r;
@@ -600,7 +608,8 @@ static bool in_view(const struct ft__view *v, int r)
 
 /*
  * Whether v can be a view of generation gen that rank `from` sends: the
- * view of generation 0 holds every rank (it needs every rank); a later one
+ * view of generation 0 holds every rank the book does not mark gone (it
+ * needs every one of them, and can have no other); a later one
  * comes from a member of the view before it (known here), keeps the job's
  * nonce and holds only members of that view. The message of a value that
  * fails is ignored.
@@ -610,8 +619,13 @@ static bool value_fits(const struct inband *b, uint32_t gen, int from, const str
 	const struct ft__view *prev = gen > 0 ? view_of(b, gen - 1) : NULL;
 	int k = 0;
 
-	if (gen == 0)
-		return v->n == b->world;
+	if (gen == 0) {
+		/* members are distinct (get_members): none gone and as many as not gone */
+		for (int i = 0; i < v->n; i++)
+			if (b->r[v->members[i]].gone)
+				return false;
+		return v->n == b->world - b->ngone;
+	}
 	if (prev == NULL || !in_view(prev, from) || v->nonce != prev->nonce)
 		return false;
 	/* both ascending: one walk (a RECORD of every rank comes from every rank) */
@@ -1357,6 +1371,12 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	}
 	b->book_params = p->book;
 	b->book_taken = true;
+	for (int r = 0; r < b->world; r++)
+		if (b->book[r][0] == '\0' && r != b->rank) {
+			b->r[r].gone = true;
+			b->ngone++;
+			mark_certain(b, r, "its launcher saw it die before it joined");
+		}
 	snprintf(mb->where, sizeof(mb->where), "(in-band, listening at %s)", b->ctl.addr);
 	return 0;
 }
@@ -1380,6 +1400,16 @@ static int ib_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member *
 	return 0;
 }
 
+/* The coordinator among cand: the first, but at generation 0 the first the book does not
+ * mark gone (the same on every rank: see the top). */
+static int lead(const struct inband *b, uint32_t gen, const int *cand, int ncand)
+{
+	for (int k = 0; gen == 0 && k < ncand; k++)
+		if (cand[k] >= 0 && cand[k] < b->world && !b->r[cand[k]].gone)
+			return cand[k];
+	return cand[0];
+}
+
 static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,
 			 const int *back, int nback, bool force, struct ft__view *view)
 {
@@ -1400,7 +1430,7 @@ static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int n
 		if (b->noquorum) {
 			rc = -FT_EPARTITIONED;
 		} else if (b->published &&
-			   (cand[0] == b->rank || b->ballot != 0 ||
+			   (lead(b, gen, cand, ncand) == b->rank || b->ballot != 0 ||
 			    (force && gen > 0 && b->promised == 0))) {
 			/* the coordinator, or, once the detector waited long
 			 * enough, a candidate no coordinator has reached */

@@ -826,6 +826,33 @@ Test(launch, a_restarted_rank_gets_the_book_with_its_new_address, .timeout = 90)
 	cr_expect(strstr(out, "joined again at 10.1.0.1:20001") != NULL, "%s", out);
 }
 
+/*
+ * A rank that dies before it joins the store (here at once, before
+ * ft_init) once made every other rank's ft_init wait for the book until
+ * its connect timeout, and the job died. ftcc-run saw it die and tells its
+ * store: the book marks it gone, and the other four start without it.
+ */
+Test(launch, a_rank_dead_before_it_joined_is_left_out, .timeout = 90)
+{
+	char cmd[1024], out[65536];
+	struct timespec t0, t1;
+	long ms;
+
+	snprintf(cmd, sizeof(cmd),
+		 "FTCC_MEMBERSHIP=inband FTCC_POLICY=shrink FTCC_CONNECT_TIMEOUT_MS=20000 "
+		 "%s/ftcc-run -n 5 --tag sh -c \"test \\$FTCC_RANK = 2 && kill -9 \\$\\$; "
+		 "exec %s/examples/train_steps 20 2000 5 -\"", build_dir(), build_dir());
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	(void)run(cmd, out, sizeof(out)); /* nonzero: rank 2 died */
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	cr_expect(strstr(out, "rank 2 died before the book went out") != NULL, "%s", out);
+	cr_expect_eq(count(out, "] model "), 4, "%s", out);
+	cr_expect_gt(count(out, " contributors 4\n"), 0, "%s", out);
+	cr_expect_eq(count(out, " contributors 5\n"), 0, "%s", out);
+	cr_expect_lt(ms, 15000, "the job waited %ld ms for a rank known dead", ms);
+}
+
 static void need(const char *prog)
 {
 	char cmd[256];

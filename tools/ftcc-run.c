@@ -1189,6 +1189,20 @@ static void remove_shm_regions(pid_t pid)
 	closedir(d);
 }
 
+/*
+ * Rank r's process died: the store we serve for our ranks hears it. Its
+ * word is the only sound one of a death before the job's address book is
+ * complete (no link to the rank exists yet), and without it the others
+ * would wait for the rank until their connect timeout (store_rank_died).
+ */
+static void tell_store(struct launcher *L, const struct rank *r)
+{
+	const char *job = getenv("FTCC_JOB_ID");
+
+	if (L->store != NULL && L->opt.argv != NULL && job != NULL)
+		store_rank_died(L->store, job, (uint32_t)L->opt.nranks, (uint32_t)r->id);
+}
+
 static void reap(struct launcher *L)
 {
 	for (;;) {
@@ -1225,6 +1239,7 @@ static void reap(struct launcher *L)
 		for (int i = 0; i < L->opt.nranks; i++) {
 			struct rank *r = &L->ranks[i];
 			if (r->state == RANK_RUNNING && r->pid == pid) {
+				tell_store(L, r);
 				rank_exited(L, r, wstatus);
 				break;
 			}

@@ -27,6 +27,12 @@
  * its last waiting connection closes (at the latest WAIT_MS after its last
  * join), so the table holds only jobs whose ranks are still coming.
  *
+ * A rank the launcher saw die before the book went out (store_rank_died)
+ * holds its place with the mark GONE and no connection: it counts as
+ * joined, so the others get the book without waiting for a process that
+ * will never come, and a job so marked stays until its book goes out. A
+ * join of that rank (its restart) takes the place back as any join does.
+ *
  * Everything a client sends is checked by ft__store_join_parse before it
  * is used; every buffer is bounded by the protocol's limits; a client that
  * breaks the protocol is answered (when it spoke it at all) and closed.
@@ -58,6 +64,8 @@
 #define MAX_JOBS 16
 #define MAX_UNAUTH 64
 #define ACCEPT_PAUSE_MS 100
+/* the entry of a rank that died before the book went out (lib/boot_store.h) */
+#define GONE FT__STORE_GONE
 
 struct answer {
 	size_t refs, len;
@@ -68,7 +76,7 @@ struct job {
 	char id[FT__STORE_JOB_MAX];
 	uint32_t world_size, joined;
 	struct conn **holder;   /* before the book: the connection holding each rank */
-	char **entry;           /* each rank's address, once it joined */
+	char **entry;           /* each rank's address once it joined, or GONE */
 	struct answer *book;    /* once every rank has joined */
 	int64_t used_ms;        /* last join: the oldest settled job leaves first */
 };
@@ -322,7 +330,8 @@ static void settle(struct store *s, struct job *j)
 	for (uint32_t r = 0; r < j->world_size; r++) {
 		struct conn *c = j->holder[r];
 		j->holder[r] = NULL;
-		send_answer(s, c, j->book);
+		if (c != NULL) /* NULL: a rank gone (GONE) */
+			send_answer(s, c, j->book);
 	}
 }
 
@@ -383,6 +392,17 @@ static void hold(struct store *s, struct job *j, struct conn *c, const struct ft
 		/* the same rank and address again (a retry): the newest connection waits */
 		old->job = NULL;
 		conn_close(s, old);
+	} else if (j->entry[m->rank] != NULL) {
+		/* marked gone (no holder, yet an entry), and now restarted: its place is
+		 * taken back, still counted */
+		char *copy = strdup(m->entry);
+		if (copy == NULL) {
+			refuse(s, c, FT_ENOMEM, "out of memory");
+			return;
+		}
+		free(j->entry[m->rank]);
+		j->entry[m->rank] = copy;
+		say(s, "job %s: rank %u, marked gone, joined (a restart)", j->id, m->rank);
 	} else if ((j->entry[m->rank] = strdup(m->entry)) == NULL) {
 		if (j->joined == 0)
 			job_free(s, j);
@@ -398,6 +418,15 @@ static void hold(struct store *s, struct job *j, struct conn *c, const struct ft
 	c->rank = m->rank;
 	if (j->joined == j->world_size)
 		settle(s, j);
+}
+
+/* Whether some live connection waits for j's book. */
+static bool job_awaited(const struct job *j)
+{
+	for (uint32_t r = 0; r < j->world_size; r++)
+		if (j->holder[r] != NULL)
+			return true;
+	return false;
 }
 
 /* A join of len bytes at c->in, parsed into m: nothing changes unless it proves the token. */
@@ -658,6 +687,49 @@ void store_handle(struct store *s, const struct pollfd *pfds, size_t n)
 			s->conns[j++] = s->conns[i];
 	}
 	s->nconns = j;
+}
+
+void store_rank_died(struct store *s, const char *job, uint32_t world_size, uint32_t rank)
+{
+	struct job *j;
+	struct conn *c;
+
+	if (world_size < 1 || world_size > FT__STORE_MAX_RANKS || rank >= world_size ||
+	    ft__store_job_check(job, strlen(job)) != 0)
+		return;
+	if ((j = job_find(s, job)) == NULL && (j = job_new(s, job, world_size)) == NULL)
+		return; /* no room: the ranks wait, as they would without the word */
+	if (j->book != NULL || j->world_size != world_size)
+		return; /* settled: a restart joins again; a misfit: not ours to mark */
+	c = j->holder[rank];
+	if (c != NULL) {
+		/*
+		 * Its process died after it joined: the kernel closed its
+		 * connection, which the poll loop has not read yet. One that
+		 * still reads as open is not the dead process's alone (a forked
+		 * child may hold it): the rank stays awaited, as before.
+		 */
+		struct pollfd p = {.fd = c->fd, .events = POLLIN};
+		if (poll(&p, 1, 0) != 1)
+			return;
+		read_waiting(s, c);
+		if (c->state != CLOSED)
+			return;
+		/* its leaving may have freed the job */
+		if ((j = job_find(s, job)) == NULL && (j = job_new(s, job, world_size)) == NULL)
+			return;
+	}
+	if (j->entry[rank] != NULL)
+		return; /* marked already */
+	if ((j->entry[rank] = strdup(GONE)) == NULL) {
+		if (j->joined == 0)
+			job_free(s, j);
+		return;
+	}
+	j->joined++;
+	say(s, "job %s: rank %u died before the book went out: it is marked gone", j->id, rank);
+	if (j->joined == j->world_size && job_awaited(j))
+		settle(s, j);
 }
 
 void store_close(struct store *s)

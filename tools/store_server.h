@@ -4,6 +4,7 @@
 
 #include <poll.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct store;
 
@@ -33,6 +34,17 @@ int store_poll_timeout(const struct store *s);
  * blocks; nothing a client sends can make it fail.
  */
 void store_handle(struct store *s, const struct pollfd *pfds, size_t n);
+/*
+ * The launcher saw rank's process of job (of world_size ranks) die. While
+ * the job's book is still assembling and the rank holds no live
+ * connection (it never joined, or its connection is the dead process's and
+ * closed), the rank counts as joined and gone: the book goes out once
+ * every other rank joined, with GONE as its entry (lib/boot_store.h); a
+ * later join of the rank (its restart) replaces the mark. Otherwise
+ * nothing changes. Call it only for a job whose ranks the caller launched:
+ * nothing proves the word to the store.
+ */
+void store_rank_died(struct store *s, const char *job, uint32_t world_size, uint32_t rank);
 /* Closes every connection and the listener; NULL is fine. */
 void store_close(struct store *s);
 
