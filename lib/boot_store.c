@@ -307,6 +307,18 @@ static int store_try(const struct ft__sock_addr *to, unsigned char *join, size_t
 	return rc;
 }
 
+#ifdef FTCC_FUZZ
+int ft__store_fuzz_reply(int fd, const struct ft__book_params *p, const char *mine,
+			 char (*book)[FT__BOOK_ENTRY_MAX], char *why)
+{
+	int64_t deadline_ms = ft__now_ms() + 1000;
+	uint8_t nonce[FT__AUTH_NONCE];
+	int rc = read_challenge(fd, p, nonce, deadline_ms);
+
+	return rc != 0 ? rc : read_answer(fd, p, mine, book, deadline_ms, why);
+}
+#endif
+
 /*
  * Tries until the deadline while the store cannot be reached, drops the
  * connection (it may not be up yet, or restarting) or says to wait: it
