@@ -58,7 +58,7 @@ static bool printable(const char *s, size_t cap)
 }
 
 /*
- * Byte 0: which file the rest is (modulo 3: the view, rank 1's member file,
+ * Byte 0: which file the rest is (bits 0..1 modulo 3: the view, rank 1's member file,
  * its left- marker) and (bits 2..5) the world size - 1. The file sits in
  * generation 0's directory, the others are absent.
  */
@@ -70,7 +70,7 @@ static void fuzz_one(const unsigned char *buf, size_t len)
 
 	if (len < 1)
 		return;
-	which = buf[0] % 3;
+	which = (buf[0] & 3) % 3;
 	world = 2 + ((buf[0] >> 2) & 15);
 	fd = open(paths[which], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0 || write(fd, buf + 1, len - 1) != (ssize_t)(len - 1))
