@@ -1563,7 +1563,8 @@ static struct inband *fuzz_open(const struct ft__inband_fuzz *f)
 		return b;
 	for (int r = 0; r < b->world; r++) {
 		b->r[r].link = -1;
-		b->ctl.links[r] = (struct ft__ctl_link){.fd = r == b->rank ? -1 : f->sink, .peer = r};
+		b->ctl.links[r] = (struct ft__ctl_link){.fd = r == b->rank ? -1 : f->sink,
+							.peer = r};
 		if (f->book) {
 			snprintf(b->r[r].addr, sizeof(b->r[r].addr), "h:%d", r + 1);
 			b->r[r].have_addr = true;
@@ -1586,7 +1587,8 @@ int ft__inband_fuzz(const struct ft__inband_fuzz *f, const struct ft__ctl_msg *m
 	/* the views this rank settled before: generations below f->gen */
 	b->gen = f->gen;
 	for (uint32_t g = 0; rc == 0 && g < f->gen; g++) {
-		struct ib_value v = {.ballot = COMMITTED, .first_op = g, .nonce = f->views[g].nonce};
+		struct ib_value v = {.ballot = COMMITTED, .first_op = g,
+				     .nonce = f->views[g].nonce};
 		if ((rc = value_alloc(&v, f->views[g].size)) != 0)
 			break;
 		v.n = f->views[g].size;

@@ -1,4 +1,4 @@
-/* fuzz_ctl.c: feeds arbitrary bytes to a control link (lib/ctl.c, ft__ctl_next) over a socketpair: the hello, its ACK, the framing of every message. */
+/* fuzz_ctl.c: feeds arbitrary bytes to a control link over a socketpair: the hello, its ACK, every message's framing. */
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>

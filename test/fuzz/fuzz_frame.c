@@ -93,8 +93,9 @@ static void fuzz_one(const unsigned char *buf, size_t len)
 
 	while (off < len) {
 		unsigned tag = buf[off++] % 5;
-		size_t size = tag == 0 ? sizeof(struct ft_frame)
-				     : tag <= 2 ? sizeof(struct ft_hello) : sizeof(struct ft_hello_ack);
+		size_t size = tag == 0   ? sizeof(struct ft_frame)
+			      : tag <= 2 ? sizeof(struct ft_hello)
+					 : sizeof(struct ft_hello_ack);
 		size_t take = len - off < size ? len - off : size;
 		union {
 			struct ft_frame f;

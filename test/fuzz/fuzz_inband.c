@@ -1,4 +1,4 @@
-/* fuzz_inband.c: feeds arbitrary messages to the in-band membership's real handlers (lib/member_inband.c, through ft__inband_fuzz), with the rank in a state the input picks. */
+/* fuzz_inband.c: feeds arbitrary messages to the in-band membership's own handlers, the rank in a state the input picks. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -74,7 +74,9 @@ static void fuzz_one(const unsigned char *buf, size_t len)
 		if (plen > len - off)
 			plen = len - off;
 		msgs[n++] = (struct ft__ctl_msg){
-			.type = h[0] < 8 ? FT__CTL_MB_COLLECT + h[0] : h[0] == 8 ? FT__CTL_HELLO : h[0],
+			.type = h[0] < 8    ? FT__CTL_MB_COLLECT + h[0]
+				: h[0] == 8 ? FT__CTL_HELLO
+					    : h[0],
 			.from = h[1] % (f.world + 2) - 1,
 			.gen = h[2] < 4 ? f.gen + h[2] - 1 : h[2], .len = plen,
 			.payload = buf + off};

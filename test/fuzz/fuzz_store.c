@@ -1,4 +1,4 @@
-/* fuzz_store.c: feeds arbitrary bytes to the address store's parsers: the store's join parser (ft__store_join_parse) and the client's reader of the challenge and the answer (boot_store.c, over a socketpair). */
+/* fuzz_store.c: feeds arbitrary bytes to the address store's join parser and to its client's reader of the store's answers. */
 #include <ctype.h>
 #include <fcntl.h>
 #include <stdint.h>
