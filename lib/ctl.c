@@ -511,6 +511,9 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 					}
 					l->await_ack = false;
 					continue;
+				} else if (h.type == FT__CTL_ACK) {
+					/* answers our hello only, once: never the owner's */
+					return -FT_EPROTO;
 				}
 				*m = (struct ft__ctl_msg){.type = h.type, .gen = h.gen, .from = h.from,
 							  .len = h.len, .payload = p};

@@ -75,6 +75,9 @@ def ctl(d):
     put(d, "stranger-hello", b"\2" + ctl_msg(1, hello) + rest + ctl_msg(4, b""))
     put(d, "ours-ack", b"\3" + ctl_msg(5, ack) + rest)
     put(d, "stranger-junk", b"\0" + ctl_msg(2, b"") + rest)
+    # ft__ctl_next returned an ACK the link did not await (the fuzzer's find)
+    put(d, "regress-ack-after-hello", b"\2" + ctl_msg(1, hello) + ctl_msg(5, b""))
+    put(d, "regress-second-ack", b"\3" + ctl_msg(5, ack) + ctl_msg(2, b"") + ctl_msg(5, ack))
     put(d, "refused-ack", b"\3" + ctl_msg(5, struct.pack("<iI", -(4096 + 6), 0) + bytes(32)))
 
 
