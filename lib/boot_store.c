@@ -37,7 +37,8 @@ int ft__store_job_check(const char *s, size_t len)
 	if (len == 0 || len >= FT__STORE_JOB_MAX)
 		return -FT_EINVAL;
 	for (size_t i = 0; i < len; i++)
-		if (!isalnum((unsigned char)s[i]) && strchr("-_.@:", s[i]) == NULL)
+		/* strchr finds a NUL too: the string's own end */
+		if (!isalnum((unsigned char)s[i]) && (s[i] == '\0' || strchr("-_.@:", s[i]) == NULL))
 			return -FT_EINVAL;
 	return 0;
 }

@@ -86,6 +86,9 @@ def store(d):
     job, entry = b"fuzz-job", b"host-1:4000"
     join = struct.pack(">IHHIIHH", 0x46544253, 2, 1, 1, 3, len(job), len(entry)) + job + entry
     put(d, "join", b"\1" + join + bytes(32))
+    # a NUL in the job id passed ft__store_job_check (strchr finds the NUL): the fuzzer's find
+    nul = struct.pack(">IHHIIHH", 0x46544253, 2, 1, 1, 3, 8, len(entry)) + b"fuzz\0job" [:8] + entry
+    put(d, "regress-nul-in-job", b"\1" + nul + bytes(32))
     put(d, "join-torn", b"\1" + join[:30])
     body = b"".join(bytes([len(e)]) + e for e in (b"a:1", b"h:1", b"[::1]:3"))
     book = struct.pack(">IHHII", 0x46544253, 2, 2, 3, len(body)) + body
