@@ -16,12 +16,15 @@
 #define ORIG 1
 
 static char dir[64];
+static pid_t owner;             /* made dir: afl's forked runs must not remove it */
 static char paths[3][128];     /* view, member, left marker */
 
 static void cleanup(void)
 {
 	char gen[96];
 
+	if (getpid() != owner)
+		return;
 	snprintf(gen, sizeof(gen), "%s/gen-0", dir);
 	rmdir(gen);
 	rmdir(dir);
@@ -42,6 +45,7 @@ static void fuzz_init(void)
 	snprintf(paths[0], sizeof(paths[0]), "%s/view", gen);
 	snprintf(paths[1], sizeof(paths[1]), "%s/member-%d", gen, ORIG);
 	snprintf(paths[2], sizeof(paths[2]), "%s/left-%d", dir, ORIG);
+	owner = getpid();
 	atexit(cleanup);
 }
 
