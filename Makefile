@@ -108,7 +108,7 @@ MPICC_OPENMPI := $(shell command -v mpicc.openmpi 2>/dev/null)
 TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mpi) \
 	$(B)/test/fork_rank
 
-.PHONY: all lib tools examples test fuzz fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools examples test fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
 
 lib: $(STATIC) $(SHARED)
@@ -211,29 +211,63 @@ $(B)/test/part_rank: test/cluster/part_rank.c $(STATIC) $(FLAGS)
 deps:
 	@scripts/deps.sh
 
-# The log reader's fuzz harness. The replay driver (plain compiler, ASan and
-# UBSan) runs the seed corpus in make test; make fuzz builds the harness
-# with afl++ and fuzzes for FUZZ_SECONDS; make fuzz-corpus rewrites the seeds.
-FUZZ_SRC := test/fuzz/fuzz_log.c lib/log_read.c lib/crc32c.c lib/reduce.c lib/fdreg.c lib/log.c
+# Fuzz harnesses, one per parser a peer or a file reaches (test/fuzz/):
+# log (log reader), frame (data link hello, ack, frame header), ctl (control
+# link framing and hello), inband (the in-band membership handlers), store
+# (the store's join parser, the client's answer parser), memberfile (view and
+# member files), ckpt (checkpoint journal). Each builds twice against the
+# library compiled with -DFTCC_FUZZ (the internal entry points the harnesses
+# use): a replay driver with ASan and UBSan, which make test runs over its
+# corpus (test/fuzz/corpus/<name>/), and, by make fuzz, an afl++ persistent
+# harness fuzzed for FUZZ_SECONDS (or FUZZ_EXECS executions) each;
+# make fuzz-corpus rewrites the log reader's seeds.
+FUZZ_NAMES := log frame ctl inband store memberfile ckpt
+FUZZ_REPLAY := $(FUZZ_NAMES:%=$(B)/fuzz/fuzz_%_replay)
+FUZZ_LIB_SRC := $(LIB_SRC) tools/store_server.c
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_SECONDS ?= 60
-$(B)/fuzz/fuzz_log_replay: $(FUZZ_SRC) lib/log.h $(FLAGS)
+FUZZ_EXECS ?=
+$(B)/fuzz/san/%.o: %.c $(FLAGS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
-		-fno-omit-frame-pointer -o $@ $(FUZZ_SRC) $(LDFLAGS) -fsanitize=address,undefined
+	$(CC) $(ALL_CFLAGS) -fvisibility=hidden -DFTCC_BUILD -DFTCC_FUZZ $(FUZZ_SAN) -c $< -o $@
+
+$(B)/fuzz/libftcc_san.a: $(FUZZ_LIB_SRC:%.c=$(B)/fuzz/san/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/fuzz/fuzz_%_replay: test/fuzz/fuzz_%.c test/fuzz/fuzz_main.h $(B)/fuzz/libftcc_san.a $(FLAGS)
+	$(CC) $(ALL_CFLAGS) -DFTCC_FUZZ -Itools $(FUZZ_SAN) -o $@ $< $(B)/fuzz/libftcc_san.a \
+		$(LIB_LDLIBS) $(LDFLAGS) -fsanitize=address,undefined
+
+# The afl++ builds: FUZZ_AFL_CC is set by scripts/fuzz.sh (afl-clang-fast, ...).
+$(B)/fuzz/afl/%.o: %.c $(FLAGS)
+	@mkdir -p $(dir $@)
+	AFL_QUIET=1 $(FUZZ_AFL_CC) $(ALL_CFLAGS) -fvisibility=hidden -DFTCC_BUILD -DFTCC_FUZZ -c $< -o $@
+
+$(B)/fuzz/libftcc_afl.a: $(FUZZ_LIB_SRC:%.c=$(B)/fuzz/afl/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/fuzz/fuzz_%_afl: test/fuzz/fuzz_%.c test/fuzz/fuzz_main.h $(B)/fuzz/libftcc_afl.a $(FLAGS)
+	AFL_QUIET=1 $(FUZZ_AFL_CC) $(ALL_CFLAGS) -DFTCC_FUZZ -Itools -o $@ $< $(B)/fuzz/libftcc_afl.a \
+		$(LIB_LDLIBS) $(LDFLAGS)
+
+fuzz-afl: $(FUZZ_NAMES:%=$(B)/fuzz/fuzz_%_afl)
 
 $(B)/fuzz/gen_corpus: test/fuzz/gen_corpus.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
 fuzz-corpus: $(B)/fuzz/gen_corpus
-	$(B)/fuzz/gen_corpus test/fuzz/corpus
+	$(B)/fuzz/gen_corpus test/fuzz/corpus/log
 
+# FUZZ=name fuzzes that harness only.
 fuzz:
-	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh $(B)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_EXECS=$(FUZZ_EXECS) scripts/fuzz.sh $(B) $(FUZZ)
 
 # Every test binary runs under a deadline; a hang is a failure.
 test: deps
-	$(MAKE) all $(TESTS) $(TEST_HELPERS) $(B)/fuzz/fuzz_log_replay
+	$(MAKE) all $(TESTS) $(TEST_HELPERS) $(FUZZ_REPLAY)
 	@scripts/run-tests.sh $(B) $(TESTS)
 
 demo: deps
@@ -319,7 +353,7 @@ clean:
 	rm -rf build build-asan build-tsan
 
 help:
-	@echo "make [all] | test | fuzz [FUZZ_SECONDS=60] | fuzz-corpus | demo | trace-demo | bench"
+	@echo "make [all] | test | fuzz [FUZZ_SECONDS=60 | FUZZ_EXECS=n] [FUZZ=name] | fuzz-corpus | demo | trace-demo | bench"
 	@echo "     | experiment [EXPERIMENT_FULL=1]"
 	@echo "     | bench-compare | bench-recovery | campaign | rejoin-campaign | cluster-test"
 	@echo "     | install PREFIX=... | asan | tsan | deps | clean"
@@ -327,6 +361,7 @@ help:
 	@echo "HAVE_PMIX=1, leave out with HAVE_FABRIC= / HAVE_URING= / HAVE_PMIX=; a change of flags"
 	@echo "or parts rebuilds."
 
--include $(wildcard $(LIB_OBJ:.o=.d) $(B)/*.d $(B)/test/*.d $(B)/examples/*.d $(B)/fuzz/*.d)
+-include $(wildcard $(LIB_OBJ:.o=.d) $(B)/*.d $(B)/test/*.d $(B)/examples/*.d $(B)/fuzz/*.d \
+	$(FUZZ_LIB_SRC:%.c=$(B)/fuzz/san/%.d) $(FUZZ_LIB_SRC:%.c=$(B)/fuzz/afl/%.d))
 
 FORCE:

@@ -352,7 +352,8 @@ enum ft_ckpt_strategy {
 struct ft_ckpt_config {
 	size_t struct_size;             /* sizeof(struct ft_ckpt_config); set by FT_CKPT_CONFIG_INIT */
 	enum ft_ckpt_strategy strategy;
-	size_t block_bytes;             /* block size (a multiple of the element size); 0 = 4096 */
+	size_t block_bytes;             /* block size (a multiple of the element size); 0 = 4096;
+					 * at most 2^24 blocks in all, else FT_EINVAL */
 	double fraction;                /* r in (0, 1]: share of blocks per round (not FULL) */
 	unsigned interval;              /* k >= 1: a round every k ft_ckpt_step calls */
 	char dir[FT_PATH_MAX];          /* "" = FTCC_CKPT_DIR, else the log directory */

@@ -38,7 +38,8 @@ int ft__store_job_check(const char *s, size_t len)
 	if (len == 0 || len >= FT__STORE_JOB_MAX)
 		return -FT_EINVAL;
 	for (size_t i = 0; i < len; i++)
-		if (!isalnum((unsigned char)s[i]) && strchr("-_.@:", s[i]) == NULL)
+		/* strchr finds a NUL too: the string's own end */
+		if (!isalnum((unsigned char)s[i]) && (s[i] == '\0' || strchr("-_.@:", s[i]) == NULL))
 			return -FT_EINVAL;
 	return 0;
 }
@@ -316,6 +317,18 @@ static int store_try(const struct ft__sock_addr *to, unsigned char *join, size_t
 	ft__fd_close(fd);
 	return rc;
 }
+
+#ifdef FTCC_FUZZ
+int ft__store_fuzz_reply(int fd, const struct ft__book_params *p, const char *mine,
+			 char (*book)[FT__BOOK_ENTRY_MAX], char *why)
+{
+	int64_t deadline_ms = ft__now_ms() + 1000;
+	uint8_t nonce[FT__AUTH_NONCE];
+	int rc = read_challenge(fd, p, nonce, deadline_ms);
+
+	return rc != 0 ? rc : read_answer(fd, p, mine, book, deadline_ms, why);
+}
+#endif
 
 /*
  * Tries until the deadline while the store cannot be reached, drops the

@@ -107,4 +107,11 @@ void ft__store_answer_header(unsigned char *hdr, unsigned type, uint32_t value,
 /* Appends entry e to a book body at buf; returns the bytes written (1 + its length). */
 size_t ft__store_book_put(unsigned char *buf, const char *e);
 
+#ifdef FTCC_FUZZ
+/* For test/fuzz/fuzz_store.c: what store_try reads on fd (the challenge, then the
+ * answer), as store_try returns it; why as there (FT__STORE_WHY_MAX bytes). */
+int ft__store_fuzz_reply(int fd, const struct ft__book_params *p, const char *mine,
+			 char (*book)[FT__BOOK_ENTRY_MAX], char *why);
+#endif
+
 #endif

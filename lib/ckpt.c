@@ -854,7 +854,7 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 {
 	struct ft_ckpt_config k = FT_CKPT_CONFIG_INIT;
 	struct ft__ckpt *ck;
-	uint64_t bytes = 0, total = 0;
+	uint64_t bytes = 0, total = 0, nblocks = 0;
 	size_t nsharded = 0;
 	bool resumed, local;
 	int rc = ft__comm_check(c), bad = 0;
@@ -882,9 +882,13 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 			continue;
 		nsharded++;
 		bytes += s->bytes;
+		nblocks += (s->bytes + k.block_bytes - 1) / (k.block_bytes ? k.block_bytes : 1);
 		if (k.block_bytes % ft_dtype_size((enum ft_dtype)s->dtype) != 0)
 			bad = 1;
 	}
+	/* the reader refuses a journal of more blocks (ckpt.h): larger blocks, then */
+	if (nblocks > FT__CK_MAX_BLOCKS)
+		bad = 1;
 	if (c->rejoined && !c->state_received) {
 		/* the survivors' state first: it says whether they had enabled
 		 * checkpoints at the op this process rejoined at */

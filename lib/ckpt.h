@@ -127,7 +127,15 @@ struct ft__ck_image {
 	bool own_fds;
 };
 
-#define FT__CK_MAX_BLOCKS ((size_t)1 << 32)
+/*
+ * The most blocks a checkpoint has over all its regions (ft_ckpt_enable
+ * refuses more: FT_EINVAL). The reader sizes its table (32 bytes a block)
+ * from the HEAD before any record vouches for it, so this bounds what a
+ * crafted HEAD of a few hundred bytes makes it allocate: 512 MiB, where
+ * 2^32 blocks asked for 128 GiB. At the default 4 KiB block it is 64 GiB
+ * of sharded state per rank.
+ */
+#define FT__CK_MAX_BLOCKS ((size_t)1 << 24)
 
 /* "<dir>/ck-r<rank>.jnl" or, region >= 0, "<dir>/ck-r<rank>-g<region>-<a|b>.dat". */
 int ft__ck_path(char *out, size_t cap, const char *dir, int rank, int region, int slot);

@@ -628,6 +628,9 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 						return rc;
 					}
 					continue;
+				} else if (h.type == FT__CTL_ACK) {
+					/* answers our hello only, once: never the owner's */
+					return -FT_EPROTO;
 				} else if (l->await_ack) {
 					/* the peer sends nothing between its ACK and our
 					 * PROOF: a message now says the PROOF passed */

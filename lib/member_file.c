@@ -621,6 +621,19 @@ static int departed(const struct mbf *r, int orig)
 	return nonce == r->nonce;
 }
 
+#ifdef FTCC_FUZZ
+int ft__mbf_fuzz_read(const char *dir, int world_size, uint32_t gen, int orig, struct ft__view *v,
+		      struct ft__member *m, int *member_rc, int *left_rc)
+{
+	struct mbf r = {.world_size = world_size, .lock_fd = -1, .nonce = 0x5eed};
+
+	snprintf(r.dir, sizeof(r.dir), "%s", dir);
+	*member_rc = read_member(&r, gen, orig, m);
+	*left_rc = departed(&r, orig);
+	return read_view_any(&r, gen, v);
+}
+#endif
+
 /* Whether rank who, a candidate seen dead, is still awaited for a new
  * incarnation (ft__mb_params.start_wait_ms from when this rank first saw
  * it dead, since it was last seen live; a dead candidate is absent until

@@ -1568,6 +1568,94 @@ static int ib_max_pollfds(struct ft__mb *mb)
 	return 1 + IB(mb)->ctl.nlinks;
 }
 
+#ifdef FTCC_FUZZ
+/* A backend as ib_open makes it, without a listener: one link per rank, all on f->sink. */
+static struct inband *fuzz_open(const struct ft__inband_fuzz *f)
+{
+	struct inband *b = calloc(1, sizeof(*b));
+
+	if (b == NULL)
+		return NULL;
+	b->rank = f->rank;
+	b->world = f->world;
+	b->owed_to = -1;
+	b->reply_wait_ms = 1000;
+	pthread_mutex_init(&b->lock, NULL);
+	b->book = calloc((size_t)b->world, sizeof(*b->book));
+	b->r = calloc((size_t)b->world, sizeof(*b->r));
+	b->ctl.links = calloc((size_t)b->world, sizeof(*b->ctl.links));
+	b->ctl_open = true;
+	b->ctl.listen_fd = -1;
+	b->ctl.nlinks = b->ctl.links != NULL ? b->world : 0;
+	b->ctl.max_payload = ft__inband_payload_max(b->world);
+	b->ctl.msg_cap = b->ctl.max_payload + 16;
+	if (b->book == NULL || b->r == NULL || b->ctl.links == NULL)
+		return b;
+	for (int r = 0; r < b->world; r++) {
+		b->r[r].link = -1;
+		b->ctl.links[r] = (struct ft__ctl_link){.fd = r == b->rank ? -1 : f->sink,
+							.peer = r};
+		if (f->book) {
+			snprintf(b->r[r].addr, sizeof(b->r[r].addr), "h:%d", r + 1);
+			b->r[r].have_addr = true;
+		}
+	}
+	return b;
+}
+
+int ft__inband_fuzz(const struct ft__inband_fuzz *f, const struct ft__ctl_msg *msgs, int n)
+{
+	struct ft__mb mb = {.be = fuzz_open(f)};
+	struct inband *b = mb.be;
+	struct ft__member m;
+	int rc = 0;
+
+	if (b == NULL)
+		return -FT_ENOMEM;
+	if (b->book == NULL || b->r == NULL || b->ctl.links == NULL)
+		rc = -FT_ENOMEM;
+	/* the views this rank settled before: generations below f->gen */
+	b->gen = f->gen;
+	for (uint32_t g = 0; rc == 0 && g < f->gen; g++) {
+		struct ib_value v = {.ballot = COMMITTED, .first_op = g,
+				     .nonce = f->views[g].nonce};
+		if ((rc = value_alloc(&v, f->views[g].size)) != 0)
+			break;
+		v.n = f->views[g].size;
+		memcpy(v.members, f->views[g].members, (size_t)v.n * sizeof(int));
+		memset(v.next_ops, 0, (size_t)v.n * sizeof(uint64_t));
+		rc = commit(b, g, &v);
+	}
+	if (rc == 0 && f->active) {
+		begin(b, f->gen);
+		b->promised = f->promised;
+		if (f->phase > 0) {
+			b->ballot = f->ballot;
+			b->phase = f->phase;
+		}
+	}
+	if (rc == 0 && f->published) {
+		snprintf(b->mine.addr, sizeof(b->mine.addr), "h:%d", f->rank + 1);
+		b->mine.next_op = 7;
+		b->published = true;
+	}
+	/* as pump() takes them: the header's sender is the link's peer */
+	for (int k = 0; rc == 0 && k < n; k++)
+		if (msgs[k].type != FT__CTL_HELLO && msgs[k].from >= 0 && msgs[k].from < b->world &&
+		    msgs[k].from != b->rank)
+			on_msg(b, msgs[k].from, &msgs[k]);
+	if (rc == 0 && b->owed_to >= 0 && b->published)
+		answer_collect(b, b->owed_to, b->owed_link, b->owed_ballot);
+	for (uint32_t g = 0; rc == 0 && g <= b->gen + 1; g++)
+		for (int r = 0; r < b->world; r++)
+			(void)ib_lookup(&mb, g, r, &m);
+	for (int r = 0; r < b->ctl.nlinks; r++)
+		b->ctl.links[r].fd = -1; /* the sink is the harness's */
+	ib_close(&mb, 0, false);
+	return rc;
+}
+#endif
+
 const struct ft__mb_ops ft__mb_inband_ops = {
 	.size = sizeof(struct ft__mb_ops),
 	.name = "inband",

@@ -162,6 +162,29 @@ size_t ft__inband_payload_max(int world);
  * and decoded: 0 when they come back whole, -FT_EPROTO, or -FT_ENOMEM. */
 int ft__inband_codec_check(int world);
 
+#ifdef FTCC_FUZZ
+struct ft__ctl_msg;
+/* For test/fuzz/fuzz_inband.c: the state an in-band rank can be in when messages come. */
+struct ft__inband_fuzz {
+	int rank, world;
+	uint32_t gen;                   /* it holds the views of generations below */
+	const struct ft__view *views;   /* ... these, gen of them */
+	bool active, published;         /* settling gen; published its record for it */
+	int phase;                      /* coordinating gen: 1 collect, 2 propose, 0 not */
+	uint64_t ballot, promised;
+	bool book;                      /* every rank's addresses known */
+	int sink;                       /* every link's socket: the answers go there */
+};
+/* Handles msgs[0 .. n) as pump() would (each on its sender's link), then looks up
+ * every rank of every generation up to gen + 1, and closes: 0 or -FT_ENOMEM. */
+int ft__inband_fuzz(const struct ft__inband_fuzz *f, const struct ft__ctl_msg *msgs, int n);
+/* For test/fuzz/fuzz_memberfile.c: the file backend's readers over dir (<root>/<job>,
+ * its nonce 0x5eed): view_any's result (1 and *v, 0 absent, < 0), *member_rc
+ * read_member's (an enum of member_file.c, or < 0), *left_rc departed()'s. */
+int ft__mbf_fuzz_read(const char *dir, int world_size, uint32_t gen, int orig, struct ft__view *v,
+		      struct ft__member *m, int *member_rc, int *left_rc);
+#endif
+
 int ft__mb_open(struct ft__mb *mb, const struct ft__mb_params *p);
 int ft__mb_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member *m);
 int ft__mb_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, bool force,

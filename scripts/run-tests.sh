@@ -61,10 +61,13 @@ if [ -x "$B/examples/train_steps" ] && [ -x /usr/bin/python3 ]; then
 	item campaign_slice 900 /usr/bin/python3 "$(dirname "$0")"/campaign.py "$B" \
 		"${FTCC_CAMPAIGN_SLICE:-18}"
 fi
-# The log reader's fuzz seeds (and their prefixes) under ASan and UBSan.
-if [ -x "$B/fuzz/fuzz_log_replay" ]; then
-	item fuzz_log_replay 300 "$B/fuzz/fuzz_log_replay" "$(dirname "$0")"/../test/fuzz/corpus/*
-fi
+# Every fuzz harness's corpus (seeds, kept finds, regressions) under ASan and UBSan.
+for n in log frame ctl inband store memberfile ckpt; do
+	if [ -x "$B/fuzz/fuzz_${n}_replay" ]; then
+		item "fuzz_${n}_replay" 300 "$B/fuzz/fuzz_${n}_replay" \
+			"$(dirname "$0")"/../test/fuzz/corpus/"$n"/*
+	fi
+done
 for t in "$@"; do
 	item "$t" 900 "$t" --jobs "$JOBS" --short-filename
 done

@@ -19,6 +19,7 @@
 #endif
 
 #include "ckpt.h"
+#include "crc32c.h"
 #include "testutil.h"
 
 static char base[256];          /* this test's directory (checkpoints under base/<job>) */
@@ -1248,4 +1249,31 @@ Test(ckpt_rejoin, fabric_shm_kill, .timeout = 120)
 	fabric_or_skip("shm");
 	run_sharded("FTCC_TRANSPORT=fabric FI_PROVIDER=shm", "--restart", "", 500, 1, "",
 		    "fabric shm: outside kill");
+}
+
+/* A HEAD of a few hundred bytes naming more blocks than a checkpoint may have
+ * (the fuzzer's find: 2^32 made the reader calloc 128 GiB) is corrupt, not a
+ * table to allocate. */
+Test(ckpt, head_beyond_max_blocks, .timeout = 10)
+{
+	struct {
+		struct ft__cj_rec h;
+		struct ft__cj_head hd;
+		struct ft__cj_region r[2];
+	} j;
+	struct ft__ck_image img;
+	uint32_t crc;
+
+	memset(&j, 0, sizeof(j));
+	j.h = (struct ft__cj_rec){.magic = FT__CJ_MAGIC, .version = FT__CK_VERSION,
+				  .type = FT__CJ_HEAD, .len = sizeof(j), .count = 2};
+	j.hd = (struct ft__cj_head){.rank = 0, .world_size = 1, .block_bytes = 1};
+	j.r[0] = (struct ft__cj_region){.index = 0, .dtype = FT_UINT8, .bytes = FT__CK_MAX_BLOCKS,
+					.nblocks = FT__CK_MAX_BLOCKS};
+	j.r[1] = (struct ft__cj_region){.index = 1, .dtype = FT_UINT8, .bytes = 1, .nblocks = 1};
+	crc = ft__crc32c(0, &j.h, sizeof(j.h));
+	j.h.crc = ft__crc32c(crc, &j.hd, sizeof(j) - sizeof(j.h));
+	cr_assert_eq(ft__ck_parse(&j, sizeof(j), &img), -FT_ECORRUPT);
+	cr_assert_null(img.tab);
+	ft__ck_image_free(&img);
 }
