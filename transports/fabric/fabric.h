@@ -165,6 +165,8 @@ uint32_t ft__fi_version(void);
 #define FAB_WATCH_MAX 16
 #define FAB_REAP_MAX 32
 #define FAB_REAP_AFTER_MS 10000 /* a dead peer's region outlives it this long (shm.c) */
+#define FAB_PARK_MAX 16
+#define FAB_PARK_MS 10000       /* a link endpoint closed unmapped stays open this long (shm.c) */
 #define FAB_CLOSE_MAGIC 0x46544345u /* "FTCE" */
 
 enum fab_kind { K_HELLO = 1, K_ACK, K_HDR, K_DATA, K_CLOSE_S, K_CLOSE_R };
@@ -336,6 +338,14 @@ struct fab_reap {
 	int64_t at;             /* ms: remove it then, or at close if sooner */
 };
 
+/* A link's own shm endpoint closed before its peer had mapped it, kept open a while (shm.c). */
+struct fab_park {
+	struct fid_ep *ep;
+	uint8_t name[FAB_NAME_MAX];
+	size_t namelen;
+	int64_t at;             /* ms: close it then, or at close if sooner */
+};
+
 struct ft_transport {
 	bool (*interrupted)(void *arg);
 	void *interrupt_arg;
@@ -382,6 +392,8 @@ struct ft_transport {
 	unsigned nwatch;
 	struct fab_reap reap[FAB_REAP_MAX];     /* dead peers' regions, removed later */
 	unsigned nreap;
+	struct fab_park park[FAB_PARK_MAX];     /* link endpoints closed later */
+	unsigned npark;
 	struct ft_tp_event *evq;
 	size_t ev_cap, ev_head, ev_len;
 	struct fab_op *free_ops;
@@ -500,6 +512,10 @@ void ft__fab_keep_watching(struct ft_transport *tp, struct ft_link *l);
 /* Removes the regions of watched peers that exited. */
 void ft__fab_check_watched(struct ft_transport *tp);
 void ft__fab_reap_dead(struct ft_transport *tp, bool all);
+/* Keeps l's own endpoint open a while instead of closing it now: true if it took it. */
+bool ft__fab_park_ep(struct ft_transport *tp, struct ft_link *l);
+/* Closes the parked endpoints due (all: every one). */
+void ft__fab_unpark(struct ft_transport *tp, bool all);
 /* Every FAB_LIVENESS_MS: looks whether local peers exited. */
 void ft__fab_check_liveness(struct ft_transport *tp);
 bool ft__fab_sar_midway(const struct ft_transport *tp);

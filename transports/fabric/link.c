@@ -487,8 +487,10 @@ void ft__fab_link_shutdown(struct ft_link *l, bool notify, int wait_ms)
 	if (l->own_ep && l->ep != NULL) {
 		if (notify && tp->msg)
 			fi_shutdown(l->ep, 0);
-		fi_close(&l->ep->fid);
-		ft__fab_guard_own(tp, l->m.hello.name, l->m.hello.namelen, false);
+		if (!ft__fab_park_ep(tp, l)) {
+			fi_close(&l->ep->fid);
+			ft__fab_guard_own(tp, l->m.hello.name, l->m.hello.namelen, false);
+		}
 		l->ep = NULL;
 	}
 	if (l->outstanding == 0) {

@@ -321,6 +321,7 @@ static void fab_close(struct ft_transport *tp)
 		tp->zombies = l->next;
 		ft__fab_link_free(l);
 	}
+	ft__fab_unpark(tp, true);
 	ft__fab_guard_close(tp->guard);
 	tp->guard = NULL;
 	ft__fab_check_watched(tp);

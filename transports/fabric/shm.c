@@ -254,6 +254,8 @@ void ft__fab_check_liveness(struct ft_transport *tp)
 	ft__fab_check_watched(tp);
 	if (tp->nreap > 0)
 		ft__fab_reap_dead(tp, false);
+	if (tp->npark > 0)
+		ft__fab_unpark(tp, false);
 	for (struct ft_link *l = tp->links; l != NULL; l = l->next) {
 		bool gone;
 		if (!l->local || l->dead)
@@ -321,6 +323,58 @@ void ft__fab_unname_link_ep(const struct ft_link *l)
 	if (l->own_ep && !l->tp->msg &&
 	    shm_region(l->tp->prov, l->m.hello.name, l->m.hello.namelen, l->tp->pid, region))
 		shm_unlink(region);
+}
+
+/*
+ * Not closed at once: a link's own endpoint whose hello was never posted.
+ * shm's first send to a peer puts a request to connect, naming the sender's
+ * region, in the peer's queue, and refuses (-FI_EAGAIN) until the peer has
+ * taken it. Closing the endpoint removes that name; a peer that takes the
+ * request afterwards (one held up, say spinning 250 ms on the lock of a rank
+ * killed inside shm until the guard frees it, while this rank's recovery
+ * closed the link) maps the name unchecked: libfabric 1.17's
+ * smr_progress_connreq reads the failed mapping (NULL) and the peer dies of
+ * SIGSEGV in fi_cq_read (make tsan, two ranks killed at once over shm). So
+ * such an endpoint stays open, unused, for FAB_PARK_MS or until this
+ * transport closes; a dead peer takes nothing, so its link's endpoint closes
+ * now. Once the hello is posted the peer has mapped the region already
+ * (ft__fab_unname_link_ep).
+ */
+bool ft__fab_park_ep(struct ft_transport *tp, struct ft_link *l)
+{
+	struct fab_park *p;
+
+	if (!l->own_ep || tp->msg || !l->sending || !l->want[C_HELLO] ||
+	    strcmp(tp->prov, "shm") != 0 || ft__fab_peer_gone(l))
+		return false;
+	if (tp->npark == FAB_PARK_MAX) {
+		tp->park[0].at = 0;
+		ft__fab_unpark(tp, false);
+	}
+	p = &tp->park[tp->npark++];
+	p->ep = l->ep;
+	memcpy(p->name, l->m.hello.name, l->m.hello.namelen);
+	p->namelen = l->m.hello.namelen;
+	p->at = ft__now_ms() + FAB_PARK_MS;
+	ft__debug("fabric: the endpoint of a link to rank %d stays open %d ms: its hello was "
+		  "never posted", l->peer, FAB_PARK_MS);
+	return true;
+}
+
+void ft__fab_unpark(struct ft_transport *tp, bool all)
+{
+	int64_t now = ft__now_ms();
+
+	for (unsigned i = 0; i < tp->npark;) {
+		if (!all && tp->park[i].at > now) {
+			i++;
+			continue;
+		}
+		fi_close(&tp->park[i].ep->fid);
+		ft__fab_guard_own(tp, tp->park[i].name, tp->park[i].namelen, false);
+		tp->npark--;
+		memmove(&tp->park[i], &tp->park[i + 1], (tp->npark - i) * sizeof(tp->park[0]));
+	}
 }
 
 /* Under SAR, whether a message is midway: shm moves it only while both ends call progress. */
