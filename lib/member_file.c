@@ -329,7 +329,14 @@ static int lock_take(struct mbf *r, const char *path)
 		return err == ELOOP ? -FT_EACCES : -FT_EIO;
 	}
 	ft__fd_own(fd);
-	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+	/* another rank's probe (lock_held) holds it shared for a moment: only a
+	 * holder that stays is a live process */
+	for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; tries++) {
+		struct timespec ms = {0, 1000000};
+		if (errno == EWOULDBLOCK && tries < 50) {
+			nanosleep(&ms, NULL);
+			continue;
+		}
 		ft__error("rendezvous: rank %d of job in %s is already held by a live process",
 			  r->rank, r->dir);
 		ft__fd_close(fd);

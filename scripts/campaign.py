@@ -22,7 +22,11 @@ Verdicts, against a failure-free run of the same cell:
   lossy  some ops by fewer (shrink's result over the survivors; under
          rejoin, its fallback when a killed rank could not come back).
 CAMPAIGN_SEED replays a campaign; each failure prints its command line.
+CAMPAIGN_JOBS trials run at once (default 1). Every rank's ft_init waits at
+most FTCC_CONNECT_TIMEOUT_MS = 10 s here (a job that cannot start fails
+sooner than at the default 30 s; the verdict is the same).
 """
+import concurrent.futures
 import os
 import random
 import re
@@ -58,6 +62,7 @@ def env_for(policy, membership, prov):
             del env[k]
     env["FTCC_POLICY"] = policy
     env["FTCC_REJOIN_TIMEOUT_MS"] = "10000"
+    env["FTCC_CONNECT_TIMEOUT_MS"] = "10000"
     env["FI_SHM_DISABLE_CMA"] = "1"
     if membership == "inband":
         env["FTCC_MEMBERSHIP"] = "inband"
@@ -92,7 +97,8 @@ def parse(out):
     for line in out.splitlines():
         m = OP.match(line)
         if m:
-            ops.setdefault(int(m.group(3)), set()).add((m.group(4), int(m.group(5))))
+            ops.setdefault(int(m.group(3)), set()).add((m.group(4), int(m.group(5)),
+                                                         int(m.group(1))))
             continue
         m = MODEL.match(line)
         if m:
@@ -110,11 +116,14 @@ def judge(ref, policy, rc, out, victims):
     if rc == 124:
         return "hung", "past its deadline"
     for op, results in ops.items():
-        if len(results) > 1:
-            return "wrong", f"op {op}: ranks printed {sorted(results)}"
-        digest, contributors = next(iter(results))
-        if contributors == N and ref.get(op) != digest:
-            return "wrong", f"op {op}: digest {digest} at {N} contributors, want {ref.get(op)}"
+        # every survivor returns the same result; a victim may have held one
+        # (its own, returned before it died) that the others computed anew
+        lasting = {(d, c) for d, c, r in results if r not in victims}
+        if len(lasting) > 1:
+            return "wrong", f"op {op}: survivors printed {sorted(lasting)}"
+        for digest, contributors, _ in results:
+            if contributors == N and ref.get(op) != digest:
+                return "wrong", f"op {op}: digest {digest} at {N} contributors, want {ref.get(op)}"
     if len(set(models.values())) > 1:
         return "wrong", f"models differ: {models}"
     healthy = [r for r in range(N) if r not in victims]
@@ -122,7 +131,7 @@ def judge(ref, policy, rc, out, victims):
         st = status.get(r)
         if r not in models or (st is not None and st != ("exit", 0)):
             return "lost", f"rank {r} (never killed) did not finish: {st}"
-    lossy = any(c < N for results in ops.values() for _, c in results)
+    lossy = any(c < N for results in ops.values() for _, c, _ in results)
     if policy == "rejoin" and not lossy and len(models) != N:
         lossy = True
     return ("lossy" if lossy else "exact"), ""
@@ -145,7 +154,8 @@ def main():
         t0 = time.time()
         rc, out, args, _ = run(policy, membership, prov, [], False)
         ops, models, _ = parse(out)
-        if rc != 0 or len(models) != N or any(len(v) != 1 for v in ops.values()):
+        if rc != 0 or len(models) != N or any(len({(d, c) for d, c, _ in v}) != 1
+                                               for v in ops.values()):
             print(f"campaign: the failure-free run of {policy}/{membership}/{name} failed "
                   f"(status {rc}):\n{out[-3000:]}")
             return 1
@@ -153,7 +163,7 @@ def main():
         span[(policy, membership, name)] = time.time() - t0
     table = {c[:2] + (c[3],): dict(trials=0, exact=0, lossy=0, wrong=0, hung=0, lost=0)
              for c in cells}
-    bad = 0
+    plans = []
     for t in range(TRIALS):
         policy, membership, prov, name = cells[t % len(cells)]
         key = (policy, membership, name)
@@ -165,22 +175,33 @@ def main():
         kills = [(victims[0], first)]
         for v in victims[1:]:
             kills.append((v, kills[-1][1] + rnd.uniform(0, 0.15)))
-        fork = rnd.random() < 1 / 3
+        plans.append((t, cells[t % len(cells)], victims, kills, rnd.random() < 1 / 3))
+
+    def trial(plan):
+        t, (policy, membership, prov, name), victims, kills, fork = plan
         rc, out, args, env = run(policy, membership, prov, kills, fork)
-        verdict, why = judge(refs[key], policy, rc, out, set(victims))
-        row = table[key]
-        row["trials"] += 1
-        row[verdict] += 1
-        if verdict in ("wrong", "hung", "lost"):
-            bad += 1
-            envs = " ".join(f"{k}={env[k]}" for k in sorted(env)
-                            if k.startswith("FTCC_") or k.startswith("FI_"))
-            print(f"campaign: trial {t} {policy}/{membership}/{name} {verdict}: {why}\n"
-                  f"  {envs} {' '.join(args)}\n" + "\n".join(
-                      "  | " + ln for ln in out.splitlines() if " digest " not in ln)[-4000:],
-                  flush=True)
-        if (t + 1) % 50 == 0:
-            print(f"campaign: {t + 1} of {TRIALS} trials, {bad} bad", flush=True)
+        verdict, why = judge(refs[(policy, membership, name)], policy, rc, out, set(victims))
+        return plan, verdict, why, out, args, env
+
+    bad = done = 0
+    jobs = int(os.environ.get("CAMPAIGN_JOBS", "1"))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for plan, verdict, why, out, args, env in pool.map(trial, plans):
+            t, (policy, membership, prov, name) = plan[0], plan[1]
+            row = table[(policy, membership, name)]
+            row["trials"] += 1
+            row[verdict] += 1
+            done += 1
+            if verdict in ("wrong", "hung", "lost"):
+                bad += 1
+                envs = " ".join(f"{k}={env[k]}" for k in sorted(env)
+                                if k.startswith("FTCC_") or k.startswith("FI_"))
+                print(f"campaign: trial {t} {policy}/{membership}/{name} {verdict}: {why}\n"
+                      f"  {envs} {' '.join(args)}\n" + "\n".join(
+                          "  | " + ln for ln in out.splitlines() if " digest " not in ln)[-4000:],
+                      flush=True)
+            if done % 50 == 0:
+                print(f"campaign: {done} of {TRIALS} trials, {bad} bad", flush=True)
     print()
     print("| policy | membership | transport | trials | exact | lossy | wrong | hung | "
           "healthy lost |")
