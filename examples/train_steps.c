@@ -136,7 +136,12 @@ int main(int argc, char **argv)
 		}
 		if (at.coll == 1 && at.step % 7 == 0) {
 			rc = ft_broadcast(comm, model, count * sizeof(float), 0, &info);
-			if (report("broadcast", at.step, rc, &info, model, count * sizeof(float)))
+			/* its root died (shrink): every survivor is told so and
+			 * keeps its model, the same on all of them */
+			if (rc == -FT_EROOTFAILED)
+				printf("step %llu: the broadcast's root failed\n",
+				       (unsigned long long)at.step);
+			else if (report("broadcast", at.step, rc, &info, model, count * sizeof(float)))
 				return 1;
 		}
 		at.coll = 2;
