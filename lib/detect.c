@@ -244,6 +244,12 @@ static void right_busy(struct ft__det *d, int i)
 	int64_t now = ft__now_ms();
 	int32_t r = d->right;
 
+	if (!d->proven && d->auth[r] != 0) {
+		/* a neighbour whose token differs, gone before this rank proved
+		 * its own: the token judgement decides (link_lost), not a retry */
+		link_lost(d, i, "its control link closed before it answered");
+		return;
+	}
 	link_close(d, i);
 	if (d->right_busy_ms == 0)
 		d->right_busy_ms = now;
