@@ -344,6 +344,9 @@ static int lock_take(struct mbf *r, const char *path)
 	}
 	(void)futimens(fd, NULL);
 	r->lock_fd = fd;
+	/* a new incarnation: its launcher's word of the last one's death is old */
+	snprintf(tmp, sizeof(tmp), "%s/gone-%d", r->dir, r->rank);
+	(void)unlink(tmp);
 	return 0;
 }
 
@@ -662,19 +665,26 @@ static bool awaited_at_start(struct mbf *r, int who)
 static bool lock_held(const char *path);
 
 /* Whether rank who took its lock (lock-<r>, first thing in ft_init) in this
- * run and no process holds it now: it died, or left (a departure marker
- * says which). A lock file stamped long ago may be an earlier job's (same
- * id): not taken for this run's. */
+ * run, or its launcher wrote that it died (gone-<r>, ftcc-run), and no
+ * process holds its lock now: it died, or left (a departure marker says
+ * which). A file stamped long ago may be an earlier job's (same id): not
+ * taken for this run's. */
 #define LOCK_RECENT_S 60 /* a rank of this run took its lock within this of now */
 
 static bool lock_orphaned(const struct mbf *r, int who)
 {
-	char path[800];
+	char path[800], gone[800];
 	struct stat st;
 
 	snprintf(path, sizeof(path), "%s/lock-%d", r->dir, who);
-	return who != r->rank && lstat(path, &st) == 0 && S_ISREG(st.st_mode) &&
-	       st.st_mtime >= time(NULL) - LOCK_RECENT_S && !lock_held(path);
+	snprintf(gone, sizeof(gone), "%s/gone-%d", r->dir, who);
+	if (who == r->rank)
+		return false;
+	/* or its launcher (ftcc-run) saw it die, perhaps before it took it */
+	if ((lstat(path, &st) == 0 || (lstat(gone, &st) == 0 && st.st_uid == geteuid())) &&
+	    S_ISREG(st.st_mode) && st.st_mtime >= time(NULL) - LOCK_RECENT_S)
+		return !lock_held(path);
+	return false;
 }
 
 /*

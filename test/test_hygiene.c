@@ -284,3 +284,32 @@ Test(hygiene, rank_dead_inside_init_is_not_awaited, .timeout = 60)
 		     tu_now_ms() - t0);
 	tu_job_cleanup(&job);
 }
+
+/*
+ * A rank killed before it could take its lock (right at its start): the
+ * file rendezvous has nothing of it, and the others once waited for it
+ * until their connect timeout. ftcc-run saw it die and says so (gone-<r>):
+ * they start without it at once.
+ */
+Test(hygiene, rank_dead_at_start_under_ftcc_run, .timeout = 90)
+{
+	const char *b = getenv("FTCC_BUILD_DIR") ? getenv("FTCC_BUILD_DIR") : "build";
+	char cmd[1200], out[256] = "";
+	long t0 = tu_now_ms();
+	FILE *p;
+	int models = 0;
+
+	snprintf(cmd, sizeof(cmd),
+		 "env -u FTCC_JOB_ID -u FTCC_RENDEZVOUS FTCC_POLICY=shrink "
+		 "FTCC_CONNECT_TIMEOUT_MS=20000 %s/ftcc-run -n 4 --ignore-killed sh -c "
+		 "'[ \"$FTCC_RANK\" = 2 ] && kill -9 $$; exec %s/examples/train_steps 20 100 1' "
+		 "2>&1", b, b);
+	p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	while (fgets(out, sizeof(out), p) != NULL)
+		models += strstr(out, "] model ") != NULL;
+	pclose(p);
+	cr_expect_eq(models, 3, "%d of the 3 ranks that lived finished", models);
+	cr_expect_lt(tu_now_ms() - t0, 10000, "the job waited %ld ms for a rank seen dead",
+		     tu_now_ms() - t0);
+}

@@ -1197,10 +1197,31 @@ static void remove_shm_regions(pid_t pid)
  */
 static void tell_store(struct launcher *L, const struct rank *r)
 {
-	const char *job = getenv("FTCC_JOB_ID");
+	const char *job = getenv("FTCC_JOB_ID"), *rv = getenv("FTCC_RENDEZVOUS");
+	char path[PATH_MAX + 160], text[32];
+	int fd, n;
 
 	if (L->store != NULL && L->opt.argv != NULL && job != NULL)
 		store_rank_died(L->store, job, (uint32_t)L->opt.nranks, (uint32_t)r->id);
+	/*
+	 * The file rendezvous hears it too: gone-<r> in the job's directory
+	 * (when the rank got as far as making it). A rank killed before it
+	 * took its lock leaves nothing there, and the others would wait for it
+	 * until their connect timeout; with the marker they start without it.
+	 * Its new incarnation (a restart) removes the marker as it takes the lock.
+	 */
+	if (rv == NULL || job == NULL ||
+	    snprintf(path, sizeof(path), "%s/%s", rv, job) >= (int)sizeof(path) ||
+	    (mkdir(path, 0700) != 0 && errno != EEXIST) ||
+	    snprintf(path, sizeof(path), "%s/%s/gone-%d", rv, job, r->id) >= (int)sizeof(path))
+		return;
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	n = snprintf(text, sizeof(text), "%ld\n", (long)r->pid);
+	if (write(fd, text, (size_t)n) != n)
+		msg(L, "cannot write %s: %s", path, strerror(errno));
+	close(fd);
 }
 
 static void reap(struct launcher *L)
