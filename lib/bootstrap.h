@@ -69,8 +69,9 @@ void ft__boot_launcher_addrs(ft__env_fn *env, void *arg, char *dst, size_t cap);
  * Blocks up to p->timeout_ms. 0 and book[0..world_size-1] filled and
  * checked (each a host:port, or "" for a rank gone: only "store" says so,
  * when the launcher serving it saw the rank die before every rank joined;
- * every rank gets the same book, this rank's own entry never empty), or -FT_ECONFIG (a malformed list or address,
- * a store that refused this rank, no PMIx server), -FT_ENOSYS (PMIx not
+ * every rank gets the same book, this rank's own entry never empty), or
+ * -FT_ECONFIG (a malformed list or address, a store that refused this rank,
+ * no PMIx server), -FT_ENOSYS (PMIx not
  * built in), -FT_ETIMEDOUT, -FT_EIO; the reason is logged.
  *
  * No secret travels: a book holds addresses only, and the in-band hellos

@@ -418,7 +418,8 @@ void ft__ctl_accept(struct ft__ctl *ctl)
 /* Whether a hello may open a link to this rank, its proof to come: 0,
  * -FT_EAUTH (another job or token, or the nonce of a link already proved),
  * -FT_EPROTO (not for this rank or world). */
-static int hello_verdict(struct ft__ctl *ctl, const struct ctl_hdr *h, const struct ctl_hello *hello)
+static int hello_verdict(struct ft__ctl *ctl, const struct ctl_hdr *h,
+			 const struct ctl_hello *hello)
 {
 	struct iovec iov[2] = {{(void *)h, sizeof(*h)},
 			       {(void *)hello, offsetof(struct ctl_hello, mac)}};

@@ -68,7 +68,8 @@ static int dir_checked(const char *path, bool root_ok_sticky)
 	return 0;
 }
 
-/* The token file of job directory dirfd: 0 (token filled), 1 when there is none yet, or an error. */
+/* The token file of job directory dirfd: 0 (token filled), 1 when there is
+ * none yet, or an error. */
 static int read_token(int dirfd, const char *dir, char *token, size_t cap)
 {
 	char buf[TOKEN_HEX + 2];
