@@ -189,7 +189,8 @@ def main():
 
     bad = done = 0
     jobs = int(os.environ.get("CAMPAIGN_JOBS", "1"))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+    try:
         for plan, verdict, why, out, args, env in pool.map(trial, plans):
             t, (policy, membership, prov, name) = plan[0], plan[1]
             row = table[(policy, membership, name)]
@@ -206,6 +207,9 @@ def main():
                       flush=True)
             if done % 50 == 0:
                 print(f"campaign: {done} of {TRIALS} trials, {bad} bad", flush=True)
+    except KeyboardInterrupt:
+        print(f"campaign: interrupted after {done} trials: the table is of those", flush=True)
+        pool.shutdown(wait=False, cancel_futures=True)
     print()
     print("| policy | membership | transport | trials | exact | lossy | wrong | hung | "
           "healthy lost |")

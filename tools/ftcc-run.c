@@ -124,6 +124,7 @@ struct launcher {
 	struct timespec t0;
 	char *rendezvous_made;     /* directory we created and must remove, or NULL */
 	bool job_made;             /* the job id is ours: its logs go when the job ends */
+	bool some_done;            /* a rank exited 0: the job is ending */
 	struct rlimit orig_nofile; /* restored in children */
 	bool shutting_down;        /* no more restarts or --kill */
 	bool timed_out;
@@ -1195,7 +1196,7 @@ static void remove_shm_regions(pid_t pid)
  * complete (no link to the rank exists yet), and without it the others
  * would wait for the rank until their connect timeout (store_rank_died).
  */
-static void tell_store(struct launcher *L, const struct rank *r)
+static void tell_store(struct launcher *L, const struct rank *r, int wstatus)
 {
 	const char *job = getenv("FTCC_JOB_ID"), *rv = getenv("FTCC_RENDEZVOUS");
 	char path[PATH_MAX + 160], text[32];
@@ -1209,7 +1210,15 @@ static void tell_store(struct launcher *L, const struct rank *r)
 	 * took its lock leaves nothing there, and the others would wait for it
 	 * until their connect timeout; with the marker they start without it.
 	 * Its new incarnation (a restart) removes the marker as it takes the lock.
+	 * Only a rank killed by a signal, and only before any rank finished: a
+	 * rank that ended, or died once the job was ending, is no early death,
+	 * and a mark for it let a rank restarted after the job's end start a
+	 * new job of its own (the campaign's split).
 	 */
+	if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+		L->some_done = true;
+	if (!WIFSIGNALED(wstatus) || L->some_done)
+		return;
 	if (rv == NULL || job == NULL ||
 	    snprintf(path, sizeof(path), "%s/%s", rv, job) >= (int)sizeof(path) ||
 	    (mkdir(path, 0700) != 0 && errno != EEXIST) ||
@@ -1260,7 +1269,7 @@ static void reap(struct launcher *L)
 		for (int i = 0; i < L->opt.nranks; i++) {
 			struct rank *r = &L->ranks[i];
 			if (r->state == RANK_RUNNING && r->pid == pid) {
-				tell_store(L, r);
+				tell_store(L, r, wstatus);
 				rank_exited(L, r, wstatus);
 				break;
 			}
