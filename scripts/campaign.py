@@ -127,7 +127,8 @@ def judge(ref, policy, rc, out, victims):
         for digest, contributors, _ in results:
             if contributors == N and ref.get(op) != digest:
                 return "wrong", f"op {op}: digest {digest} at {N} contributors, want {ref.get(op)}"
-    if len(set(models.values())) > 1:
+    lasting = {r: m for r, m in models.items() if r not in victims or policy == "rejoin"}
+    if len(set(lasting.values())) > 1:
         return "wrong", f"models differ: {models}"
     healthy = [r for r in range(N) if r not in victims]
     for r in healthy:
