@@ -237,8 +237,9 @@ static void connect_right(struct ft__det *d)
 }
 
 /* The right neighbour's link closed before it answered our hello: its
- * listener may have closed it for room (ctl.h), so it is opened again; only
- * a detect timeout of such closes (what silence would mean) declares it. */
+ * listener may have closed it for room (ctl.h), or because the handshake
+ * outlasted its deadline on a loaded host, so it is opened again; only two
+ * detect timeouts of such closes declare it. */
 static void right_busy(struct ft__det *d, int i)
 {
 	int64_t now = ft__now_ms();
@@ -253,7 +254,7 @@ static void right_busy(struct ft__det *d, int i)
 	link_close(d, i);
 	if (d->right_busy_ms == 0)
 		d->right_busy_ms = now;
-	if (now - d->right_busy_ms >= d->p.detect_timeout_ms) {
+	if (now - d->right_busy_ms >= 2 * (int64_t)d->p.detect_timeout_ms) {
 		declare(d, &r, 1, "its control link kept closing before it answered");
 		return;
 	}
@@ -899,7 +900,14 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 				     * member, links of views being left */
 				    .links = 2 * p->world_size + FT__CTL_LINKS,
 				    /* at a view change every member may open one at once */
-				    .strangers = p->world_size + FT__CTL_LINKS};
+				    .strangers = p->world_size + FT__CTL_LINKS,
+				    /* a whole handshake (hello, challenge, proof) on a loaded
+				     * host: as long as heartbeat silence may last, within
+				     * bounds (1 s once closed live neighbours' links under
+				     * load, and they were declared for it) */
+				    .hello_ms = p->detect_timeout_ms < FT__CTL_HELLO_MS ? FT__CTL_HELLO_MS
+						: p->detect_timeout_ms > 5000 ? 5000
+						: p->detect_timeout_ms};
 	pthread_condattr_t ca;
 	int rc;
 
