@@ -65,9 +65,28 @@
  * exception is a rank the book marks gone (an empty entry: ftcc-run saw
  * its process die before it joined its store, bootstrap.h): its death is
  * certain from the start, it is never connected to, and the view of
- * generation 0 holds exactly the ranks not so marked. Every rank got the
- * same book, so all agree on that view's members without a word, and its
- * coordinator is the lowest rank not marked.
+ * generation 0 holds none of the ranks so marked. Every rank got the
+ * same book, so all agree on that without a word, and the coordinator is
+ * the lowest rank not marked.
+ *
+ * A rank that dies after the book went out but before generation 0 is
+ * settled is marked gone by ftcc-run in the store's book as it stands
+ * (store_rank_died): a rank still settling generation 0 asks the store
+ * for the book again every RECHECK_MS (recheck_book), and a rank newly
+ * marked there is gone here too (late_gone: certain, never awaited,
+ * never the coordinator). Ranks learn it at different moments, so at
+ * generation 0 a value may leave out ranks this rank still thinks alive,
+ * which it takes on the sender's word (an authenticated member of the
+ * job, as for a COMMIT below), and may hold a rank gone late (one that
+ * answered before it died: the view then has it, and the detector
+ * recovers from its death as from any other). A coordinator never picks a
+ * reported value that is only accepted and holds a rank gone late, and
+ * restarts a round whose proposal holds one: that value was not chosen,
+ * for the dead rank never accepted (or, were it the coordinator, the ranks
+ * it told report it committed), and a COMMIT of a lower ballot than the
+ * one a rank promised since is ignored at generation 0. Under PMIx or a
+ * peer list no launcher's word comes, and such a death still makes every
+ * ft_init time out (README, "A job's first view").
  *
  * What a message can move is bounded by what this rank itself settled: it
  * takes a COMMIT only for the generation it is settling or the next one,
@@ -89,6 +108,7 @@
 #define MB_VERSION 1
 #define MAX_WORLD FT__INBAND_MAX_WORLD
 #define RETRY_MS 20
+#define RECHECK_MS 250          /* generation 0 unsettled: ask the store again */
 #define COMMITTED UINT64_MAX    /* the ballot of a value reported as committed */
 #define ROUND_MAX ((uint64_t)UINT32_MAX) /* see ballot_ok */
 
@@ -97,6 +117,7 @@ struct ib_rank {
 	int64_t retry_ms;       /* generation 0: when to connect again */
 	bool certain;           /* its death is certain */
 	bool gone;              /* the book marks it gone: never in generation 0 */
+	bool late;              /* ... marked after the book went out (late_gone) */
 	/* the generation being settled, coordinator's side */
 	bool asked, replied, proposed, accepted, told;
 	uint64_t next_op;
@@ -126,6 +147,7 @@ struct inband {
 	bool departed;
 	struct ft__book_params book_params;     /* ended at close (bootstrap.h) */
 	bool book_taken;
+	int64_t recheck_ms;     /* generation 0: when to ask the store again */
 
 	/* views settled here, by generation, and the values they came from */
 	struct ft__view *views;
@@ -516,6 +538,18 @@ static void mark_certain(struct inband *b, int r, const char *why)
 	ft__info("membership: rank %d is gone for certain (%s)", r, why);
 }
 
+/* Rank r died before generation 0 was settled (see the top): never awaited again. */
+static void late_gone(struct inband *b, int r, const char *why)
+{
+	if (r < 0 || r >= b->world || r == b->rank || b->r[r].gone || view_of(b, 0) != NULL)
+		return;
+	b->r[r].gone = b->r[r].late = true;
+	b->ngone++;
+	mark_certain(b, r, why);
+	if (b->r[r].link >= 0)
+		drop(b, b->r[r].link);
+}
+
 /*
  * Link i ended with error rc. Only a link of this rank's own to the peer's
  * listener, on which the peer proved the job's token (its ACK came), and
@@ -608,8 +642,9 @@ static bool in_view(const struct ft__view *v, int r)
 
 /*
  * Whether v can be a view of generation gen that rank `from` sends: the
- * view of generation 0 holds every rank the book does not mark gone (it
- * needs every one of them, and can have no other); a later one
+ * view of generation 0 holds no rank the first book marked gone (those
+ * never ran), and any rank it leaves out is gone on the sender's word (see
+ * the top); a later one
  * comes from a member of the view before it (known here), keeps the job's
  * nonce and holds only members of that view. The message of a value that
  * fails is ignored.
@@ -620,11 +655,10 @@ static bool value_fits(const struct inband *b, uint32_t gen, int from, const str
 	int k = 0;
 
 	if (gen == 0) {
-		/* members are distinct (get_members): none gone and as many as not gone */
 		for (int i = 0; i < v->n; i++)
-			if (b->r[v->members[i]].gone)
+			if (b->r[v->members[i]].gone && !b->r[v->members[i]].late)
 				return false;
-		return v->n == b->world - b->ngone;
+		return v->n > 0;
 	}
 	if (prev == NULL || !in_view(prev, from) || v->nonce != prev->nonce)
 		return false;
@@ -636,6 +670,25 @@ static bool value_fits(const struct inband *b, uint32_t gen, int from, const str
 			return false;
 	}
 	return true;
+}
+
+/*
+ * A view of generation 0 from rank `from`: the ranks it leaves out, and
+ * those of its members whose addresses it did not send, are gone on the
+ * sender's word (see the top; its BOOK holds every member it heard from).
+ */
+static void gone_on_word(struct inband *b, int from, const struct ib_value *v)
+{
+	bool *in = calloc((size_t)b->world, sizeof(bool));
+
+	if (in == NULL)
+		return;
+	for (int i = 0; i < v->n; i++)
+		in[v->members[i]] = b->r[v->members[i]].have_addr || v->members[i] == b->rank;
+	for (int r = 0; r < b->world; r++)
+		if (!in[r] && r != from)
+			late_gone(b, r, "the job's first view was settled without it");
+	free(in);
 }
 
 /* ---- the acceptor's side ---- */
@@ -838,13 +891,13 @@ static void on_commit(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 		value_free(&v);
 		return;
 	}
-	for (int i = 0; i < v.n; i++)
-		if (gen == 0 && !b->r[v.members[i]].have_addr) {
-			ft__warn("membership: the view of generation 0 came without rank %d's "
-				 "addresses: ignored", v.members[i]);
-			value_free(&v);
-			return;
-		}
+	if (gen == 0 && v.ballot != COMMITTED && v.ballot < b->promised) {
+		/* a round this rank promised to outbid: not chosen (see the top) */
+		value_free(&v);
+		return;
+	}
+	if (gen == 0)
+		gone_on_word(b, from, &v);
 	(void)commit(b, gen, &v);
 }
 
@@ -1063,19 +1116,28 @@ static bool quorum(const struct inband *b, const bool *votes)
 	return 2 * yes > alive || (2 * yes == alive && lowest >= 0 && votes[lowest]);
 }
 
+/* Whether value v holds a rank gone late (see the top). */
+static bool holds_late(const struct inband *b, const struct ib_value *v)
+{
+	for (int i = 0; i < v->n; i++)
+		if (b->r[v->members[i]].late)
+			return true;
+	return false;
+}
+
 /* The value to propose once the candidates answered: 0, or -FT_ENOMEM. */
 static int choose(struct inband *b)
 {
 	int n = 0;
 
 	value_free(&b->proposal);
-	if (b->best.ballot != 0 || b->best_committed)
+	if (b->best_committed || (b->best.ballot != 0 && !holds_late(b, &b->best)))
 		return value_copy(&b->proposal, &b->best);
 	if (value_alloc(&b->proposal, b->world) != 0)
 		return -FT_ENOMEM;
 	b->proposal.first_op = b->mine.next_op;
 	for (int r = 0; r < b->world; r++) {
-		if (r != b->rank && !b->r[r].replied)
+		if (r != b->rank && (!b->r[r].replied || b->r[r].late))
 			continue;
 		b->proposal.members[n] = r; /* ascending already */
 		b->proposal.next_ops[n++] = r == b->rank ? b->mine.next_op : b->r[r].next_op;
@@ -1116,6 +1178,10 @@ static void send_book(struct inband *b, int to, const struct ib_value *v)
 		for (; k < v->n; k++, count++) {
 			const struct ib_rank *p = &b->r[v->members[k]];
 			size_t need = 8 + strlen(p->addr) + strlen(p->ctrl);
+			if (!p->have_addr) {
+				count--; /* gone late, unheard: no address (see the top) */
+				continue;
+			}
 			if (w.len + need > w.cap && count > 0)
 				break;
 			put_i32(&w, v->members[k]);
@@ -1217,6 +1283,10 @@ static int coordinate(struct inband *b, const int *cand, int ncand, bool force)
 				goto out;
 			b->accepted.ballot = b->proposal.ballot = b->ballot;
 		}
+	}
+	if (b->phase == 2 && b->gen == 0 && holds_late(b, &b->proposal)) {
+		restart_round(b); /* not chosen: the dead rank never accepted */
+		goto out;
 	}
 	if (b->phase == 2) {
 		bool all = true;
@@ -1410,6 +1480,45 @@ static int lead(const struct inband *b, uint32_t gen, const int *cand, int ncand
 	return cand[0];
 }
 
+/*
+ * Generation 0 not settled RECHECK_MS after this rank published: the book
+ * again from ftcc-run's store, whose marks of ranks that died since it went
+ * out make them gone here (see the top). Called without the lock (the
+ * store's answer is waited for, up to RECHECK_MS), only by the thread that
+ * settles generation 0 (ft_init's).
+ */
+static void recheck_book(struct inband *b)
+{
+	struct ft__book_params p;
+	char mine[FT__BOOK_ENTRY_MAX];
+	char (*book)[FT__BOOK_ENTRY_MAX];
+	int64_t now = ft__now_ms();
+	bool due;
+
+	lock_ib(b);
+	if (b->published && b->recheck_ms == 0)
+		b->recheck_ms = now + RECHECK_MS;
+	due = b->book_taken && strcmp(b->book_params.how, "store") == 0 && b->published &&
+	      view_of(b, 0) == NULL && b->recheck_ms != 0 && now >= b->recheck_ms && !b->departed;
+	if (due) {
+		b->recheck_ms = now + RECHECK_MS;
+		p = b->book_params;
+		snprintf(mine, sizeof(mine), "%s", b->ctl.addr);
+	}
+	unlock_ib(b);
+	if (!due || (book = calloc((size_t)b->world, sizeof(*book))) == NULL)
+		return;
+	p.timeout_ms = RECHECK_MS;
+	if (ft__boot_book(&p, mine, book) == 0) {
+		lock_ib(b);
+		for (int r = 0; r < b->world; r++)
+			if (book[r][0] == '\0')
+				late_gone(b, r, "its launcher saw it die before the job's first view");
+		unlock_ib(b);
+	}
+	free(book);
+}
+
 static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,
 			 const int *back, int nback, bool force, struct ft__view *view)
 {
@@ -1419,6 +1528,8 @@ static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int n
 
 	(void)back;
 	(void)nback;
+	if (gen == 0 && ncand > 0)
+		recheck_book(b);
 	lock_ib(b);
 	if (ncand > 0 && !(b->active && b->gen > gen))
 		begin(b, gen);

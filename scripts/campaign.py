@@ -23,9 +23,7 @@ Verdicts, against a failure-free run of the same cell:
          rejoin, its fallback when a killed rank could not come back).
 CAMPAIGN_SEED replays a campaign; each failure prints its command line.
 CAMPAIGN_JOBS trials run at once (default 1). CAMPAIGN_MEMBERSHIP=file
-keeps only the file rendezvous's cells (make test's slice: in-band
-membership still loses the job to a rank killed between the address book
-and the job's first view, README "A job's first view"). Every rank's ft_init waits at
+(or inband) keeps only that membership's cells. Every rank's ft_init waits at
 most FTCC_CONNECT_TIMEOUT_MS = 10 s here (a job that cannot start fails
 sooner than at the default 30 s; the verdict is the same).
 """

@@ -56,12 +56,12 @@ if [ -x "$B/examples/train_rejoin" ] && [ -z "${FTCC_SKIP_REJOIN:-}" ]; then
 	item rejoin_tests 900 "$(dirname "$0")"/../test/rejoin_tests.sh "$B"
 fi
 # A slice of the reliability campaign (make campaign runs 1000 trials):
-# one random trial per cell of the file rendezvous, kills from outside,
-# every verdict checked (in-band membership's open gap, a rank killed
-# between the address book and the first view, shows in make campaign).
+# one random trial per cell (shrink over file and in-band membership,
+# rejoin, each over TCP, shm and tcp;ofi_rxm), kills from outside, every
+# verdict checked.
 if [ -x "$B/examples/train_steps" ] && [ -x /usr/bin/python3 ]; then
-	item campaign_slice 900 env CAMPAIGN_MEMBERSHIP=file /usr/bin/python3 \
-		"$(dirname "$0")"/campaign.py "$B" "${FTCC_CAMPAIGN_SLICE:-6}"
+	item campaign_slice 900 /usr/bin/python3 \
+		"$(dirname "$0")"/campaign.py "$B" "${FTCC_CAMPAIGN_SLICE:-9}"
 fi
 # Every fuzz harness's corpus (seeds, kept finds, regressions) under ASan and UBSan.
 for n in log frame ctl inband store memberfile ckpt; do

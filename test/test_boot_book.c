@@ -853,6 +853,44 @@ Test(launch, a_rank_dead_before_it_joined_is_left_out, .timeout = 90)
 	cr_expect_lt(ms, 15000, "the job waited %ld ms for a rank known dead", ms);
 }
 
+/*
+ * A rank that dies after the book went out but before the job's first view
+ * is settled (FTCC_FAULT phase=init: it published its record and was
+ * killed) once made every other rank's ft_init time out: a refused
+ * connection is only suspicion, and generation 0 needed every rank.
+ * ftcc-run marks it gone in the store's book, the others ask for the book
+ * again and start without it; the coordinator (rank 0) and two ranks at
+ * once too.
+ */
+Test(launch, a_rank_dead_before_the_first_view_is_left_out, .timeout = 120)
+{
+	static const char *const faults[] = {"rank=2,phase=init", "rank=0,phase=init",
+					     "rank=1,phase=init;rank=3,phase=init"};
+	static const int left[] = {4, 4, 3};
+	char cmd[1024], out[65536], want[32];
+
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
+		struct timespec t0, t1;
+		long ms;
+		snprintf(cmd, sizeof(cmd),
+			 "FTCC_MEMBERSHIP=inband FTCC_POLICY=shrink FTCC_CONNECT_TIMEOUT_MS=20000 "
+			 "FTCC_FAULT=\"%s\" %s/ftcc-run -n 5 --tag --ignore-killed "
+			 "%s/examples/train_steps 20 2000 5 -", faults[i], build_dir(), build_dir());
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		(void)run(cmd, out, sizeof(out)); /* nonzero: ranks were killed */
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+		snprintf(want, sizeof(want), " contributors %d\n", left[i]);
+		cr_expect(strstr(out, "died after the book went out") != NULL, "%s: %s", faults[i],
+			  out);
+		cr_expect_eq(count(out, "] model "), left[i], "%s: %s", faults[i], out);
+		cr_expect_gt(count(out, want), 0, "%s: %s", faults[i], out);
+		cr_expect_eq(count(out, " contributors 5\n"), 0, "%s: %s", faults[i], out);
+		cr_expect_lt(ms, 15000, "%s: the job waited %ld ms for a rank known dead", faults[i],
+			     ms);
+	}
+}
+
 static void need(const char *prog)
 {
 	char cmd[256];

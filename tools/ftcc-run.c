@@ -1192,9 +1192,11 @@ static void remove_shm_regions(pid_t pid)
 
 /*
  * Rank r's process died: the store we serve for our ranks hears it. Its
- * word is the only sound one of a death before the job's address book is
- * complete (no link to the rank exists yet), and without it the others
- * would wait for the rank until their connect timeout (store_rank_died).
+ * word is the only sound one of a death before the job's first view is
+ * settled (before the address book is complete no link to the rank exists
+ * yet, and after it a refused connection is only suspicion), and without
+ * it the others would wait for the rank until their connect timeout
+ * (store_rank_died).
  */
 static void tell_store(struct launcher *L, const struct rank *r, int wstatus)
 {
@@ -1202,7 +1204,10 @@ static void tell_store(struct launcher *L, const struct rank *r, int wstatus)
 	char path[PATH_MAX + 160], text[32];
 	int fd, n;
 
-	if (L->store != NULL && L->opt.argv != NULL && job != NULL)
+	if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+		L->some_done = true;
+	/* a rank that ended well, or once another did, is no early death */
+	if (L->store != NULL && L->opt.argv != NULL && job != NULL && !L->some_done)
 		store_rank_died(L->store, job, (uint32_t)L->opt.nranks, (uint32_t)r->id);
 	/*
 	 * The file rendezvous hears it too: gone-<r> in the job's directory
@@ -1215,8 +1220,6 @@ static void tell_store(struct launcher *L, const struct rank *r, int wstatus)
 	 * and a mark for it let a rank restarted after the job's end start a
 	 * new job of its own (the campaign's split).
 	 */
-	if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
-		L->some_done = true;
 	if (!WIFSIGNALED(wstatus) || L->some_done)
 		return;
 	if (rv == NULL || job == NULL ||

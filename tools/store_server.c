@@ -32,6 +32,8 @@
  * joined, so the others get the book without waiting for a process that
  * will never come, and a job so marked stays until its book goes out. A
  * join of that rank (its restart) takes the place back as any join does.
+ * One that died after the book went out is marked GONE in the book as it
+ * stands: ranks still settling the job's first view ask for it again.
  *
  * Everything a client sends is checked by ft__store_join_parse before it
  * is used; every buffer is bounded by the protocol's limits; a client that
@@ -689,6 +691,32 @@ void store_handle(struct store *s, const struct pollfd *pfds, size_t n)
 	s->nconns = j;
 }
 
+/*
+ * Rank of settled job j died: its entry in the book becomes GONE, so that
+ * the others, if they are still settling the job's first view, learn it
+ * when they ask again (a join with their own entry: rejoin()). No memory:
+ * the book stays, and they wait as they would without the word.
+ */
+static void mark_settled(struct store *s, struct job *j, uint32_t rank)
+{
+	char *e = j->entry[rank], *gone;
+	struct answer *a;
+
+	if (strcmp(e, GONE) == 0 || (gone = strdup(GONE)) == NULL)
+		return;
+	j->entry[rank] = gone;
+	if ((a = book_build(j)) == NULL) {
+		j->entry[rank] = e;
+		free(gone);
+		return;
+	}
+	free(e);
+	answer_put(j->book);
+	j->book = a;
+	say(s, "job %s: rank %u died after the book went out: it is marked gone in it", j->id,
+	    rank);
+}
+
 void store_rank_died(struct store *s, const char *job, uint32_t world_size, uint32_t rank)
 {
 	struct job *j;
@@ -699,8 +727,12 @@ void store_rank_died(struct store *s, const char *job, uint32_t world_size, uint
 		return;
 	if ((j = job_find(s, job)) == NULL && (j = job_new(s, job, world_size)) == NULL)
 		return; /* no room: the ranks wait, as they would without the word */
-	if (j->book != NULL || j->world_size != world_size)
-		return; /* settled: a restart joins again; a misfit: not ours to mark */
+	if (j->world_size != world_size)
+		return; /* a misfit: not ours to mark */
+	if (j->book != NULL) {
+		mark_settled(s, j, rank);
+		return;
+	}
 	c = j->holder[rank];
 	if (c != NULL) {
 		/*

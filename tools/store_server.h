@@ -40,9 +40,12 @@ void store_handle(struct store *s, const struct pollfd *pfds, size_t n);
  * connection (it never joined, or its connection is the dead process's and
  * closed), the rank counts as joined and gone: the book goes out once
  * every other rank joined, with GONE as its entry (lib/boot_store.h); a
- * later join of the rank (its restart) replaces the mark. Otherwise
- * nothing changes. Call it only for a job whose ranks the caller launched:
- * nothing proves the word to the store.
+ * later join of the rank (its restart) replaces the mark. Once the book
+ * went out, the rank's entry in it becomes GONE too: the others, still
+ * settling the job's first view, ask again for the book (member_inband.c)
+ * and go on without it; a restart's join replaces the mark as before.
+ * Otherwise nothing changes. Call it only for a job whose ranks the caller
+ * launched: nothing proves the word to the store.
  */
 void store_rank_died(struct store *s, const char *job, uint32_t world_size, uint32_t rank);
 /* Closes every connection and the listener; NULL is fine. */
