@@ -48,6 +48,7 @@ struct mbf {
 	int rank;               /* original rank */
 	int world_size;
 	int lock_fd;            /* flock held while this rank lives */
+	struct timespec started; /* its stamp when taken: this incarnation's start */
 	uint64_t nonce;         /* this job's, from the view of generation 0 */
 	int start_wait_ms;      /* ft__mb_params.start_wait_ms */
 	int64_t *dead_since;    /* generation 0: when each rank was first seen dead (ms), 0 */
@@ -298,6 +299,7 @@ static void gen_dir(const struct mbf *r, uint32_t gen, char *buf, size_t len)
 static int lock_take(struct mbf *r, const char *path)
 {
 	char tmp[900];
+	struct stat st;
 	int fd = -1, err;
 
 	for (int tries = 0; tries < 3; tries++) {
@@ -343,6 +345,8 @@ static int lock_take(struct mbf *r, const char *path)
 		return -FT_EBUSY;
 	}
 	(void)futimens(fd, NULL);
+	if (fstat(fd, &st) == 0)
+		r->started = st.st_mtim;
 	r->lock_fd = fd;
 	/* a new incarnation: its launcher's word of the last one's death is old */
 	snprintf(tmp, sizeof(tmp), "%s/gone-%d", r->dir, r->rank);
@@ -461,13 +465,28 @@ static int mbf_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__memb
 
 /* ---- views ---- */
 
+/* Whether file path was last written before this incarnation took its lock. */
+static bool before_start(const struct mbf *r, const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) != 0)
+		return false;
+	return st.st_mtim.tv_sec < r->started.tv_sec ||
+	       (st.st_mtim.tv_sec == r->started.tv_sec && st.st_mtim.tv_nsec < r->started.tv_nsec);
+}
+
 /*
  * Parses a view file: 1 valid and live, 0 absent or stale, <0 corrupt. The
- * view of generation 0 is stale when its writer (of this host) is gone; later
- * ones when they carry another job's nonce: once settled, a view stays valid
- * after its writer dies. Staleness is decided on the header alone, so that a
- * stale view of an earlier job with a larger world is replaced, not refused;
- * nothing of a stale view is used.
+ * view of generation 0 is stale when its writer (of this host) is gone and
+ * it was written before this rank took its lock (an earlier job's, left by
+ * a crash: a view of this run written since stays valid when its writer
+ * dies, as a rank slow to read it once found it stale, waited out its
+ * connect timeout, and could have replaced the view the others had read);
+ * later ones when they carry another job's nonce: once settled, a view
+ * stays valid after its writer dies. Staleness is decided on the header
+ * alone, so that a stale view of an earlier job with a larger world is
+ * replaced, not refused; nothing of a stale view is used.
  */
 static int read_view_opt(const struct mbf *r, uint32_t gen, struct ft__view *v, bool any)
 {
@@ -502,7 +521,8 @@ static int read_view_opt(const struct mbf *r, uint32_t gen, struct ft__view *v, 
 	    !keyword(&s, "first") || !num_field(&s, 10, 0, UINT64_MAX, &first) ||
 	    !keyword(&s, "members"))
 		goto corrupt;
-	if (!any && (gen == 0 ? writer_is_stale(pid, host) : nonce != r->nonce)) {
+	if (!any && (gen == 0 ? writer_is_stale(pid, host) && before_start(r, path)
+			      : nonce != r->nonce)) {
 		free(buf);
 		return 0;
 	}

@@ -129,6 +129,19 @@ static void plant_str(const char *rel, const char *text)
 	plant(rel, text, strlen(text));
 }
 
+/* Dates <root>/<job>/<rel> 10 s back: a file an earlier job left. */
+static void age(const char *rel)
+{
+	char path[600];
+	struct timespec t[2];
+
+	snprintf(path, sizeof(path), "%s/%s/%s", root, JOB, rel);
+	cr_assert_eq(clock_gettime(CLOCK_REALTIME, &t[0]), 0);
+	t[0].tv_sec -= 10;
+	t[1] = t[0];
+	cr_assert_eq(utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW), 0, "%s", path);
+}
+
 static const char *host(void)
 {
 	static char h[256];
@@ -391,6 +404,7 @@ Test(membership, stale_views_are_replaced, .timeout = 20)
 		 "ftcc-view 2 gen 0 size 3 writer %d %s nonce 1234 first 0 members 0 1 7\n",
 		 dead_pid(), host());
 	plant_str("gen-0/view", text);
+	age("gen-0/view");
 	for (int r = 0; r < 2; r++) {
 		mb_open(&mb[r], r, 2);
 		publish(&mb[r], 0, 0);
@@ -415,6 +429,38 @@ Test(membership, stale_views_are_replaced, .timeout = 20)
 	ft__view_free(&v);
 	for (int r = 0; r < 2; r++)
 		ft__mb_close(&mb[r], 1, r == 0);
+}
+
+/*
+ * The job's first view, written since these ranks took their locks by a
+ * writer that died at once (rank 0 SIGKILLed just after it settled): a rank
+ * slow to read it once found it stale, waited out its connect timeout (the
+ * campaign's lost rank), and as coordinator could have replaced the view
+ * the others had read. It stays valid for every rank.
+ */
+Test(membership, a_first_view_whose_writer_died_stays, .timeout = 20)
+{
+	struct ft__mb mb[3];
+	struct ft__view v = {0};
+	const int cand[] = {0, 1, 2};
+	char text[512];
+
+	for (int r = 0; r < 3; r++) {
+		mb_open(&mb[r], r, 3);
+		publish(&mb[r], 0, 0);
+	}
+	snprintf(text, sizeof(text),
+		 "ftcc-view 2 gen 0 size 3 writer %d %s nonce 1234 first 0 members 0 1 2\n",
+		 dead_pid(), host());
+	plant_str("gen-0/view", text);
+	for (int r = 2; r >= 0; r--) {
+		cr_assert_eq(ft__mb_try_settle(&mb[r], 0, cand, 3, false, &v), 1, "rank %d", r);
+		expect_members(&v, cand, 3);
+		cr_expect_eq(v.nonce, 0x1234u, "rank %d: the view the others read", r);
+		ft__view_free(&v);
+	}
+	for (int r = 0; r < 3; r++)
+		ft__mb_close(&mb[r], 0, r == 0);
 }
 
 /* write() cut short and interrupted: files are still written whole. */
