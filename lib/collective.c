@@ -74,8 +74,6 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		memset(&co, 0, sizeof(co));
 		memset(&a, 0, sizeof(a));
 		rc = ft__comm_connect_ring(c);
-		if (rc == -FT_ECONNREFUSED)
-			rc = -FT_EPEERFAILED; /* a member's listener is gone: a failure to recover */
 		if (rc == 0 && c->nowed > 0) {
 			/* a new incarnation's state goes first (state.c) */
 			rc = ft__state_due(c, run.seq);

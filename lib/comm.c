@@ -56,6 +56,18 @@ int ft__comm_connect_ring(struct ft_comm *c)
 			return rc;
 		rc = c->tp_ops->connect(c->tp, c->addrs[right], &hello, c->cfg.connect_timeout_ms,
 					&c->send_link);
+		if (rc == -FT_ECONNREFUSED) {
+			/* a member's listener is gone (its process died since it
+			 * published): a failure (to recover, but under abort), in
+			 * ft_init as in an op */
+			if (c->det != NULL)
+				ft__info("rank %d at %s refused the ring's link: taken as failed",
+					 right, c->addrs[right]);
+			else
+				ft__error("rank %d at %s refused the ring's link: it failed", right,
+					  c->addrs[right]);
+			return -FT_EPEERFAILED;
+		}
 		if (rc != 0) {
 			ft__error("cannot link to rank %d at %s: %s", right, c->addrs[right],
 				  ft_strerror(rc));
@@ -337,6 +349,16 @@ static bool comm_interrupted(void *arg)
 	return c->det != NULL && ft__det_pending(c->det);
 }
 
+/* FTCC_FAULT phase=init or connect: op 0's points inside ft_init. */
+static void init_fault(struct ft_comm *c, enum ft__fault_phase phase)
+{
+	const struct ft__fault_pt *hit;
+
+	if (c->fault.armed &&
+	    (hit = ft__fault_due(&c->fault, c->cfg.rank, 0, 0, phase, 0, 0, FT__AT_SEND)) != NULL)
+		ft__fault_act(hit);
+}
+
 static int comm_join(struct ft_comm *c)
 {
 	struct ft_tp_params params = {
@@ -428,13 +450,7 @@ static int comm_join(struct ft_comm *c)
 	}
 	if ((rc = ft__mb_publish(&c->mb, c->generation, &me)) != 0)
 		return rc;
-	if (c->fault.armed) {
-		/* FTCC_FAULT phase=init: published, the job's first view not settled */
-		const struct ft__fault_pt *hit = ft__fault_due(&c->fault, c->cfg.rank, 0, 0,
-							       FT__PHASE_INIT, 0, 0, FT__AT_SEND);
-		if (hit != NULL)
-			ft__fault_act(hit);
-	}
+	init_fault(c, FT__PHASE_INIT); /* published, the job's first view not settled */
 	cand = malloc((size_t)c->cfg.world_size * sizeof(int));
 	if (cand == NULL)
 		return -FT_ENOMEM;
@@ -454,6 +470,7 @@ static int comm_join(struct ft_comm *c)
 		return rc;
 	if (c->cfg.policy == FT_POLICY_REJOIN)
 		ft__rejoin_log_open(c);
+	init_fault(c, FT__PHASE_CONNECT); /* the first view settled, the ring not linked */
 	rc = ft__comm_connect_ring(c);
 	if (rc != 0 && c->det != NULL &&
 	    (rc == -FT_EABORTED || rc == -FT_EPEERFAILED || ft__det_pending(c->det))) {

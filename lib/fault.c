@@ -16,6 +16,7 @@ static const char *const phase_names[] = {
 	[FT__PHASE_BROADCAST] = "broadcast",
 	[FT__PHASE_COMMIT] = "commit",
 	[FT__PHASE_INIT] = "init",
+	[FT__PHASE_CONNECT] = "connect",
 };
 static const char *const at_names[] = {
 	[FT__AT_SEND] = "send",
@@ -128,7 +129,7 @@ bad:
 	if (err != NULL)
 		snprintf(err, errlen,
 			 "FTCC_FAULT='%s': expected rank=R[,op=N][,phase=between|reduce_scatter|"
-			 "allgather|broadcast|commit|init][,step=S][,seg=K][,action=kill|hang|drop][,inc=I][,gen=G][,at=send|sent|recorded], "
+			 "allgather|broadcast|commit|init|connect][,step=S][,seg=K][,action=kill|hang|drop][,inc=I][,gen=G][,at=send|sent|recorded], "
 			 "up to %d separated by ';'",
 			 spec, FT__FAULT_MAX);
 	memset(f, 0, sizeof(*f));

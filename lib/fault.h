@@ -15,6 +15,7 @@ enum ft__fault_phase {
 	FT__PHASE_COMMIT,           /* the closing steps that tell every rank all hold the result */
 	FT__PHASE_INIT,             /* ft_init, just after this rank published its record for the
 				     * job's first view (op 0), before that view settles */
+	FT__PHASE_CONNECT,          /* ft_init, once that view settled, before the ring's links */
 };
 
 enum ft__fault_action { FT__FAULT_KILL, FT__FAULT_HANG, FT__FAULT_DROP };

@@ -62,8 +62,10 @@ F="$F|rank=1,op=3,phase=allgather,step=1,seg=2;rank=0,op=3,phase=allgather,step=
 F="$F|rank=1,op=3,phase=allgather,step=0,seg=4;rank=3,op=3,phase=allgather,step=0,seg=4"
 step "injection points" env FAULTS="$F" REJOIN_PAUSE_MS=0 "$C" "$B" 4 6 4000000
 # killed inside ft_init: after publishing its record, before the job's first
-# view (the others await its new incarnation), and in ft_init's barrier
-step "killed inside ft_init" env FAULTS="rank=1,phase=init|rank=0,phase=init|rank=2,op=0,phase=between" \
+# view (the others await its new incarnation), once it settled but before
+# the ring's links, and in ft_init's barrier
+step "killed inside ft_init" \
+	env FAULTS="rank=1,phase=init|rank=0,phase=init|rank=2,phase=connect|rank=2,op=0,phase=between" \
 	REJOIN_PAUSE_MS=2 "$C" "$B" 4 10 100000
 # reduce-scatter and allgather (train_rejoin rs, ag): the newcomer's
 # application runs the interrupted op again (they are not replayed from the
