@@ -160,14 +160,19 @@ static void link_lost(struct ft__det *d, int i, const char *why)
 	declare(d, &peer, 1, why);
 }
 
-/* The same when the peer's kernel closed the link (or refused it): its
- * death is certain, which membership counts out of quorums. */
-static void link_closed(struct ft__det *d, int i, const char *why)
+/* The same when the peer's kernel closed the link (or refused it). Only a
+ * close of a link on which the peer proved the job's token (-FT_EPEERFAILED:
+ * one closed before it answered is -FT_EBUSY, right_busy) makes its death
+ * certain, which membership counts out of quorums: a refusal is
+ * suspicion only (a firewall's reject, across a partition, refuses a live
+ * rank, and two sides that each counted the other dead would both have a
+ * quorum). */
+static void link_closed(struct ft__det *d, int i, bool certain, const char *why)
 {
 	bool watched = i == d->left_ci || i == d->right_ci;
 	int32_t peer = d->ctl.links[i].peer;
 
-	if (watched && !d->left_bye && !d->right_bye)
+	if (certain && watched && !d->left_bye && !d->right_bye)
 		ft__mb_certain(d->p.mb, peer);
 	link_lost(d, i, why);
 }
@@ -230,8 +235,7 @@ static void connect_right(struct ft__det *d)
 		ft__error("detector: no resources for a control link to rank %d: trying again", r);
 		d->right_retry_ms = ft__now_ms() + RETRY_MS;
 	} else {
-		if (i == -FT_ECONNREFUSED)
-			ft__mb_certain(d->p.mb, r);
+		/* suspicion, not certainty: see link_closed */
 		declare(d, &r, 1, "its control address refused us");
 	}
 }
@@ -701,8 +705,9 @@ static void read_link(struct ft__det *d, int i)
 	else if (rc == -FT_EBUSY)
 		link_close(d, i); /* a direct link: the ring carries the news all the same */
 	else if (rc == -FT_EPEERFAILED || rc == -FT_ECONNREFUSED)
-		link_closed(d, i, rc == -FT_ECONNREFUSED ? "its control address refused us"
-							 : "its control link closed");
+		link_closed(d, i, rc == -FT_EPEERFAILED,
+			    rc == -FT_ECONNREFUSED ? "its control address refused us"
+						   : "its control link closed");
 	else if (rc == -FT_EAUTH)
 		refused_us(d, i);
 	else if (rc < 0)
