@@ -27,6 +27,8 @@
  */
 static unsigned books_made;
 static unsigned held;
+/* A token's client left open for the book's to take over (ft__boot_pmix_token). */
+static unsigned token_opens;
 
 static int seconds_left(int64_t deadline_ms)
 {
@@ -168,6 +170,9 @@ int ft__boot_pmix_book(const struct ft__book_params *p, const char *mine,
 			  PMIx_Error_string(st));
 		return -FT_ECONFIG;
 	}
+	/* the token's open, now that this one holds the client: never fully closed between */
+	if (__atomic_exchange_n(&token_opens, 0, __ATOMIC_RELAXED) > 0)
+		PMIx_Finalize(NULL, 0);
 	rc = exchange(&me, p, mine, book);
 	if (rc != 0) {
 		/* the job fails to start: nothing worth keeping the client for */
@@ -242,8 +247,21 @@ int ft__boot_pmix_token(const struct ft__book_params *p, char *token, size_t cap
 	}
 	PMIX_VALUE_RELEASE(v);
 out:
+	/* Open MPI 4.1's MPI_Init fails in a process whose PMIx client was
+	 * opened and fully closed before (bootstrap.h): after a success the
+	 * client stays open for the book's, which takes it over */
+	if (rc == 0 && __atomic_fetch_add(&token_opens, 1, __ATOMIC_RELAXED) == 0)
+		return 0;
+	if (rc == 0)
+		__atomic_fetch_sub(&token_opens, 1, __ATOMIC_RELAXED);
 	PMIx_Finalize(NULL, 0);
 	return rc;
+}
+
+void ft__boot_pmix_token_release(void)
+{
+	if (__atomic_exchange_n(&token_opens, 0, __ATOMIC_RELAXED) > 0)
+		PMIx_Finalize(NULL, 0);
 }
 
 void ft__boot_pmix_end(void)
@@ -283,6 +301,10 @@ int ft__boot_pmix_token(const struct ft__book_params *p, char *token, size_t cap
 	ft__error("pmix bootstrap: this ftcc was built without PMIx, so it cannot share a token "
 		  "through it: set FTCC_TOKEN");
 	return -FT_ENOSYS;
+}
+
+void ft__boot_pmix_token_release(void)
+{
 }
 
 #endif

@@ -114,6 +114,9 @@ void ft__boot_pmix_end(void);
 /* The job's token through PMIx: rank 0 makes it and puts it, every rank
  * reads it after a fence (token.c). 0 and token (cap >= 65), or an error. */
 int ft__boot_pmix_token(const struct ft__book_params *p, char *token, size_t cap);
+/* The client a token kept open for the book (Open MPI 4.1's MPI_Init fails
+ * after a full close), released when no book took it over. */
+void ft__boot_pmix_token_release(void);
 int ft__boot_store_book(const struct ft__book_params *p, const char *mine,
 			char (*book)[FT__BOOK_ENTRY_MAX]);
 

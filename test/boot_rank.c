@@ -14,6 +14,10 @@
  * leaves the file FTCC_TEST_MARK_DIR/<rank>: the waiting rank exits only
  * after every other rank timed out, however slowly they started (mpirun
  * ends the job when one rank exits without PMIx_Finalize).
+ *   t  the job's token as ft_init makes one when none is given
+ *      (ft__token_resolve: through PMIx under in-band membership), the
+ *      same on every rank ("token ok" and its first digits printed); what
+ *      it keeps open for a book is released at the end if no book took it
  *   i, a, f  MPI_Init, an MPI_Allreduce (checked), MPI_Finalize (built
  *      with FTCC_TEST_MPI only)
  * Prints "rank R: book of N ok: <entries>" per book, "rank R: book: <error
@@ -31,6 +35,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "token.h"
 
 #ifdef FTCC_TEST_MPI
 #include <mpi.h>
@@ -142,6 +147,27 @@ static int book_step(struct ft_config *cfg, struct ft__book_params *p)
 	return rc;
 }
 
+/* A token made for the job: 64 hex digits (ranks compare it by the test's output). */
+static int token_step(void)
+{
+	struct ft_config cfg;
+	char err[512];
+	int rc = ft_config_from_env(&cfg, err, sizeof(err));
+
+	if (rc != 0) {
+		printf("config: %s\n", err);
+		return 1;
+	}
+	cfg.token[0] = '\0';
+	rc = ft__token_resolve(&cfg);
+	if (rc != 0 || strlen(cfg.token) != 64) {
+		printf("rank %d: token: %s\n", cfg.rank, ft_err_name(rc));
+		return 1;
+	}
+	printf("token ok: %.8s\n", cfg.token);
+	return 0;
+}
+
 #ifdef FTCC_TEST_MPI
 static int mpi_step(char step, int *argc, char ***argv)
 {
@@ -189,6 +215,9 @@ int main(int argc, char **argv)
 		case 'w':
 			bad = wait_marks();
 			break;
+		case 't':
+			bad = token_step();
+			break;
 #ifdef FTCC_TEST_MPI
 		case 'i':
 		case 'a':
@@ -203,5 +232,6 @@ int main(int argc, char **argv)
 	}
 	while (ended < made)
 		ft__boot_book_end(&params[ended++]);
+	ft__token_release(); /* as a failed ft_init's release: no book took it over */
 	return bad;
 }
