@@ -59,6 +59,13 @@ _Static_assert(sizeof(struct ctl_hdr) + sizeof(struct ctl_hello) == FT__CTL_HELL
 #define ACK_LABEL "ftcc/3 control ack"
 #define PROOF_LABEL "ftcc/3 control proof"
 
+int ft__ctl_hello_ms(int detect_timeout_ms)
+{
+	if (detect_timeout_ms < FT__CTL_HELLO_MS)
+		return FT__CTL_HELLO_MS;
+	return detect_timeout_ms > 5000 ? 5000 : detect_timeout_ms;
+}
+
 int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 {
 	int rc;

@@ -143,7 +143,8 @@ struct ft__ctl_params {
 				 * accepted whose hello passed; 0: FT__CTL_LINKS */
 	int strangers;          /* slots for links accepted that have not passed a hello
 				 * yet; 0: FT__CTL_LINKS */
-	int hello_ms;           /* how long those have to pass it; 0: FT__CTL_HELLO_MS */
+	int hello_ms;           /* how long those have to pass it; 0: FT__CTL_HELLO_MS
+				 * (ft__ctl_hello_ms: what the detect timeout implies) */
 	size_t min_payload;     /* messages at least this large are carried (the largest
 				 * is what the world needs, at most UINT16_MAX) */
 	const char *who;        /* "detector" when NULL */
@@ -151,6 +152,13 @@ struct ft__ctl_params {
 	const char *publish_host; /* "" or NULL: the bound address */
 };
 
+/*
+ * How long a stranger has to pass its hello when heartbeat silence may
+ * last detect_timeout_ms: as long (a whole handshake on a loaded host; 1 s
+ * once closed live neighbours' links under load, and they were declared for
+ * it), within FT__CTL_HELLO_MS and 5 s.
+ */
+int ft__ctl_hello_ms(int detect_timeout_ms);
 /* Listens for control links. ft__ctl_close is safe after a failure. */
 int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p);
 /* Closes every link (no goodbye) and the listener. */

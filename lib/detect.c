@@ -906,13 +906,7 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 				    .links = 2 * p->world_size + FT__CTL_LINKS,
 				    /* at a view change every member may open one at once */
 				    .strangers = p->world_size + FT__CTL_LINKS,
-				    /* a whole handshake (hello, challenge, proof) on a loaded
-				     * host: as long as heartbeat silence may last, within
-				     * bounds (1 s once closed live neighbours' links under
-				     * load, and they were declared for it) */
-				    .hello_ms = p->detect_timeout_ms < FT__CTL_HELLO_MS ? FT__CTL_HELLO_MS
-						: p->detect_timeout_ms > 5000 ? 5000
-						: p->detect_timeout_ms};
+				    .hello_ms = ft__ctl_hello_ms(p->detect_timeout_ms)};
 	pthread_condattr_t ca;
 	int rc;
 

@@ -1382,6 +1382,8 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 				    .links = 2 * p->world_size + 8,
 				    /* at generation 0 every rank may connect at once */
 				    .strangers = p->world_size + FT__CTL_LINKS,
+				    /* as the detector's (its detect timeout) */
+				    .hello_ms = ft__ctl_hello_ms(p->reply_wait_ms),
 				    .who = "membership"};
 	char host[FT__BOOK_ENTRY_MAX], port[16];
 	struct inband *b;

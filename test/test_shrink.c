@@ -696,6 +696,54 @@ Test(shrink, hostile_network, .timeout = 300)
 	}
 }
 
+static int sum_of_ranks(struct ft_comm *comm, int r, int n, void *arg)
+{
+	float x = (float)(r + 1);
+
+	(void)arg;
+	if (ft_allreduce(comm, FT_IN_PLACE, &x, 1, FT_FLOAT32, FT_SUM, NULL) != 0)
+		return 1;
+	return x == (float)(n * (n + 1) / 2) ? 0 : 2;
+}
+
+/*
+ * The same from before ft_init, where a peer list gives the membership
+ * ports in advance (in-band membership): the review's 12 idle connections
+ * on rank 0's FTCC_PEERS port made both ranks' ft_init of a 2-rank job time
+ * out. Every rank starts, and the first op is exact.
+ */
+Test(shrink, hostile_network_from_the_start, .timeout = 120)
+{
+	struct tu_job job;
+	uint16_t ports[HOSTILE_PORTS];
+	pid_t attacker;
+	int np;
+
+	tu_job_init(&job, 2);
+	if (job.peers[0] == '\0') {
+		tu_job_cleanup(&job);
+		cr_skip_test("SKIPPED: the ports are known before ft_init only with a peer list "
+			     "(FTCC_TEST_MEMBERSHIP=inband; make test runs it so)");
+	}
+	np = listening_ports(&job, ports);
+	cr_assert_eq(np, 2);
+	attacker = fork();
+	cr_assert_geq(attacker, 0);
+	if (attacker == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		hostile_run(ports, np);
+		_exit(0);
+	}
+	tu_sleep_ms(200);
+	for (int r = 0; r < 2; r++)
+		tu_spawn(&job, r, sum_of_ranks, NULL, NULL);
+	int bad = tu_wait(&job, 60000, NULL);
+	kill(attacker, SIGKILL);
+	waitpid(attacker, NULL, 0);
+	tu_job_cleanup(&job);
+	cr_assert_eq(bad, 0, "%d of 2 ranks failed to start or sum under the attack", bad);
+}
+
 Test(shrink, two_at_once_adjacent_and_not, .timeout = 200)
 {
 	int pairs[][2] = {{1, 2}, {1, 4}, {5, 0}};
