@@ -1905,11 +1905,10 @@ Test(tcp, accept_any_rank, .timeout = 20)
 }
 
 /*
- * Known bug in tcp_accept (transports/tcp.c): once TCP_PENDING_ACCEPT (16)
- * connections sit on a partial handshake, accept stops taking connections
- * from the backlog, so the valid one behind them is never seen; and because
- * the listening socket stays readable, poll returns at once and accept spins
- * until its deadline. Enable once the fix in the report lands.
+ * Once TCP_PENDING_ACCEPT (16) connections sat on a partial handshake,
+ * accept stopped taking connections from the backlog, so the valid one
+ * behind them was never seen, and poll returned at once on the readable
+ * listening socket until the deadline.
  */
 Test(tcp, accept_not_blocked_by_many_stalled_connections, .timeout = 20)
 {
@@ -1931,6 +1930,63 @@ Test(tcp, accept_not_blocked_by_many_stalled_connections, .timeout = 20)
 	cr_expect_eq(rc, 0, "accept: %s after %lld ms", ft_err_name(rc), (long long)ms);
 	for (int i = 0; i < 20; i++)
 		close(fds[i]);
+	tp_close(tx);
+	tp_close(rx);
+}
+
+struct flood {
+	const char *addr;
+	struct ft_transport *tx;
+	int fds[20];
+};
+
+/* After the neighbour's hello was challenged: 20 strangers, then its proof. */
+static void *flood_then_prove(void *arg)
+{
+	struct flood *f = arg;
+	struct ft_hello h = good_hello();
+	struct timespec ms = {0, 1000000};
+
+	nanosleep(&(struct timespec){0, 150000000}, NULL);
+	for (int i = 0; i < 20; i++) {
+		f->fds[i] = raw_connect(f->addr);
+		raw_write(f->fds[i], &h, 10);
+	}
+	nanosleep(&(struct timespec){0, 300000000}, NULL);
+	for (int i = 0; i < 2000; i++) {
+		ft__tcp_answer_challenges(f->tx);
+		nanosleep(&ms, NULL);
+	}
+	return NULL;
+}
+
+/*
+ * The neighbour's link is being made (its hello passed, the challenge is
+ * out) when strangers fill every pending slot with more in the backlog:
+ * they make room among themselves. Dropping the oldest whatever its state
+ * closed the neighbour's connection, which its connect takes for the
+ * rank's death (a healthy rank declared for strangers' connections).
+ */
+Test(tcp, strangers_never_push_out_a_link_being_made, .timeout = 20)
+{
+	struct ft_transport *rx = tp_open(0), *tx = tp_open(1);
+	struct ft_hello h = good_hello(), expect = good_hello(), got;
+	struct ft_link *rl = NULL, *sl = NULL;
+	struct flood f = {.tx = tx};
+	char addr[128];
+	pthread_t th;
+	int rc;
+
+	cr_assert_eq(tcp_ops()->local_addr(rx, addr, sizeof(addr)), 0);
+	f.addr = addr;
+	cr_assert_eq(tcp_ops()->connect(tx, addr, &h, WAIT_MS, &sl), 0);
+	cr_assert_eq(pthread_create(&th, NULL, flood_then_prove, &f), 0);
+	rc = tcp_ops()->accept(rx, &expect, 3000, &rl, &got);
+	pthread_join(th, NULL);
+	cr_expect_eq(rc, 0, "accept: %s", ft_err_name(rc));
+	cr_expect_eq(got.from_rank, h.from_rank);
+	for (int i = 0; i < 20; i++)
+		close(f.fds[i]);
 	tp_close(tx);
 	tp_close(rx);
 }

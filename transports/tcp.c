@@ -583,12 +583,20 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 				pend[k++] = pend[i];
 		npend = k;
 		/* Every slot holds a connection still short of its handshake while
-		 * another waits in the backlog: drop the oldest, so that stalled
-		 * peers cannot lock a valid one out (nor leave poll spinning on the
-		 * readable listening socket until the deadline). */
+		 * another waits in the backlog: drop the oldest that has not sent
+		 * a hello whose MAC checks out (a stranger's), else the oldest, so
+		 * that stalled peers cannot lock a valid one out (nor leave poll
+		 * spinning on the readable listening socket until the deadline),
+		 * and strangers never push out a rank's link being made (its
+		 * connect would take the close for the rank's death). */
 		if (backlog_blocked && npend == TCP_PENDING_ACCEPT) {
-			refuse(tp, &pend[0], -FT_ETIMEDOUT, "too many connections short of a handshake");
-			memmove(pend, pend + 1, (size_t)--npend * sizeof(pend[0]));
+			int old = 0;
+			while (old < npend - 1 && pend[old].challenged)
+				old++;
+			if (pend[old].challenged)
+				old = 0;
+			refuse(tp, &pend[old], -FT_ETIMEDOUT, "too many connections short of a handshake");
+			memmove(pend + old, pend + old + 1, (size_t)(--npend - old) * sizeof(pend[0]));
 		}
 	}
 done:
