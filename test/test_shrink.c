@@ -544,10 +544,16 @@ static int listening_ports(const struct tu_job *job, uint16_t *ports)
 		if (fscanf(f, "%255s %31s %255s %255s", addr, pid, host, ctrl) == 4) {
 			const char *a[2] = {addr, ctrl};
 			for (int k = 0; k < 2 && n < HOSTILE_PORTS; k++) {
-				const char *colon = strrchr(a[k], ':');
-				/* a libfabric address (shm) is no TCP port */
+				const char *colon = strrchr(a[k], ':'), *raw = strrchr(a[k], '/');
+				unsigned hi, lo;
 				if (strncmp(a[k], "127.0.0.1:", 10) == 0 && colon != NULL)
 					ports[n++] = (uint16_t)atoi(colon + 1);
+				/* a libfabric address over TCP ends in its sockaddr_in, in
+				 * hex (family 2, little-endian; then the port); shm's is
+				 * a name, no TCP port */
+				else if (raw != NULL && strncmp(raw + 1, "0200", 4) == 0 &&
+					 sscanf(raw + 5, "%2x%2x", &hi, &lo) == 2)
+					ports[n++] = (uint16_t)(hi << 8 | lo);
 			}
 		}
 		fclose(f);
@@ -660,6 +666,7 @@ static void act_hostile(struct tu_job *job, void *arg)
 	int np = listening_ports(job, ports);
 
 	cr_assert_geq(np, job->n, "found %d listening ports for %d ranks", np, job->n);
+	fprintf(stderr, "hostile_network: attacking %d listening ports of %d ranks\n", np, job->n);
 	h->attacker = fork();
 	if (h->attacker == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
