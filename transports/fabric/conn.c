@@ -539,8 +539,17 @@ static void on_connreq(struct ft_transport *tp, struct fi_info *info)
 	}
 	fi_freeinfo(info);
 	if (tp->npending >= FAB_PENDING_MAX) {
+		/* the oldest that sent no hello yet (a stranger's, most likely),
+		 * else the oldest: never a neighbour's for being first in line
+		 * (newest first in the list) */
+		struct ft_link *drop = NULL, *last = NULL;
+		for (struct ft_link *p = tp->pending; p != NULL; p = p->next) {
+			last = p;
+			if (p->hello_len == 0)
+				drop = p;
+		}
 		ft__warn("fabric: too many connections without a handshake; dropping one");
-		ft__fab_link_shutdown(tp->pending, false, 0);
+		ft__fab_link_shutdown(drop != NULL ? drop : last, false, 0);
 	}
 	l->next = tp->pending;
 	tp->pending = l;
