@@ -100,6 +100,17 @@ step "nobody comes back: shrink after the rejoin timeout" env MODE=fallback KILL
 step "nobody comes back, connect timeout 5 s, rejoin timeout 10 s" env MODE=fallback KILLS=1 \
 	FAULTS="$K" RUN_ARGS="--ignore-killed" FTCC_CONNECT_TIMEOUT_MS=5000 FTCC_REJOIN_TIMEOUT_MS=10000 \
 	REJOIN_PAUSE_MS=0 "$C" "$B" 4 6 1000000
+# ... and the other orders of the three (detect, connect, rejoin): each ends
+# in a shrink, never a broken communicator
+timeouts() { # detect connect rejoin (ms)
+	step "nobody comes back, detect $1 ms, connect $2 ms, rejoin $3 ms" env MODE=fallback \
+		KILLS=1 FAULTS="$K" RUN_ARGS="--ignore-killed" FTCC_DETECT_TIMEOUT_MS="$1" \
+		FTCC_CONNECT_TIMEOUT_MS="$2" FTCC_REJOIN_TIMEOUT_MS="$3" REJOIN_PAUSE_MS=0 \
+		"$C" "$B" 4 6 1000000
+}
+timeouts 300 1000 3000
+timeouts 3000 2000 1000
+timeouts 2000 1000 1500
 # a newcomer whose program resumes at the step's start, not where the job
 # stands (train_steps "naive"): it is sent away (FT_EEXCLUDED), the
 # survivors never fail with FT_EMISMATCH, and go on exactly or by shrinking
