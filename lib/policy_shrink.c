@@ -120,7 +120,15 @@ void ft__shrink_backup_complete(struct ft_comm *c, struct ft__call *k, const str
 	k->in_place = false;
 }
 
-/* The lowest member (dense rank order) that published a next op past op: a holder of its result. */
+/*
+ * The lowest member (dense rank order) that published a next op past op: a
+ * holder of its result. A next op of op + 2 is a holder too: it returned op
+ * (kept, no commit steps) while another rank still waited for op's last
+ * frame, and then held the data of op + 1, an op with commit steps (a
+ * broadcast) that it has not returned, for not every rank holds it. Nothing
+ * further is reachable: a kept op + 1 needs every rank's input, so every
+ * rank would have returned op.
+ */
 static int find_holder(struct ft_comm *c, uint64_t op, int *holder)
 {
 	*holder = -1;
@@ -129,12 +137,12 @@ static int find_holder(struct ft_comm *c, uint64_t op, int *holder)
 		int rc = ft__mb_lookup(&c->mb, c->generation, c->members[i], &m);
 		if (rc != 0)
 			return rc;
-		if (m.next_op > op + 1) {
-			ft__error("rank %d published next op %llu, past op %llu + 1", c->members[i],
+		if (m.next_op > op + 2) {
+			ft__error("rank %d published next op %llu, past op %llu + 2", c->members[i],
 				  (unsigned long long)m.next_op, (unsigned long long)op);
 			return -FT_EPROTO;
 		}
-		if (m.next_op == op + 1 && *holder < 0)
+		if (m.next_op > op && *holder < 0)
 			*holder = c->members[i];
 	}
 	return 0;
