@@ -52,6 +52,19 @@ else
 NO_ZLIB := HAVE_ZLIB=$(HAVE_ZLIB) was set by hand
 endif
 
+# The torch.distributed backend (bindings/torch/): built against Debian's
+# PyTorch (python3-torch, libtorch-dev, pybind11-dev; make deps-torch
+# installs them, about 800 MB) when its headers and /usr/bin/python3's torch
+# are there.
+TORCH_PY ?= /usr/bin/python3
+ifeq ($(origin HAVE_TORCH),undefined)
+HAVE_TORCH := $(shell test -f /usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp && \
+	test -f /usr/include/pybind11/pybind11.h && $(TORCH_PY) -c 'import torch' >/dev/null 2>&1 && echo 1)
+NO_TORCH := Debian's PyTorch is not installed (python3-torch libtorch-dev pybind11-dev: make deps-torch)
+else
+NO_TORCH := HAVE_TORCH=$(HAVE_TORCH) was set by hand
+endif
+
 LIB_SRC := $(wildcard lib/*.c) transports/tcp.c
 # libcrypto (OpenSSL, libssl-dev): HMAC-SHA256, random bytes, constant-time
 # compare for the handshakes and tokens (README, "Dependencies"). Required.
@@ -108,7 +121,7 @@ MPICC_OPENMPI := $(shell command -v mpicc.openmpi 2>/dev/null)
 TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mpi) \
 	$(B)/test/fork_rank
 
-.PHONY: all lib tools examples test fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools torch deps-torch examples test fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
 
 lib: $(STATIC) $(SHARED)
@@ -123,6 +136,7 @@ $(FLAGS): FORCE
 	@$(if $(filter 1,$(HAVE_URING)),,echo 'ftcc: building without io_uring (logs will use pwrite): $(NO_URING)')
 	@$(if $(filter 1,$(HAVE_PMIX)),,echo 'ftcc: building without PMIx (bootstrap "pmix" will fail with FT_ENOSYS): $(NO_PMIX)')
 	@$(if $(filter 1,$(HAVE_ZLIB)),,echo 'ftcc: building without examples/train_fmnist: $(NO_ZLIB)')
+	@$(if $(filter 1,$(HAVE_TORCH)),,echo 'ftcc: building without the PyTorch backend (bindings/torch): $(NO_TORCH)')
 	@printf '%s\n' '$(subst ','\'',$(FLAGS_TEXT))' > $(FLAGS).new; \
 	if cmp -s $(FLAGS).new $(FLAGS); then rm -f $(FLAGS).new; else \
 		[ ! -f $(FLAGS) ] || echo "ftcc: build flags or detected parts changed: rebuilding $(B)"; \
@@ -193,6 +207,26 @@ $(B)/test/boot_rank: test/boot_rank.c $(STATIC) $(FLAGS)
 $(B)/test/fork_rank: test/fork_rank.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+
+# The PyTorch backend: $(B)/python/ftcc (PYTHONPATH=$(B)/python; import ftcc.torch).
+TORCH_PY_SRC := $(wildcard bindings/torch/ftcc/*.py)
+ifeq ($(HAVE_TORCH),1)
+TORCH_EXT := $(B)/python/ftcc/_C$(shell $(TORCH_PY) bindings/torch/flags.py suffix 2>/dev/null)
+TORCH_PKG := $(TORCH_EXT) $(TORCH_PY_SRC:bindings/torch/%=$(B)/python/%)
+$(TORCH_EXT): bindings/torch/ftcc_torch.cpp bindings/torch/flags.py $(STATIC) $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -fPIC -shared -Wall -Wextra -Iinclude \
+		$(shell $(TORCH_PY) bindings/torch/flags.py cflags 2>/dev/null) $(CXXFLAGS) -o $@ $< \
+		$(STATIC) $(shell $(TORCH_PY) bindings/torch/flags.py libs 2>/dev/null) $(LIB_LDLIBS) $(LDFLAGS)
+$(B)/python/ftcc/%.py: bindings/torch/ftcc/%.py
+	@mkdir -p $(dir $@)
+	cp $< $@
+endif
+torch: $(TORCH_PKG) $(FLAGS)
+	@$(if $(filter 1,$(HAVE_TORCH)),,echo 'ftcc: no PyTorch backend: $(NO_TORCH)')
+
+deps-torch:
+	@scripts/deps.sh python3-torch libtorch-dev pybind11-dev python3-pytest
 
 $(B)/test/boot_rank_mpi: test/boot_rank.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
@@ -266,8 +300,8 @@ fuzz:
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_EXECS=$(FUZZ_EXECS) scripts/fuzz.sh $(B) $(FUZZ)
 
 # Every test binary runs under a deadline; a hang is a failure.
-test: deps
-	$(MAKE) all $(TESTS) $(TEST_HELPERS) $(FUZZ_REPLAY)
+test: deps deps-torch
+	$(MAKE) all torch $(TESTS) $(TEST_HELPERS) $(FUZZ_REPLAY)
 	@scripts/run-tests.sh $(B) $(TESTS)
 
 demo: deps

@@ -63,6 +63,13 @@ if [ -x "$B/examples/train_steps" ] && [ -x /usr/bin/python3 ]; then
 	item campaign_slice 900 /usr/bin/python3 \
 		"$(dirname "$0")"/campaign.py "$B" "${FTCC_CAMPAIGN_SLICE:-9}"
 fi
+# The PyTorch backend (bindings/torch): pytest, multi-process jobs under deadlines.
+if ls "$B"/python/ftcc/_C*.so >/dev/null 2>&1; then
+	item torch_backend 600 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+		"$(dirname "$0")"/../test/torch/test_torch.py
+else
+	echo "== SKIPPED: torch_backend: $B/python/ftcc not built (Debian's PyTorch missing: make deps-torch)"
+fi
 # Every fuzz harness's corpus (seeds, kept finds, regressions) under ASan and UBSan.
 for n in log frame ctl inband store memberfile ckpt; do
 	if [ -x "$B/fuzz/fuzz_${n}_replay" ]; then

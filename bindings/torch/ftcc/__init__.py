@@ -1,0 +1,1 @@
+"""ftcc from Python. `import ftcc.torch` registers the "ftcc" torch.distributed backend."""
