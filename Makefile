@@ -121,7 +121,7 @@ MPICC_OPENMPI := $(shell command -v mpicc.openmpi 2>/dev/null)
 TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mpi) \
 	$(B)/test/fork_rank
 
-.PHONY: all lib tools torch deps-torch examples test fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools torch deps-torch examples test check fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
 
 lib: $(STATIC) $(SHARED)
@@ -304,6 +304,15 @@ test: deps deps-torch
 	$(MAKE) all torch $(TESTS) $(TEST_HELPERS) $(FUZZ_REPLAY)
 	@scripts/run-tests.sh $(B) $(TESTS)
 
+# The edit loop's subset (a minute or so): unit tests of one process, and
+# the parsers' corpora; make test runs everything.
+CHECK_TESTS := $(addprefix $(B)/test/,test_config test_reduce test_schedule test_crc32c \
+	test_wire test_file test_token test_inband_codec test_inband test_log test_membership \
+	test_store test_sock test_fault test_trace)
+check:
+	$(MAKE) all $(CHECK_TESTS) $(FUZZ_REPLAY)
+	@scripts/run-tests.sh --only-units $(B) $(CHECK_TESTS)
+
 demo: deps
 	$(MAKE) all
 	@scripts/demo.sh $(B)
@@ -387,7 +396,7 @@ clean:
 	rm -rf build build-asan build-tsan
 
 help:
-	@echo "make [all] | test | fuzz [FUZZ_SECONDS=60 | FUZZ_EXECS=n] [FUZZ=name] | fuzz-corpus | demo | trace-demo | bench"
+	@echo "make [all] | test | check | fuzz [FUZZ_SECONDS=60 | FUZZ_EXECS=n] [FUZZ=name] | fuzz-corpus | demo | trace-demo | bench"
 	@echo "     | experiment [EXPERIMENT_FULL=1]"
 	@echo "     | bench-compare | bench-recovery | campaign | rejoin-campaign | cluster-test"
 	@echo "     | install PREFIX=... | asan | tsan | deps | clean"

@@ -1,6 +1,9 @@
 #!/bin/sh
 # run-tests.sh BUILD_DIR TEST...: run every Criterion test binary under a deadline; a hang is a failure.
 set -u
+# --only-units: make check's subset, the given binaries and the fuzz corpora only
+units=""
+[ "${1:-}" = --only-units ] && units=1 && shift
 B=$1
 shift
 export FTCC_BUILD_DIR="$B"
@@ -47,6 +50,35 @@ item() {
 	fi
 	echo "== $name: $verdict in $(($(date +%s) - t0)) s"
 }
+# Every fuzz harness's corpus (seeds, kept finds, regressions) under ASan and UBSan.
+fuzz_replays() {
+	for n in log frame ctl inband store memberfile ckpt; do
+		if [ -x "$B/fuzz/fuzz_${n}_replay" ]; then
+			item "fuzz_${n}_replay" 300 "$B/fuzz/fuzz_${n}_replay" \
+				"$(dirname "$0")"/../test/fuzz/corpus/"$n"/*
+		fi
+	done
+}
+# What failed and why (a CI log that shows only its tail still shows it); the status.
+summary() {
+	echo
+	for log in $failed_logs; do
+		echo "== why $(cat "$log.name") failed (all of it: $log):"
+		grep -E '\[FAIL\]|\[----\] .*:[0-9]+: |Timed out|[Cc]rash|FAILED|error|not ok' "$log" |
+			grep -v '^== ' | tail -n 15
+	done
+	[ -n "$failed" ] && echo "failed:$failed"
+	echo "tests: $pass passed, $fail failed in $(($(date +%s) - start_all)) s"
+	[ "$fail" -eq 0 ]
+}
+if [ -n "$units" ]; then
+	fuzz_replays
+	for t in "$@"; do
+		item "$t" 900 "$t" --jobs "$JOBS" --short-filename
+	done
+	summary
+	exit
+fi
 item check-lib 300 "$(dirname "$0")/check-lib.sh" "$B"
 item check-build 300 "$(dirname "$0")/check-build.sh"
 item check-install 300 "$(dirname "$0")/check-install.sh" "$B"
@@ -70,13 +102,7 @@ if ls "$B"/python/ftcc/_C*.so >/dev/null 2>&1; then
 else
 	echo "== SKIPPED: torch_backend: $B/python/ftcc not built (Debian's PyTorch missing: make deps-torch)"
 fi
-# Every fuzz harness's corpus (seeds, kept finds, regressions) under ASan and UBSan.
-for n in log frame ctl inband store memberfile ckpt; do
-	if [ -x "$B/fuzz/fuzz_${n}_replay" ]; then
-		item "fuzz_${n}_replay" 300 "$B/fuzz/fuzz_${n}_replay" \
-			"$(dirname "$0")"/../test/fuzz/corpus/"$n"/*
-	fi
-done
+fuzz_replays
 for t in "$@"; do
 	item "$t" 900 "$t" --jobs "$JOBS" --short-filename
 done
@@ -114,12 +140,4 @@ for t in "$@"; do
 		"$t" --jobs "$JOBS" --short-filename ;;
 	esac
 done
-echo
-for log in $failed_logs; do
-	echo "== why $(cat "$log.name") failed (all of it: $log):"
-	grep -E '\[FAIL\]|\[----\] .*:[0-9]+: |Timed out|[Cc]rash|FAILED|error|not ok' "$log" |
-		grep -v '^== ' | tail -n 15
-done
-[ -n "$failed" ] && echo "failed:$failed"
-echo "tests: $pass passed, $fail failed in $(($(date +%s) - start_all)) s"
-[ "$fail" -eq 0 ]
+summary
