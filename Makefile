@@ -121,7 +121,7 @@ MPICC_OPENMPI := $(shell command -v mpicc.openmpi 2>/dev/null)
 TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mpi) \
 	$(B)/test/fork_rank
 
-.PHONY: all lib tools torch deps-torch examples test check fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools torch deps-torch examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
 
 lib: $(STATIC) $(SHARED)
@@ -336,6 +336,10 @@ experiment: deps
 
 bench: all
 	@scripts/bench.sh $(B)
+
+# torch.distributed through ftcc against PyTorch's Gloo, and the binding against C.
+bench-torch: all torch
+	@scripts/bench-torch.sh $(B)
 
 bench-compare: all $(B)/gloo_bench $(B)/mpi_bench
 	@scripts/bench-compare.sh $(B)
