@@ -285,15 +285,31 @@ public:
 			if (cfg.connect_timeout_ms > cfg.op_timeout_ms)
 				cfg.connect_timeout_ms = cfg.op_timeout_ms;
 		}
-		{
-			py::gil_scoped_release nogil; /* ft_init waits for the other ranks */
-			rc = ft_init(&cfg, &comm_);
+		/* every ft_* call on the worker, ft_init's too: io_uring's logs are
+		 * bound to the thread that made them (lib/aio.c) */
+		worker_ = std::thread([this] { loop(); });
+		rc = 0;
+		try {
+			run_now([this, &cfg, &rc]() {
+				rc = ft_init(&cfg, &comm_);
+				if (rc == 0) {
+					bool q = ft_rejoined(comm_, nullptr) == 1;
+					std::lock_guard<std::mutex> g(mu_);
+					quiet_ = q;
+				}
+				if (rc == 0)
+					snapshot(nullptr);
+			});
+		} catch (...) {
+			std::memset(cfg.token, 0, sizeof(cfg.token));
+			shutdown();
+			throw;
 		}
 		std::memset(cfg.token, 0, sizeof(cfg.token));
-		if (rc != 0)
+		if (rc != 0) {
+			shutdown();
 			fail("ft_init", rc);
-		snapshot(nullptr);
-		worker_ = std::thread([this] { loop(); });
+		}
 	}
 
 	~ProcessGroupFtcc() override
@@ -376,6 +392,9 @@ public:
 			for (int i = 0; i < n; i++)
 				outs[i].copy_(flat.narrow(0, (int64_t)i * in.numel(), in.numel())
 						      .view(outs[i].sizes()));
+		}, [in, outs]() {
+			for (auto &o : outs)
+				o.copy_(in.view(o.sizes()));
 		});
 	}
 
@@ -403,6 +422,10 @@ public:
 			finish_op("all_gather_into_tensor", rc, &info);
 			if (!o.is_same(out))
 				out.copy_(o);
+		}, [out, in]() {
+			int64_t n = in.numel() > 0 ? out.numel() / in.numel() : 0;
+			for (int64_t i = 0; i < n; i++)
+				out.view({-1}).narrow(0, i * in.numel(), in.numel()).copy_(in.reshape({-1}));
 		});
 	}
 
@@ -475,6 +498,61 @@ public:
 		});
 	}
 
+	/* 1 and the next op's number when this process rejoined a running job
+	 * (ftcc.h ft_rejoined), else 0. */
+	std::pair<bool, uint64_t> rejoined()
+	{
+		std::pair<bool, uint64_t> r{false, 0};
+		run_now([this, &r]() {
+			uint64_t next = 0;
+			r.first = ft_rejoined(comm_, &next) == 1;
+			r.second = next;
+		});
+		return r;
+	}
+
+	/* ft_state_register of a contiguous CPU tensor's bytes, replicated:
+	 * the tensor must live as long as the group. Returns the region's index. */
+	int register_state(const at::Tensor &t)
+	{
+		check_cpu(t);
+		if (!t.is_contiguous())
+			throw std::invalid_argument("ftcc: register_state takes contiguous tensors");
+		int idx = -1;
+		at::Tensor keep = t;
+		run_now([this, &idx, keep]() {
+			int rc = ft_state_register(comm_, keep.data_ptr(), keep.nbytes(),
+						   FT_STATE_REPLICATED);
+			if (rc < 0)
+				fail("register_state", rc);
+			idx = rc;
+		});
+		kept_.push_back(keep);
+		return idx;
+	}
+
+	/* Ends a newcomer's quiet start (its collectives so far stood in by
+	 * its own values) and takes the registered state from a survivor
+	 * (ft_state_sync); elsewhere returns at once. How many ops were quiet. */
+	int resume()
+	{
+		int quiet;
+		{
+			std::lock_guard<std::mutex> g(mu_);
+			quiet = quiet_ops_;
+		}
+		run_now([this]() {
+			std::lock_guard<std::mutex> g(mu_);
+			quiet_ = false;
+		});
+		run_now([this]() {
+			int rc = ft_state_sync(comm_);
+			if (rc != 0)
+				fail("state_sync", rc);
+		});
+		return quiet;
+	}
+
 	/* What the last op that completed did, and the membership after it. */
 	FtccOpInfo last_op()
 	{
@@ -490,13 +568,19 @@ public:
 			if (stopping_)
 				return;
 			stopping_ = true;
+			/* the last job, on the worker as every ft_* call (io_uring) */
+			auto work = c10::make_intrusive<FtccWork>(c10d::OpType::UNKNOWN,
+								  std::vector<at::Tensor>{});
+			queue_.push_back(Job{[this]() {
+						     if (comm_ != nullptr)
+							     ft_finalize(comm_);
+						     comm_ = nullptr;
+					     },
+					     work});
 		}
 		cv_.notify_all();
 		if (worker_.joinable())
 			worker_.join();
-		if (comm_ != nullptr)
-			ft_finalize(comm_);
-		comm_ = nullptr;
 	}
 
 private:
@@ -504,6 +588,22 @@ private:
 		std::function<void()> run;
 		c10::intrusive_ptr<FtccWork> work;
 	};
+
+	/* Runs fn on the worker after what is queued, and waits (throws its error). */
+	void run_now(std::function<void()> fn)
+	{
+		c10::intrusive_ptr<FtccWork> work = c10::make_intrusive<FtccWork>(
+			c10d::OpType::UNKNOWN, std::vector<at::Tensor>{});
+		{
+			std::lock_guard<std::mutex> g(mu_);
+			if (stopping_)
+				throw std::runtime_error("ftcc: the process group was shut down");
+			queue_.push_back(Job{std::move(fn), work});
+		}
+		cv_.notify_one();
+		py::gil_scoped_release nogil;
+		work->wait();
+	}
 
 	static void same_shape(const at::Tensor &a, const at::Tensor &b, const char *what)
 	{
@@ -580,13 +680,19 @@ private:
 	}
 
 	c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outs,
-					       std::function<void()> run)
+					       std::function<void()> run,
+					       std::function<void()> local = nullptr)
 	{
 		auto work = c10::make_intrusive<FtccWork>(type, std::move(outs));
 		{
 			std::lock_guard<std::mutex> g(mu_);
 			if (stopping_)
 				throw std::runtime_error("ftcc: the process group was shut down");
+			if (quiet_) {
+				/* a newcomer before resume(): its own values stand in (README) */
+				quiet_ops_++;
+				run = local != nullptr ? std::move(local) : [] {};
+			}
 			queue_.push_back(Job{std::move(run), work});
 		}
 		cv_.notify_one();
@@ -667,6 +773,9 @@ private:
 	std::condition_variable cv_;
 	std::deque<Job> queue_;
 	bool stopping_ = false;
+	bool quiet_ = false;    /* a newcomer before resume() */
+	int quiet_ops_ = 0;
+	std::vector<at::Tensor> kept_; /* registered state: alive as long as the group */
 	std::mutex info_mu_;
 	FtccOpInfo last_;
 };
@@ -700,6 +809,12 @@ PYBIND11_MODULE(_C, m)
 		     py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"))
 		.def("last_op", &ProcessGroupFtcc::last_op,
 		     "What the last completed op did, and the membership after it")
+		.def("rejoined", &ProcessGroupFtcc::rejoined,
+		     "(True, next op) when this process rejoined a running job (rejoin policy)")
+		.def("register_state", &ProcessGroupFtcc::register_state, py::arg("tensor"),
+		     "ft_state_register: a contiguous CPU tensor, replicated, kept for the group")
+		.def("resume", &ProcessGroupFtcc::resume,
+		     "Ends a newcomer's quiet start and takes the state from a survivor")
 		.def("shutdown", &ProcessGroupFtcc::shutdown,
 		     py::call_guard<py::gil_scoped_release>(),
 		     "Runs the ops already queued, then ends the communicator");

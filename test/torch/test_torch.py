@@ -79,10 +79,10 @@ def test_ddp_trains_as_one_process(size):
     job("ddp", size)
 
 
-def ddp_with_a_kill(policy, victim, after_step, delay_s, steps=60, size=4):
-    """DDP under ftcc-run; SIGKILLs the victim delay_s after it printed after_step (mid-step:
-    forward, backward with its buckets' allreduces in flight, or the optimizer)."""
-    import random
+def ddp_run(policy, victim=None, after_step=0, delay_s=0.0, steps=60, size=4):
+    """DDP under ftcc-run (test/torch/ddp_job.py); SIGKILLs the victim delay_s after it printed
+    after_step (mid-step: forward, backward with its buckets' allreduces in flight, or the
+    optimizer); under rejoin ftcc-run restarts it. Returns ({rank: model digest}, output)."""
     import re
     import signal
     import threading
@@ -91,39 +91,64 @@ def ddp_with_a_kill(policy, victim, after_step, delay_s, steps=60, size=4):
         if k.startswith("FTCC_"):
             del env[k]
     env.update(PYTHONPATH=os.path.abspath(os.path.join(BUILD, "python")), FTCC_POLICY=policy)
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [os.path.join(BUILD, "ftcc-run"), "-n", str(size), "--tag", "--timeout",
-               str(DEADLINE), "--ignore-killed", sys.executable,
-               os.path.join(HERE, "ddp_job.py"), str(steps), os.path.join(tmp, "store")]
-        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        timer = threading.Timer(DEADLINE + 30, p.kill)
-        timer.start()
-        lines, pid = [], None
-        for raw in p.stdout:
-            line = raw.decode(errors="replace").rstrip("\n")
-            lines.append(line)
-            m = re.match(rf"^\[{victim}\.0 [^]]*\] pid (\d+)$", line)
-            if m:
-                pid = int(m.group(1))
-            if pid and re.match(rf"^\[{victim}\.0 [^]]*\] step {after_step} ", line):
-                threading.Timer(delay_s, os.kill, (pid, signal.SIGKILL)).start()
-        p.wait()
-        timer.cancel()
+    cmd = [os.path.join(BUILD, "ftcc-run"), "-n", str(size), "--tag", "--timeout", str(DEADLINE)]
+    cmd += ["--restart", "--max-restarts", "1"] if policy == "rejoin" else ["--ignore-killed"]
+    cmd += [sys.executable, os.path.join(HERE, "ddp_job.py"), str(steps)]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    timer = threading.Timer(DEADLINE + 30, p.kill)
+    timer.start()
+    lines, pid, killed = [], None, False
+    for raw in p.stdout:
+        line = raw.decode(errors="replace").rstrip("\n")
+        lines.append(line)
+        if victim is None or killed:
+            continue
+        m = re.match(rf"^\[{victim}\.0 [^]]*\] pid (\d+)$", line)
+        if m:
+            pid = int(m.group(1))
+        if pid and re.match(rf"^\[{victim}\.0 [^]]*\] step {after_step} ", line):
+            threading.Timer(delay_s, os.kill, (pid, signal.SIGKILL)).start()
+            killed = True
+    p.wait()
+    timer.cancel()
     out = "\n".join(lines)
-    assert p.poll() is not None and not out.endswith("timed out"), out[-3000:]
+    assert "timeout after" not in out, out[-3000:]
     models = {int(m.group(1)): m.group(2) for m in
-              re.finditer(r"^\[(\d+)\.0 [^]]*\] model ([0-9a-f]+)$", out, re.M)}
-    survivors = [r for r in range(size) if r != victim]
-    assert sorted(models) == survivors, f"models from {sorted(models)}:\n{out[-3000:]}"
-    assert len(set(models.values())) == 1, f"survivors' models differ: {models}"
-    last = [ln for ln in lines if re.match(rf"^\[{survivors[0]}\.0 [^]]*\] step {steps - 1} ", ln)]
-    assert last and f"contributors {size - 1}" in last[0], last
-    return out
+              re.finditer(r"^\[(\d+)\.\d+ [^]]*\] model ([0-9a-f]+)$", out, re.M)}
+    return models, out
 
 
 @pytest.mark.parametrize("trial", range(3))
 def test_ddp_shrink_survivors_finish_with_one_model(trial):
     import random
     rnd = random.Random(trial * 7919 + os.getpid())
-    ddp_with_a_kill("shrink", victim=rnd.randrange(4), after_step=rnd.randrange(2, 40),
-                    delay_s=rnd.uniform(0, 0.02))
+    victim, size, steps = rnd.randrange(4), 4, 60
+    models, out = ddp_run("shrink", victim, rnd.randrange(2, 40), rnd.uniform(0, 0.02), steps)
+    survivors = [r for r in range(size) if r != victim]
+    assert sorted(models) == survivors, f"models from {sorted(models)}:\n{out[-3000:]}"
+    assert len(set(models.values())) == 1, f"survivors' models differ: {models}"
+    last = [ln for ln in out.splitlines()
+            if ln.startswith(f"[{survivors[0]}.0 ") and f"] step {steps - 1} " in ln]
+    assert last and f"contributors {size - 1}" in last[0], last
+
+
+_free = {}
+
+
+def test_ddp_rejoin_is_bit_identical_to_a_run_without_failure():
+    """A rank SIGKILLed at random moments of random steps and restarted by ftcc-run --restart:
+    it takes the state back (TrainState), the interrupted allreduce completes exactly, and every
+    rank, the restarted one included, ends with the failure-free run's model and optimizer
+    state, bit for bit (a digest of every parameter and momentum buffer)."""
+    import random
+    free, out = ddp_run("rejoin")
+    assert len(free) == 4 and len(set(free.values())) == 1, out[-3000:]
+    want = next(iter(free.values()))
+    rnd = random.Random(os.getpid())
+    for trial in range(3):
+        victim, step = rnd.randrange(4), rnd.randrange(3, 40)
+        models, out = ddp_run("rejoin", victim, step, rnd.uniform(0, 0.02))
+        assert f"[{victim}.1 " in out, f"rank {victim} was not restarted:\n{out[-3000:]}"
+        assert sorted(models) == [0, 1, 2, 3], f"models from {sorted(models)}:\n{out[-3000:]}"
+        assert set(models.values()) == {want}, \
+            f"trial {trial}: kill {victim} after step {step}: {models}, want {want}\n{out[-2000:]}"
