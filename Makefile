@@ -121,7 +121,7 @@ MPICC_OPENMPI := $(shell command -v mpicc.openmpi 2>/dev/null)
 TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mpi) \
 	$(B)/test/fork_rank
 
-.PHONY: all lib tools torch deps-torch examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools torch deps-torch torch-demo examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
 
 lib: $(STATIC) $(SHARED)
@@ -227,6 +227,13 @@ torch: $(TORCH_PKG) $(FLAGS)
 
 deps-torch:
 	@scripts/deps.sh python3-torch libtorch-dev pybind11-dev python3-pytest
+
+# DDP on Fashion-MNIST (examples/train_ddp.py), 4 ranks: nothing killed, a rank
+# SIGKILLed under shrink, the same under rejoin; results side by side, loss curves.
+torch-demo: deps deps-torch
+	@scripts/deps.sh dataset-fashion-mnist gnuplot-nox
+	$(MAKE) all torch
+	@scripts/torch-demo.sh $(B)
 
 $(B)/test/boot_rank_mpi: test/boot_rank.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
@@ -401,7 +408,7 @@ clean:
 
 help:
 	@echo "make [all] | test | check | fuzz [FUZZ_SECONDS=60 | FUZZ_EXECS=n] [FUZZ=name] | fuzz-corpus | demo | trace-demo | bench"
-	@echo "     | experiment [EXPERIMENT_FULL=1]"
+	@echo "     | experiment [EXPERIMENT_FULL=1] | torch | torch-demo | bench-torch"
 	@echo "     | bench-compare | bench-recovery | campaign | rejoin-campaign | cluster-test"
 	@echo "     | install PREFIX=... | asan | tsan | deps | clean"
 	@echo "optional parts are detected with pkg-config; force with HAVE_FABRIC=1 / HAVE_URING=1 /"
