@@ -57,13 +57,11 @@ struct ft__aio {
 /*
  * want_uring: io_uring with depth entries, falling back to pwrite (with a
  * warning naming who) when io_uring_queue_init fails or liburing is not
- * compiled in; otherwise pwrite only. Never fails.
+ * compiled in; otherwise pwrite only. Never fails. Any thread may start and
+ * reap ios, one at a time; completions (and the ios started after_all) move
+ * on in the kernel while this process is elsewhere.
  */
 void ft__aio_init(struct ft__aio *a, unsigned depth, bool want_uring, const char *who);
-/* The same; prompt: completions (and the ios started after_all) move on in
- * the kernel while this process is elsewhere, not at its next call into
- * the writer (no IORING_SETUP_DEFER_TASKRUN). */
-void ft__aio_init_prompt(struct ft__aio *a, unsigned depth, bool want_uring, const char *who);
 /* Between hold and release, ios started are queued and given to the kernel
  * in one submission at release (one system call for a round of writes). */
 void ft__aio_hold(struct ft__aio *a);
@@ -81,9 +79,8 @@ int ft__aio_start(struct ft__aio *a, struct ft__aio_io *io);
 /* Reaps completions: those ready, and (wait) at least one if any is in flight. */
 int ft__aio_reap(struct ft__aio *a, bool wait);
 /*
- * As ft__aio_reap(a, false), and first has the kernel post completions it
- * holds back (a DEFER_TASKRUN ring posts them only when asked): one
- * syscall when ios are in flight. For a caller that must see writes finish
+ * As ft__aio_reap(a, false), and first enters the kernel so that it posts
+ * the completions it has: one syscall when ios are in flight. For a caller that must see writes finish
  * between its calls without waiting (checkpoints); the log does not.
  */
 int ft__aio_poll(struct ft__aio *a);

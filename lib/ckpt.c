@@ -995,7 +995,7 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	unsigned qd = CK_QD_MIN;
 	while (qd < CK_QD_MAX && qd < 2 * ck->nblocks + 2 * ck->nreg + 2)
 		qd *= 2;
-	ft__aio_init_prompt(&ck->aio, qd, !c->tp_env.log_pwrite, "ckpt");
+	ft__aio_init(&ck->aio, qd, !c->tp_env.log_pwrite, "ckpt");
 	ck->aio_ok = true;
 	c->ckpt = ck;
 	ft__info("ckpt: %zu sharded regions, %zu blocks of %zu bytes in %s (%s)%s", ck->nreg,

@@ -5,6 +5,7 @@
 #include <ftcc.h>
 #include <ftw.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "aio.h"
 #include "crc32c.h"
 #include "log.h"
 
@@ -743,4 +745,63 @@ Test(log, ftcc_log_tool_exit_codes, .timeout = 60)
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "missing file: status %d", st);
 	free(j);
 	rm_dir(dir);
+}
+
+/* ---- the writer from another thread ---- */
+
+static void aio_done(struct ft__aio_io *io, int res)
+{
+	io->res = res;
+}
+
+struct aio_turn {
+	struct ft__aio *a;
+	int fd;
+	char text[32];
+	struct ft__aio_io io;
+	int rc;
+};
+
+static void *aio_turn_main(void *arg)
+{
+	struct aio_turn *t = arg;
+
+	t->io = (struct ft__aio_io){.kind = FT__AIO_WRITE, .fd = t->fd, .data = t->text,
+				    .len = strlen(t->text), .complete = aio_done, .res = 1};
+	t->rc = ft__aio_start(t->a, &t->io);
+	if (t->rc == 0)
+		t->rc = ft__aio_wait(t->a, &t->io);
+	return NULL;
+}
+
+/*
+ * A communicator may be used from any thread, one at a time (ftcc.h): its
+ * writer's ring, made on one thread, takes writes from another. Rings made
+ * with IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN refused them (EEXIST), and
+ * the PyTorch backend, whose ops run on a worker thread, lost its logs.
+ */
+Test(log, a_ring_used_from_another_thread, .timeout = 30)
+{
+	struct ft__aio a;
+	struct aio_turn t = {.a = &a};
+	char path[] = "/tmp/ftcc-aio-XXXXXX", back[32] = "";
+	pthread_t th;
+
+	ft__aio_init(&a, 8, true, "test");
+	if (!a.uring) {
+		ft__aio_fini(&a);
+		cr_skip_test("SKIPPED: io_uring is not available here (the writer uses pwrite)");
+	}
+	t.fd = mkstemp(path);
+	cr_assert_geq(t.fd, 0);
+	snprintf(t.text, sizeof(t.text), "from another thread");
+	cr_assert_eq(pthread_create(&th, NULL, aio_turn_main, &t), 0);
+	pthread_join(th, NULL);
+	cr_expect_eq(t.rc, 0, "the other thread's write: %s", strerror(-t.rc));
+	cr_expect_eq(t.io.res, 0, "its completion: %d", t.io.res);
+	cr_expect_eq(pread(t.fd, back, sizeof(back) - 1, 0), (ssize_t)strlen(t.text));
+	cr_expect_str_eq(back, t.text);
+	ft__aio_fini(&a);
+	close(t.fd);
+	unlink(path);
 }
