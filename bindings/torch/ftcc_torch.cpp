@@ -18,8 +18,10 @@
  * is needed; any that is set is honoured.
  *
  * PyTorch 1.13 backends subclass c10d::ProcessGroup; from 2.0 they subclass
- * c10d::Backend, which a ProcessGroup wraps. FTCC_TORCH_BASE names the one
- * this build derives from (only the 1.13 path is compiled and tested here).
+ * c10d::Backend, which a ProcessGroup wraps. FtccBase names the one this
+ * build derives from, by TORCH_VERSION_MAJOR; the ops' signatures are the
+ * same in both. Only the 1.x path is compiled and tested here (Debian 12
+ * ships 1.13); the 2.x one is written, not built.
  */
 
 #include <arpa/inet.h>
@@ -56,7 +58,12 @@ extern "C" {
 }
 
 #if TORCH_VERSION_MAJOR >= 2
-#error "PyTorch 2.x moved backends to c10d::Backend: this file derives from c10d::ProcessGroup (1.x)"
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+using FtccBase = c10d::Backend;
+#define FTCC_TORCH_BASE "c10d::Backend"
+#else
+using FtccBase = c10d::ProcessGroup;
+#define FTCC_TORCH_BASE "c10d::ProcessGroup"
 #endif
 
 namespace py = pybind11;
@@ -255,11 +262,11 @@ struct FtccOpInfo {
 	std::vector<int> members; /* original (torch) ranks, in dense order */
 };
 
-class ProcessGroupFtcc : public c10d::ProcessGroup {
+class ProcessGroupFtcc : public FtccBase {
 public:
 	ProcessGroupFtcc(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
 			 std::chrono::milliseconds timeout)
-		: c10d::ProcessGroup(rank, size)
+		: FtccBase(rank, size)
 	{
 		struct ft_config cfg;
 		std::string token;
@@ -784,7 +791,7 @@ PYBIND11_MODULE(_C, m)
 {
 	py::module::import("torch.distributed");
 	m.doc() = "ftcc's torch.distributed backend (import ftcc.torch to register it)";
-	m.attr("TORCH_BASE") = "c10d::ProcessGroup";
+	m.attr("TORCH_BASE") = FTCC_TORCH_BASE;
 	m.attr("FTCC_EINVAL") = ft_err_name(-FT_EINVAL);
 
 	py::class_<FtccOpInfo>(m, "OpInfo")
@@ -802,7 +809,7 @@ PYBIND11_MODULE(_C, m)
 			       ", members=" + std::to_string(i.members.size()) + ")";
 		});
 
-	py::class_<ProcessGroupFtcc, c10::intrusive_ptr<ProcessGroupFtcc>, c10d::ProcessGroup>(
+	py::class_<ProcessGroupFtcc, c10::intrusive_ptr<ProcessGroupFtcc>, FtccBase>(
 		m, "ProcessGroupFtcc")
 		.def(py::init<const c10::intrusive_ptr<c10d::Store> &, int, int,
 			      std::chrono::milliseconds>(),

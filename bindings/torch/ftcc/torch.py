@@ -26,7 +26,10 @@ def _create(store, rank, size, timeout):
 
 
 if "FTCC" not in dist.Backend._plugins:
-    dist.Backend.register_backend("ftcc", _create)
+    if _C.TORCH_BASE == "c10d::Backend":  # PyTorch 2.x: a backend per device type
+        dist.Backend.register_backend("ftcc", _create, devices=["cpu"])
+    else:
+        dist.Backend.register_backend("ftcc", _create)
 
 
 def init_process_group(timeout=None):
