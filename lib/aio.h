@@ -80,8 +80,9 @@ int ft__aio_start(struct ft__aio *a, struct ft__aio_io *io);
 int ft__aio_reap(struct ft__aio *a, bool wait);
 /*
  * As ft__aio_reap(a, false), and first enters the kernel so that it posts
- * the completions it has: one syscall when ios are in flight. For a caller that must see writes finish
- * between its calls without waiting (checkpoints); the log does not.
+ * the completions it has: one syscall when ios are in flight. For a caller
+ * that must see writes finish between its calls without waiting
+ * (checkpoints); the log does not.
  */
 int ft__aio_poll(struct ft__aio *a);
 /* Waits until io is complete. */

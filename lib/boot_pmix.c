@@ -27,7 +27,7 @@
  */
 static unsigned books_made;
 static unsigned held;
-/* A token's client left open for the book's to take over (ft__boot_pmix_token). */
+/* 1: a token's client is left open for the book's to take over (ft__boot_pmix_token). */
 static unsigned token_opens;
 
 static int seconds_left(int64_t deadline_ms)
@@ -250,11 +250,9 @@ out:
 	/* Open MPI 4.1's MPI_Init fails in a process whose PMIx client was
 	 * opened and fully closed before (bootstrap.h): after a success the
 	 * client stays open for the book's, which takes it over */
-	if (rc == 0 && __atomic_fetch_add(&token_opens, 1, __ATOMIC_RELAXED) == 0)
+	if (rc == 0 && __atomic_exchange_n(&token_opens, 1, __ATOMIC_RELAXED) == 0)
 		return 0;
-	if (rc == 0)
-		__atomic_fetch_sub(&token_opens, 1, __ATOMIC_RELAXED);
-	PMIx_Finalize(NULL, 0);
+	PMIx_Finalize(NULL, 0); /* failed, or one open is kept already */
 	return rc;
 }
 

@@ -342,13 +342,12 @@ public:
 		at::Tensor t = tensors[0];
 		enum ft_op op = op_of(opts.reduceOp);
 		return enqueue(c10d::OpType::ALLREDUCE, {t}, [this, t, op]() {
-			at::Tensor b = t.contiguous();
-			struct ft_op_info info;
-			int rc = ft_allreduce(comm_, FT_IN_PLACE, b.data_ptr(), (size_t)b.numel(),
-					      dtype_of(b), op, &info);
-			finish_op("all_reduce", rc, &info);
-			if (!b.is_same(t))
-				t.copy_(b);
+			through_contiguous(t, [&](at::Tensor &b) {
+				struct ft_op_info info;
+				int rc = ft_allreduce(comm_, FT_IN_PLACE, b.data_ptr(),
+						      (size_t)b.numel(), dtype_of(b), op, &info);
+				finish_op("all_reduce", rc, &info);
+			});
 		});
 	}
 
@@ -361,15 +360,14 @@ public:
 		if (root < 0 || root >= getSize())
 			throw std::invalid_argument("ftcc: broadcast root out of range");
 		return enqueue(c10d::OpType::BROADCAST, {t}, [this, t, root]() {
-			at::Tensor b = t.contiguous();
-			struct ft_op_info info;
-			int dense = dense_rank(root);
-			int rc = dense < 0 ? -FT_EROOTFAILED
-					   : ft_broadcast(comm_, b.data_ptr(), b.nbytes(), dense,
-							  &info);
-			finish_op("broadcast", rc, dense < 0 ? nullptr : &info);
-			if (!b.is_same(t))
-				t.copy_(b);
+			through_contiguous(t, [&](at::Tensor &b) {
+				struct ft_op_info info;
+				int dense = dense_rank(root);
+				int rc = dense < 0 ? -FT_EROOTFAILED
+						   : ft_broadcast(comm_, b.data_ptr(), b.nbytes(),
+								  dense, &info);
+				finish_op("broadcast", rc, dense < 0 ? nullptr : &info);
+			});
 		});
 	}
 
@@ -385,20 +383,11 @@ public:
 		for (auto &o : outs)
 			same_shape(o, in, "all_gather");
 		return enqueue(c10d::OpType::ALLGATHER, outs, [this, in, outs]() {
-			int n = members_now();
-			if ((int)outs.size() != n)
-				throw std::invalid_argument(
-					"ftcc: all_gather: " + std::to_string(outs.size()) +
-					" outputs for " + std::to_string(n) + " members");
+			int n = blocks_for(outs.size(), "all_gather", "outputs");
 			at::Tensor flat = at::empty({(int64_t)n * in.numel()}, in.options());
-			at::Tensor src = in.contiguous();
-			struct ft_op_info info;
-			int rc = ft_allgather(comm_, src.data_ptr(), flat.data_ptr(),
-					      (size_t)src.numel(), dtype_of(src), &info);
-			finish_op("all_gather", rc, &info);
+			gather(flat, in, "all_gather");
 			for (int i = 0; i < n; i++)
-				outs[i].copy_(flat.narrow(0, (int64_t)i * in.numel(), in.numel())
-						      .view(outs[i].sizes()));
+				outs[i].copy_(block(flat, i, in.numel()).view(outs[i].sizes()));
 		}, [in, outs]() {
 			for (auto &o : outs)
 				o.copy_(in.view(o.sizes()));
@@ -408,31 +397,14 @@ public:
 	c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
 						      const c10d::AllgatherOptions &) override
 	{
-		check_cpu(output);
-		check_cpu(input);
-		if (output.scalar_type() != input.scalar_type())
-			throw std::invalid_argument("ftcc: all_gather_into_tensor: dtypes differ");
-		(void)dtype_of(input);
+		same_dtype(output, input, "all_gather_into_tensor");
 		at::Tensor out = output, in = input;
 		return enqueue(c10d::OpType::_ALLGATHER_BASE, {out}, [this, out, in]() {
-			int n = members_now();
-			if (out.numel() != (int64_t)n * in.numel())
-				throw std::invalid_argument(
-					"ftcc: all_gather_into_tensor: the output holds " +
-					std::to_string(out.numel()) + " elements, " +
-					std::to_string(n) + " members send " +
-					std::to_string(in.numel()) + " each");
-			at::Tensor o = out.contiguous(), i = in.contiguous();
-			struct ft_op_info info;
-			int rc = ft_allgather(comm_, i.data_ptr(), o.data_ptr(), (size_t)i.numel(),
-					      dtype_of(i), &info);
-			finish_op("all_gather_into_tensor", rc, &info);
-			if (!o.is_same(out))
-				out.copy_(o);
+			gather(out, in, "all_gather_into_tensor");
 		}, [out, in]() {
 			int64_t n = in.numel() > 0 ? out.numel() / in.numel() : 0;
 			for (int64_t i = 0; i < n; i++)
-				out.view({-1}).narrow(0, i * in.numel(), in.numel()).copy_(in.reshape({-1}));
+				block(out.view({-1}), i, in.numel()).copy_(in.reshape({-1}));
 		});
 	}
 
@@ -449,22 +421,11 @@ public:
 			same_shape(i, out, "reduce_scatter");
 		enum ft_op op = op_of(opts.reduceOp);
 		return enqueue(c10d::OpType::REDUCE_SCATTER, {out}, [this, out, ins, op]() {
-			int n = members_now();
-			if ((int)ins.size() != n)
-				throw std::invalid_argument(
-					"ftcc: reduce_scatter: " + std::to_string(ins.size()) +
-					" inputs for " + std::to_string(n) + " members");
+			int n = blocks_for(ins.size(), "reduce_scatter", "inputs");
 			at::Tensor flat = at::empty({(int64_t)n * out.numel()}, out.options());
 			for (int i = 0; i < n; i++)
-				flat.narrow(0, (int64_t)i * out.numel(), out.numel())
-					.copy_(ins[i].reshape({-1}));
-			at::Tensor o = out.contiguous();
-			struct ft_op_info info;
-			int rc = ft_reduce_scatter(comm_, flat.data_ptr(), o.data_ptr(),
-						   (size_t)o.numel(), dtype_of(o), op, &info);
-			finish_op("reduce_scatter", rc, &info);
-			if (!o.is_same(out))
-				out.copy_(o);
+				block(flat, i, out.numel()).copy_(ins[i].reshape({-1}));
+			scatter(out, flat, op, "reduce_scatter");
 		});
 	}
 
@@ -472,28 +433,11 @@ public:
 							   const c10d::ReduceScatterOptions &opts)
 		override
 	{
-		check_cpu(output);
-		check_cpu(input);
-		if (output.scalar_type() != input.scalar_type())
-			throw std::invalid_argument("ftcc: reduce_scatter_tensor: dtypes differ");
-		(void)dtype_of(input);
+		same_dtype(output, input, "reduce_scatter_tensor");
 		enum ft_op op = op_of(opts.reduceOp);
 		at::Tensor out = output, in = input;
 		return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [this, out, in, op]() {
-			int n = members_now();
-			if (in.numel() != (int64_t)n * out.numel())
-				throw std::invalid_argument(
-					"ftcc: reduce_scatter_tensor: the input holds " +
-					std::to_string(in.numel()) + " elements, not " +
-					std::to_string(n) + " blocks of " +
-					std::to_string(out.numel()));
-			at::Tensor i = in.contiguous(), o = out.contiguous();
-			struct ft_op_info info;
-			int rc = ft_reduce_scatter(comm_, i.data_ptr(), o.data_ptr(),
-						   (size_t)o.numel(), dtype_of(o), op, &info);
-			finish_op("reduce_scatter_tensor", rc, &info);
-			if (!o.is_same(out))
-				out.copy_(o);
+			scatter(out, in, op, "reduce_scatter_tensor");
 		});
 	}
 
@@ -610,6 +554,77 @@ private:
 		cv_.notify_one();
 		py::gil_scoped_release nogil;
 		work->wait();
+	}
+
+	/* fn on t's data, through a contiguous copy when t is not contiguous. */
+	template <class F> static void through_contiguous(const at::Tensor &t, F fn)
+	{
+		at::Tensor b = t.contiguous();
+		fn(b);
+		if (!b.is_same(t))
+			t.copy_(b);
+	}
+
+	/* Block i of n elements of a flat tensor. */
+	static at::Tensor block(const at::Tensor &flat, int64_t i, int64_t n)
+	{
+		return flat.narrow(0, i * n, n);
+	}
+
+	/* Worker: the members now, which a list of `got` tensors must match. */
+	int blocks_for(size_t got, const char *what, const char *kind)
+	{
+		int n = members_now();
+		if ((int)got != n)
+			throw std::invalid_argument(std::string("ftcc: ") + what + ": " +
+						    std::to_string(got) + " " + kind + " for " +
+						    std::to_string(n) + " members");
+		return n;
+	}
+
+	/* Worker: ft_allgather of in into out (the members' blocks, in order). */
+	void gather(const at::Tensor &out, const at::Tensor &in, const char *what)
+	{
+		int n = members_now();
+		if (out.numel() != (int64_t)n * in.numel())
+			throw std::invalid_argument(std::string("ftcc: ") + what + ": the output holds " +
+						    std::to_string(out.numel()) + " elements, " +
+						    std::to_string(n) + " members send " +
+						    std::to_string(in.numel()) + " each");
+		at::Tensor i = in.contiguous();
+		through_contiguous(out, [&](at::Tensor &o) {
+			struct ft_op_info info;
+			int rc = ft_allgather(comm_, i.data_ptr(), o.data_ptr(), (size_t)i.numel(),
+					      dtype_of(i), &info);
+			finish_op(what, rc, &info);
+		});
+	}
+
+	/* Worker: ft_reduce_scatter of in (the members' blocks, in order) into out. */
+	void scatter(const at::Tensor &out, const at::Tensor &in, enum ft_op op, const char *what)
+	{
+		int n = members_now();
+		if (in.numel() != (int64_t)n * out.numel())
+			throw std::invalid_argument(std::string("ftcc: ") + what + ": the input holds " +
+						    std::to_string(in.numel()) + " elements, not " +
+						    std::to_string(n) + " blocks of " +
+						    std::to_string(out.numel()));
+		at::Tensor i = in.contiguous();
+		through_contiguous(out, [&](at::Tensor &o) {
+			struct ft_op_info info;
+			int rc = ft_reduce_scatter(comm_, i.data_ptr(), o.data_ptr(),
+						   (size_t)o.numel(), dtype_of(o), op, &info);
+			finish_op(what, rc, &info);
+		});
+	}
+
+	static void same_dtype(const at::Tensor &out, const at::Tensor &in, const char *what)
+	{
+		check_cpu(out);
+		check_cpu(in);
+		if (out.scalar_type() != in.scalar_type())
+			throw std::invalid_argument(std::string("ftcc: ") + what + ": dtypes differ");
+		(void)dtype_of(in);
 	}
 
 	static void same_shape(const at::Tensor &a, const at::Tensor &b, const char *what)
