@@ -11,6 +11,7 @@ members() who is left; average_over_contributors is the DDP comm hook that
 averages over them (DDP's own divides by the world size the group began
 with). Only CPU tensors.
 """
+import torch
 import torch.distributed as dist
 
 from . import _C
@@ -89,7 +90,6 @@ def _materialize(optimizer):
     buffers, Adam's and AdamW's moments and step."""
     if optimizer is None:
         return
-    import torch
     for group in optimizer.param_groups:
         for p in group["params"]:
             st = optimizer.state[p]
@@ -138,7 +138,6 @@ class TrainState:
     """
 
     def __init__(self, module, optimizer=None, group=None):
-        import torch
         self.pg = _group(group)
         self.module = module
         _materialize(optimizer)
@@ -169,7 +168,7 @@ class TrainState:
         """The state as the step begins: call it before the step's first collective."""
         self.step[0] = step
         for t, v in self._views():
-            v.copy_(t.reshape(-1).view(dtype=__import__("torch").uint8))
+            v.copy_(t.reshape(-1).view(dtype=torch.uint8))
 
     def resume(self, warmup=None):
         """0, or on a process that rejoined, the step to run (see the class)."""
@@ -182,5 +181,5 @@ class TrainState:
         if not rejoined:
             return 0
         for t, v in self._views():
-            t.reshape(-1).view(dtype=__import__("torch").uint8).copy_(v)
+            t.reshape(-1).view(dtype=torch.uint8).copy_(v)
         return int(self.step.item())
