@@ -48,7 +48,7 @@ int ft__comm_connect_ring(struct ft_comm *c)
 	if (c->size == 1 || (c->send_link != NULL && c->recv_link != NULL))
 		return 0;
 	if (c->send_link == NULL && c->addrs[right][0] == '\0') {
-		ft__det_suspect(c->det, right); /* load_view: only with a detector */
+		ft__det_suspect(c->det, right, true); /* load_view: only with a detector */
 		return -FT_EPEERFAILED;
 	}
 	if (c->send_link == NULL) {

@@ -80,6 +80,7 @@ struct ft__det {
 				 * cannot name it (a new incarnation took it back) */
 	struct ft__view ready;  /* latest view this detector settled on */
 	int suspect;
+	bool suspect_sure;
 	uint64_t known_ns, settled_ns;
 
 	/* detector thread only */
@@ -842,19 +843,28 @@ static void *det_main(void *arg)
 		}
 		if (pfd[0].revents & POLLIN) {
 			int suspect;
-			bool stop;
+			bool stop, sure;
 			drain_cmd(d);
 			lock(d);
 			stop = d->stop;
 			suspect = d->suspect;
+			sure = d->suspect_sure;
 			d->suspect = -1;
 			unlock(d);
 			if (stop)
 				break;
-			/* a data link to a rank whose token differs: auth_judge decides */
-			if (suspect >= 0 && suspect < d->p.world_size &&
-			    (d->proven || d->auth[suspect] == 0)) {
+			/* a data link to a rank whose token differs: auth_judge
+			 * decides; one that closed during a recovery is explained
+			 * by the failure being recovered from (its peer aborted its
+			 * ring on the news): the next view's ring is built anyway */
+			if (suspect >= 0 && suspect < d->p.world_size && d->target != 0 && !sure) {
+				ft__info("detector: rank %d's data link closed during a recovery: "
+					 "not declared", suspect);
+			} else if (suspect >= 0 && suspect < d->p.world_size &&
+				   (d->proven || d->auth[suspect] == 0)) {
 				int32_t r = suspect;
+				ft__warn("detector: rank %d's data link failed with no failure known: "
+					 "declaring it", suspect);
 				declare(d, &r, 1, "its data link failed");
 			}
 		}
@@ -1101,10 +1111,11 @@ void ft__det_adopted(struct ft__det *d, uint32_t gen, uint64_t next_op)
 	unlock(d);
 }
 
-void ft__det_suspect(struct ft__det *d, int orig)
+void ft__det_suspect(struct ft__det *d, int orig, bool sure)
 {
 	lock(d);
 	d->suspect = orig;
+	d->suspect_sure = sure;
 	unlock(d);
 	if (write(d->cmd[1], "x", 1) < 0) {
 		/* a full pipe already holds a wake-up */

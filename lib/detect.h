@@ -52,8 +52,11 @@ int ft__det_have_result(struct ft__det *d, uint64_t seq);
 int ft__det_await(struct ft__det *d, uint32_t gen, int timeout_ms, struct ft__view *view);
 /* The main thread now runs generation gen, next wanting the result of next_op. */
 void ft__det_adopted(struct ft__det *d, uint32_t gen, uint64_t next_op);
-/* The main thread saw a link to original rank orig fail with no failure known: declare it. */
-void ft__det_suspect(struct ft__det *d, int orig);
+/* The main thread saw a link to original rank orig fail with no failure
+ * known: declare it, unless a recovery runs (the failure it recovers from
+ * explains the link) and the main thread is not sure (sure: orig is gone
+ * from the view's records, or sent away). */
+void ft__det_suspect(struct ft__det *d, int orig, bool sure);
 /* Monotonic ns at which this rank first knew of its latest failure, and at
  * which it last settled on a new view (0: none). */
 void ft__det_times(struct ft__det *d, uint64_t *known_ns, uint64_t *settled_ns);

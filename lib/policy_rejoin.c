@@ -277,7 +277,7 @@ static int newcomer_mismatch(struct ft_comm *c, uint64_t seq)
 		ft__warn("rejoin: rank %d, just back, called another collective than op %llu: "
 			 "sent away", r, (unsigned long long)seq);
 		c->fresh_op[r] = 0;
-		ft__det_suspect(c->det, r);
+		ft__det_suspect(c->det, r, true);
 		return -FT_EPEERFAILED;
 	}
 	return -FT_EMISMATCH;

@@ -223,12 +223,11 @@ int ft__shrink_recover_view(struct ft_comm *c, const struct ft__call *k, uint64_
 		rc = ft__det_await(c->det, after,
 				   suspect >= 0 ? 2 * c->cfg.detect_timeout_ms : wait_ms, &v);
 		if (rc == -FT_ETIMEDOUT && suspect >= 0) {
-			/* known failed by now (a rejoin wait for it, say): nothing to declare */
-			if (!ft__det_failed(c->det, suspect)) {
-				ft__warn("link to rank %d failed with no failure known: declaring it",
-					 suspect);
-				ft__det_suspect(c->det, suspect);
-			}
+			/* known failed by now (a rejoin wait for it, say): nothing
+			 * to declare; the detector also declares nothing while it
+			 * recovers from another failure, which explains the link */
+			if (!ft__det_failed(c->det, suspect))
+				ft__det_suspect(c->det, suspect, false);
 			suspect = -1;
 			continue;
 		}
