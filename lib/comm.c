@@ -386,6 +386,7 @@ static int comm_join(struct ft_comm *c)
 				 : c->cfg.rejoin_timeout_ms < c->cfg.connect_timeout_ms / 2
 				       ? c->cfg.rejoin_timeout_ms
 				       : c->cfg.connect_timeout_ms / 2,
+		.incarnation = (uint32_t)c->tp_env.incarnation,
 		.token = c->cfg.token,
 		.bind_host = c->host.listen,
 		.publish_host = c->host.publish,

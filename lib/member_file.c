@@ -51,6 +51,8 @@ struct mbf {
 	struct timespec started; /* its stamp when taken: this incarnation's start */
 	uint64_t nonce;         /* this job's, from the view of generation 0 */
 	int start_wait_ms;      /* ft__mb_params.start_wait_ms */
+	uint32_t incarnation;   /* ft__mb_params.incarnation */
+	bool said_quorum;       /* the wait for a first view's majority was logged */
 	int64_t *dead_since;    /* generation 0: when each rank was first seen dead (ms), 0 */
 };
 
@@ -367,6 +369,7 @@ static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	r->rank = p->rank;
 	r->world_size = p->world_size;
 	r->start_wait_ms = p->start_wait_ms;
+	r->incarnation = p->incarnation;
 	if (p->world_size > 0 && (r->dead_since = calloc((size_t)p->world_size, sizeof(int64_t))) == NULL)
 		return -FT_ENOMEM;
 	if (p->root == NULL || p->job_id == NULL ||
@@ -836,6 +839,20 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 	for (int i = 0; i < all; i++)
 		if (state[i] == MEMBER_LIVE)
 			members[n++] = i < ncand ? cand[i] : back[i - ncand];
+	/* A restarted incarnation at the job's first view: the job's start
+	 * failed once, and the ranks it does not see may be on their way back
+	 * (its launcher restarts them). A world of its own, or of a few, would
+	 * run the job apart from them (12 of issue 20: a rank restarted in
+	 * ft_init ran the whole job alone, size 1, while the others were being
+	 * restarted): it settles only with a majority of the world. */
+	if (gen == 0 && r->incarnation > 0 && n < r->world_size && 2 * n <= r->world_size) {
+		if (!r->said_quorum)
+			ft__warn("rendezvous: this restarted rank (incarnation %u) settles the job's "
+				 "first view only with a majority of its %d ranks; %d are here: waiting "
+				 "for the others", r->incarnation, r->world_size, n);
+		r->said_quorum = true;
+		n = 0;
+	}
 	if (n > 0 && first != UINT64_MAX && (missing == 0 || force)) {
 		for (int i = 0; i < ncand; i++)
 			if (state[i] == MEMBER_CORRUPT)

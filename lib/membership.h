@@ -70,6 +70,11 @@ struct ft__mb_params {
 	 * without it (rejoin policy: a rank killed inside ft_init comes back);
 	 * 0: taken as gone at once. */
 	int start_wait_ms;
+	/* This process's incarnation (FTCC_INCARNATION): a restarted one (> 0)
+	 * settles the job's first view only with a majority of the world in
+	 * it (file backend), never a world of its own beside ranks that are
+	 * being restarted too. */
+	uint32_t incarnation;
 	/* inband */
 	const char *token;
 	const char *bind_host;  /* where its listener listens (without a peer list) */

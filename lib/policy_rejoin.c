@@ -555,7 +555,8 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 		have = rc == 0;
 		if (rc != 0)
 			ft__warn("rejoin: no usable log in %s (%s): nothing to replay; the "
-				 "application runs the interrupted op", dir, ft_strerror(rc));
+				 "application runs the interrupted op", dir,
+				 rc == -ENOENT ? "no input recorded" : ft_strerror(rc));
 	}
 	/* the first op it can take part in: its application's next, or the
 	 * logged one it can replay (one less); 0 says none. Reduce-scatter and

@@ -463,6 +463,69 @@ Test(membership, a_first_view_whose_writer_died_stays, .timeout = 20)
 		ft__mb_close(&mb[r], 0, r == 0);
 }
 
+static void mb_open_inc(struct ft__mb *mb, int rank, int world, uint32_t inc)
+{
+	struct ft__mb_params p = {.root = root, .job_id = JOB, .rank = rank, .world_size = world,
+				  .incarnation = inc};
+	int rc = ft__mb_open(mb, &p);
+
+	cr_assert_eq(rc, 0, "open rank %d: %s", rank, ft_err_name(rc));
+}
+
+/*
+ * A restarted incarnation never settles the job's first view with a
+ * minority: the ranks whose locks it finds orphaned may be on their way
+ * back (12 of issue 20: rank 1, restarted, ran the whole job as a world of
+ * one). Ranks 0, 2, 3 and 4 took their locks and died (being restarted):
+ * rank 1 of incarnation 1 waits; once ranks 0 and 3 are back (a majority,
+ * 3 of 5) the view settles without the two still away. A first
+ * incarnation leaves a rank that died in ft_init out as before.
+ */
+Test(membership, a_restarted_rank_needs_a_majority_for_the_first_view, .timeout = 20)
+{
+	struct ft__mb mb1, mb0, mb3, first;
+	struct ft__view v = {0};
+	const int cand[] = {0, 1, 2, 3, 4}, alone[] = {1}, three[] = {0, 1, 3};
+
+	for (int r = 0; r < 5; r++) {
+		char rel[32];
+		snprintf(rel, sizeof(rel), "lock-%d", r);
+		if (r != 1)
+			plant_str(rel, "");
+	}
+	mb_open_inc(&mb1, 1, 5, 1);
+	publish(&mb1, 0, 0);
+	cr_assert_eq(ft__mb_try_settle(&mb1, 0, cand, 5, false, &v), 0,
+		     "a restarted rank settled a first view of its own");
+	cr_assert_eq(ft__mb_try_settle(&mb1, 0, cand, 5, true, &v), 0, "nor forced");
+	mb_open_inc(&mb0, 0, 5, 1);
+	publish(&mb0, 0, 0);
+	cr_assert_eq(ft__mb_try_settle(&mb0, 0, cand, 5, false, &v), 0, "2 of 5 are no majority");
+	mb_open_inc(&mb3, 3, 5, 2);
+	publish(&mb3, 0, 0);
+	cr_assert_eq(ft__mb_try_settle(&mb0, 0, cand, 5, false, &v), 1, "3 of 5 are");
+	expect_members(&v, three, 3);
+	ft__view_free(&v);
+	ft__mb_close(&mb0, 0, false);
+	ft__mb_close(&mb1, 0, false);
+	ft__mb_close(&mb3, 0, false);
+	cleanup();
+	quiet();
+	for (int r = 0; r < 5; r++) {
+		char rel[32];
+		snprintf(rel, sizeof(rel), "lock-%d", r);
+		if (r != 1)
+			plant_str(rel, "");
+	}
+	mb_open_inc(&first, 1, 5, 0);
+	publish(&first, 0, 0);
+	cr_assert_eq(ft__mb_try_settle(&first, 0, cand, 5, false, &v), 1,
+		     "a first incarnation leaves the ranks that died in ft_init out");
+	expect_members(&v, alone, 1);
+	ft__view_free(&v);
+	ft__mb_close(&first, 0, true);
+}
+
 /* write() cut short and interrupted: files are still written whole. */
 Test(membership, short_and_interrupted_writes, .timeout = 20)
 {
