@@ -40,7 +40,8 @@ extern "C" {
  * a second line now). The connector never waits for the answer in connect:
  * its peer may be connecting to its own neighbour; it answers the challenge
  * from progress and accept, and holds its frames until the proof is out.
- * (fabric has no proof yet: transports/fabric/fabric.h.) Strings are
+ * (fabric: the same over MSG endpoints; RDM routes every answer to the
+ * endpoint the hello's MAC names: transports/fabric/fabric.h.) Strings are
  * NUL-padded; the job id must match exactly. A wrong token on either side
  * is -FT_EAUTH on both. Fields a transport sends around the hello go under
  * a MAC of their own bound to it (ft_hello_ext_seal).

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -2083,5 +2084,115 @@ Test(fabric_hello, altered_fields_refused, .timeout = 20)
 	EXPECT_FIELD_ALTERED(bad.hello = good_hello());
 	EXPECT_FIELD_ALTERED(bad.fields_mac[0] ^= 1);
 #undef EXPECT_FIELD_ALTERED
+}
+#endif
+
+#ifdef FTCC_HAVE_FABRIC
+/* --- the libfabric MSG handshake's challenge ------------------------------ */
+
+static struct ft_transport *fab_msg_open(int rank, const char *token)
+{
+	static struct ft_tp_env env;
+	struct ft_config cfg = FT_CONFIG_INIT;
+	struct ft_tp_params params = {.rank = rank, .bind_host = "127.0.0.1", .job_id = JOB,
+				      .token = token, .max_payload = 4u << 20, .env = &env};
+	struct ft_transport *tp = NULL;
+	int rc;
+
+	cfg.world_size = 2;
+	cr_assert_eq(ft__config_tp_env(&cfg, &env), 0);
+	rc = ft_transport_lookup("fabric")->open(&params, &tp);
+	cr_assert_eq(rc, 0, "fabric open: %s", ft_err_name(rc));
+	return tp;
+}
+
+/*
+ * Over MSG endpoints (provider tcp), a hello copied off the wire and raced
+ * to the acceptor ahead of the original (its link id, fields and MACs
+ * intact) is challenged and cannot prove the challenge: no link for it,
+ * and the original, coming later, gets the link and its frame arrives.
+ * Before the challenge, the copy owned the link (accept returned it) and
+ * the original was refused as a replay. The original's connector is a
+ * child process held still until the copy was judged (in one process the
+ * transports progress one another).
+ */
+Test(fabric_msg, hello_copy_raced_ahead_gets_no_link, .timeout = 60)
+{
+	const struct ft_transport_ops *fops = ft_transport_lookup("fabric");
+	struct ft_transport *rx, *cp;
+	struct ft_hello h = good_hello(), expect = good_hello(), got;
+	struct ft_link *rl = NULL, *cl = NULL;
+	struct ft_frame f = frame_for(10, 0);
+	struct fab_hello_msg seen;
+	struct ft_tp_event ev[16];
+	unsigned char buf[10];
+	char addr[FAB_ADDR_MAX], go = 'g';
+	int rc, recvd = 0, up[2], down[2], st;
+	pid_t child;
+
+	if (fops == NULL || system("fi_info -p tcp >/dev/null 2>&1") != 0) {
+		fprintf(stderr, "SKIPPED: no libfabric tcp provider\n");
+		cr_skip_test("no libfabric tcp provider");
+	}
+	setenv("FI_PROVIDER", "tcp", 1);
+	setenv("FTCC_FABRIC_EP", "msg", 1);
+	rx = fab_msg_open(0, TOKEN);
+	cr_assert(rx->msg, "provider %s: not MSG endpoints", rx->prov);
+	cr_assert_eq(fops->local_addr(rx, addr, sizeof(addr)), 0);
+	cr_assert_eq(pipe(up), 0);
+	cr_assert_eq(pipe(down), 0);
+	child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		/* the original: connects, shows its hello, waits, then sends a
+		 * frame; a parent that failed (its ends closed) ends it */
+		close(up[0]);
+		close(down[1]);
+		struct ft_transport *tx = fab_msg_open(1, TOKEN);
+		struct ft_link *sl = NULL;
+		int sent = 0;
+		if (fops->connect(tx, addr, &h, WAIT_MS, &sl) != 0 ||
+		    write(up[1], &sl->m.hello, sizeof(sl->m.hello)) != sizeof(sl->m.hello) ||
+		    read(down[0], &go, 1) != 1 || fops->post_send(sl, &f, "0123456789", NULL) != 0)
+			_exit(2);
+		for (int64_t end = ft__now_ms() + WAIT_MS; !sent && ft__now_ms() < end;) {
+			int n = fops->progress(tx, 10, ev, 16);
+			for (int i = 0; i < n; i++)
+				sent |= ev[i].type == FT_TP_SEND_DONE && ev[i].status == 0;
+		}
+		if (read(down[0], &go, 1) != 1) /* the parent has the frame */
+			_exit(3);
+		_exit(sent ? 0 : 4);
+	}
+	close(up[1]);
+	close(down[0]);
+	cr_assert_eq(read(up[0], &seen, sizeof(seen)), (ssize_t)sizeof(seen));
+	cp = fab_msg_open(1, "a guess at the token");
+	cr_assert_eq(fops->connect(cp, addr, &h, WAIT_MS, &cl), 0);
+	cl->m.hello = seen; /* not connected yet: its hello becomes the copy */
+	rc = fops->accept(rx, &expect, 1500, &rl, &got);
+	cr_assert_eq(rc, -FT_ETIMEDOUT, "the copy got a link (accept: %s)", ft_err_name(rc));
+	cr_assert_eq(write(down[1], &go, 1), 1);
+	rc = fops->accept(rx, &expect, WAIT_MS, &rl, &got);
+	cr_assert_eq(rc, 0, "the original got no link: %s", ft_err_name(rc));
+	cr_expect_eq(got.from_rank, h.from_rank);
+	cr_assert_eq(fops->post_recv(rl, &f, buf, NULL), 0);
+	for (int64_t end = ft__now_ms() + WAIT_MS; !recvd && ft__now_ms() < end;) {
+		int n = fops->progress(rx, 10, ev, 16);
+		for (int i = 0; i < n; i++)
+			if (ev[i].type == FT_TP_RECV_DONE && ev[i].link == rl) {
+				cr_expect_eq(ev[i].status, 0);
+				recvd = 1;
+			}
+	}
+	cr_expect(recvd, "the original's frame never arrived on the link");
+	cr_expect_eq(memcmp(buf, "0123456789", 10), 0);
+	cr_assert_eq(write(down[1], &go, 1), 1);
+	cr_assert_eq(waitpid(child, &st, 0), child);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the original's connector: status %d", st);
+	fops->link_close(cl);
+	fops->link_close(rl);
+	fops->close(cp);
+	fops->close(rx);
 }
 #endif

@@ -415,9 +415,51 @@ static struct ft_link *accept_rdm(struct ft_transport *tp, const struct ft_hello
 	return l;
 }
 
-/* MSG: a pending connection whose hello passes becomes a link; bad ones are refused. */
+/* MSG: refuses a pending connection (an answer when its hello was not answered yet). */
+static void refuse_msg(struct ft_transport *tp, struct ft_link *l, int rc, const char *what)
+{
+	char why[160];
+
+	ft__fab_unlist(tp, l);
+	describe(&l->m.hello.hello, why, sizeof(why));
+	ft__warn_gated(&tp->warn, "fabric: refused %s: %s",
+		       l->hello_len == sizeof(l->m.hello) && l->m.hello.hello.magic == FT_HELLO_MAGIC
+			       ? why : what, ft_strerror(rc));
+	if (!l->challenged && l->hello_len > 0) {
+		ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, rc, tp->token);
+		if (l->connected)
+			ft__fab_ctl_post(l, C_ACK_TX);
+	}
+	ft__fab_link_shutdown(l, false, FAB_CLOSE_WAIT_MS);
+}
+
+/* MSG: a valid hello gets the answer with a fresh challenge, and a receive
+ * for its proof (posted first: MSG matches receives in order). */
+static int challenge_msg(struct ft_transport *tp, struct ft_link *l)
+{
+	int rc = ft__auth_random(l->challenge, sizeof(l->challenge));
+
+	if (rc != 0)
+		return rc;
+	ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, l->challenge, 0, tp->token);
+	l->challenged = true;
+	l->want[C_PROOF_RX] = true;
+	l->want[C_ACK_TX] = true;
+	ft__fab_advance_ctl(l);
+	return 0;
+}
+
+/*
+ * MSG: a pending connection whose hello passes is challenged; one whose
+ * proof of the challenge checks out becomes the link. A copy of a hello
+ * raced ahead of the original is challenged too, and cannot prove it: the
+ * original still gets its link. What fails, or sent no hello (or no proof
+ * of a hello no longer expected) within FAB_HANDSHAKE_MS, is closed.
+ */
 static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello *expect)
 {
+	int64_t now = ft__now_ms();
+
 	for (struct ft_link *l = tp->pending, *next; l != NULL; l = next) {
 		int rc;
 		next = l->next;
@@ -425,36 +467,55 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 			ft__fab_link_shutdown(l, false, 0);
 			continue;
 		}
-		if (l->hello_len == 0)
+		if (l->hello_len == 0 || (l->challenged && l->proof_len == 0)) {
+			if (now - l->born_ms >= FAB_HANDSHAKE_MS)
+				refuse_msg(tp, l, -FT_ETIMEDOUT, "a connection short of a handshake");
 			continue;
+		}
 		rc = hello_verdict(tp, expect, &l->m.hello, l->hello_len);
 		if (rc != 0 && l->hello_len == sizeof(l->m.hello) &&
 		    hello_early(tp, expect, &l->m.hello.hello))
 			continue;
-		if (rc == 0 && ft__auth_seen_add(&tp->seen, l->m.hello.hello.nonce) != 0) {
+		if (rc == 0 && ft__auth_seen_has(&tp->seen, l->m.hello.hello.nonce)) {
 			ft__warn("fabric: refused a replayed handshake of rank %d",
 				 l->m.hello.hello.from_rank);
 			rc = -FT_EAUTH;
 		}
-		ft__fab_unlist(tp, l);
+		if (rc == 0 && !l->challenged) {
+			if ((rc = challenge_msg(tp, l)) == 0)
+				continue;
+		}
+		if (rc == 0 && (l->proof_len != sizeof(l->m.proof_rx) ||
+				ft_hello_proof_check(&l->m.proof_rx, &l->m.hello.hello, l->challenge,
+						     tp->token) != 0)) {
+			ft__warn("fabric: refused a link of rank %d that did not prove its challenge",
+				 l->m.hello.hello.from_rank);
+			rc = -FT_EAUTH;
+		}
+		if (rc == 0 && ft__auth_seen_add(&tp->seen, l->m.hello.hello.nonce) != 0)
+			rc = -FT_EAUTH;
 		if (rc != 0) {
-			char why[160];
-			describe(&l->m.hello.hello, why, sizeof(why));
-			ft__warn("fabric: refused %s: %s",
-				 l->m.hello.hello.magic == FT_HELLO_MAGIC ? why : "bad magic",
-				 ft_strerror(rc));
-			ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, rc, tp->token);
-			if (l->connected)
-				ft__fab_ctl_post(l, C_ACK_TX);
-			ft__fab_link_shutdown(l, false, FAB_CLOSE_WAIT_MS);
+			refuse_msg(tp, l, rc, "bad magic");
 			continue;
 		}
+		ft__fab_unlist(tp, l);
 		l->peer = l->m.hello.hello.from_rank;
 		l->id = l->m.hello.link_id;
 		ft__fab_watch_peer(l, l->m.hello.node, l->m.hello.pid, NULL, 0, -1);
 		return l;
 	}
 	return NULL;
+}
+
+/* MSG, once an accept took its link or gave up: the other connections it
+ * challenged go (a copy raced ahead of the original ends here). */
+static void drop_challenged(struct ft_transport *tp)
+{
+	for (struct ft_link *l = tp->pending, *next; l != NULL; l = next) {
+		next = l->next;
+		if (l->challenged)
+			refuse_msg(tp, l, -FT_EAUTH, "a challenged connection");
+	}
 }
 
 int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
@@ -473,11 +534,15 @@ int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int t
 		if (ft__ms_left(deadline) == 0 && tp->auth_refused) {
 			ft__error("fabric: rank %d's handshakes failed for their token, job or version",
 				  expect->from_rank);
+			if (tp->msg)
+				drop_challenged(tp);
 			return -FT_EAUTH;
 		}
 		if (ft__ms_left(deadline) == 0) {
 			ft__error("fabric: no valid handshake from rank %d within %d ms",
 				  expect->from_rank, timeout_ms);
+			if (tp->msg)
+				drop_challenged(tp);
 			return -FT_ETIMEDOUT;
 		}
 		if (tp->interrupted != NULL && tp->interrupted(tp->interrupt_arg))
@@ -485,8 +550,12 @@ int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int t
 		ft__fab_wait(tp, tp->interrupted != NULL && ft__ms_left(deadline) > 20
 			     ? 20 : ft__ms_left(deadline));
 	}
-	ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, 0, tp->token);
-	l->want[C_ACK_TX] = true;
+	if (tp->msg) {
+		drop_challenged(tp); /* its answer went out with the challenge */
+	} else {
+		ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, 0, tp->token);
+		l->want[C_ACK_TX] = true;
+	}
 	l->want[C_CLOSE_RX] = !tp->msg;
 	l->piece = (size_t)l->m.hello.piece;
 	*got = l->m.hello.hello;
@@ -538,18 +607,23 @@ static void on_connreq(struct ft_transport *tp, struct fi_info *info)
 		return;
 	}
 	fi_freeinfo(info);
+	l->born_ms = ft__now_ms();
 	if (tp->npending >= FAB_PENDING_MAX) {
 		/* the oldest that sent no hello yet (a stranger's, most likely),
-		 * else the oldest: never a neighbour's for being first in line
-		 * (newest first in the list) */
-		struct ft_link *drop = NULL, *last = NULL;
+		 * else the oldest not challenged, else the oldest: strangers never
+		 * push out a neighbour's link being made (newest first in the list) */
+		struct ft_link *drop = NULL, *unchallenged = NULL, *last = NULL;
 		for (struct ft_link *p = tp->pending; p != NULL; p = p->next) {
 			last = p;
 			if (p->hello_len == 0)
 				drop = p;
+			if (!p->challenged)
+				unchallenged = p;
 		}
-		ft__warn("fabric: too many connections without a handshake; dropping one");
-		ft__fab_link_shutdown(drop != NULL ? drop : last, false, 0);
+		ft__warn_gated(&tp->warn, "fabric: too many connections without a handshake; "
+			       "dropping one");
+		ft__fab_link_shutdown(drop != NULL ? drop : unchallenged != NULL ? unchallenged : last,
+				      false, 0);
 	}
 	l->next = tp->pending;
 	tp->pending = l;

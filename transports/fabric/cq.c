@@ -99,7 +99,15 @@ static void on_ctl(struct ft_link *l, int c, size_t len, int err)
 		if (st != 0) {
 			ft__error("fabric: rank %d refused our link: %s", l->peer, ft_strerror(st));
 			ft__fab_link_fail(l, st);
+		} else if (l->tp->msg) {
+			/* the answer carries the acceptor's challenge: proven before any frame */
+			ft_hello_proof_seal(&l->m.proof_tx, &l->m.hello.hello, l->m.ack_rx.challenge,
+					    l->tp->token);
+			l->want[C_PROOF_TX] = true;
 		}
+		break;
+	case C_PROOF_RX:
+		l->proof_len = len;
 		break;
 	case C_CLOSE_RX:
 		if (len != sizeof(l->m.close_rx) || l->m.close_rx.magic != FAB_CLOSE_MAGIC) {

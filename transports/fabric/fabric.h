@@ -89,15 +89,23 @@ uint32_t ft__fi_version(void);
  *            ft_hello proves the token (transport.h); the fields around it
  *            (link id, node, pid, names, bell) route the answer and watch
  *            the peer, and are under a MAC of their own bound to the hello
- *            (fields_mac), so none can be altered in flight. There is no
- *            challenge from the acceptor yet (tcp has one). Over RDM that
- *            leaves a copy raced ahead of the original little: the link it
+ *            (fields_mac), so none can be altered in flight. Over RDM a
+ *            copy raced ahead of the original gains nothing: the link it
  *            opens is the one the MAC names (the original's endpoint and
  *            link id: answers go there; RDM frames were never
- *            authenticated, lib/auth.h). Over MSG the copy's own
- *            connection would hold the link: still open;
+ *            authenticated, lib/auth.h), so RDM has no challenge. Over MSG
+ *            a link is its connection, so the acceptor challenges (below);
  *   ACK      acceptor -> connector: struct ft_hello_ack, its MAC checked
  *            against the connector's hello (a wrong token: -FT_EAUTH);
+ *            over MSG it carries the acceptor's fresh challenge;
+ *   PROOF    MSG, connector -> acceptor: struct ft_hello_proof of the
+ *            hello and that challenge, before any frame (the connector
+ *            holds its frames until it is posted). The acceptor takes the
+ *            link only once it checks out: a copy of a hello gets its own
+ *            challenge, which only the token's holder can prove, and the
+ *            original still gets its link. A connection short of its hello
+ *            or proof for FAB_HANDSHAKE_MS is closed; at most
+ *            FAB_PENDING_MAX wait, strangers' first to go;
  *   HDR      connector -> acceptor: a frame header (abort frames too);
  *   DATA     connector -> acceptor: a frame's payload, in pieces of at most
  *            the provider's max_msg_size (the connector's, told in the hello);
@@ -154,6 +162,7 @@ uint32_t ft__fi_version(void);
 #define FAB_HELLO_SLOTS 8
 #define FAB_INBOX_MAX 32
 #define FAB_PENDING_MAX 16
+#define FAB_HANDSHAKE_MS 10000 /* MSG: a connection short of its hello (or its proof) this long is closed */
 #define FAB_CQ_BATCH 32
 #define FAB_SEND_WINDOW 64      /* frames of a link handed to the provider at once */
 #define FAB_CHUNK_OPS 64
@@ -169,7 +178,7 @@ uint32_t ft__fi_version(void);
 #define FAB_PARK_MS 10000       /* a link endpoint closed unmapped stays open this long (shm.c) */
 #define FAB_CLOSE_MAGIC 0x46544345u /* "FTCE" */
 
-enum fab_kind { K_HELLO = 1, K_ACK, K_HDR, K_DATA, K_CLOSE_S, K_CLOSE_R };
+enum fab_kind { K_HELLO = 1, K_ACK, K_HDR, K_DATA, K_CLOSE_S, K_CLOSE_R, K_PROOF };
 
 /* Tags use the low 60 bits only: some providers reserve the top ones. */
 #define TAG_KIND_SHIFT 56
@@ -222,7 +231,11 @@ struct fab_xfer {
 };
 
 /* A link's control messages. */
-enum fab_ctl { C_HELLO, C_ACK_RX, C_CLOSE_RX, C_ACK_TX, C_CLOSE_TX, C_ABORT, C_BHDR, C_COUNT };
+enum fab_ctl {
+	C_HELLO, C_ACK_RX, C_CLOSE_RX, C_ACK_TX, C_CLOSE_TX, C_ABORT, C_BHDR,
+	C_PROOF_TX, C_PROOF_RX, /* MSG: the connector's proof of the acceptor's challenge */
+	C_COUNT
+};
 
 struct fab_chunk;
 struct fab_mr;
@@ -264,6 +277,7 @@ struct fab_mr {
 struct fab_msgs {
 	struct fab_hello_msg hello;
 	struct ft_hello_ack ack_tx, ack_rx;
+	struct ft_hello_proof proof_tx, proof_rx;
 	struct fab_close_msg close_tx, close_rx;
 	struct ft_frame abort_hdr;
 	struct ft_frame bhdr;
@@ -299,6 +313,12 @@ struct ft_link {
 	uint64_t peer_frames;   /* from the peer's close notice */
 	uint64_t frames_sent, frames_done, hdrs_got;
 	size_t hello_len;       /* MSG acceptor: bytes of the hello received */
+	/* MSG: the connector holds its frames until its proof is posted; the
+	 * acceptor takes the link once the proof of its challenge checks out */
+	bool challenged, proof_out;
+	size_t proof_len;       /* MSG acceptor: bytes of the proof received */
+	uint8_t challenge[FT_HELLO_NONCE];
+	int64_t born_ms;        /* MSG acceptor: when the connection came */
 	struct fab_msgs m;
 	struct fid_mr *m_mr;
 	void *m_desc;
@@ -381,6 +401,7 @@ struct ft_transport {
 	struct ft_transport *next_tp;
 	struct ft_link *links, *pending, *zombies;
 	unsigned npending;
+	struct ft__warn_gate warn;      /* strangers' warnings */
 	struct fab_slot *slots;
 	struct fid_mr *slots_mr;
 	void *slots_desc;

@@ -102,7 +102,10 @@ void ft__fab_unlist(struct ft_transport *tp, struct ft_link *l)
 
 void ft__fab_advance_ctl(struct ft_link *l)
 {
-	static const int order[] = {C_HELLO, C_ACK_RX, C_CLOSE_RX, C_ACK_TX, C_CLOSE_TX};
+	/* MSG matches receives in the order posted: the proof's before the
+	 * answer that asks for it */
+	static const int order[] = {C_HELLO,    C_ACK_RX, C_PROOF_TX, C_CLOSE_RX,
+				    C_PROOF_RX, C_ACK_TX, C_CLOSE_TX};
 
 	for (size_t i = 0; i < FT__ARRAY_SIZE(order) && l->error == 0; i++) {
 		int c = order[i];
@@ -148,7 +151,7 @@ static void advance_send(struct ft_link *l)
 	struct ft_transport *tp = l->tp;
 	ssize_t rc = 0;
 
-	if (l->error != 0 || (tp->msg && !l->connected) || l->want[C_HELLO])
+	if (l->error != 0 || (tp->msg && (!l->connected || !l->proof_out)) || l->want[C_HELLO])
 		goto done;
 	while (l->s_next != NULL && l->s_inflight < FAB_SEND_WINDOW) {
 		struct fab_op *op = l->s_next;
@@ -437,7 +440,7 @@ int ft__fab_post_recv(struct ft_link *l, const struct ft_frame *expect, void *bu
 static bool ctl_sends_out(const struct ft_link *l)
 {
 	return l->cx[C_ACK_TX].posted || l->cx[C_CLOSE_TX].posted || l->cx[C_ABORT].posted ||
-	       (l->sending && l->cx[C_HELLO].posted);
+	       l->cx[C_PROOF_TX].posted || (l->sending && l->cx[C_HELLO].posted);
 }
 
 /*

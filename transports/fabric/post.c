@@ -99,6 +99,7 @@ bool ft__fab_ctl_is_send(const struct ft_link *l, int c)
 	switch (c) {
 	case C_HELLO:
 		return l->sending;
+	case C_PROOF_TX:
 	case C_ACK_TX:
 	case C_CLOSE_TX:
 	case C_ABORT:
@@ -142,6 +143,16 @@ ssize_t ft__fab_ctl_post(struct ft_link *l, int c)
 		len = sizeof(m->close_tx);
 		tag = fab_tag(l->sending ? K_CLOSE_S : K_CLOSE_R, l->tx_rank, l->id);
 		break;
+	case C_PROOF_TX:
+		buf = &m->proof_tx;
+		len = sizeof(m->proof_tx);
+		tag = fab_tag(K_PROOF, l->tx_rank, l->id);
+		break;
+	case C_PROOF_RX:
+		buf = &m->proof_rx;
+		len = sizeof(m->proof_rx);
+		tag = fab_tag(K_PROOF, l->rx_rank, l->id);
+		break;
 	case C_ABORT:
 		buf = &m->abort_hdr;
 		len = sizeof(m->abort_hdr);
@@ -157,6 +168,8 @@ ssize_t ft__fab_ctl_post(struct ft_link *l, int c)
 			       : ft__fab_recv(l, buf, len, l->m_desc, tag, &l->cx[c]);
 	if (rc == 0)
 		l->want[c] = false;
+	if (rc == 0 && c == C_PROOF_TX)
+		l->proof_out = true;
 	if (rc == 0 && c == C_HELLO && l->sending)
 		ft__fab_unname_link_ep(l);
 	return rc;
