@@ -463,6 +463,17 @@ Test(membership, a_first_view_whose_writer_died_stays, .timeout = 20)
 		ft__mb_close(&mb[r], 0, r == 0);
 }
 
+/* Lock files of ranks 0 and 2-4 of five, held by no one: they took them and died. */
+static void plant_orphaned_locks_but_1(void)
+{
+	for (int r = 0; r < 5; r++) {
+		char rel[32];
+		snprintf(rel, sizeof(rel), "lock-%d", r);
+		if (r != 1)
+			plant_str(rel, "");
+	}
+}
+
 static void mb_open_inc(struct ft__mb *mb, int rank, int world, uint32_t inc)
 {
 	struct ft__mb_params p = {.root = root, .job_id = JOB, .rank = rank, .world_size = world,
@@ -487,12 +498,7 @@ Test(membership, a_restarted_rank_needs_a_majority_for_the_first_view, .timeout 
 	struct ft__view v = {0};
 	const int cand[] = {0, 1, 2, 3, 4}, alone[] = {1}, three[] = {0, 1, 3};
 
-	for (int r = 0; r < 5; r++) {
-		char rel[32];
-		snprintf(rel, sizeof(rel), "lock-%d", r);
-		if (r != 1)
-			plant_str(rel, "");
-	}
+	plant_orphaned_locks_but_1();
 	mb_open_inc(&mb1, 1, 5, 1);
 	publish(&mb1, 0, 0);
 	cr_assert_eq(ft__mb_try_settle(&mb1, 0, cand, 5, false, &v), 0,
@@ -511,12 +517,7 @@ Test(membership, a_restarted_rank_needs_a_majority_for_the_first_view, .timeout 
 	ft__mb_close(&mb3, 0, false);
 	cleanup();
 	quiet();
-	for (int r = 0; r < 5; r++) {
-		char rel[32];
-		snprintf(rel, sizeof(rel), "lock-%d", r);
-		if (r != 1)
-			plant_str(rel, "");
-	}
+	plant_orphaned_locks_but_1();
 	mb_open_inc(&first, 1, 5, 0);
 	publish(&first, 0, 0);
 	cr_assert_eq(ft__mb_try_settle(&first, 0, cand, 5, false, &v), 1,
