@@ -84,9 +84,16 @@
  * restarts a round whose proposal holds one: that value was not chosen,
  * for the dead rank never accepted (or, were it the coordinator, the ranks
  * it told report it committed), and a COMMIT of a lower ballot than the
- * one a rank promised since is ignored at generation 0. Under PMIx or a
- * peer list no launcher's word comes, and such a death still makes every
- * ft_init time out (README, "A job's first view").
+ * one a rank promised since is ignored at generation 0.
+ *
+ * Under PMIx no launcher's word comes, but the book says as much: a rank
+ * puts its address there only once its listener listens, and a listener
+ * closes only with its process (or its ft_init, which then fails: the rank
+ * is out of the job either way). So at generation 0 a rank whose listener,
+ * taken from a PMIx book, refuses REFUSED_GONE connections in a row over at
+ * least REFUSED_GONE_MS is gone too (late_gone). A peer list is written by hand before any rank
+ * listens: a refusal there may be a rank not started yet, and such a death
+ * still makes every ft_init time out (README, "A job's first view").
  *
  * What a message can move is bounded by what this rank itself settled: it
  * takes a COMMIT only for the generation it is settling or the next one,
@@ -108,6 +115,9 @@
 #define MB_VERSION 1
 #define MAX_WORLD FT__INBAND_MAX_WORLD
 #define RETRY_MS 20
+/* generation 0, PMIx book: a listener that refused this many times over this long is gone */
+#define REFUSED_GONE 3
+#define REFUSED_GONE_MS 200
 #define RECHECK_MS 250          /* generation 0 unsettled: ask the store again */
 #define COMMITTED UINT64_MAX    /* the ballot of a value reported as committed */
 #define ROUND_MAX ((uint64_t)UINT32_MAX) /* see ballot_ok */
@@ -115,6 +125,8 @@
 struct ib_rank {
 	int link;               /* index in ctl.links, -1 none */
 	int64_t retry_ms;       /* generation 0: when to connect again */
+	int64_t refused_ms;     /* generation 0, PMIx book: its listener refuses since, 0 not */
+	int refused;            /* ... this many times */
 	bool certain;           /* its death is certain */
 	bool gone;              /* the book marks it gone: never in generation 0 */
 	bool late;              /* ... marked after the book went out (late_gone) */
@@ -550,6 +562,19 @@ static void late_gone(struct inband *b, int r, const char *why)
 		drop(b, b->r[r].link);
 }
 
+/* Generation 0: rank r's listener refused a connection (see the top). */
+static void refused_at_start(struct inband *b, int r)
+{
+	int64_t now = ft__now_ms();
+
+	if (!b->book_taken || strcmp(b->book_params.how, "pmix") != 0)
+		return;
+	if (b->r[r].refused++ == 0)
+		b->r[r].refused_ms = now;
+	else if (b->r[r].refused >= REFUSED_GONE && now - b->r[r].refused_ms >= REFUSED_GONE_MS)
+		late_gone(b, r, "its listener, published in the PMIx book, refuses connections");
+}
+
 /*
  * Link i ended with error rc. Only a link of this rank's own to the peer's
  * listener, on which the peer proved the job's token (its ACK came), and
@@ -569,8 +594,9 @@ static void link_failed(struct inband *b, int i, int rc)
 		return; /* only a link to its listener says the rank is gone */
 	if (view_of(b, 0) == NULL) {
 		/* generation 0: a rank not yet listening; try again soon */
-		if (mine)
-			b->r[peer].retry_ms = ft__now_ms() + RETRY_MS;
+		b->r[peer].retry_ms = ft__now_ms() + RETRY_MS;
+		if (rc == -FT_ECONNREFUSED)
+			refused_at_start(b, peer);
 		return;
 	}
 	if (rc == -FT_EPEERFAILED && proven)
@@ -587,6 +613,8 @@ static int link_to(struct inband *b, int r)
 	int64_t now = ft__now_ms();
 	int i;
 
+	if (p->link >= 0 && !b->ctl.links[p->link].connecting)
+		p->refused = 0; /* it listens */
 	if (p->link >= 0)
 		return b->ctl.links[p->link].connecting ? -1 : p->link;
 	if (p->certain || now < p->retry_ms)
@@ -594,6 +622,8 @@ static int link_to(struct inband *b, int r)
 	i = ft__ctl_connect_start(&b->ctl, b->book[r], r, b->gen);
 	if (i < 0) {
 		p->retry_ms = now + RETRY_MS; /* refused too: suspicion only (see the top) */
+		if (i == -FT_ECONNREFUSED && view_of(b, 0) == NULL)
+			refused_at_start(b, r);
 		return -1;
 	}
 	p->link = i;
@@ -1521,6 +1551,32 @@ static void recheck_book(struct inband *b)
 	free(book);
 }
 
+/*
+ * Generation 0 under a PMIx book: a link of this rank's own is kept (made
+ * again when it ends) to the coordinator's listener, and the coordinator
+ * keeps one to each candidate that has not answered, so that a rank that
+ * died is found refusing (refused_at_start): the others go on without it,
+ * and the next rank takes over from a coordinator that died. Under another
+ * book only the coordinator connects, when it asks.
+ */
+static void probe_at_start(struct inband *b, const int *cand, int ncand)
+{
+	int c = lead(b, 0, cand, ncand);
+
+	if (!b->book_taken || strcmp(b->book_params.how, "pmix") != 0)
+		return;
+	if (c != b->rank) {
+		if (c >= 0 && c < b->world)
+			(void)link_to(b, c);
+		return;
+	}
+	for (int k = 0; k < ncand; k++) {
+		int r = cand[k];
+		if (r >= 0 && r < b->world && r != b->rank && !b->r[r].gone && !b->r[r].replied)
+			(void)link_to(b, r);
+	}
+}
+
 static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,
 			 const int *back, int nback, bool force, struct ft__view *view)
 {
@@ -1539,6 +1595,8 @@ static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int n
 	if (ncand > 0 && b->owed_to >= 0 && b->published)
 		answer_collect(b, b->owed_to, b->owed_link, b->owed_ballot);
 	done = view_of(b, gen);
+	if (done == NULL && gen == 0 && b->published && ncand > 0)
+		probe_at_start(b, cand, ncand);
 	if (done == NULL && b->active && b->gen == gen && ncand > 0) {
 		if (b->noquorum) {
 			rc = -FT_EPARTITIONED;

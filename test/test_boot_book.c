@@ -974,6 +974,39 @@ Test(pmix, a_rank_that_never_comes_times_out, .timeout = 90)
 	cr_expect_lt(now_ms() - t0, 30000);
 }
 
+/*
+ * Under mpirun (PMIx, in-band) a rank killed after it put its address in
+ * the book but before the job's first view settled (FTCC_FAULT phase=init)
+ * made every other rank's ft_init wait until its connect timeout and fail:
+ * no launcher's word comes, and a refusal was only suspicion. A listener
+ * in a PMIx book listened when it was put there, so one that refuses for a
+ * second is gone: the others start without it, the coordinator (rank 0)
+ * too. mpirun --enable-recovery keeps the survivors running.
+ */
+Test(pmix, a_rank_dead_before_the_first_view_is_left_out, .timeout = 120)
+{
+	static const char *const faults[] = {"rank=2,phase=init", "rank=0,phase=init"};
+	char cmd[1024], out[65536];
+
+	need_pmix();
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
+		long t0 = now_ms(), ms;
+		snprintf(cmd, sizeof(cmd),
+			 MPIRUN "--enable-recovery -x FTCC_POLICY=shrink "
+			 "-x FTCC_CONNECT_TIMEOUT_MS=20000 -x FTCC_LOG_LEVEL=2 "
+			 "-x FTCC_FAULT=\"%s\" -np 4 %s/examples/train_steps 20 2000 5 -",
+			 faults[i], build_dir());
+		(void)run(cmd, out, sizeof(out)); /* nonzero: a rank was killed */
+		ms = now_ms() - t0;
+		cr_expect(strstr(out, "refuses connections") != NULL, "%s: %s", faults[i], out);
+		cr_expect_eq(count(out, "\nmodel "), 3, "%s: %s", faults[i], out);
+		cr_expect_gt(count(out, " contributors 3\n"), 0, "%s: %s", faults[i], out);
+		cr_expect_eq(count(out, " contributors 4\n"), 0, "%s: %s", faults[i], out);
+		cr_expect_lt(ms, 15000, "%s: the job waited %ld ms for a rank known dead", faults[i],
+			     ms);
+	}
+}
+
 Test(pmix, outside_a_pmix_launcher, .timeout = 20)
 {
 	char book[2][FT__BOOK_ENTRY_MAX];

@@ -2195,4 +2195,99 @@ Test(fabric_msg, hello_copy_raced_ahead_gets_no_link, .timeout = 60)
 	fops->close(cp);
 	fops->close(rx);
 }
+
+/*
+ * Over RDM (provider shm), hellos that are not this job's (another token:
+ * a stranger's) are answered as they arrive and take no place in the inbox
+ * of hellos awaiting an accept: 40 of them after a neighbour's valid hello
+ * leave it there, and the accept takes it. The inbox once kept every hello
+ * and dropped the oldest when full: the neighbour's, whose link then timed
+ * out (a healthy rank declared for strangers' hellos).
+ */
+/*
+ * A child process, forked before this process opens any fabric transport
+ * (shm's state does not survive a fork): it reads an address from the
+ * pipe go, opens a transport with token, connects to it n times (hellos
+ * sealed by token) and drives it until go ends (its parent closes it).
+ */
+static pid_t fab_connector(const char *token, int n, int go[2])
+{
+	pid_t child;
+
+	cr_assert_eq(pipe(go), 0);
+	child = fork();
+	cr_assert_geq(child, 0);
+	if (child != 0) {
+		close(go[0]);
+		return child;
+	}
+	close(go[1]);
+	char addr[FAB_ADDR_MAX] = "", c;
+	size_t len = 0;
+	while (len + 1 < sizeof(addr) && read(go[0], &c, 1) == 1 && c != '\n')
+		addr[len++] = c;
+	const struct ft_transport_ops *fops = ft_transport_lookup("fabric");
+	struct ft_transport *tp = fab_msg_open(1, token);
+	struct ft_tp_event ev[16];
+	struct ft_link *l;
+	for (int i = 0; i < n; i++) {
+		struct ft_hello h = make_hello(1, 0, GEN, JOB, token);
+		if (fops->connect(tp, addr, &h, WAIT_MS, &l) != 0)
+			_exit(2);
+	}
+	for (;;) {
+		struct pollfd p = {.fd = go[0], .events = POLLIN};
+		(void)fops->progress(tp, 5, ev, 16);
+		if (poll(&p, 1, 0) == 1)
+			_exit(0);
+	}
+}
+
+static void send_addr(int fd, const char *addr)
+{
+	cr_assert_eq(write(fd, addr, strlen(addr)), (ssize_t)strlen(addr));
+	cr_assert_eq(write(fd, "\n", 1), 1);
+}
+
+Test(fabric_rdm, strangers_hellos_never_push_out_a_neighbours, .timeout = 60)
+{
+	const struct ft_transport_ops *fops;
+	struct ft_transport *rx;
+	struct ft_hello expect = good_hello(), got;
+	struct ft_link *rl = NULL;
+	struct ft_tp_event ev[16];
+	char addr[FAB_ADDR_MAX];
+	int rc, st, ngo[2], sgo[2];
+	pid_t neighbour, stranger;
+
+	if (system("fi_info -p shm >/dev/null 2>&1") != 0) {
+		fprintf(stderr, "SKIPPED: no libfabric shm provider\n");
+		cr_skip_test("no libfabric shm provider");
+	}
+	setenv("FI_PROVIDER", "shm", 1);
+	neighbour = fab_connector(TOKEN, 1, ngo);
+	stranger = fab_connector("a stranger's token", 40, sgo);
+	fops = ft_transport_lookup("fabric");
+	cr_assert_not_null(fops);
+	rx = fab_msg_open(0, TOKEN);
+	cr_assert(!rx->msg, "provider %s: not RDM endpoints", rx->prov);
+	cr_assert_eq(fops->local_addr(rx, addr, sizeof(addr)), 0);
+	send_addr(ngo[1], addr);
+	for (int64_t end = ft__now_ms() + WAIT_MS; rx->ninbox == 0 && ft__now_ms() < end;)
+		(void)fops->progress(rx, 5, ev, 16);
+	cr_assert_eq(rx->ninbox, 1u, "the neighbour's hello never arrived");
+	send_addr(sgo[1], addr);
+	for (int64_t end = ft__now_ms() + 2000; ft__now_ms() < end;)
+		(void)fops->progress(rx, 5, ev, 16);
+	close(sgo[1]);
+	cr_assert_eq(waitpid(stranger, &st, 0), stranger);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the stranger: status %d", st);
+	cr_expect_eq(rx->ninbox, 1u, "strangers' hellos took places in the inbox");
+	rc = fops->accept(rx, &expect, 1000, &rl, &got);
+	close(ngo[1]);
+	cr_assert_eq(waitpid(neighbour, &st, 0), neighbour);
+	cr_assert_eq(rc, 0, "the neighbour's link was lost: %s", ft_err_name(rc));
+	cr_expect_eq(got.from_rank, 1);
+	fops->close(rx);
+}
 #endif

@@ -113,6 +113,8 @@ struct store {
 	int verbose;
 	store_say_fn *say_fn;
 	void *arg;
+	int64_t strangers_ms;   /* when a line about a stranger was last said, 0 never */
+	unsigned strangers_held; /* such lines held back since */
 };
 
 __attribute__((format(printf, 2, 3))) static void say(struct store *s, const char *fmt, ...)
@@ -125,6 +127,35 @@ __attribute__((format(printf, 2, 3))) static void say(struct store *s, const cha
 	vsnprintf(line + 7, sizeof(line) - 7, fmt, ap);
 	va_end(ap);
 	s->say_fn(s->arg, line);
+}
+
+/*
+ * A line about a connection that proved no token (anyone can make one):
+ * at most one per STRANGER_SAY_MS, the next saying how many were held back.
+ */
+#define STRANGER_SAY_MS 10000
+
+__attribute__((format(printf, 2, 3))) static void say_stranger(struct store *s, const char *fmt,
+								...)
+{
+	char line[400];
+	int64_t now = ft__now_ms();
+	va_list ap;
+
+	if (s->strangers_ms != 0 && now - s->strangers_ms < STRANGER_SAY_MS) {
+		s->strangers_held++;
+		return;
+	}
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (s->strangers_held > 0)
+		say(s, "%s (and %u more such in the last %d s)", line, s->strangers_held,
+		    (int)((now - s->strangers_ms) / 1000));
+	else
+		say(s, "%s", line);
+	s->strangers_ms = now;
+	s->strangers_held = 0;
 }
 
 static struct answer *answer_new(size_t len)
@@ -279,7 +310,7 @@ __attribute__((format(printf, 4, 5))) static void refuse(struct store *s, struct
 		n = 0;
 	if ((size_t)n >= sizeof(why))
 		n = sizeof(why) - 1;
-	say(s, "refused %s: %s", c->peer, why);
+	say_stranger(s, "refused %s: %s", c->peer, why);
 	a = answer_new(FT__STORE_ANSWER_HDR + (size_t)n);
 	if (a == NULL) {
 		conn_close(s, c);
@@ -475,7 +506,7 @@ static void read_join(struct store *s, struct conn *c)
 	c->in_len += (size_t)n;
 	n = ft__store_join_parse(c->in, c->in_len, &m, &why);
 	if (n == -FT_EPROTO) {
-		say(s, "closed %s: %s", c->peer, why);
+		say_stranger(s, "closed %s: %s", c->peer, why);
 		conn_close(s, c);
 	} else if (n == -FT_EINVAL) {
 		refuse(s, c, FT_EINVAL, "%s", why);
@@ -495,7 +526,7 @@ static void read_waiting(struct store *s, struct conn *c)
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 		return;
 	if (n > 0)
-		say(s, "closed %s: bytes after its join", c->peer);
+		say_stranger(s, "closed %s: bytes after its join", c->peer);
 	conn_close(s, c);
 }
 
@@ -516,7 +547,7 @@ static void evict_unauth(struct store *s)
 		struct conn *c = s->conns[i];
 		if (c->state != CLOSED && !c->authed) {
 			if (s->verbose)
-				say(s, "closed %s: %d unauthenticated connections, it the oldest",
+				say_stranger(s, "closed %s: %d unauthenticated connections, it the oldest",
 				    c->peer, MAX_UNAUTH);
 			conn_close(s, c);
 			return;
@@ -655,9 +686,9 @@ static void expire(struct store *s, int64_t now)
 		if (c->state == CLOSED || now < c->deadline_ms)
 			continue;
 		if (c->state == READING)
-			say(s, "closed %s: no join within %d ms", c->peer, JOIN_MS);
+			say_stranger(s, "closed %s: no join within %d ms", c->peer, JOIN_MS);
 		else if (c->state == SENDING)
-			say(s, "closed %s: it did not take its answer within %d ms", c->peer,
+			say_stranger(s, "closed %s: it did not take its answer within %d ms", c->peer,
 			    SEND_MS);
 		else if (s->verbose)
 			say(s, "closed %s: rank %u of job %s waited %d ms (it joins again)",

@@ -255,8 +255,46 @@ int ft__fab_hello_fields_check(const struct fab_hello_msg *m, const char *token)
 
 /* ---- accepting ---- */
 
+static void refuse_rdm(struct ft_transport *tp, const struct fab_inbox *in, int rc);
+
+/* Whether an RDM hello is a token holder's: whole, and its MAC and its
+ * fields' MAC check under this job's token (what it asks for is judged by
+ * the accept that takes it). */
+static int sealed_here(const struct ft_transport *tp, const struct fab_hello_msg *m, size_t len)
+{
+	int rc;
+
+	if (len != sizeof(*m))
+		return -FT_EPROTO;
+	if ((rc = ft_hello_check(&m->hello, &m->hello, tp->token)) != 0)
+		return rc;
+	return ft__fab_hello_fields_check(m, tp->token);
+}
+
+/*
+ * An RDM hello as it arrives: a token holder's waits in the inbox for the
+ * accept of its generation; anything else is answered at once (a peer with
+ * another token learns it: -FT_EAUTH) and takes no place there, so
+ * strangers' hellos never push out a neighbour's. The answer goes to the
+ * endpoint the unauthenticated hello names, which takes a place in the
+ * address vector: at most FAB_PEERS_MAX such places, then it is dropped
+ * unanswered.
+ */
 void ft__fab_inbox_add(struct ft_transport *tp, const struct fab_hello_msg *msg, size_t len)
 {
+	int rc = sealed_here(tp, msg, len);
+
+	if (rc != 0) {
+		struct fab_inbox in = {.msg = *msg, .len = len};
+		if (len == sizeof(*msg) && msg->hello.magic == FT_HELLO_MAGIC)
+			tp->refused_claim = msg->hello.from_rank;
+		if (tp->npeers < FAB_PEERS_MAX)
+			refuse_rdm(tp, &in, rc);
+		else
+			ft__warn_gated(&tp->warn, "fabric: dropped a hello that is not this job's: "
+				       "%s", ft_strerror(rc));
+		return;
+	}
 	if (tp->ninbox == FAB_INBOX_MAX) {
 		ft__warn("fabric: too many unanswered hellos; dropping the oldest");
 		memmove(&tp->inbox[0], &tp->inbox[1], (FAB_INBOX_MAX - 1) * sizeof(tp->inbox[0]));
@@ -281,12 +319,12 @@ static void refuse_rdm(struct ft_transport *tp, const struct fab_inbox *in, int 
 	char why[160];
 
 	if (in->len != sizeof(*m) || m->namelen == 0 || m->namelen > FAB_NAME_MAX) {
-		ft__warn("fabric: dropped a malformed hello (%zu bytes)", in->len);
+		ft__warn_gated(&tp->warn, "fabric: dropped a malformed hello (%zu bytes)", in->len);
 		return;
 	}
 	describe(&m->hello, why, sizeof(why));
-	ft__warn("fabric: refused %s: %s", m->hello.magic == FT_HELLO_MAGIC ? why : "bad magic",
-		 ft_strerror(rc));
+	ft__warn_gated(&tp->warn, "fabric: refused %s: %s",
+		       m->hello.magic == FT_HELLO_MAGIC ? why : "bad magic", ft_strerror(rc));
 	l = ft__fab_link_new(tp, m->hello.from_rank, false, m->link_id);
 	if (l == NULL)
 		return;
@@ -311,19 +349,20 @@ static int hello_verdict(struct ft_transport *tp, const struct ft_hello *expect,
 	if (!tp->msg && (m->namelen == 0 || m->namelen > FAB_NAME_MAX || m->homelen == 0 ||
 			 m->homelen > FAB_NAME_MAX))
 		return -FT_EPROTO;
-	if (m->piece == 0 || m->piece > tp->max_msg) {
-		ft__error("fabric: rank %d splits payloads at %" PRIu64 " bytes; this provider takes %zu",
-			  m->hello.from_rank, m->piece, tp->max_msg);
-		return -FT_EPROTO;
-	}
 	rc = ft_hello_check(expect, &m->hello, tp->token);
 	if (rc == -FT_EAUTH && (expect->from_rank < 0 || m->hello.from_rank == expect->from_rank))
 		tp->auth_refused = true;
 	/* the fields that route answers and watch the peer are trusted too */
 	if (rc == 0 && ft__fab_hello_fields_check(m, tp->token) != 0) {
-		ft__warn("fabric: refused a hello of rank %d whose fields were altered",
-			 m->hello.from_rank);
+		ft__warn_gated(&tp->warn, "fabric: refused a hello of rank %d whose fields were "
+			       "altered", m->hello.from_rank);
 		rc = -FT_EAUTH;
+	}
+	/* judged once it is a token holder's, so that no stranger's is logged */
+	if (rc == 0 && (m->piece == 0 || m->piece > tp->max_msg)) {
+		ft__error("fabric: rank %d splits payloads at %" PRIu64 " bytes; this provider takes %zu",
+			  m->hello.from_rank, m->piece, tp->max_msg);
+		return -FT_EPROTO;
 	}
 	return rc;
 }
@@ -458,8 +497,6 @@ static int challenge_msg(struct ft_transport *tp, struct ft_link *l)
  */
 static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello *expect)
 {
-	int64_t now = ft__now_ms();
-
 	for (struct ft_link *l = tp->pending, *next; l != NULL; l = next) {
 		int rc;
 		next = l->next;
@@ -467,11 +504,8 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 			ft__fab_link_shutdown(l, false, 0);
 			continue;
 		}
-		if (l->hello_len == 0 || (l->challenged && l->proof_len == 0)) {
-			if (now - l->born_ms >= FAB_HANDSHAKE_MS)
-				refuse_msg(tp, l, -FT_ETIMEDOUT, "a connection short of a handshake");
+		if (l->hello_len == 0 || (l->challenged && l->proof_len == 0))
 			continue;
-		}
 		rc = hello_verdict(tp, expect, &l->m.hello, l->hello_len);
 		if (rc != 0 && l->hello_len == sizeof(l->m.hello) &&
 		    hello_early(tp, expect, &l->m.hello.hello))
@@ -507,6 +541,20 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 	return NULL;
 }
 
+/* MSG, whenever the transport is driven: connections short of a hello, or
+ * of the proof of their challenge, for FAB_HANDSHAKE_MS are closed. */
+static void sweep_pending(struct ft_transport *tp)
+{
+	int64_t now = ft__now_ms();
+
+	for (struct ft_link *l = tp->pending, *next; l != NULL; l = next) {
+		next = l->next;
+		if ((l->hello_len == 0 || (l->challenged && l->proof_len == 0)) &&
+		    now - l->born_ms >= FAB_HANDSHAKE_MS)
+			refuse_msg(tp, l, -FT_ETIMEDOUT, "a connection short of a handshake");
+	}
+}
+
 /* MSG, once an accept took its link or gave up: the other connections it
  * challenged go (a copy raced ahead of the original ends here). */
 static void drop_challenged(struct ft_transport *tp)
@@ -531,7 +579,8 @@ int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int t
 		l = tp->msg ? accept_msg(tp, expect) : accept_rdm(tp, expect);
 		if (l != NULL)
 			break;
-		if (ft__ms_left(deadline) == 0 && tp->auth_refused) {
+		if (ft__ms_left(deadline) == 0 &&
+		    (tp->auth_refused || tp->refused_claim == expect->from_rank)) {
 			ft__error("fabric: rank %d's handshakes failed for their token, job or version",
 				  expect->from_rank);
 			if (tp->msg)
@@ -680,5 +729,6 @@ int ft__fab_drive_eq(struct ft_transport *tp)
 			break;
 		}
 	}
+	sweep_pending(tp);
 	return n;
 }

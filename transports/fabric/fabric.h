@@ -161,6 +161,7 @@ uint32_t ft__fi_version(void);
 #define FAB_ADDR_MAX 256        /* what the rendezvous stores */
 #define FAB_HELLO_SLOTS 8
 #define FAB_INBOX_MAX 32
+#define FAB_PEERS_MAX 4096     /* address-vector places that hellos not of this job may take */
 #define FAB_PENDING_MAX 16
 #define FAB_HANDSHAKE_MS 10000 /* MSG: a connection short of its hello (or its proof) this long is closed */
 #define FAB_CQ_BATCH 32
@@ -402,6 +403,7 @@ struct ft_transport {
 	struct ft_link *links, *pending, *zombies;
 	unsigned npending;
 	struct ft__warn_gate warn;      /* strangers' warnings */
+	int refused_claim;      /* RDM: the rank the last hello refused at arrival claimed, -1 */
 	struct fab_slot *slots;
 	struct fid_mr *slots_mr;
 	void *slots_desc;

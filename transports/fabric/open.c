@@ -216,6 +216,7 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	snprintf(tp->token, sizeof(tp->token), "%s", p->token != NULL ? p->token : "");
 	tp->pid = (int)getpid();
 	tp->node = node_id();
+	tp->refused_claim = -1;
 	tp->next_id = (ft__now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)tp->pid << 16) & TAG_ID_MASK;
 	tp->info = ft__fab_choose_info(p);
 	if (tp->info == NULL) {
