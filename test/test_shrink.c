@@ -810,12 +810,22 @@ Test(shrink, second_kill_during_recovery, .timeout = 300)
  */
 Test(shrink, a_link_closed_during_a_recovery_is_no_death, .timeout = 120)
 {
-	const char *mb = getenv("FTCC_TEST_MEMBERSHIP");
+	const char *mb = getenv("FTCC_TEST_MEMBERSHIP"), *tp = getenv("FTCC_TEST_TRANSPORT");
 
 	if (mb != NULL && strcmp(mb, "inband") == 0) {
 		fprintf(stderr, "SKIPPED: shrink.a_link_closed_during_a_recovery_is_no_death: rejoin "
 			"(its slow recovery) needs the file rendezvous\n");
 		cr_skip_test("rejoin needs the file rendezvous");
+	}
+	/* Over libfabric a rank killed as op 5 starts can take op 4's last
+	 * frames with it (shm moves a message only while both ends run), so
+	 * rank 3 may reach op 5 only in generation 1, where a drop is a cut
+	 * with no failure known (rightly declared): the premise holds over TCP,
+	 * whose kernel delivers what a dead rank sent. */
+	if (tp != NULL && strcmp(tp, "fabric") == 0) {
+		fprintf(stderr, "SKIPPED: shrink.a_link_closed_during_a_recovery_is_no_death: its "
+			"premise needs TCP (see the test)\n");
+		cr_skip_test("the premise needs TCP");
 	}
 	scenario_init(5, 1000, 10, 4);
 	sc.detect_ms = 1000;
@@ -823,7 +833,7 @@ Test(shrink, a_link_closed_during_a_recovery_is_no_death, .timeout = 120)
 	sc.expect_lost = 1;
 	sc.fault_all = true;
 	snprintf(sc.fault, sizeof(sc.fault),
-		 "rank=0,op=5,phase=between;rank=3,op=5,phase=between,action=drop");
+		 "rank=0,op=5,phase=between;rank=3,op=5,phase=between,action=drop,gen=0");
 	cr_assert_eq(run_scenario(NULL, NULL, 60000, "kill 0, drop 3's links"), 1);
 }
 
