@@ -310,7 +310,10 @@ __attribute__((format(printf, 4, 5))) static void refuse(struct store *s, struct
 		n = 0;
 	if ((size_t)n >= sizeof(why))
 		n = sizeof(why) - 1;
-	say_stranger(s, "refused %s: %s", c->peer, why);
+	if (c->authed)
+		say(s, "refused %s: %s", c->peer, why);
+	else
+		say_stranger(s, "refused %s: %s", c->peer, why);
 	a = answer_new(FT__STORE_ANSWER_HDR + (size_t)n);
 	if (a == NULL) {
 		conn_close(s, c);

@@ -260,7 +260,7 @@ static void refuse_rdm(struct ft_transport *tp, const struct fab_inbox *in, int 
 /* Whether an RDM hello is a token holder's: whole, and its MAC and its
  * fields' MAC check under this job's token (what it asks for is judged by
  * the accept that takes it). */
-static int sealed_here(const struct ft_transport *tp, const struct fab_hello_msg *m, size_t len)
+int ft__fab_hello_sealed(const struct ft_transport *tp, const struct fab_hello_msg *m, size_t len)
 {
 	int rc;
 
@@ -282,12 +282,14 @@ static int sealed_here(const struct ft_transport *tp, const struct fab_hello_msg
  */
 void ft__fab_inbox_add(struct ft_transport *tp, const struct fab_hello_msg *msg, size_t len)
 {
-	int rc = sealed_here(tp, msg, len);
+	int rc = ft__fab_hello_sealed(tp, msg, len);
 
 	if (rc != 0) {
 		struct fab_inbox in = {.msg = *msg, .len = len};
-		if (len == sizeof(*msg) && msg->hello.magic == FT_HELLO_MAGIC)
+		if (len == sizeof(*msg) && msg->hello.magic == FT_HELLO_MAGIC) {
 			tp->refused_claim = msg->hello.from_rank;
+			tp->refused_gen = msg->hello.generation;
+		}
 		if (tp->npeers < FAB_PEERS_MAX)
 			refuse_rdm(tp, &in, rc);
 		else
@@ -464,12 +466,13 @@ static void refuse_msg(struct ft_transport *tp, struct ft_link *l, int rc, const
 	ft__warn_gated(&tp->warn, "fabric: refused %s: %s",
 		       l->hello_len == sizeof(l->m.hello) && l->m.hello.hello.magic == FT_HELLO_MAGIC
 			       ? why : what, ft_strerror(rc));
-	if (!l->challenged && l->hello_len > 0) {
+	bool answer = !l->challenged && l->hello_len > 0 && l->connected;
+	if (answer) {
 		ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, rc, tp->token);
-		if (l->connected)
-			ft__fab_ctl_post(l, C_ACK_TX);
+		answer = ft__fab_ctl_post(l, C_ACK_TX) == 0;
 	}
-	ft__fab_link_shutdown(l, false, FAB_CLOSE_WAIT_MS);
+	/* an answer posted goes out before the close; nothing else is waited for */
+	ft__fab_link_shutdown(l, false, answer ? FAB_CLOSE_WAIT_MS : 0);
 }
 
 /* MSG: a valid hello gets the answer with a fresh challenge, and a receive
@@ -482,6 +485,7 @@ static int challenge_msg(struct ft_transport *tp, struct ft_link *l)
 		return rc;
 	ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, l->challenge, 0, tp->token);
 	l->challenged = true;
+	l->born_ms = ft__now_ms(); /* the proof's time counts from the challenge */
 	l->want[C_PROOF_RX] = true;
 	l->want[C_ACK_TX] = true;
 	ft__fab_advance_ctl(l);
@@ -502,6 +506,7 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 		next = l->next;
 		if (l->error != 0 || l->peer_closed) {
 			ft__fab_link_shutdown(l, false, 0);
+			next = tp->pending;
 			continue;
 		}
 		if (l->hello_len == 0 || (l->challenged && l->proof_len == 0))
@@ -530,6 +535,7 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 			rc = -FT_EAUTH;
 		if (rc != 0) {
 			refuse_msg(tp, l, rc, "bad magic");
+			next = tp->pending; /* a refusal drives the transport: start again */
 			continue;
 		}
 		ft__fab_unlist(tp, l);
@@ -543,15 +549,17 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 
 /* MSG, whenever the transport is driven: connections short of a hello, or
  * of the proof of their challenge, for FAB_HANDSHAKE_MS are closed. */
-static void sweep_pending(struct ft_transport *tp)
+void ft__fab_sweep_pending(struct ft_transport *tp)
 {
 	int64_t now = ft__now_ms();
 
 	for (struct ft_link *l = tp->pending, *next; l != NULL; l = next) {
 		next = l->next;
 		if ((l->hello_len == 0 || (l->challenged && l->proof_len == 0)) &&
-		    now - l->born_ms >= FAB_HANDSHAKE_MS)
+		    now - l->born_ms >= FAB_HANDSHAKE_MS) {
 			refuse_msg(tp, l, -FT_ETIMEDOUT, "a connection short of a handshake");
+			next = tp->pending; /* a refusal drives the transport: start again */
+		}
 	}
 }
 
@@ -561,8 +569,10 @@ static void drop_challenged(struct ft_transport *tp)
 {
 	for (struct ft_link *l = tp->pending, *next; l != NULL; l = next) {
 		next = l->next;
-		if (l->challenged)
+		if (l->challenged) {
 			refuse_msg(tp, l, -FT_EAUTH, "a challenged connection");
+			next = tp->pending; /* a refusal drives the transport: start again */
+		}
 	}
 }
 
@@ -580,7 +590,8 @@ int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int t
 		if (l != NULL)
 			break;
 		if (ft__ms_left(deadline) == 0 &&
-		    (tp->auth_refused || tp->refused_claim == expect->from_rank)) {
+		    (tp->auth_refused || (tp->refused_claim == expect->from_rank &&
+					  tp->refused_gen == expect->generation))) {
 			ft__error("fabric: rank %d's handshakes failed for their token, job or version",
 				  expect->from_rank);
 			if (tp->msg)
@@ -599,9 +610,7 @@ int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int t
 		ft__fab_wait(tp, tp->interrupted != NULL && ft__ms_left(deadline) > 20
 			     ? 20 : ft__ms_left(deadline));
 	}
-	if (tp->msg) {
-		drop_challenged(tp); /* its answer went out with the challenge */
-	} else {
+	if (!tp->msg) { /* MSG: its answer went out with the challenge */
 		ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, 0, tp->token);
 		l->want[C_ACK_TX] = true;
 	}
@@ -609,7 +618,9 @@ int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int t
 	l->piece = (size_t)l->m.hello.piece;
 	*got = l->m.hello.hello;
 	l->next = tp->links;
-	tp->links = l;
+	tp->links = l; /* listed before anything drives: its events find it */
+	if (tp->msg)
+		drop_challenged(tp);
 	ft__fab_advance(l);
 	*out = l;
 	return 0;
@@ -658,13 +669,13 @@ static void on_connreq(struct ft_transport *tp, struct fi_info *info)
 	fi_freeinfo(info);
 	l->born_ms = ft__now_ms();
 	if (tp->npending >= FAB_PENDING_MAX) {
-		/* the oldest that sent no hello yet (a stranger's, most likely),
-		 * else the oldest not challenged, else the oldest: strangers never
-		 * push out a neighbour's link being made (newest first in the list) */
+		/* the oldest that sent no hello yet or one not of this job (a
+		 * stranger's), else the oldest not challenged, else the oldest:
+		 * strangers go first (newest first in the list) */
 		struct ft_link *drop = NULL, *unchallenged = NULL, *last = NULL;
 		for (struct ft_link *p = tp->pending; p != NULL; p = p->next) {
 			last = p;
-			if (p->hello_len == 0)
+			if (p->hello_len == 0 || p->stranger)
 				drop = p;
 			if (!p->challenged)
 				unchallenged = p;
@@ -729,6 +740,5 @@ int ft__fab_drive_eq(struct ft_transport *tp)
 			break;
 		}
 	}
-	sweep_pending(tp);
 	return n;
 }

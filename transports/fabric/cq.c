@@ -87,8 +87,11 @@ static void on_ctl(struct ft_link *l, int c, size_t len, int err)
 	}
 	switch (c) {
 	case C_HELLO:
-		if (!l->sending)
+		if (!l->sending) {
 			l->hello_len = len;
+			l->born_ms = ft__now_ms(); /* an early one waits from here */
+			l->stranger = ft__fab_hello_sealed(l->tp, &l->m.hello, len) != 0;
+		}
 		break;
 	case C_ACK_RX:
 		if (len != sizeof(l->m.ack_rx)) {

@@ -317,6 +317,7 @@ struct ft_link {
 	/* MSG: the connector holds its frames until its proof is posted; the
 	 * acceptor takes the link once the proof of its challenge checks out */
 	bool challenged, proof_out;
+	bool stranger;          /* MSG acceptor: its hello's MACs do not check */
 	size_t proof_len;       /* MSG acceptor: bytes of the proof received */
 	uint8_t challenge[FT_HELLO_NONCE];
 	int64_t born_ms;        /* MSG acceptor: when the connection came */
@@ -404,6 +405,7 @@ struct ft_transport {
 	unsigned npending;
 	struct ft__warn_gate warn;      /* strangers' warnings */
 	int refused_claim;      /* RDM: the rank the last hello refused at arrival claimed, -1 */
+	uint32_t refused_gen;   /* ... and its generation */
 	struct fab_slot *slots;
 	struct fid_mr *slots_mr;
 	void *slots_desc;
@@ -444,6 +446,11 @@ struct fi_info *ft__fab_choose_info(const struct ft_tp_params *p);
 
 int ft__fab_connect(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
 		    int timeout_ms, struct ft_link **out);
+/* MSG: closes pending connections short of a hello, or of the proof of
+ * their challenge, FAB_HANDSHAKE_MS after the connection (or the hello). */
+void ft__fab_sweep_pending(struct ft_transport *tp);
+/* Whether an RDM or MSG hello is a token holder's (its MACs check): 0 or the error. */
+int ft__fab_hello_sealed(const struct ft_transport *tp, const struct fab_hello_msg *m, size_t len);
 int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
 		   struct ft_link **out, struct ft_hello *got);
 /* Puts m's fields around its sealed hello under a MAC bound to it. */

@@ -525,6 +525,12 @@ void ft__fab_link_abort(struct ft_link *l, const struct ft_frame *abort_frame)
 	if (l == NULL)
 		return;
 	tp = l->tp;
+	if (tp->msg && l->sending && !l->proof_out) {
+		/* MSG, no proof out yet: the acceptor can never take this link,
+		 * so there is no reader for an abort frame */
+		ft__fab_link_shutdown(l, true, 0);
+		return;
+	}
 	if (l->sending && l->error == 0 && !l->dead) {
 		struct fab_op *keep = l->s_next, *op, *next;
 		if (keep != NULL && !keep->hdr_posted)

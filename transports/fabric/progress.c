@@ -19,6 +19,8 @@ int ft__fab_drive(struct ft_transport *tp)
 	if (tp->eq != NULL)
 		n += ft__fab_drive_eq(tp);
 	n += ft__fab_drive_cq(tp);
+	if (tp->msg)
+		ft__fab_sweep_pending(tp); /* after the CQ: hellos and proofs read first */
 	for (int i = 0; tp->slots != NULL && i < FAB_HELLO_SLOTS; i++) {
 		struct fab_slot *s = &tp->slots[i];
 		if (!s->want)
