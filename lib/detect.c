@@ -54,6 +54,10 @@
  *   condition variable when it waits for the view); it adopts the view itself.
  */
 
+/* Why a neighbour is failed when its kernel closed its control link: the
+ * common, certain case (any other reason a rank declares is logged louder). */
+#define LINK_CLOSED "its control link closed"
+
 /* A right neighbour's link closed before it answered (no proof of death,
  * ctl.h): connected again after this, for up to the detect timeout. */
 #define RETRY_MS 20
@@ -505,7 +509,11 @@ static void declare_at(struct ft__det *d, const int32_t *ranks, int n, uint32_t 
 		added++;
 		self |= ranks[i] == d->p.rank;
 		member |= in_list(d->members, d->size, ranks[i]);
-		if (ranks[i] != d->p.rank)
+		/* on this rank's own evidence other than the kernel's word (a
+		 * closed control link): rare and worth seeing in a test's log */
+		if (ranks[i] != d->p.rank && direct && strcmp(why, LINK_CLOSED) != 0)
+			ft__warn("detector: declaring rank %d failed (%s)", ranks[i], why);
+		else if (ranks[i] != d->p.rank)
 			ft__info("detector: rank %d failed (%s)", ranks[i], why);
 		ft__trace_failure(d->p.trace, ranks[i], why);
 	}
@@ -708,7 +716,7 @@ static void read_link(struct ft__det *d, int i)
 	else if (rc == -FT_EPEERFAILED || rc == -FT_ECONNREFUSED)
 		link_closed(d, i, rc == -FT_EPEERFAILED,
 			    rc == -FT_ECONNREFUSED ? "its control address refused us"
-						   : "its control link closed");
+						   : LINK_CLOSED);
 	else if (rc == -FT_EAUTH)
 		refused_us(d, i);
 	else if (rc < 0)

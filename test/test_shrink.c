@@ -46,7 +46,8 @@ static void tweak(struct ft_config *cfg, int rank)
 	cfg->policy = sc.rejoin_ms > 0 ? FT_POLICY_REJOIN : FT_POLICY_SHRINK;
 	if (sc.rejoin_ms > 0)
 		cfg->rejoin_timeout_ms = sc.rejoin_ms;
-	cfg->log_level = getenv("FTCC_TEST_LOG") ? atoi(getenv("FTCC_TEST_LOG")) : 0;
+	/* warnings by default: a declaration on a rank's own evidence shows */
+	cfg->log_level = getenv("FTCC_TEST_LOG") ? atoi(getenv("FTCC_TEST_LOG")) : 1;
 	if (sc.detect_ms > 0) {
 		cfg->detect_timeout_ms = sc.detect_ms;
 		cfg->heartbeat_ms = sc.heartbeat_ms > 0 ? sc.heartbeat_ms
