@@ -601,13 +601,17 @@ static int tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 	}
 done:
 	/* Interrupted (a failure is being handled, the accept will be called
-	 * again): keep what is short of its handshake. Given up, or a link
-	 * made: drop it (a copy raced ahead of the original ends here). */
+	 * again): keep what is short of its handshake. A link made: keep what
+	 * sent no whole hello yet, for the next accept to judge (a neighbour
+	 * that adopted the next view first may be connecting for it: closing
+	 * its connection made it take this rank for dead), drop the rest (a
+	 * copy raced ahead of the original ends here). Given up: drop all. */
 	tp->npend = 0;
 	for (int i = 0; i < npend; i++) {
 		if (pend[i].fd < 0)
 			continue;
-		if (rc == -FT_EABORTED) {
+		if (rc == -FT_EABORTED ||
+		    (rc == 0 && !pend[i].challenged && pend[i].got < sizeof(pend[i].hello))) {
 			pend[tp->npend++] = pend[i];
 			continue;
 		}
