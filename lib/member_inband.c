@@ -562,12 +562,18 @@ static void late_gone(struct inband *b, int r, const char *why)
 		drop(b, b->r[r].link);
 }
 
+/* Whether the book came from PMIx: each entry was put there listening (see the top). */
+static bool pmix_book(const struct inband *b)
+{
+	return b->book_taken && strcmp(b->book_params.how, "pmix") == 0;
+}
+
 /* Generation 0: rank r's listener refused a connection (see the top). */
 static void refused_at_start(struct inband *b, int r)
 {
 	int64_t now = ft__now_ms();
 
-	if (!b->book_taken || strcmp(b->book_params.how, "pmix") != 0)
+	if (!pmix_book(b))
 		return;
 	if (b->r[r].refused++ == 0)
 		b->r[r].refused_ms = now;
@@ -1563,7 +1569,7 @@ static void probe_at_start(struct inband *b, const int *cand, int ncand)
 {
 	int c = lead(b, 0, cand, ncand);
 
-	if (!b->book_taken || strcmp(b->book_params.how, "pmix") != 0)
+	if (!pmix_book(b))
 		return;
 	if (c != b->rank) {
 		if (c >= 0 && c < b->world)

@@ -456,6 +456,12 @@ static struct ft_link *accept_rdm(struct ft_transport *tp, const struct ft_hello
 	return l;
 }
 
+/* MSG: a pending connection that has not sent its hello, or the proof of its challenge. */
+static bool short_of_handshake(const struct ft_link *l)
+{
+	return l->hello_len == 0 || (l->challenged && l->proof_len == 0);
+}
+
 /* MSG: refuses a pending connection (an answer when its hello was not answered yet). */
 static void refuse_msg(struct ft_transport *tp, struct ft_link *l, int rc, const char *what)
 {
@@ -509,7 +515,7 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 			next = tp->pending;
 			continue;
 		}
-		if (l->hello_len == 0 || (l->challenged && l->proof_len == 0))
+		if (short_of_handshake(l))
 			continue;
 		rc = hello_verdict(tp, expect, &l->m.hello, l->hello_len);
 		if (rc != 0 && l->hello_len == sizeof(l->m.hello) &&
@@ -555,8 +561,7 @@ void ft__fab_sweep_pending(struct ft_transport *tp)
 
 	for (struct ft_link *l = tp->pending, *next; l != NULL; l = next) {
 		next = l->next;
-		if ((l->hello_len == 0 || (l->challenged && l->proof_len == 0)) &&
-		    now - l->born_ms >= FAB_HANDSHAKE_MS) {
+		if (short_of_handshake(l) && now - l->born_ms >= FAB_HANDSHAKE_MS) {
 			refuse_msg(tp, l, -FT_ETIMEDOUT, "a connection short of a handshake");
 			next = tp->pending; /* a refusal drives the transport: start again */
 		}
