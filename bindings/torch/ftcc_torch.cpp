@@ -376,12 +376,8 @@ public:
 						const c10d::AllgatherOptions &) override
 	{
 		check_one(inputs, "all_gather");
-		if (outputs.size() != 1)
-			throw std::invalid_argument("ftcc: all_gather takes one output list");
 		at::Tensor in = inputs[0];
-		std::vector<at::Tensor> outs = outputs[0];
-		for (auto &o : outs)
-			same_shape(o, in, "all_gather");
+		std::vector<at::Tensor> outs = one_list(outputs, in, "all_gather", "output");
 		return enqueue(c10d::OpType::ALLGATHER, outs, [this, in, outs]() {
 			int n = blocks_for(outs.size(), "all_gather", "outputs");
 			at::Tensor flat = at::empty({(int64_t)n * in.numel()}, in.options());
@@ -413,12 +409,8 @@ public:
 						     const c10d::ReduceScatterOptions &opts) override
 	{
 		check_one(outputs, "reduce_scatter");
-		if (inputs.size() != 1)
-			throw std::invalid_argument("ftcc: reduce_scatter takes one input list");
 		at::Tensor out = outputs[0];
-		std::vector<at::Tensor> ins = inputs[0];
-		for (auto &i : ins)
-			same_shape(i, out, "reduce_scatter");
+		std::vector<at::Tensor> ins = one_list(inputs, out, "reduce_scatter", "input");
 		enum ft_op op = op_of(opts.reduceOp);
 		return enqueue(c10d::OpType::REDUCE_SCATTER, {out}, [this, out, ins, op]() {
 			int n = blocks_for(ins.size(), "reduce_scatter", "inputs");
@@ -633,6 +625,20 @@ private:
 		if (a.scalar_type() != b.scalar_type() || a.numel() != b.numel())
 			throw std::invalid_argument(std::string("ftcc: ") + what +
 						    ": tensors of different dtypes or sizes");
+	}
+
+	/* The one list of a list-of-lists argument (which: "input" or
+	 * "output"), each of its tensors of like's dtype and size. */
+	static std::vector<at::Tensor> one_list(const std::vector<std::vector<at::Tensor>> &lists,
+						const at::Tensor &like, const char *what,
+						const char *which)
+	{
+		if (lists.size() != 1)
+			throw std::invalid_argument(std::string("ftcc: ") + what + " takes one " +
+						    which + " list");
+		for (auto &t : lists[0])
+			same_shape(t, like, what);
+		return lists[0];
 	}
 
 	/* FTCC_* variables set for ft_config_from_env only (config.c reads the
