@@ -2090,7 +2090,7 @@ Test(fabric_hello, altered_fields_refused, .timeout = 20)
 #ifdef FTCC_HAVE_FABRIC
 /* --- the libfabric MSG handshake's challenge ------------------------------ */
 
-static struct ft_transport *fab_msg_open(int rank, const char *token)
+static struct ft_transport *fab_tp_open(int rank, const char *token)
 {
 	static struct ft_tp_env env;
 	struct ft_config cfg = FT_CONFIG_INIT;
@@ -2136,7 +2136,7 @@ Test(fabric_msg, hello_copy_raced_ahead_gets_no_link, .timeout = 60)
 	}
 	setenv("FI_PROVIDER", "tcp", 1);
 	setenv("FTCC_FABRIC_EP", "msg", 1);
-	rx = fab_msg_open(0, TOKEN);
+	rx = fab_tp_open(0, TOKEN);
 	cr_assert(rx->msg, "provider %s: not MSG endpoints", rx->prov);
 	cr_assert_eq(fops->local_addr(rx, addr, sizeof(addr)), 0);
 	cr_assert_eq(pipe(up), 0);
@@ -2148,7 +2148,7 @@ Test(fabric_msg, hello_copy_raced_ahead_gets_no_link, .timeout = 60)
 		 * frame; a parent that failed (its ends closed) ends it */
 		close(up[0]);
 		close(down[1]);
-		struct ft_transport *tx = fab_msg_open(1, TOKEN);
+		struct ft_transport *tx = fab_tp_open(1, TOKEN);
 		struct ft_link *sl = NULL;
 		int sent = 0;
 		if (fops->connect(tx, addr, &h, WAIT_MS, &sl) != 0 ||
@@ -2167,7 +2167,7 @@ Test(fabric_msg, hello_copy_raced_ahead_gets_no_link, .timeout = 60)
 	close(up[1]);
 	close(down[0]);
 	cr_assert_eq(read(up[0], &seen, sizeof(seen)), (ssize_t)sizeof(seen));
-	cp = fab_msg_open(1, "a guess at the token");
+	cp = fab_tp_open(1, "a guess at the token");
 	cr_assert_eq(fops->connect(cp, addr, &h, WAIT_MS, &cl), 0);
 	cl->m.hello = seen; /* not connected yet: its hello becomes the copy */
 	rc = fops->accept(rx, &expect, 1500, &rl, &got);
@@ -2227,7 +2227,7 @@ static pid_t fab_connector(const char *token, int n, int go[2])
 	while (len + 1 < sizeof(addr) && read(go[0], &c, 1) == 1 && c != '\n')
 		addr[len++] = c;
 	const struct ft_transport_ops *fops = ft_transport_lookup("fabric");
-	struct ft_transport *tp = fab_msg_open(1, token);
+	struct ft_transport *tp = fab_tp_open(1, token);
 	struct ft_tp_event ev[16];
 	struct ft_link *l;
 	for (int i = 0; i < n; i++) {
@@ -2269,7 +2269,7 @@ Test(fabric_rdm, strangers_hellos_never_push_out_a_neighbours, .timeout = 60)
 	stranger = fab_connector("a stranger's token", 40, sgo);
 	fops = ft_transport_lookup("fabric");
 	cr_assert_not_null(fops);
-	rx = fab_msg_open(0, TOKEN);
+	rx = fab_tp_open(0, TOKEN);
 	cr_assert(!rx->msg, "provider %s: not RDM endpoints", rx->prov);
 	cr_assert_eq(fops->local_addr(rx, addr, sizeof(addr)), 0);
 	send_addr(ngo[1], addr);
