@@ -169,9 +169,3 @@ int ft__boot_book(const struct ft__book_params *p, const char *mine,
 	}
 	return ft__boot_store_book(p, mine, book);
 }
-
-void ft__boot_book_end(const struct ft__book_params *p)
-{
-	if (p->how != NULL && strcmp(p->how, "pmix") == 0)
-		ft__boot_pmix_end();
-}

@@ -1,6 +1,7 @@
 /* boot_pmix.c: the address book through the launcher's PMIx server (Open MPI's mpirun): put, fence, get. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "bootstrap.h"
@@ -21,14 +22,34 @@
  * book meets its peers' n-th: the key carries n, so a second communicator
  * of the job never reads the first one's entries.
  *
- * The client stays open after a success, until ft__boot_pmix_end (see
- * bootstrap.h for why); `held` counts those opens, and PMIx itself counts
- * them with the application's (MPI_Init's) own.
+ * A process's PMIx client, once open, stays open until the process exits
+ * (keep_open): a client closed and opened again lost a fence now and then
+ * (PMIX_ERR_PARTIAL_SUCCESS: the server still held the closed connection
+ * when the new one's fence began, about 1 run in 7 of two books in a row),
+ * and Open MPI 4.1's MPI_Init fails in a process whose client was opened
+ * and fully closed before ("getting local rank failed"). PMIx counts the
+ * opens with the application's own (MPI_Init's), so every open of ours
+ * but the kept one is closed at once, and the kept one at exit
+ * (release_kept), in the process that opened it only: a forked child that
+ * exits must not close its parent's connection.
  */
 static unsigned books_made;
-static unsigned held;
-/* 1: a token's client is left open for the book's to take over (ft__boot_pmix_token). */
-static unsigned token_opens;
+static pid_t kept_by; /* the process whose open is kept, 0 none */
+
+/* An open that succeeded: kept if it is this process's first, else closed. */
+static void keep_open(void)
+{
+	pid_t me = getpid();
+
+	if (__atomic_exchange_n(&kept_by, me, __ATOMIC_RELAXED) == me)
+		PMIx_Finalize(NULL, 0);
+}
+
+__attribute__((destructor)) static void release_kept(void)
+{
+	if (__atomic_load_n(&kept_by, __ATOMIC_RELAXED) == getpid())
+		PMIx_Finalize(NULL, 0);
+}
 
 static int seconds_left(int64_t deadline_ms)
 {
@@ -170,17 +191,9 @@ int ft__boot_pmix_book(const struct ft__book_params *p, const char *mine,
 			  PMIx_Error_string(st));
 		return -FT_ECONFIG;
 	}
-	/* the token's open, now that this one holds the client: never fully closed between */
-	if (__atomic_exchange_n(&token_opens, 0, __ATOMIC_RELAXED) > 0)
-		PMIx_Finalize(NULL, 0);
 	rc = exchange(&me, p, mine, book);
-	if (rc != 0) {
-		/* the job fails to start: nothing worth keeping the client for */
-		PMIx_Finalize(NULL, 0);
-		return rc;
-	}
-	__atomic_fetch_add(&held, 1, __ATOMIC_RELAXED);
-	return 0;
+	keep_open();
+	return rc;
 }
 
 /*
@@ -247,31 +260,8 @@ int ft__boot_pmix_token(const struct ft__book_params *p, char *token, size_t cap
 	}
 	PMIX_VALUE_RELEASE(v);
 out:
-	/* Open MPI 4.1's MPI_Init fails in a process whose PMIx client was
-	 * opened and fully closed before (bootstrap.h): after a success the
-	 * client stays open for the book's, which takes it over */
-	if (rc == 0 && __atomic_exchange_n(&token_opens, 1, __ATOMIC_RELAXED) == 0)
-		return 0;
-	PMIx_Finalize(NULL, 0); /* failed, or one open is kept already */
+	keep_open();
 	return rc;
-}
-
-void ft__boot_pmix_token_release(void)
-{
-	if (__atomic_exchange_n(&token_opens, 0, __ATOMIC_RELAXED) > 0)
-		PMIx_Finalize(NULL, 0);
-}
-
-void ft__boot_pmix_end(void)
-{
-	unsigned n = __atomic_load_n(&held, __ATOMIC_RELAXED);
-
-	/* one close per open that succeeded, even if the caller ends twice */
-	while (n > 0 && !__atomic_compare_exchange_n(&held, &n, n - 1, false, __ATOMIC_RELAXED,
-						     __ATOMIC_RELAXED))
-		;
-	if (n > 0)
-		PMIx_Finalize(NULL, 0);
 }
 
 #else
@@ -287,10 +277,6 @@ int ft__boot_pmix_book(const struct ft__book_params *p, const char *mine,
 	return -FT_ENOSYS;
 }
 
-void ft__boot_pmix_end(void)
-{
-}
-
 int ft__boot_pmix_token(const struct ft__book_params *p, char *token, size_t cap)
 {
 	(void)p;
@@ -299,10 +285,6 @@ int ft__boot_pmix_token(const struct ft__book_params *p, char *token, size_t cap
 	ft__error("pmix bootstrap: this ftcc was built without PMIx, so it cannot share a token "
 		  "through it: set FTCC_TOKEN");
 	return -FT_ENOSYS;
-}
-
-void ft__boot_pmix_token_release(void)
-{
 }
 
 #endif

@@ -77,14 +77,9 @@ void ft__boot_launcher_addrs(ft__env_fn *env, void *arg, char *dst, size_t cap);
  * No secret travels: a book holds addresses only, and the in-band hellos
  * on the links it leads to check the job's token (keyed, never in clear).
  *
- * After a 0, ft__boot_book_end(p) once the communicator is done with it
- * (ft_finalize): "pmix" keeps its PMIx client open until then, because
- * Open MPI 4.1's MPI_Init fails in a process whose PMIx client was opened
- * and fully closed before ("getting local rank failed"); PMIx counts the
- * opens, so an MPI_Init before or after, and an MPI_Finalize before or
- * after ft_finalize, all work. An application that calls MPI_Init after
- * ft_finalize still fails, and one that exits without ft_finalize is
- * reported by mpirun as "exiting improperly" (as one without MPI_Finalize).
+ * "pmix" keeps the process's PMIx client open from its first open until
+ * the process exits (boot_pmix.c says why), so that an MPI_Init or
+ * MPI_Finalize before or after ft_init or ft_finalize all work.
  */
 #define FT__BOOK_ENTRY_MAX 64
 struct ft__book_params {
@@ -98,7 +93,6 @@ struct ft__book_params {
 };
 int ft__boot_book(const struct ft__book_params *p, const char *mine,
 		  char (*book)[FT__BOOK_ENTRY_MAX]);
-void ft__boot_book_end(const struct ft__book_params *p);
 /*
  * Checks one entry, len bytes at s (no NUL needed): a host name, an IPv4
  * address or a bracketed IPv6 one ("[::1]"), ':', and a port 1..65535, in
@@ -110,13 +104,9 @@ int ft__boot_entry_check(const char *s, size_t len, const char **why);
 /* The sources behind ft__boot_book, one file each; p is checked already. */
 int ft__boot_pmix_book(const struct ft__book_params *p, const char *mine,
 		       char (*book)[FT__BOOK_ENTRY_MAX]);
-void ft__boot_pmix_end(void);
 /* The job's token through PMIx: rank 0 makes it and puts it, every rank
  * reads it after a fence (token.c). 0 and token (cap >= 65), or an error. */
 int ft__boot_pmix_token(const struct ft__book_params *p, char *token, size_t cap);
-/* The client a token kept open for the book (Open MPI 4.1's MPI_Init fails
- * after a full close), released when no book took it over. */
-void ft__boot_pmix_token_release(void);
 int ft__boot_store_book(const struct ft__book_params *p, const char *mine,
 			char (*book)[FT__BOOK_ENTRY_MAX]);
 

@@ -115,7 +115,6 @@ static int comm_release(struct ft_comm *c)
 			  "%d ms for it", 2 * c->cfg.detect_timeout_ms);
 	ft__det_destroy(c->det);
 	c->det = NULL;
-	ft__token_release(); /* a failed ft_init's, that no bootstrap took over */
 	ft__trace_close(c->trace); /* after the detector, which writes to it */
 	c->trace = NULL;
 	ft__ckpt_close(c);      /* its files stay: a restarted rank restores from them */

@@ -1685,8 +1685,6 @@ static void ib_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 		return;
 	if (b->ctl_open)
 		ft__ctl_close(&b->ctl);
-	if (b->book_taken)
-		ft__boot_book_end(&b->book_params);
 	for (uint32_t g = 0; g < b->nviews; g++) {
 		ft__view_free(&b->views[g]);
 		free(b->values[g].next_ops);

@@ -151,11 +151,6 @@ static int file_token(struct ft_config *cfg)
 	return rc == 1 ? -FT_EIO : rc;
 }
 
-void ft__token_release(void)
-{
-	ft__boot_pmix_token_release();
-}
-
 int ft__token_resolve(struct ft_config *cfg)
 {
 	static int warned;

@@ -12,9 +12,5 @@
  * -FT_EIO, -FT_ECORRUPT, -FT_ETIMEDOUT (PMIx).
  */
 int ft__token_resolve(struct ft_config *cfg);
-/* After ft__token_resolve: what it keeps open for the bootstrap to take
- * over (PMIx's client) and the bootstrap did not, released (ft_init failed
- * in between); nothing otherwise. */
-void ft__token_release(void);
 
 #endif

@@ -5,7 +5,6 @@
  *   b  ft_config_from_env, then ft__boot_book with this rank's entry, and
  *      checks the book: rank r's entry is entry(r, 0), this rank's
  *      entry(rank, FTCC_INCARNATION)
- *   e  ft__boot_book_end of the oldest book not ended
  *   k  SIGKILL itself if this is rank FTCC_TEST_DIE_RANK, incarnation 0
  *   w  a rank that never joins, for timeouts: waits until FTCC_TEST_MARKS
  *      files are in FTCC_TEST_MARK_DIR (fails after 60 s)
@@ -16,8 +15,12 @@
  * ends the job when one rank exits without PMIx_Finalize).
  *   t  the job's token as ft_init makes one when none is given
  *      (ft__token_resolve: through PMIx under in-band membership), the
- *      same on every rank ("token ok" and its first digits printed); what
- *      it keeps open for a book is released at the end if no book took it
+ *      same on every rank ("token ok" and its first digits printed)
+ *   j, J  ft_init from the environment (public API), an allreduce of ones
+ *      (checked: "job ok"), and ft_finalize (j) or none (J: the
+ *      process exits holding the communicator)
+ *   x  a forked child that exits at once through exit() (a data loader's
+ *      worker: the library's exit handlers run in it), waited for
  *   i, a, f  MPI_Init, an MPI_Allreduce (checked), MPI_Finalize (built
  *      with FTCC_TEST_MPI only)
  * Prints "rank R: book of N ok: <entries>" per book, "rank R: book: <error
@@ -29,9 +32,11 @@
 #include <fcntl.h>
 #include <ftcc.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
@@ -168,6 +173,38 @@ static int token_step(void)
 	return 0;
 }
 
+/* The 'x' step: 0 once the child exited 0. */
+static int fork_step(void)
+{
+	int st = 0;
+	pid_t pid = fork();
+
+	if (pid == 0)
+		exit(0);
+	return pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+}
+
+/* The 'j' and 'J' steps: a job through the public API. */
+static int job_step(bool finalize)
+{
+	struct ft_comm *c;
+	float one = 1;
+	int rc = ft_init(NULL, &c);
+
+	if (rc != 0) {
+		printf("ft_init: %s\n", ft_err_name(rc));
+		return 1;
+	}
+	rc = ft_allreduce(c, &one, &one, 1, FT_FLOAT32, FT_SUM, NULL);
+	if (rc != 0 || one != (float)ft_size(c)) {
+		printf("ft_allreduce: %s, %g\n", ft_err_name(rc), one);
+		return 1;
+	}
+	printf("job ok\n");
+	fflush(stdout);
+	return finalize ? ft_finalize(c) != 0 : 0;
+}
+
 #ifdef FTCC_TEST_MPI
 static int mpi_step(char step, int *argc, char ***argv)
 {
@@ -191,7 +228,7 @@ int main(int argc, char **argv)
 	static struct ft_config cfgs[MAX_BOOKS];
 	struct ft__book_params params[MAX_BOOKS];
 	const char *steps = argc > 1 ? argv[1] : "b", *die = getenv("FTCC_TEST_DIE_RANK");
-	int made = 0, ended = 0, bad = 0;
+	int made = 0, bad = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	for (const char *s = steps; *s != '\0' && !bad; s++) {
@@ -204,10 +241,6 @@ int main(int argc, char **argv)
 			if (bad == 2)
 				return 0; /* failed as expected */
 			break;
-		case 'e':
-			if (ended < made)
-				ft__boot_book_end(&params[ended++]);
-			break;
 		case 'k':
 			if (die != NULL && made > 0 && atoi(die) == cfgs[0].rank && incarnation() == 0)
 				raise(SIGKILL);
@@ -217,6 +250,13 @@ int main(int argc, char **argv)
 			break;
 		case 't':
 			bad = token_step();
+			break;
+		case 'x':
+			bad = fork_step();
+			break;
+		case 'j':
+		case 'J':
+			bad = job_step(*s == 'j');
 			break;
 #ifdef FTCC_TEST_MPI
 		case 'i':
@@ -230,8 +270,5 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	while (ended < made)
-		ft__boot_book_end(&params[ended++]);
-	ft__token_release(); /* as a failed ft_init's release: no book took it over */
 	return bad;
 }

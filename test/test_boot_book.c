@@ -915,22 +915,26 @@ Test(pmix, every_rank_gets_the_same_book, .timeout = 90)
 	char cmd[1024], out[16384];
 
 	need_pmix();
-	snprintf(cmd, sizeof(cmd), MPIRUN "-np 4 %s/test/boot_rank be", build_dir());
+	snprintf(cmd, sizeof(cmd), MPIRUN "-np 4 %s/test/boot_rank b", build_dir());
 	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
 	cr_expect_eq(count(out, "book of 4 ok: " BOOK4 "\n"), 4, "%s", out);
 }
 
 /*
- * The application's MPI and ftcc's books share one PMIx client: MPI_Init
- * before or after a book, MPI_Finalize before or after its end, a second
- * book after the first ended, two books at once.
+ * The application's MPI and ftcc's books share one PMIx client, which ftcc
+ * keeps open until the process exits: MPI_Init before or after a book,
+ * books in a row (one closed and opened again between them lost the
+ * second's fence about 1 run in 7: "fence of every rank: PARTIAL SUCCESS";
+ * MPI_Init after it failed: "getting local rank failed").
  */
 Test(pmix, with_mpi_in_any_order, .timeout = 180)
 {
 	/* t: the token ft_init makes through PMIx when none is given, before its
-	 * book (MPI_Init after it failed: "getting local rank failed") */
-	static const char *const orders[] = {"biafe", "biaef", "ibafe", "ibaef", "bebe", "bbee",
-					     "tbiafe", "tiaf"};
+	 * book; j: ft_init and ft_finalize (MPI_Init after it failed), J: ft_init
+	 * only (mpirun failed the job: "exited without finalizing"); x: a forked
+	 * child's exit, which must leave the parent's PMIx client alone */
+	static const char *const orders[] = {"biaf", "ibaf", "bb",   "bbiaf", "tbiaf", "tiaf",
+					     "tbb",  "jiaf", "J",    "ijafJ", "bxiaf", "jxJ"};
 	char cmd[1024], out[16384], path[512];
 
 	need_pmix();
@@ -940,6 +944,7 @@ Test(pmix, with_mpi_in_any_order, .timeout = 180)
 	for (size_t i = 0; i < sizeof(orders) / sizeof(orders[0]); i++) {
 		const char *o = orders[i];
 		int books = count(o, "b"), mpi = strchr(o, 'a') != NULL, tokens = count(o, "t");
+		int jobs = count(o, "j") + count(o, "J");
 		/* under make asan: Open MPI's own allocations (hwloc, opal, unloaded
 		 * components) outlive MPI_Finalize; leaks of ours show in the tests above */
 		snprintf(cmd, sizeof(cmd), "ASAN_OPTIONS=detect_leaks=0 " MPIRUN "-np 4 %s %s",
@@ -948,6 +953,7 @@ Test(pmix, with_mpi_in_any_order, .timeout = 180)
 		cr_expect_eq(count(out, "book of 4 ok: " BOOK4 "\n"), 4 * books, "%s:\n%s", o, out);
 		cr_expect_eq(count(out, "allreduce ok"), 4 * mpi, "%s:\n%s", o, out);
 		cr_expect_eq(count(out, "token ok: "), 4 * tokens, "%s:\n%s", o, out);
+		cr_expect_eq(count(out, "job ok"), 4 * jobs, "%s:\n%s", o, out);
 	}
 }
 
@@ -981,7 +987,11 @@ Test(pmix, a_rank_that_never_comes_times_out, .timeout = 90)
  * no launcher's word comes, and a refusal was only suspicion. A listener
  * in a PMIx book listened when it was put there, so one that refuses for a
  * second is gone: the others start without it, the coordinator (rank 0)
- * too. mpirun --enable-recovery keeps the survivors running.
+ * too. mpirun --enable-recovery keeps the survivors running. A rank that
+ * answered the coordinator before it died (its ft_init's publish answers
+ * one that asked already; 1 run in 5 with the other pmix tests beside) is
+ * in the first view, and the detector recovers from its death (generation
+ * 1) as from any other: only without that was the refusal what left it out.
  */
 Test(pmix, a_rank_dead_before_the_first_view_is_left_out, .timeout = 120)
 {
@@ -998,7 +1008,9 @@ Test(pmix, a_rank_dead_before_the_first_view_is_left_out, .timeout = 120)
 			 faults[i], build_dir());
 		(void)run(cmd, out, sizeof(out)); /* nonzero: a rank was killed */
 		ms = now_ms() - t0;
-		cr_expect(strstr(out, "refuses connections") != NULL, "%s: %s", faults[i], out);
+		cr_expect(strstr(out, "refuses connections") != NULL ||
+				  strstr(out, "generation 1 settled: 3 members") != NULL,
+			  "%s: %s", faults[i], out);
 		cr_expect_eq(count(out, "\nmodel "), 3, "%s: %s", faults[i], out);
 		cr_expect_gt(count(out, " contributors 3\n"), 0, "%s: %s", faults[i], out);
 		cr_expect_eq(count(out, " contributors 4\n"), 0, "%s: %s", faults[i], out);
