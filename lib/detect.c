@@ -96,6 +96,7 @@ struct ft__det {
 	int64_t right_retry_ms; /* connect to the right neighbour again then; 0 none */
 	int64_t right_busy_ms;  /* its links closed before answering since then; 0 none */
 	bool *owe;              /* by link: a direct notice waits for it to connect */
+	int reading;            /* the link read_link reads now, -1 none */
 	int64_t view_ms, next_hb_ms;
 	uint32_t target;        /* generation being settled, 0 none */
 	int64_t recover_ms;
@@ -182,6 +183,26 @@ static void link_closed(struct ft__det *d, int i, bool certain, const char *why)
 	link_lost(d, i, why);
 }
 
+static void read_link(struct ft__det *d, int i);
+
+/*
+ * A send on link i failed. Its peer may have moved to a newer view and
+ * closed the link after a goodbye this rank has not read yet (its kernel
+ * resets a link closed with data unread, and the send fails first): what
+ * the link holds is read before its loss counts, and a goodbye closes it
+ * without a declaration. Inside a read of that same link (a message read
+ * on it made this rank send), the read under way finds the goodbye, or
+ * the close, itself.
+ */
+static void send_failed(struct ft__det *d, int i, const char *why)
+{
+	if (d->reading == i)
+		return;
+	read_link(d, i);
+	if (d->ctl.links[i].fd >= 0 && !d->out)
+		link_lost(d, i, why);
+}
+
 static void failed_list(struct ft__det *d, int32_t *out, int *n)
 {
 	*n = 0;
@@ -211,7 +232,7 @@ static void send_failed_set(struct ft__det *d, int i)
 	}
 	free(all);
 	if (rc != 0)
-		link_lost(d, i, "it cannot take a failure notice");
+		send_failed(d, i, "it cannot take a failure notice");
 }
 
 /*
@@ -685,7 +706,7 @@ static void refused_us(struct ft__det *d, int i)
 }
 
 /* Handles every whole message link i holds. */
-static void read_link(struct ft__det *d, int i)
+static void read_msgs(struct ft__det *d, int i)
 {
 	struct ft__ctl_msg m;
 	int rc;
@@ -722,6 +743,16 @@ static void read_link(struct ft__det *d, int i)
 	else if (rc < 0)
 		link_lost(d, i, rc == -FT_EPROTO ? "it sent a malformed control message"
 						 : "its control link failed");
+}
+
+/* Reads link i (read_msgs), noting which link is being read (send_failed). */
+static void read_link(struct ft__det *d, int i)
+{
+	int outer = d->reading;
+
+	d->reading = i;
+	read_msgs(d, i);
+	d->reading = outer;
 }
 
 /* Silence, a missing left link, the right one to open again, strangers
@@ -829,7 +860,7 @@ static void *det_main(void *arg)
 				struct ft__ctl_link *l = &d->ctl.links[i];
 				if (l->fd >= 0 && l->peer >= 0 && l->gen >= d->gen && !l->connecting &&
 				    ft__ctl_send(&d->ctl, i, FT__CTL_HB, d->gen, NULL, 0) != 0)
-					link_lost(d, i, "its control link cannot take a heartbeat");
+					send_failed(d, i, "its control link cannot take a heartbeat");
 			}
 			d->next_hb_ms = now + d->p.heartbeat_ms;
 		}
@@ -939,6 +970,7 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	d->p.data_addr = d->data_addr;
 	d->cmd[0] = d->cmd[1] = -1;
 	d->suspect = -1;
+	d->reading = -1;
 	d->left = d->right = d->left_ci = d->right_ci = -1;
 	rc = pthread_mutex_init(&d->lock, NULL);
 	if (rc != 0)

@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -412,6 +413,62 @@ Test(detect, goodbye_is_no_failure, .timeout = 60)
 	send_notice(RIGHT, zero, 1);
 	expect_notice(RIGHT, zero, 1, "after the left said goodbye");
 	cr_expect(!ft__det_failed(w.d, LEFT));
+	close_world();
+}
+
+/*
+ * A neighbour that moved to a newer view says goodbye and closes its link
+ * (a reset, when it left what this rank sent unread). Were this rank, busy
+ * with the other neighbour's messages, to write on that link before it
+ * read the goodbye, the write fails: that failure counted as the
+ * neighbour's death ("it cannot take a failure notice"), and a healthy
+ * rank was declared (shrink::second_kill_during_recovery over fabric/shm,
+ * 1 run in 30 of test_shrink: "survivor 0 failed (status 42)"). RIGHT
+ * keeps the detector reading a long burst of heartbeats (written at once,
+ * so that the detector is still reading it when LEFT leaves); then LEFT's
+ * goodbye and reset arrive, then RIGHT's notice, which the detector passes
+ * on to LEFT.
+ */
+Test(detect, a_goodbye_unread_when_a_send_fails_is_no_failure, .timeout = 60)
+{
+	enum { BURST = 40000 };
+	const int32_t zero[] = {0};
+	struct linger reset = {.l_onoff = 1, .l_linger = 0};
+	struct ft__ctl *r;
+	size_t len = 0, cap = 1 << 16;
+	unsigned char *burst = malloc(cap);
+	int sp[2], fd;
+
+	start_world(50, 30000);
+	r = &w.ctl[RIGHT];
+	fd = r->links[w.link[RIGHT]].fd;
+	/* RIGHT's heartbeats, as its link seals them, caught in a socket pair */
+	cr_assert_not_null(burst);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+	r->links[w.link[RIGHT]].fd = sp[0];
+	for (int k = 0; k < BURST; k++) {
+		ssize_t n;
+		cr_assert_eq(ft__ctl_send(r, w.link[RIGHT], FT__CTL_HB, 0, NULL, 0), 0);
+		if (cap - len < 4096)
+			cr_assert_not_null(burst = realloc(burst, cap *= 2));
+		n = read(sp[1], burst + len, cap - len);
+		cr_assert_gt(n, 0);
+		len += (size_t)n;
+	}
+	r->links[w.link[RIGHT]].fd = fd;
+	close(sp[0]);
+	close(sp[1]);
+	cr_assert_eq(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK), 0);
+	cr_assert_eq(write(fd, burst, len), (ssize_t)len);
+	free(burst);
+	cr_assert_eq(ft__ctl_send(&w.ctl[LEFT], w.link[LEFT], FT__CTL_BYE, 0, NULL, 0), 0);
+	cr_assert_eq(setsockopt(w.ctl[LEFT].links[w.link[LEFT]].fd, SOL_SOCKET, SO_LINGER, &reset,
+				sizeof(reset)),
+		     0);
+	ft__ctl_drop(&w.ctl[LEFT], w.link[LEFT]);
+	send_notice(RIGHT, zero, 1);
+	expect_notice(RIGHT, zero, 1, "after the left said goodbye");
+	cr_expect(!ft__det_failed(w.d, LEFT), "the left neighbour, gone with a goodbye, declared");
 	close_world();
 }
 
