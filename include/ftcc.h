@@ -202,15 +202,84 @@ int ft_init(const struct ft_config *cfg, struct ft_comm **comm);
  */
 int ft_finalize(struct ft_comm *comm);
 
+/*
+ * The membership as this rank sees it. ft_size: how many members; ft_rank:
+ * this rank's place among them (0 .. ft_size() - 1, members in the order
+ * of their ranks at ft_init); ft_orig_rank: the rank at ft_init of the
+ * member at place rank; ft_generation: the membership's (0 for the job's
+ * first view, one more for each view settled since). They never block and
+ * change only inside calls: after a collective returns 0 they describe the
+ * membership its result was computed in (under shrink, possibly the
+ * survivors' already: README, "When a rank fails"). -FT_EINVAL for comm
+ * NULL (ft_orig_rank: also a rank outside 0 .. ft_size() - 1),
+ * -FT_EFINALIZED after ft_finalize; ft_generation returns 0 for both.
+ * Threads: see "Threads." above ft_init.
+ */
 int ft_rank(const struct ft_comm *comm);
 int ft_size(const struct ft_comm *comm);
 int ft_orig_rank(const struct ft_comm *comm, int rank);
 uint32_t ft_generation(const struct ft_comm *comm);
 
+/*
+ * Reduces count elements of dtype with op over every member's sendbuf into
+ * every member's recvbuf. FT_IN_PLACE as sendbuf (or sendbuf == recvbuf):
+ * recvbuf holds the input and gets the result; otherwise sendbuf is only
+ * read and must not overlap recvbuf. Both are borrowed for the call only,
+ * and may be NULL when count is 0. Blocks until every member has called it
+ * and this rank holds the result: with op_timeout_ms 0, for as long as the
+ * peers live (under abort the kernel may fail a link its peer leaves unread
+ * for connect_timeout_ms: README, "Dead hosts"); else -FT_ETIMEDOUT after
+ * op_timeout_ms without a frame sent or received. info may be NULL; it is
+ * filled whenever the collective ran, failed or not.
+ *
+ * Errors: -FT_EINVAL: comm NULL, an unknown dtype or op, a NULL buffer with
+ * count > 0, count above SIZE_MAX / 8 (this rank still meets the others in
+ * the ring, so that they get -FT_EMISMATCH instead of waiting);
+ * -FT_EFINALIZED; -FT_EMISMATCH: the members disagree on count, dtype or op,
+ * or call another collective (the communicator stays usable);
+ * -FT_EPEERFAILED, -FT_ETIMEDOUT, -FT_EEXCLUDED (the view went on without
+ * this rank): later collectives return it at once (bad arguments aside);
+ * -FT_EPARTITIONED (in-band membership); the transport's and the system's
+ * (-FT_EPROTO, -FT_ENOMEM, -FT_EIO, ...). After an error recvbuf is
+ * undefined.
+ *
+ * A member lost during the call. abort: -FT_EPEERFAILED. shrink: 0, with a
+ * result exact over the inputs of info->contributors members (FT_AVG
+ * divides by that number): the survivors, who ran the op again from their
+ * own inputs, or all of them if the result was complete before the loss.
+ * rejoin: the survivors wait up to rejoin_timeout_ms for its new
+ * incarnation, and the result is then the failure-free one, bit for bit;
+ * nobody back: as shrink. A wait for the next view fails the call with
+ * -FT_ETIMEDOUT after 2 x detect_timeout_ms + connect_timeout_ms (rejoin:
+ * + rejoin_timeout_ms). Threads: see "Threads." above ft_init.
+ */
 int ft_allreduce(struct ft_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
 		 enum ft_dtype dtype, enum ft_op op, struct ft_op_info *info);
+/*
+ * Copies bytes bytes of buf on member root (a place 0 .. ft_size() - 1, as
+ * ft_rank numbers them) into buf on every other member. buf is borrowed for
+ * the call only, read on the root and written elsewhere; it may be NULL
+ * when bytes is 0. A member returns once it holds the data (shrink and
+ * rejoin, three members or more: once all do), the root once all do (the
+ * last answers it). Bounds, info and errors as ft_allreduce's; -FT_EINVAL
+ * also for root outside 0 .. ft_size() - 1 or bytes above SIZE_MAX / 2;
+ * -FT_EMISMATCH also when the members disagree on bytes or root. A member
+ * lost during the call. abort: -FT_EPEERFAILED. shrink: the survivors run
+ * it again and return 0, but a lost root gives -FT_EROOTFAILED on every
+ * survivor (0 if the data had reached them all) and the communicator stays
+ * usable. rejoin: a lost root is awaited as any rank; -FT_EROOTFAILED if
+ * the view goes on without it. Threads: see "Threads." above ft_init.
+ */
 int ft_broadcast(struct ft_comm *comm, void *buf, size_t bytes, int root,
 		 struct ft_op_info *info);
+/*
+ * Returns once every member has entered it: an allreduce of nothing, which
+ * blocks and fails as ft_allreduce does (-FT_EINVAL only for comm NULL;
+ * -FT_EMISMATCH when a member calls another collective). A member lost
+ * during it. abort: -FT_EPEERFAILED. shrink: the survivors complete it
+ * among themselves and return 0. rejoin: they wait for its new incarnation
+ * first, as in ft_allreduce. Threads: see "Threads." above ft_init.
+ */
 int ft_barrier(struct ft_comm *comm);
 
 /*

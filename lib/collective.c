@@ -74,12 +74,8 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		memset(&co, 0, sizeof(co));
 		memset(&a, 0, sizeof(a));
 		rc = ft__comm_connect_ring(c);
-		if (rc == 0 && c->nowed > 0) {
-			/* a new incarnation's state goes first (state.c) */
-			rc = ft__state_due(c, run.seq);
-			if (rc == -FT_EMISMATCH)
-				rc = 0; /* the newcomer's, told by ft_state_sync */
-		}
+		if (rc == 0 && pol->op_start != NULL)
+			rc = pol->op_start(c, run.seq);
 		if (rc == 0) {
 			pol->attempt(c, k, &a);
 			a.op_seq = run.seq;

@@ -36,6 +36,10 @@ struct ft__policy {
 	/* Before the first attempt: recover from a failure seen between calls,
 	 * prepare what a restart needs. 0, or the error that ends the call. */
 	int (*begin)(struct ft_comm *c, struct ft__call *k, struct ft__run *run);
+	/* Each attempt, once the ring is linked, before any frame of the op:
+	 * what the op owes first (NULL: nothing). 0, or the error that fails
+	 * the attempt (recovered from as any other). */
+	int (*op_start)(struct ft_comm *c, uint64_t seq);
 	/* The options of the next attempt (commit steps, hooks). */
 	void (*attempt)(const struct ft_comm *c, const struct ft__call *k, struct ft__attempt *a);
 	/* An attempt failed with rc (co: how far it got): a verdict or an error. */

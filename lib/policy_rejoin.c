@@ -311,9 +311,18 @@ static int rejoin_recover(struct ft_comm *c, struct ft__call *k, const struct ft
 	return ft__shrink_restart(c, k, co, rc, run, t0, false);
 }
 
+/* A new incarnation's state goes first, at the op it awaits it (state.c). */
+static int rejoin_op_start(struct ft_comm *c, uint64_t seq)
+{
+	int rc = c->nowed > 0 ? ft__state_due(c, seq) : 0;
+
+	return rc == -FT_EMISMATCH ? 0 : rc; /* the newcomer's, told by ft_state_sync */
+}
+
 const struct ft__policy ft__policy_rejoin = {
 	.name = "rejoin",
 	.begin = rejoin_begin,
+	.op_start = rejoin_op_start,
 	.attempt = rejoin_attempt,
 	.recover = rejoin_recover,
 };

@@ -1,8 +1,9 @@
-/* reduce.c: the reduction kernels (every dtype x op), FT_AVG scaling, and float16/bfloat16 conversion. */
+/* reduce.c: the dtypes' sizes, the reduction kernels (every dtype x op), FT_AVG scaling, and float16/bfloat16 conversion. */
 #include <stdint.h>
 #include <string.h>
 
 #include "ftcc.h"
+#include "internal.h"
 #include "reduce.h"
 
 #if defined(__x86_64__) && defined(__SSE2__)
@@ -22,6 +23,15 @@
  * rounded result: float32's 24 bits are at least 2p + 2 for both, which is
  * the condition under which double rounding of +, -, *, / is innocuous.
  */
+
+FT__EXPORT size_t ft_dtype_size(enum ft_dtype dtype)
+{
+	static const size_t sizes[FT_DTYPE_COUNT] = {
+		[FT_FLOAT32] = 4, [FT_FLOAT64] = 8, [FT_FLOAT16] = 2, [FT_BFLOAT16] = 2,
+		[FT_INT32] = 4,   [FT_INT64] = 8,   [FT_UINT8] = 1,
+	};
+	return (unsigned)dtype < FT_DTYPE_COUNT ? sizes[dtype] : 0;
+}
 
 static inline uint32_t f32_bits(float f)
 {

@@ -59,13 +59,14 @@ fuzz_replays() {
 		fi
 	done
 }
-# What failed and why (a CI log that shows only its tail still shows it); the status.
+# What failed and why (a CI log that shows only its tail still shows it: the
+# failures, errors, and a detector's declarations on its own evidence); the status.
 summary() {
 	echo
 	for log in $failed_logs; do
 		echo "== why $(cat "$log.name") failed (all of it: $log):"
-		grep -E '\[FAIL\]|\[----\] .*:[0-9]+: |Timed out|[Cc]rash|FAILED|error|not ok' "$log" |
-			grep -v '^== ' | tail -n 15
+		grep -E '\[FAIL\]|\[----\] .*:[0-9]+: |Timed out|[Cc]rash|FAILED|error|not ok|declaring rank' "$log" |
+			grep -v '^== ' | tail -n 20
 	done
 	[ -n "$failed" ] && echo "failed:$failed"
 	echo "tests: $pass passed, $fail failed in $(($(date +%s) - start_all)) s"
