@@ -105,6 +105,10 @@ FLAGS := $(B)/.flags
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
 STATIC := $(B)/libftcc.a
 SHARED := $(B)/libftcc.so
+# The version is ftcc.h's (FTCC_VERSION_*), defined there only.
+version_part = $(shell sed -n 's/^\#define FTCC_VERSION_$(1) \([0-9]*\)$$/\1/p' include/ftcc.h)
+VERSION := $(call version_part,MAJOR).$(call version_part,MINOR).$(call version_part,PATCH)
+SONAME := libftcc.so.$(call version_part,MAJOR)
 TOOLS := $(B)/ftcc-run $(B)/ftcc-log $(B)/ftcc-ckpt
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 # The Fashion-MNIST training example reads the gzipped data set with zlib.
@@ -151,8 +155,8 @@ $(STATIC): $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(SHARED): $(LIB_OBJ)
-	$(CC) -shared -Wl,-z,defs -Wl,-soname,libftcc.so.0 -o $@ $^ $(LIB_LDLIBS) $(LDFLAGS)
-	ln -sf libftcc.so $(B)/libftcc.so.0
+	$(CC) -shared -Wl,-z,defs -Wl,-soname,$(SONAME) -o $@ $^ $(LIB_LDLIBS) $(LDFLAGS)
+	ln -sf libftcc.so $(B)/$(SONAME)
 
 # ftcc-run serves the address store: its server, and lib's messages and sockets.
 $(B)/ftcc-run: tools/ftcc-run.c tools/store_server.c $(STATIC) $(FLAGS)
@@ -392,11 +396,11 @@ install: lib tools
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR) $(DESTDIR)$(INCLUDEDIR)
 	install -m 644 include/ftcc.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
-	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/libftcc.so.0
-	ln -sf libftcc.so.0 $(DESTDIR)$(LIBDIR)/libftcc.so
+	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libftcc.so
 	install -m 755 $(B)/ftcc-run $(B)/ftcc-log $(B)/ftcc-ckpt $(DESTDIR)$(BINDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-		-e 's|@LIBS@|$(LIB_LDLIBS)|' ftcc.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/ftcc.pc
+		-e 's|@LIBS@|$(LIB_LDLIBS)|; s|@VERSION@|$(VERSION)|' ftcc.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/ftcc.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libftcc.* $(DESTDIR)$(LIBDIR)/pkgconfig/ftcc.pc

@@ -10,8 +10,16 @@
 extern "C" {
 #endif
 
+/* The version, defined here only: the Makefile reads it for the shared
+ * library's soname (libftcc.so.MAJOR) and for ftcc.pc. */
 #define FTCC_VERSION_MAJOR 0
-#define FTCC_VERSION_MINOR 3
+#define FTCC_VERSION_MINOR 7
+#define FTCC_VERSION_PATCH 0
+#define FTCC__STR(x) #x
+#define FTCC__XSTR(x) FTCC__STR(x)
+#define FTCC_VERSION                                                                      \
+	FTCC__XSTR(FTCC_VERSION_MAJOR) "." FTCC__XSTR(FTCC_VERSION_MINOR) "." FTCC__XSTR( \
+		FTCC_VERSION_PATCH)
 
 /*
  * Errors. Every call returns 0 or the negative of one of these codes.

@@ -362,9 +362,8 @@ int ft__config_import(const struct ft_config *user, struct ft_config *out)
 	}
 	for (size_t i = sizeof(*out); i < size; i++)
 		if (((const unsigned char *)user)[i] != 0) {
-			ft__error("ft_init: struct ft_config sets options this ftcc (%d.%d) does not "
-				  "know (built against a newer ftcc.h)", FTCC_VERSION_MAJOR,
-				  FTCC_VERSION_MINOR);
+			ft__error("ft_init: struct ft_config sets options this ftcc (%s) does not "
+				  "know (built against a newer ftcc.h)", FTCC_VERSION);
 			return -FT_EINVAL;
 		}
 	*out = init;

@@ -45,6 +45,13 @@ cc -o "$P/app_static" "$P/app.c" $(pkg-config --cflags ftcc) "$P/prefix/lib/libf
 	$(pkg-config --libs-only-other --libs-only-L --static ftcc) \
 	$(pkg-config --libs-only-l --static ftcc | sed 's/-lftcc//') ||
 	fail "a program does not build against the installed static library (pkg-config --static)"
+# one version: the header's FTCC_VERSION is the .pc file's
+printf '#include <ftcc.h>\n#include <stdio.h>\nint main(void) { puts(FTCC_VERSION); return 0; }\n' \
+	>"$P/version.c"
+# shellcheck disable=SC2046
+cc -o "$P/version" "$P/version.c" $(pkg-config --cflags ftcc) || fail "FTCC_VERSION does not build"
+[ "$("$P/version")" = "$(pkg-config --modversion ftcc)" ] ||
+	fail "ftcc.pc says version $(pkg-config --modversion ftcc), ftcc.h $("$P/version")"
 transports=tcp
 if command -v fi_info >/dev/null 2>&1 && fi_info -p shm >/dev/null 2>&1 &&
 	grep -q FTCC_HAVE_FABRIC=1 "$B/.flags" 2>/dev/null; then
