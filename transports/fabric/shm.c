@@ -19,9 +19,11 @@
  * its region there for good. Its name is removed instead by a neighbour that
  * saw it die, when that neighbour closes its transport (below), by ftcc-run
  * when the job ends, or by a later process given the same pid
- * (ft__fab_enable_ep); mappings already made stay valid. The library itself
- * registers nothing to run at exit: such a handler would run in whatever
- * thread calls exit(), under the application's feet.
+ * (ft__fab_enable_ep); mappings already made stay valid. The library
+ * registers no exit handler for this: one would run in whatever thread
+ * calls exit(), under the application's feet (its one exit handler closes
+ * the PMIx client, boot_pmix.c: mpirun fails a job whose rank exits
+ * without it).
  *
  * Not at once: a rank killed right after it asked a peer to connect leaves
  * that request in the peer's queue, and shm 1.17 maps the requester's region
