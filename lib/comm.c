@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "policy.h"
 
 static int comm_usable(const struct ft_comm *c)
 {
@@ -97,77 +98,6 @@ void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq)
 	c->send_link = c->recv_link = NULL;
 }
 
-/*
- * The ops at whose start the state goes to new incarnations (state.c),
- * recomputed from the records alone so that every member, a newcomer
- * included, finds the same: each live record published as rejoining, in
- * the last 16 generations, whose op (the first its application runs) is
- * not before v's first op. An op whose transfer already ran is found again
- * only when it runs again, and then the transfer runs again on every
- * member alike. The sender is the lowest member that is not such a
- * newcomer (whose application has not received the state yet).
- */
-static void owed_ops(struct ft_comm *c, const struct ft__view *v)
-{
-	uint32_t lo = v->generation > 16 ? v->generation - 16 : 1;
-	bool *fresh = calloc((size_t)c->cfg.world_size, sizeof(bool));
-
-	c->nowed = 0;
-	c->state_root = -1;
-	if (c->fresh_op == NULL)
-		c->fresh_op = calloc((size_t)c->cfg.world_size, sizeof(uint64_t));
-	if (c->fresh_op != NULL)
-		memset(c->fresh_op, 0, (size_t)c->cfg.world_size * sizeof(uint64_t));
-	for (uint32_t g = lo; g <= v->generation && g > 0; g++) {
-		struct ft__view gv = {0};
-		uint64_t gfirst = v->first_op;
-		/* the first op of the view that took it back */
-		if (g != v->generation && ft__mb_try_settle(&c->mb, g, NULL, 0, false, &gv) == 1) {
-			gfirst = gv.first_op;
-			ft__view_free(&gv);
-		}
-		for (int r = 0; r < c->cfg.world_size; r++) {
-			struct ft__member m;
-			bool dup = false, member = false;
-			/* only a member of v is owed anything: the records of one
-			 * that is not may vanish (it finalized) while members load
-			 * v, and a transfer some run and others not is a mismatch */
-			for (int i = 0; i < v->size && !member; i++)
-				member = v->members[i] == r;
-			if (!member || ft__mb_lookup(&c->mb, g, r, &m) != 0 || !m.rejoining)
-				continue;
-			/* its application's first op: the one after the op it
-			 * replays (next_op = first + 1), else that view's first op;
-			 * op 0 is ft_init's barrier, which a newcomer runs itself:
-			 * the state (nobody changed it yet) goes at op 1 */
-			if (m.next_op < gfirst)
-				m.next_op = gfirst;
-			if (m.next_op == 0)
-				m.next_op = 1;
-			if (m.next_op < v->first_op)
-				continue;
-			if (fresh != NULL)
-				fresh[r] = true; /* its state is not yet the job's */
-			if (c->fresh_op != NULL)
-				c->fresh_op[r] = m.next_op;
-			for (int j = 0; j < c->nowed; j++)
-				dup |= c->owed_op[j] == m.next_op;
-			if (!dup && c->nowed < (int)FT__ARRAY_SIZE(c->owed_op))
-				c->owed_op[c->nowed++] = m.next_op;
-			if (g == v->generation)
-				ft__info("generation %u takes rank %d back (a new incarnation, from op "
-					 "%llu)", g, r, (unsigned long long)m.next_op);
-		}
-	}
-	for (int i = 0; i < v->size && c->state_root < 0; i++)
-		if (fresh == NULL || !fresh[v->members[i]])
-			c->state_root = v->members[i];
-	if (c->nowed > 0 && c->state_root < 0)
-		ft__error("generation %u: every member is a new incarnation: nobody holds the state",
-			  v->generation);
-	free(fresh);
-}
-
 /* Takes view v as the membership: dense ranks, and the addresses the members published. */
 int ft__comm_load_view(struct ft_comm *c, struct ft__view *v)
 {
@@ -209,8 +139,8 @@ int ft__comm_load_view(struct ft_comm *c, struct ft__view *v)
 		}
 		memcpy(addrs[v->members[i]], m.addr, sizeof(m.addr));
 	}
-	if (c->cfg.policy == FT_POLICY_REJOIN)
-		owed_ops(c, v);
+	if (c->policy != NULL && c->policy->view_loaded != NULL)
+		c->policy->view_loaded(c, v);
 	free(c->addrs);
 	free(c->members);
 	c->addrs = addrs;

@@ -36,6 +36,9 @@ struct ft__policy {
 	/* Before the first attempt: recover from a failure seen between calls,
 	 * prepare what a restart needs. 0, or the error that ends the call. */
 	int (*begin)(struct ft_comm *c, struct ft__call *k, struct ft__run *run);
+	/* A view this rank loads (ft_init's first, each adopted one), before
+	 * its ring is linked: what the policy derives from it (NULL: nothing). */
+	void (*view_loaded)(struct ft_comm *c, const struct ft__view *v);
 	/* Each attempt, once the ring is linked, before any frame of the op:
 	 * what the op owes first (NULL: nothing). 0, or the error that fails
 	 * the attempt (recovered from as any other). */
