@@ -139,7 +139,7 @@ int ft__comm_load_view(struct ft_comm *c, struct ft__view *v)
 		}
 		memcpy(addrs[v->members[i]], m.addr, sizeof(m.addr));
 	}
-	if (c->policy != NULL && c->policy->view_loaded != NULL)
+	if (c->policy->view_loaded != NULL)
 		c->policy->view_loaded(c, v);
 	free(c->addrs);
 	free(c->members);

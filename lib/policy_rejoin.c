@@ -386,7 +386,7 @@ static void rejoin_view_loaded(struct ft_comm *c, const struct ft__view *v)
 /* A new incarnation's state goes first, at the op it awaits it (state.c). */
 static int rejoin_op_start(struct ft_comm *c, uint64_t seq)
 {
-	int rc = c->nowed > 0 ? ft__state_due(c, seq) : 0;
+	int rc = ft__state_due(c, seq);
 
 	return rc == -FT_EMISMATCH ? 0 : rc; /* the newcomer's, told by ft_state_sync */
 }

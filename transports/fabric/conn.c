@@ -553,34 +553,49 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 	return NULL;
 }
 
+/* MSG: refuses each pending connection pick chooses (arg: its cutoff), from
+ * the list's head again after each: a refusal drives the transport, which
+ * may change the list. */
+static void refuse_pending(struct ft_transport *tp, bool (*pick)(const struct ft_link *, int64_t),
+			   int64_t arg, int rc, const char *what)
+{
+	for (struct ft_link *l = tp->pending; l != NULL;) {
+		if (pick(l, arg)) {
+			refuse_msg(tp, l, rc, what);
+			l = tp->pending;
+		} else {
+			l = l->next;
+		}
+	}
+}
+
+/* Short of its handshake and come before born_before. */
+static bool overdue(const struct ft_link *l, int64_t born_before)
+{
+	return short_of_handshake(l) && l->born_ms <= born_before;
+}
+
+static bool challenged(const struct ft_link *l, int64_t unused)
+{
+	(void)unused;
+	return l->challenged;
+}
+
 /* MSG, whenever the transport is driven: connections short of a hello, or
  * of the proof of their challenge, for FAB_HANDSHAKE_MS are closed. */
 void ft__fab_sweep_pending(struct ft_transport *tp)
 {
 	if (tp->pending == NULL)
 		return; /* the common case, on every drive: no clock read */
-	int64_t now = ft__now_ms();
-
-	for (struct ft_link *l = tp->pending, *next; l != NULL; l = next) {
-		next = l->next;
-		if (short_of_handshake(l) && now - l->born_ms >= FAB_HANDSHAKE_MS) {
-			refuse_msg(tp, l, -FT_ETIMEDOUT, "a connection short of a handshake");
-			next = tp->pending; /* a refusal drives the transport: start again */
-		}
-	}
+	refuse_pending(tp, overdue, ft__now_ms() - FAB_HANDSHAKE_MS, -FT_ETIMEDOUT,
+		       "a connection short of a handshake");
 }
 
 /* MSG, once an accept took its link or gave up: the other connections it
  * challenged go (a copy raced ahead of the original ends here). */
 static void drop_challenged(struct ft_transport *tp)
 {
-	for (struct ft_link *l = tp->pending, *next; l != NULL; l = next) {
-		next = l->next;
-		if (l->challenged) {
-			refuse_msg(tp, l, -FT_EAUTH, "a challenged connection");
-			next = tp->pending; /* a refusal drives the transport: start again */
-		}
-	}
+	refuse_pending(tp, challenged, 0, -FT_EAUTH, "a challenged connection");
 }
 
 int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
