@@ -198,8 +198,14 @@ $(B)/test/%: test/%.c $(STATIC) test/testutil.h $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LIB_LDLIBS) -lcriterion $(LDFLAGS)
 
-# The store in-process, where its allocations can fail (test/test_store.c).
-$(B)/test/test_store: test/test_store.c tools/store_server.c $(STATIC) $(FLAGS)
+# The store in-process: where its allocations can fail (test/test_store.c), and as
+# ftcc-run serves in-band membership (test/test_inband.c).
+$(B)/test/test_inband: test/test_inband.c test/served.h tools/store_server.c $(STATIC) test/testutil.h $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -Itools -o $@ $< tools/store_server.c \
+		$(STATIC) $(LIB_LDLIBS) -lcriterion $(LDFLAGS)
+
+$(B)/test/test_store: test/test_store.c test/served.h tools/store_server.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -Itools -o $@ $< tools/store_server.c \
 		$(STATIC) $(LIB_LDLIBS) -lcriterion $(LDFLAGS) -Wl,--wrap=malloc,--wrap=free

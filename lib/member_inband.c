@@ -52,6 +52,10 @@
  *   left (depart closes every link; a live rank keeps the links others
  *   opened to it, even when an answer does not fit: reply);
  * - the detector's word (certain(): its own link closed by the kernel);
+ * - the launcher's word: ftcc-run's store marks in its book every rank
+ *   whose process it saw die by a signal, and a coordinator short of a
+ *   quorum at its force window asks it once a generation before it stops
+ *   (launchers_word);
  * - another rank's RECORD naming it, by the same proofs there.
  * A refused connection is not proof: the listener's accept queue may be
  * full, or the address may now be a new incarnation's. Nor is a link closed
@@ -119,6 +123,7 @@
 #define REFUSED_GONE 3
 #define REFUSED_GONE_MS 200
 #define RECHECK_MS 250          /* generation 0 unsettled: ask the store again */
+#define ASK_MS 1000             /* later: how long the store's marks are waited for */
 #define COMMITTED UINT64_MAX    /* the ballot of a value reported as committed */
 #define ROUND_MAX ((uint64_t)UINT32_MAX) /* see ballot_ok */
 
@@ -160,6 +165,11 @@ struct inband {
 	struct ft__book_params book_params;     /* ended at close (bootstrap.h) */
 	bool book_taken;
 	int64_t recheck_ms;     /* generation 0: when to ask the store again */
+	/* after generation 0: the store asked for its marks (launchers_word) */
+	pthread_t asker;
+	pid_t asker_pid;        /* the process whose thread it is, 0 none to join */
+	bool asking;
+	uint32_t word_gen;      /* the generation the marks were had for, +1 (0 none) */
 
 	/* views settled here, by generation, and the values they came from */
 	struct ft__view *views;
@@ -566,6 +576,12 @@ static void late_gone(struct inband *b, int r, const char *why)
 static bool pmix_book(const struct inband *b)
 {
 	return b->book_taken && strcmp(b->book_params.how, "pmix") == 0;
+}
+
+/* Whether it came from ftcc-run's store, which marks the ranks it saw die (see the top). */
+static bool store_book(const struct inband *b)
+{
+	return b->book_taken && strcmp(b->book_params.how, "store") == 0;
 }
 
 /* Generation 0: rank r's listener refused a connection (see the top). */
@@ -1233,6 +1249,8 @@ static void send_book(struct inband *b, int to, const struct ib_value *v)
 	}
 }
 
+static bool launchers_word(struct inband *b);
+
 /*
  * One step of coordinating the generation: 1 when committed here, 0 not
  * yet, -FT_EPARTITIONED when no quorum can be had.
@@ -1297,7 +1315,7 @@ static int coordinate(struct inband *b, const int *cand, int ncand, bool force)
 		if (!all && !window)
 			goto out;
 		if (b->gen > 0 && !quorum(b, votes)) {
-			if (!window)
+			if (!window || launchers_word(b))
 				goto out;
 			ft__error("membership: generation %u has no quorum on this side (%s): this "
 				  "rank stops", b->gen, "a network partition, or most ranks lost");
@@ -1519,42 +1537,107 @@ static int lead(const struct inband *b, uint32_t gen, const int *cand, int ncand
 }
 
 /*
+ * The book as ftcc-run's store holds it now (p, this rank's entry mine;
+ * waited for up to timeout_ms, so called without the lock): a rank it
+ * marks gone is one whose process its launcher saw die, gone here too
+ * (late_gone before the job's first view, certain after it: see the top).
+ */
+static void take_marks(struct inband *b, struct ft__book_params p, const char *mine,
+		       int timeout_ms)
+{
+	char (*book)[FT__BOOK_ENTRY_MAX] = calloc((size_t)b->world, sizeof(*book));
+
+	p.timeout_ms = timeout_ms;
+	if (book != NULL && ft__boot_book(&p, mine, book) == 0) {
+		lock_ib(b);
+		for (int r = 0; r < b->world; r++) {
+			if (book[r][0] != '\0')
+				continue;
+			if (view_of(b, 0) == NULL)
+				late_gone(b, r, "its launcher saw it die before the job's first view");
+			else
+				mark_certain(b, r, "its launcher saw it die");
+		}
+		unlock_ib(b);
+	}
+	free(book);
+}
+
+/*
  * Generation 0 not settled RECHECK_MS after this rank published: the book
- * again from ftcc-run's store, whose marks of ranks that died since it went
- * out make them gone here (see the top). Called without the lock (the
- * store's answer is waited for, up to RECHECK_MS), only by the thread that
- * settles generation 0 (ft_init's).
+ * again from the store (take_marks). Only by the thread that settles
+ * generation 0 (ft_init's).
  */
 static void recheck_book(struct inband *b)
 {
 	struct ft__book_params p;
 	char mine[FT__BOOK_ENTRY_MAX];
-	char (*book)[FT__BOOK_ENTRY_MAX];
 	int64_t now = ft__now_ms();
 	bool due;
 
 	lock_ib(b);
 	if (b->published && b->recheck_ms == 0)
 		b->recheck_ms = now + RECHECK_MS;
-	due = b->book_taken && strcmp(b->book_params.how, "store") == 0 && b->published &&
-	      view_of(b, 0) == NULL && b->recheck_ms != 0 && now >= b->recheck_ms && !b->departed;
+	due = store_book(b) && b->published && view_of(b, 0) == NULL && b->recheck_ms != 0 &&
+	      now >= b->recheck_ms && !b->departed;
 	if (due) {
 		b->recheck_ms = now + RECHECK_MS;
 		p = b->book_params;
 		snprintf(mine, sizeof(mine), "%s", b->ctl.addr);
 	}
 	unlock_ib(b);
-	if (!due || (book = calloc((size_t)b->world, sizeof(*book))) == NULL)
-		return;
-	p.timeout_ms = RECHECK_MS;
-	if (ft__boot_book(&p, mine, book) == 0) {
-		lock_ib(b);
-		for (int r = 0; r < b->world; r++)
-			if (book[r][0] == '\0')
-				late_gone(b, r, "its launcher saw it die before the job's first view");
-		unlock_ib(b);
+	if (due)
+		take_marks(b, p, mine, RECHECK_MS);
+}
+
+/* launchers_word's thread: the store's marks, then the generation they were had for. */
+static void *ask_store(void *arg)
+{
+	struct inband *b = arg;
+	struct ft__book_params p;
+	char mine[FT__BOOK_ENTRY_MAX];
+	uint32_t gen;
+
+	lock_ib(b);
+	p = b->book_params;
+	snprintf(mine, sizeof(mine), "%s", b->ctl.addr);
+	gen = b->gen;
+	unlock_ib(b);
+	take_marks(b, p, mine, ASK_MS);
+	lock_ib(b);
+	b->word_gen = gen + 1;
+	b->asking = false;
+	unlock_ib(b);
+	return NULL;
+}
+
+/*
+ * A coordinator short of a quorum once its force window passed: the
+ * deaths it only suspects may be certain to the launcher. Under ftcc-run
+ * the store's book marks every rank whose process died by a signal
+ * (store_rank_died), so it is asked once a generation, on a thread of its
+ * own (the detector, which settles, never waits), before the rank stops
+ * for want of a quorum: true while the answer is awaited. Several ranks
+ * killed within one recovery, before any link to them was proven, left two
+ * live ranks of four without a quorum (the campaign: 1 trial in 1000).
+ * Under another book no launcher's word comes, and the rule stands.
+ */
+static bool launchers_word(struct inband *b)
+{
+	if (!store_book(b) || b->departed || b->word_gen == b->gen + 1)
+		return false;
+	if (b->asking)
+		return true;
+	if (b->asker_pid != 0)
+		pthread_join(b->asker, NULL); /* the last generation's, ended */
+	b->asker_pid = 0;
+	if (pthread_create(&b->asker, NULL, ask_store, b) != 0) {
+		b->word_gen = b->gen + 1; /* no thread: no word */
+		return false;
 	}
-	free(book);
+	b->asker_pid = getpid();
+	b->asking = true;
+	return true;
 }
 
 /*
@@ -1686,6 +1769,8 @@ static void ib_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 	(void)remove_view;
 	if (b == NULL)
 		return;
+	if (b->asker_pid == getpid())
+		pthread_join(b->asker, NULL); /* within ASK_MS */
 	if (b->ctl_open)
 		ft__ctl_close(&b->ctl);
 	for (uint32_t g = 0; g < b->nviews; g++) {

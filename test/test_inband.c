@@ -4,6 +4,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "ctl.h"
 #include "internal.h"
 #include "membership.h"
+#include "served.h"
 #include "testutil.h"
 
 /*
@@ -547,6 +550,140 @@ Test(inband, a_proven_link_closed_is_certain)
 	cr_assert_eq(rc[0], 1, "the last rank: %d", rc[0]);
 	expect_view(&v[0], alone, 1, "alone");
 	ft__view_free(&v[0]);
+}
+
+/* ---- the launcher's word ---- */
+
+/*
+ * A job whose first book comes from ftcc-run's store, served by a thread
+ * here (served.h); each rank opens on a thread of its own, for the book
+ * goes out only once every rank joined.
+ */
+static struct served sv = {.job = "ib-store"};
+static pthread_t sv_thread;
+
+static void say_nothing(void *arg, const char *line)
+{
+	(void)arg;
+	(void)line;
+}
+
+static void *open_from_store(void *arg)
+{
+	int r = (int)(intptr_t)arg;
+	struct ft__mb_params p = {.backend = "inband", .job_id = sv.job, .rank = r,
+				  .world_size = n, .token = "tok", .bind_host = "127.0.0.1",
+				  .reply_wait_ms = 100,
+				  .book = {.how = "store", .store = sv.addr, .job_id = sv.job,
+					   .token = "tok", .rank = r, .world_size = n,
+					   .timeout_ms = 5000}};
+
+	return (void *)(intptr_t)ft__mb_open(&mb[r], &p);
+}
+
+static void store_job(int size)
+{
+	pthread_t t[N_MAX];
+	int all[N_MAX], rc[N_MAX];
+	struct ft__view v[N_MAX];
+
+	n = size;
+	sv.world = (uint32_t)size;
+	cr_assert_eq(store_open(&sv.s, "127.0.0.1", "0", "tok", 0, say_nothing, NULL, sv.addr,
+				sizeof(sv.addr)), 0);
+	cr_assert_eq(pthread_create(&sv_thread, NULL, serve, &sv), 0);
+	for (int r = 0; r < n; r++)
+		cr_assert_eq(pthread_create(&t[r], NULL, open_from_store, (void *)(intptr_t)r), 0);
+	for (int r = 0; r < n; r++) {
+		void *orc;
+		pthread_join(t[r], &orc);
+		cr_assert_eq((int)(intptr_t)orc, 0, "rank %d: open", r);
+		open_[r] = true;
+	}
+	for (int r = 0; r < n; r++) {
+		all[r] = r;
+		publish(r, 0, 0);
+	}
+	settle_all(all, n, all, n, 0, false, rc, v);
+	for (int r = 0; r < n; r++) {
+		cr_assert_eq(rc[r], 1, "rank %d: generation 0 not settled (%d)", r, rc[r]);
+		ft__view_free(&v[r]);
+	}
+}
+
+static void end_store_job(void)
+{
+	for (int r = 0; r < n; r++) {
+		if (open_[r])
+			ft__mb_close(&mb[r], 0, false);
+		open_[r] = false;
+	}
+	if (sv.s != NULL) {
+		atomic_store(&sv.stop, true);
+		pthread_join(sv_thread, NULL);
+		store_close(sv.s);
+		sv.s = NULL;
+	}
+}
+
+/* Ranks of four (a bitmap) die: their listeners close, and the launcher tells the store. */
+static void die_seen_by_the_launcher(unsigned ranks)
+{
+	long end = tu_now_ms() + 5000;
+
+	for (int r = 0; r < n; r++)
+		if (ranks & 1u << r) {
+			ft__mb_close(&mb[r], 0, false);
+			open_[r] = false;
+		}
+	atomic_store(&sv.died, ranks);
+	while ((atomic_load(&sv.told) & ranks) != ranks && tu_now_ms() < end)
+		tu_sleep_ms(1);
+	cr_assert_eq(atomic_load(&sv.told) & ranks, ranks, "the store was not told in 5 s");
+}
+
+TestSuite(inband_store, .init = quiet, .fini = end_store_job);
+
+/*
+ * Ranks 0 and 1 of four die where no link of 2's or 3's own reached them
+ * (under a store's book only the coordinator connects), so neither death
+ * is certain to them: 2 and 3 are half of four, without the lowest. The
+ * launcher saw both die and its store's book says so: 2 and 3 go on.
+ * Before, both stopped with -FT_EPARTITIONED (the campaign: ranks 2, 0
+ * and 4 of five killed within 65 ms left 1 and 3 so, 1 trial in 1000).
+ */
+Test(inband_store, the_launchers_word_makes_deaths_certain, .timeout = 30)
+{
+	int two[2] = {2, 3}, rc[2];
+	struct ft__view v[2];
+
+	store_job(4);
+	die_seen_by_the_launcher(1u << 0 | 1u << 1);
+	publish(2, 1, 3);
+	publish(3, 1, 3);
+	settle_all(two, 2, two, 2, 1, true, rc, v);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(rc[i], 1, "rank %d of {2,3}: %s", two[i], ft_strerror(rc[i]));
+		expect_view(&v[i], two, 2, "{2,3}");
+		ft__view_free(&v[i]);
+	}
+}
+
+/* The word counts only for the ranks it names: rank 2 gone unseen leaves 3 half of {2, 3},
+ * without the lowest. */
+Test(inband_store, only_the_deaths_the_launcher_saw_are_certain, .timeout = 30)
+{
+	int alone[1] = {3}, all[4] = {0, 1, 2, 3}, rc[1];
+	struct ft__view v[1];
+
+	store_job(4);
+	die_seen_by_the_launcher(1u << 0 | 1u << 1);
+	ft__mb_close(&mb[2], 0, false);
+	open_[2] = false;
+	publish(3, 1, 3);
+	v[0] = (struct ft__view){.generation = 1};
+	drive(alone, 1, all, 4, true, rc, v, 5000);
+	cr_assert_eq(rc[0], -FT_EPARTITIONED, "rank 3 with an unseen rank 2: %d", rc[0]);
 }
 
 /* Rank 63 dies after ft_init; the others sum their ranks twice, in generation 1 without it. */

@@ -21,6 +21,7 @@
 
 #include "boot_store.h"
 #include "bootstrap.h"
+#include "served.h"
 #include "store_server.h"
 
 #define TOKEN "store-oom-token"
@@ -55,39 +56,10 @@ void __wrap_free(void *p)
 	__real_free(p);
 }
 
-struct served {
-	struct store *s;
-	atomic_bool stop;
-	char addr[128];
-};
-
 static void quiet(void *arg, const char *line)
 {
 	(void)arg;
 	fprintf(stderr, "%s\n", line);
-}
-
-static void *serve(void *arg)
-{
-	struct served *sv = arg;
-	struct pollfd *pfds = NULL;
-	size_t cap = 0;
-
-	while (!atomic_load(&sv->stop)) {
-		size_t need = store_poll_count(sv->s), n;
-		int ms = store_poll_timeout(sv->s);
-		if (need > cap) {
-			free(pfds);
-			cap = 2 * need;
-			pfds = calloc(cap, sizeof(*pfds));
-			cr_assert_not_null(pfds);
-		}
-		n = store_poll_fill(sv->s, pfds);
-		(void)poll(pfds, n, ms < 0 || ms > 50 ? 50 : ms);
-		store_handle(sv->s, pfds, n);
-	}
-	free(pfds);
-	return NULL;
 }
 
 struct rank {
