@@ -65,7 +65,9 @@ else
 NO_TORCH := HAVE_TORCH=$(HAVE_TORCH) was set by hand
 endif
 
-LIB_SRC := $(wildcard lib/*.c) transports/tcp.c
+# lib/ in rooms by concern (README, "Layout"); every room's headers are on the include path.
+ROOMS := lib/core lib/policy lib/membership lib/bootstrap lib/durable lib/util transports
+LIB_SRC := $(wildcard lib/*.c $(ROOMS:%=%/*.c))
 # libcrypto (OpenSSL, libssl-dev): HMAC-SHA256, random bytes, constant-time
 # compare for the handshakes and tokens (README, "Dependencies"). Required.
 CRYPTO_CFLAGS := $(shell $(PKG_CONFIG) --cflags libcrypto 2>/dev/null)
@@ -93,7 +95,7 @@ $(error two library sources share a file name (libftcc.a would keep only one): $
 endif
 
 # The user's CFLAGS come last, so they can override ours (-std, -W...).
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -fPIC $(WARN) -Iinclude -Ilib -MMD -MP \
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -fPIC $(WARN) -Iinclude $(ROOMS:%=-I%) -MMD -MP \
 	$(FEATURES) $(CFLAGS)
 
 # $(B)/.flags holds everything that decides what an object or a program is

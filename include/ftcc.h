@@ -402,7 +402,7 @@ int ft_rejoined(const struct ft_comm *comm, uint64_t *next_op);
  * the previous round restorable. The first round saves every block (the
  * strategy's turn starts after it). Files: <dir>/<job id>/ck-r<rank>.jnl
  * (the commit journal) and ck-r<rank>-g<region>-{a,b}.dat (two copies per
- * block), format in lib/ckpt.h; `ftcc-ckpt DIR/JOB` lists and verifies
+ * block), format in lib/durable/ckpt.h; `ftcc-ckpt DIR/JOB` lists and verifies
  * them. dir: ft_ckpt_config.dir, else FTCC_CKPT_DIR, else the log
  * directory (FTCC_LOG_DIR, else /dev/shm or $TMPDIR as for the logs).
  * What survives what: a local directory (and /dev/shm) survives the

@@ -81,7 +81,7 @@ static size_t default_segment(struct ft_comm *c)
 
 /*
  * Where this rank listens, for the transport and the detector alike
- * (lib/sock.h): with nothing named, loopback when the launcher puts every
+ * (lib/util/sock.h): with nothing named, loopback when the launcher puts every
  * rank on this host, else the interface that reaches the peers (this
  * rank's own entry in the peer list first, then the others), the store or
  * the launcher.

@@ -23,7 +23,7 @@ if nm "$B/libftcc.a" 2>/dev/null | grep -q ' ft__fabric_ops$'; then
 	echo "check-build: the library has the fabric transport although it was left out"
 	exit 1
 fi
-before=$(stat -c %y "$B/lib/comm.o")
+before=$(stat -c %y "$B/lib/core/comm.o")
 sleep 0.1
 out=$(mk) || { printf '%s\n' "$out"; echo "check-build: the build with libfabric failed"; exit 1; }
 case $out in
@@ -37,9 +37,9 @@ case $out in
 *"rebuilding"*) ;;
 *) printf '%s\n' "$out"; echo "check-build: make did not say the flags changed"; exit 1 ;;
 esac
-after=$(stat -c %y "$B/lib/comm.o")
+after=$(stat -c %y "$B/lib/core/comm.o")
 if [ "$before" = "$after" ]; then
-	echo "check-build: lib/comm.o was not rebuilt when libfabric appeared"
+	echo "check-build: lib/core/comm.o was not rebuilt when libfabric appeared"
 	exit 1
 fi
 if ! nm "$B/libftcc.a" | grep -q ' ft__fabric_ops$'; then

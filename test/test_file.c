@@ -1,4 +1,4 @@
-/* test_file.c: per-user directories in shared places (lib/file.c) and the files made under them: planted links, other owners, open modes. */
+/* test_file.c: per-user directories in shared places (lib/util/file.c) and the files made under them: planted links, other owners, open modes. */
 #include <criterion/criterion.h>
 
 #include <errno.h>

@@ -13,7 +13,7 @@
 #include "testutil.h"
 
 #ifdef FTCC_HAVE_FABRIC
-#include "../transports/fabric/fabric.h"
+#include "fabric/fabric.h"
 
 /*
  * A stand-in for a region of libfabric 1.17's shm provider: a file in

@@ -1,4 +1,4 @@
-/* test_schedule.c: the ring's chunk, segment and step arithmetic (lib/schedule.h), checked exhaustively over small cases. */
+/* test_schedule.c: the ring's chunk, segment and step arithmetic (lib/core/schedule.h), checked exhaustively over small cases. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 

@@ -23,7 +23,7 @@
 #include "internal.h"
 
 #ifdef FTCC_HAVE_FABRIC
-#include "../transports/fabric/fabric.h"
+#include "fabric/fabric.h"
 #endif
 
 /*

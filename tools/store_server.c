@@ -22,7 +22,7 @@
  * When the last rank of a job joins, the book is built once and every
  * waiting connection of the job sends it (one buffer, counted references).
  * A settled job keeps its book for ranks that join again (restarted ones:
- * lib/boot_store.h), until MAX_JOBS newer jobs push it out; only a client
+ * lib/bootstrap/boot_store.h), until MAX_JOBS newer jobs push it out; only a client
  * that proves the token can change it. A job not yet settled leaves when
  * its last waiting connection closes (at the latest WAIT_MS after its last
  * join), so the table holds only jobs whose ranks are still coming.
@@ -66,7 +66,7 @@
 #define MAX_JOBS 16
 #define MAX_UNAUTH 64
 #define ACCEPT_PAUSE_MS 100
-/* the entry of a rank that died before the book went out (lib/boot_store.h) */
+/* the entry of a rank that died before the book went out (lib/bootstrap/boot_store.h) */
 #define GONE FT__STORE_GONE
 
 struct answer {

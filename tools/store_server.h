@@ -1,4 +1,4 @@
-/* store_server.h: the address store ftcc-run serves (protocol in lib/boot_store.h), driven by the caller's poll loop. */
+/* store_server.h: the address store ftcc-run serves (protocol in lib/bootstrap/boot_store.h), driven by the caller's poll loop. */
 #ifndef FTCC_STORE_SERVER_H
 #define FTCC_STORE_SERVER_H
 
@@ -14,7 +14,7 @@ typedef void store_say_fn(void *arg, const char *line);
 /*
  * Listens on host (NULL or "": every IPv4 interface) and port ("0": the
  * kernel picks); addr gets the address bound ("0.0.0.0:PORT" for every
- * interface). A join must prove token (lib/boot_store.h); NULL takes
+ * interface). A join must prove token (lib/bootstrap/boot_store.h); NULL takes
  * any join (FTCC_AUTH=none: the caller decides, and warns). The store
  * says what it refuses and which ranks join again; with verbose, also
  * each book it settles. 0, or a negative FT_E* code
@@ -39,7 +39,7 @@ void store_handle(struct store *s, const struct pollfd *pfds, size_t n);
  * the job's book is still assembling and the rank holds no live
  * connection (it never joined, or its connection is the dead process's and
  * closed), the rank counts as joined and gone: the book goes out once
- * every other rank joined, with GONE as its entry (lib/boot_store.h); a
+ * every other rank joined, with GONE as its entry (lib/bootstrap/boot_store.h); a
  * later join of the rank (its restart) replaces the mark. Once the book
  * went out, the rank's entry in it becomes GONE too: the others, still
  * settling the job's first view, ask again for the book (member_inband.c)

@@ -293,7 +293,7 @@ public:
 				cfg.connect_timeout_ms = cfg.op_timeout_ms;
 		}
 		/* every ft_* call on the worker, ft_init's too: io_uring's logs are
-		 * bound to the thread that made them (lib/aio.c) */
+		 * bound to the thread that made them (lib/durable/aio.c) */
 		worker_ = std::thread([this] { loop(); });
 		rc = 0;
 		try {

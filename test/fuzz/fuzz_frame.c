@@ -1,4 +1,4 @@
-/* fuzz_frame.c: feeds arbitrary bytes to the data link's checks (lib/wire.c): frame headers, hellos, hello ACKs, as a stream of them. */
+/* fuzz_frame.c: feeds arbitrary bytes to the data link's checks (transports/wire.c): frame headers, hellos, hello ACKs, as a stream of them. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

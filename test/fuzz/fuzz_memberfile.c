@@ -1,4 +1,4 @@
-/* fuzz_memberfile.c: feeds arbitrary bytes to the file rendezvous's readers (lib/member_file.c): view files, member files, left- markers. */
+/* fuzz_memberfile.c: feeds arbitrary bytes to the file rendezvous's readers (lib/membership/member_file.c): view files, member files, left- markers. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>

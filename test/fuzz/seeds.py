@@ -20,7 +20,7 @@ def put(d, name, data):
         f.write(data)
 
 
-# ---- ckpt: journal records (lib/ckpt.h) ----
+# ---- ckpt: journal records (lib/durable/ckpt.h) ----
 CJ_MAGIC = 0x4A435446
 
 
@@ -47,7 +47,7 @@ def ckpt(d):
     put(d, "torn", (hd + c1 + c2)[:-7])
 
 
-# ---- frame: tag byte then struct ft_frame / ft_hello / ft_hello_ack (lib/transport.h) ----
+# ---- frame: tag byte then struct ft_frame / ft_hello / ft_hello_ack (transports/transport.h) ----
 def frame(d):
     good = struct.pack("<IHBBIBBHQQiIIIQQiI", 0x46544346, 1, 1, 3, 3, 0, 1, 0, 42, 1000, -1, 2, 1,
                        0, 2000, 1000, 0, 0)
@@ -63,7 +63,7 @@ def frame(d):
     put(d, "stream", b"\4" + ack + b"\0" + good + b"\4" + busy + b"\1" + hello)
 
 
-# ---- ctl: mode byte then control messages (lib/ctl.c) ----
+# ---- ctl: mode byte then control messages (lib/membership/ctl.c) ----
 def ctl_msg(typ, body, gen=4, frm=5):
     return struct.pack("<IHHIi", 0x6C637466, typ, len(body), gen, frm) + body
 
@@ -81,7 +81,7 @@ def ctl(d):
     put(d, "refused-ack", b"\3" + ctl_msg(5, struct.pack("<iI", -(4096 + 6), 0) + bytes(32)))
 
 
-# ---- store: mode byte then a join, or the store's bytes (lib/boot_store.h) ----
+# ---- store: mode byte then a join, or the store's bytes (lib/bootstrap/boot_store.h) ----
 def store(d):
     job, entry = b"fuzz-job", b"host-1:4000"
     join = struct.pack(">IHHIIHH", 0x46544253, 2, 1, 1, 3, len(job), len(entry)) + job + entry
@@ -98,7 +98,7 @@ def store(d):
     put(d, "no-challenge", bytes([0]) + book)
 
 
-# ---- memberfile: which file and world size, then its text (lib/member_file.c) ----
+# ---- memberfile: which file and world size, then its text (lib/membership/member_file.c) ----
 def memberfile(d):
     put(d, "view", bytes([0 | 2 << 2]) + b"ftcc-view 2 gen 0 size 3 writer 1 somehost nonce 5eed first 0 members 0 1 3\n")
     put(d, "member", bytes([1 | 2 << 2]) + b"h:1 1 somehost c:2 5\n")
@@ -106,7 +106,7 @@ def memberfile(d):
     put(d, "left", bytes([2 | 2 << 2]) + b"1 5 5eed\n")
 
 
-# ---- inband: state bytes then messages (test/fuzz/fuzz_inband.c, lib/member_inband.c) ----
+# ---- inband: state bytes then messages (test/fuzz/fuzz_inband.c, lib/membership/member_inband.c) ----
 COMMITTED = (1 << 64) - 1
 
 

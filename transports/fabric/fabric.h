@@ -93,7 +93,7 @@ uint32_t ft__fi_version(void);
  *            copy raced ahead of the original gains nothing: the link it
  *            opens is the one the MAC names (the original's endpoint and
  *            link id: answers go there; RDM frames were never
- *            authenticated, lib/auth.h), so RDM has no challenge. Over MSG
+ *            authenticated, lib/util/auth.h), so RDM has no challenge. Over MSG
  *            a link is its connection, so the acceptor challenges (below);
  *   ACK      acceptor -> connector: struct ft_hello_ack, its MAC checked
  *            against the connector's hello (a wrong token: -FT_EAUTH);

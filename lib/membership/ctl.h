@@ -22,7 +22,7 @@
  *   HELLO  connector -> acceptor: job id, the rank it wants, a fresh nonce
  *          Nc and a MAC keyed with the token over the header (its
  *          generation and rank included) and all that (the token itself
- *          never travels, lib/auth.h);
+ *          never travels, lib/util/auth.h);
  *   ACK    acceptor -> connector, at once and alone: a status, a fresh
  *          nonce Na (the challenge) and a MAC over Nc, the header, the
  *          status and Na. A HELLO that fails (another job or token, a nonce

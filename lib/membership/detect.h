@@ -16,7 +16,7 @@ struct ft__det_params {
 	int rank;                       /* original rank */
 	const char *job_id;
 	const char *token;
-	const char *bind_host;          /* where to listen, and what to publish (lib/sock.h) */
+	const char *bind_host;          /* where to listen, and what to publish (lib/util/sock.h) */
 	const char *publish_host;
 	const char *data_addr;          /* republished in every generation */
 	int heartbeat_ms;

@@ -36,7 +36,7 @@
  * another connection, proves nothing. A join whose MAC does not check out
  * is refused (FT_EAUTH) and changes nothing. The store's answer is not
  * signed: the book only says where to connect, and every link made from it
- * proves the token in its own handshake (lib/auth.h).
+ * proves the token in its own handshake (lib/util/auth.h).
  *
  * The store answers a join once every rank of its job has joined, all at
  * once, with the same book; or at once with a refusal when the join does

@@ -17,7 +17,7 @@ static int cfg_error(char *errbuf, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* <$TMPDIR or /tmp>/<name>-<uid>: a per-user directory in a shared place (checked private
- * where it is used: lib/file.h). */
+ * where it is used: lib/util/file.h). */
 static void per_user_dir(char *buf, size_t len, const char *name)
 {
 	const char *t = getenv("TMPDIR");

@@ -200,7 +200,7 @@ struct ft_tp_env {
 	int incarnation;            /* FTCC_INCARNATION (ftcc-run --restart counts them); 0 */
 	int log_pwrite;             /* FTCC_LOG_ENGINE=pwrite: the pairwise log without io_uring */
 	char default_log_root[512];    /* where logs go when FTCC_LOG_DIR is unset (checked
-					* private: lib/file.h) */
+					* private: lib/util/file.h) */
 	char default_rendezvous[512];  /* the per-user rendezvous ranks meet in under a
 					* launcher when none is given (checked private) */
 	char ckpt_dir[512];         /* FTCC_CKPT_DIR: checkpoints' base directory; "": the log's */
@@ -211,7 +211,7 @@ struct ft_tp_env {
 struct ft_tp_params {
 	int rank;               /* original rank */
 	/* Where to listen and the address to publish (ft__sock_choose_host in
-	 * lib/sock.h): bind_host NULL or "": 127.0.0.1; publish_host NULL or
+	 * lib/util/sock.h): bind_host NULL or "": 127.0.0.1; publish_host NULL or
 	 * "": the bound address. A transport that cannot listen on a wildcard
 	 * binds publish_host. */
 	const char *bind_host;

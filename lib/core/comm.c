@@ -29,7 +29,7 @@ static void fill_hello(const struct ft_comm *c, struct ft_hello *h, int from, in
  * Every rank connects to its right neighbour first and accepts from its left
  * second. Connecting completes in the peer's kernel backlog and the hello fits
  * in the socket buffer, so no rank waits on another's accept: no cycle. The
- * acceptor's challenge (lib/auth.h) is answered without waiting either: a
+ * acceptor's challenge (lib/util/auth.h) is answered without waiting either: a
  * connect returns with its proof still due, and the transport answers it
  * while this rank accepts or runs an op (tcp: ft__tcp_answer_challenges).
  */
