@@ -1,0 +1,556 @@
+/* inband_backend.c: the in-band membership's backend operations (open, publish, settle, lookup, depart, close), the launcher's word and the probes of a job's start. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "inband.h"
+#include "sock.h"
+
+/* ---- the backend's operations ---- */
+
+static void lock_ib(struct inband *b)
+{
+	pthread_mutex_lock(&b->lock);
+}
+
+static void unlock_ib(struct inband *b)
+{
+	pthread_mutex_unlock(&b->lock);
+}
+
+/* Starts settling generation gen here (forgetting the one before). */
+static void begin(struct inband *b, uint32_t gen)
+{
+	if (b->active && b->gen == gen)
+		return;
+	b->active = true;
+	b->gen = gen;
+	b->published = false;
+	b->promised = 0;
+	ft__ib_value_free(&b->accepted);
+	ft__ib_value_free(&b->best);
+	ft__ib_value_free(&b->proposal);
+	b->owed_to = -1;
+	if (b->future_gen == gen && gen > 0) {
+		b->owed_to = b->future_from;
+		b->owed_link = b->future_link;
+		b->owed_ballot = b->future_ballot;
+		b->promised = b->future_ballot;
+	}
+	b->noquorum = false;
+	b->ballot = 0;
+	b->phase = 0;
+	for (int r = 0; r < b->world; r++)
+		b->r[r].asked = b->r[r].replied = b->r[r].proposed = b->r[r].accepted =
+			b->r[r].told = false;
+}
+
+static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
+{
+	struct ft__ctl_params cp = {.rank = p->rank, .world_size = p->world_size,
+				    .job_id = p->job_id, .token = p->token,
+				    .bind_host = p->bind_host, .publish_host = p->publish_host,
+				    .links = 2 * p->world_size + 8,
+				    /* at generation 0 every rank may connect at once */
+				    .strangers = p->world_size + FT__CTL_LINKS,
+				    /* as the detector's (its detect timeout) */
+				    .hello_ms = ft__ctl_hello_ms(p->reply_wait_ms),
+				    .who = "membership"};
+	char host[FT__BOOK_ENTRY_MAX], port[16];
+	struct inband *b;
+	int rc;
+
+	if (p->world_size > MAX_WORLD) {
+		ft__error("membership: in-band membership takes at most %d ranks", MAX_WORLD);
+		return -FT_ECONFIG;
+	}
+	b = calloc(1, sizeof(*b));
+	if (b == NULL)
+		return -FT_ENOMEM;
+	mb->be = b;
+	b->rank = p->rank;
+	b->world = p->world_size;
+	b->owed_to = -1;
+	b->reply_wait_ms = p->reply_wait_ms > 0 ? p->reply_wait_ms : 1000;
+	if ((rc = pthread_mutex_init(&b->lock, NULL)) != 0) {
+		mb->be = NULL;
+		free(b);
+		return -FT_ENOMEM;
+	}
+	b->book = calloc((size_t)b->world, sizeof(*b->book));
+	b->r = calloc((size_t)b->world, sizeof(*b->r));
+	if (b->book == NULL || b->r == NULL)
+		return -FT_ENOMEM;
+	for (int r = 0; r < b->world; r++)
+		b->r[r].link = -1;
+	/* the largest message: a RECORD of every rank (MAX_WORLD's fits a control
+	 * message, test_inband_codec checks it) */
+	cp.min_payload = ft__inband_payload_max(b->world);
+	/* with a peer list, this rank listens at its own entry's port */
+	snprintf(port, sizeof(port), "0");
+	if (strcmp(p->book.how, "peers") == 0) {
+		rc = ft__boot_book(&p->book, "", b->book);
+		if (rc != 0)
+			return rc;
+		if (ft__sock_split(b->book[b->rank], host, sizeof(host), port, sizeof(port)) != 0)
+			return -FT_ECONFIG;
+		cp.port = port;
+		cp.bind_host = host;
+		cp.publish_host = NULL;
+	}
+	rc = ft__ctl_open(&b->ctl, &cp);
+	b->ctl_open = true;
+	if (rc != 0)
+		return rc;
+	if (b->ctl.max_payload < cp.min_payload) {
+		ft__error("membership: control messages carry %zu bytes, %zu needed for %d ranks",
+			  b->ctl.max_payload, cp.min_payload, b->world);
+		return -FT_ECONFIG;
+	}
+	if (strcmp(p->book.how, "peers") != 0) {
+		rc = ft__boot_book(&p->book, b->ctl.addr, b->book);
+		if (rc != 0)
+			return rc;
+	}
+	b->book_params = p->book;
+	b->book_taken = true;
+	for (int r = 0; r < b->world; r++)
+		if (b->book[r][0] == '\0' && r != b->rank) {
+			b->r[r].gone = true;
+			b->ngone++;
+			ft__ib_mark_certain(b, r, "its launcher saw it die before it joined");
+		}
+	snprintf(mb->where, sizeof(mb->where), "(in-band, listening at %s)", b->ctl.addr);
+	return 0;
+}
+
+static int ib_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member *m)
+{
+	struct inband *b = IB(mb);
+
+	lock_ib(b);
+	if (b->departed) {
+		unlock_ib(b);
+		return -FT_EINVAL;
+	}
+	begin(b, gen);
+	b->mine = *m;
+	b->published = true;
+	ft__ib_pump(b);
+	if (b->owed_to >= 0)
+		ft__ib_answer_collect(b, b->owed_to, b->owed_link, b->owed_ballot);
+	unlock_ib(b);
+	return 0;
+}
+
+/* The coordinator among cand: the first, but at generation 0 the first the book does not
+ * mark gone (the same on every rank: see the top). */
+static int lead(const struct inband *b, uint32_t gen, const int *cand, int ncand)
+{
+	for (int k = 0; gen == 0 && k < ncand; k++)
+		if (cand[k] >= 0 && cand[k] < b->world && !b->r[cand[k]].gone)
+			return cand[k];
+	return cand[0];
+}
+
+/*
+ * The book as ftcc-run's store holds it now (p, this rank's entry mine;
+ * waited for up to timeout_ms, so called without the lock): a rank it
+ * marks gone is one whose process its launcher saw die, gone here too
+ * (late_gone before the job's first view, certain after it: see the top).
+ */
+static void take_marks(struct inband *b, struct ft__book_params p, const char *mine,
+		       int timeout_ms)
+{
+	char (*book)[FT__BOOK_ENTRY_MAX] = calloc((size_t)b->world, sizeof(*book));
+
+	p.timeout_ms = timeout_ms;
+	if (book != NULL && ft__boot_book(&p, mine, book) == 0) {
+		lock_ib(b);
+		for (int r = 0; r < b->world; r++) {
+			if (book[r][0] != '\0')
+				continue;
+			if (view_of(b, 0) == NULL)
+				ft__ib_late_gone(b, r, "its launcher saw it die before the job's first view");
+			else
+				ft__ib_mark_certain(b, r, "its launcher saw it die");
+		}
+		unlock_ib(b);
+	}
+	free(book);
+}
+
+/*
+ * Generation 0 not settled RECHECK_MS after this rank published: the book
+ * again from the store (take_marks). Only by the thread that settles
+ * generation 0 (ft_init's).
+ */
+static void recheck_book(struct inband *b)
+{
+	struct ft__book_params p;
+	char mine[FT__BOOK_ENTRY_MAX];
+	int64_t now = ft__now_ms();
+	bool due;
+
+	lock_ib(b);
+	if (b->published && b->recheck_ms == 0)
+		b->recheck_ms = now + RECHECK_MS;
+	due = store_book(b) && b->published && view_of(b, 0) == NULL && b->recheck_ms != 0 &&
+	      now >= b->recheck_ms && !b->departed;
+	if (due) {
+		b->recheck_ms = now + RECHECK_MS;
+		p = b->book_params;
+		snprintf(mine, sizeof(mine), "%s", b->ctl.addr);
+	}
+	unlock_ib(b);
+	if (due)
+		take_marks(b, p, mine, RECHECK_MS);
+}
+
+/* launchers_word's thread: the store's marks, then the generation they were had for. */
+static void *ask_store(void *arg)
+{
+	struct inband *b = arg;
+	struct ft__book_params p;
+	char mine[FT__BOOK_ENTRY_MAX];
+	uint32_t gen;
+
+	lock_ib(b);
+	p = b->book_params;
+	snprintf(mine, sizeof(mine), "%s", b->ctl.addr);
+	gen = b->gen;
+	unlock_ib(b);
+	take_marks(b, p, mine, ASK_MS);
+	lock_ib(b);
+	b->word_gen = gen + 1;
+	b->asking = false;
+	unlock_ib(b);
+	return NULL;
+}
+
+/*
+ * A coordinator short of a quorum once its force window passed: the
+ * deaths it only suspects may be certain to the launcher. Under ftcc-run
+ * the store's book marks every rank whose process died by a signal
+ * (store_rank_died), so it is asked once a generation, on a thread of its
+ * own (the detector, which settles, never waits), before the rank stops
+ * for want of a quorum: true while the answer is awaited. Several ranks
+ * killed within one recovery, before any link to them was proven, left two
+ * live ranks of four without a quorum (the campaign: 1 trial in 1000).
+ * Under another book no launcher's word comes, and the rule stands.
+ */
+bool ft__ib_launchers_word(struct inband *b)
+{
+	if (!store_book(b) || b->departed || b->word_gen == b->gen + 1)
+		return false;
+	if (b->asking)
+		return true;
+	if (b->asker_pid != 0)
+		pthread_join(b->asker, NULL); /* the last generation's, ended */
+	b->asker_pid = 0;
+	if (pthread_create(&b->asker, NULL, ask_store, b) != 0) {
+		b->word_gen = b->gen + 1; /* no thread: no word */
+		return false;
+	}
+	b->asker_pid = getpid();
+	b->asking = true;
+	return true;
+}
+
+/*
+ * Generation 0 under a PMIx book: a link of this rank's own is kept (made
+ * again when it ends) to the coordinator's listener, and the coordinator
+ * keeps one to each candidate, answered or not, so that a rank that died is
+ * found refusing (refused_at_start): the others go on without it, and the
+ * next rank takes over from a coordinator that died. (Only to those that
+ * had not answered, it waited out its connect timeout for a rank that
+ * answered its COLLECT and died before it ACCEPTed: 1 run in 12 of
+ * pmix/a_rank_dead_before_the_first_view_is_left_out.) Under another book
+ * only the coordinator connects, when it asks.
+ */
+static void probe_at_start(struct inband *b, const int *cand, int ncand)
+{
+	int c = lead(b, 0, cand, ncand);
+
+	if (!pmix_book(b))
+		return;
+	if (c != b->rank) {
+		if (c >= 0 && c < b->world)
+			(void)ft__ib_link_to(b, c);
+		return;
+	}
+	for (int k = 0; k < ncand; k++) {
+		int r = cand[k];
+		if (r >= 0 && r < b->world && r != b->rank && !b->r[r].gone)
+			(void)ft__ib_link_to(b, r);
+	}
+}
+
+static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,
+			 const int *back, int nback, bool force, struct ft__view *view)
+{
+	struct inband *b = IB(mb);
+	const struct ft__view *done;
+	int rc = 0;
+
+	(void)back;
+	(void)nback;
+	if (gen == 0 && ncand > 0)
+		recheck_book(b);
+	lock_ib(b);
+	if (ncand > 0 && !(b->active && b->gen > gen))
+		begin(b, gen);
+	ft__ib_pump(b);
+	if (ncand > 0 && b->owed_to >= 0 && b->published)
+		ft__ib_answer_collect(b, b->owed_to, b->owed_link, b->owed_ballot);
+	done = view_of(b, gen);
+	if (done == NULL && gen == 0 && b->published && ncand > 0)
+		probe_at_start(b, cand, ncand);
+	if (done == NULL && b->active && b->gen == gen && ncand > 0) {
+		if (b->noquorum) {
+			rc = -FT_EPARTITIONED;
+		} else if (b->published &&
+			   (lead(b, gen, cand, ncand) == b->rank || b->ballot != 0 ||
+			    (force && gen > 0 && b->promised == 0))) {
+			/* the coordinator, or, once the detector waited long
+			 * enough, a candidate no coordinator has reached */
+			rc = ft__ib_coordinate(b, cand, ncand, force);
+			done = view_of(b, gen);
+		}
+	}
+	if (done != NULL) {
+		*view = *done;
+		view->members = malloc((size_t)done->size * sizeof(int));
+		if (view->members == NULL) {
+			rc = -FT_ENOMEM;
+		} else {
+			memcpy(view->members, done->members, (size_t)done->size * sizeof(int));
+			rc = 1;
+		}
+	}
+	unlock_ib(b);
+	return rc;
+}
+
+static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
+{
+	(void)mb;
+	(void)latest;
+	return 0; /* a new incarnation (rejoin) needs the file rendezvous: comm.c refuses it */
+}
+
+static int ib_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__member *m)
+{
+	struct inband *b = IB(mb);
+	const struct ft__view *v;
+	int rc = -FT_EPEERFAILED;
+
+	lock_ib(b);
+	v = view_of(b, gen);
+	if (v == NULL && gen == b->gen && orig == b->rank && b->published) {
+		*m = b->mine;
+		rc = 0;
+	}
+	for (int i = 0; v != NULL && i < v->size; i++)
+		if (v->members[i] == orig && b->r[orig].have_addr) {
+			memset(m, 0, sizeof(*m));
+			snprintf(m->addr, sizeof(m->addr), "%s", b->r[orig].addr);
+			snprintf(m->ctrl, sizeof(m->ctrl), "%s", b->r[orig].ctrl);
+			m->next_op = value_of(b, gen)->next_ops[i];
+			rc = 0;
+		}
+	unlock_ib(b);
+	return rc;
+}
+
+/* Leaving: the listener and every link close, which the others' kernels
+ * report: a settle in progress counts this rank out at once. */
+static int ib_depart(struct ft__mb *mb, uint64_t next_op)
+{
+	struct inband *b = IB(mb);
+
+	(void)next_op;
+	lock_ib(b);
+	b->departed = true;
+	ft__ctl_close(&b->ctl);
+	b->ctl_open = false;
+	unlock_ib(b);
+	return 0;
+}
+
+static void ib_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
+{
+	struct inband *b = IB(mb);
+
+	(void)gen;
+	(void)remove_view;
+	if (b == NULL)
+		return;
+	if (b->asker_pid == getpid())
+		pthread_join(b->asker, NULL); /* within ASK_MS */
+	if (b->ctl_open)
+		ft__ctl_close(&b->ctl);
+	for (uint32_t g = 0; g < b->nviews; g++) {
+		ft__view_free(&b->views[g]);
+		free(b->values[g].next_ops);
+	}
+	free(b->views);
+	free(b->values);
+	ft__ib_value_free(&b->accepted);
+	ft__ib_value_free(&b->best);
+	ft__ib_value_free(&b->proposal);
+	free(b->book);
+	free(b->r);
+	pthread_mutex_destroy(&b->lock);
+	free(b);
+	mb->be = NULL;
+}
+
+static int ib_pollfds(struct ft__mb *mb, struct pollfd *pfd, int cap)
+{
+	struct inband *b = IB(mb);
+	int n;
+
+	lock_ib(b);
+	if (!b->ctl_open || cap < 1 + b->ctl.nlinks) {
+		unlock_ib(b);
+		return 0;
+	}
+	n = ft__ctl_pollfds(&b->ctl, pfd, NULL);
+	unlock_ib(b);
+	return n;
+}
+
+static uint32_t ib_pump(struct ft__mb *mb)
+{
+	struct inband *b = IB(mb);
+	uint32_t asked;
+
+	lock_ib(b);
+	if (b->ctl_open)
+		ft__ib_pump(b);
+	asked = b->newest_asked;
+	unlock_ib(b);
+	return asked;
+}
+
+static void ib_certain(struct ft__mb *mb, int orig)
+{
+	struct inband *b = IB(mb);
+
+	lock_ib(b);
+	ft__ib_mark_certain(b, orig, "its detector link was closed by its kernel");
+	unlock_ib(b);
+}
+
+static int ib_max_pollfds(struct ft__mb *mb)
+{
+	return 1 + IB(mb)->ctl.nlinks;
+}
+
+#ifdef FTCC_FUZZ
+/* A backend as ib_open makes it, without a listener: one link per rank, all on f->sink. */
+static struct inband *fuzz_open(const struct ft__inband_fuzz *f)
+{
+	struct inband *b = calloc(1, sizeof(*b));
+
+	if (b == NULL)
+		return NULL;
+	b->rank = f->rank;
+	b->world = f->world;
+	b->owed_to = -1;
+	b->reply_wait_ms = 1000;
+	pthread_mutex_init(&b->lock, NULL);
+	b->book = calloc((size_t)b->world, sizeof(*b->book));
+	b->r = calloc((size_t)b->world, sizeof(*b->r));
+	b->ctl.links = calloc((size_t)b->world, sizeof(*b->ctl.links));
+	b->ctl_open = true;
+	b->ctl.listen_fd = -1;
+	b->ctl.nlinks = b->ctl.links != NULL ? b->world : 0;
+	b->ctl.max_payload = ft__inband_payload_max(b->world);
+	b->ctl.msg_cap = b->ctl.max_payload + 16;
+	if (b->book == NULL || b->r == NULL || b->ctl.links == NULL)
+		return b;
+	for (int r = 0; r < b->world; r++) {
+		b->r[r].link = -1;
+		b->ctl.links[r] = (struct ft__ctl_link){.fd = r == b->rank ? -1 : f->sink,
+							.peer = r};
+		if (f->book) {
+			snprintf(b->r[r].addr, sizeof(b->r[r].addr), "h:%d", r + 1);
+			b->r[r].have_addr = true;
+		}
+	}
+	return b;
+}
+
+int ft__inband_fuzz(const struct ft__inband_fuzz *f, const struct ft__ctl_msg *msgs, int n)
+{
+	struct ft__mb mb = {.be = fuzz_open(f)};
+	struct inband *b = mb.be;
+	struct ft__member m;
+	int rc = 0;
+
+	if (b == NULL)
+		return -FT_ENOMEM;
+	if (b->book == NULL || b->r == NULL || b->ctl.links == NULL)
+		rc = -FT_ENOMEM;
+	/* the views this rank settled before: generations below f->gen */
+	b->gen = f->gen;
+	for (uint32_t g = 0; rc == 0 && g < f->gen; g++) {
+		struct ib_value v = {.ballot = COMMITTED, .first_op = g,
+				     .nonce = f->views[g].nonce};
+		if ((rc = ft__ib_value_alloc(&v, f->views[g].size)) != 0)
+			break;
+		v.n = f->views[g].size;
+		memcpy(v.members, f->views[g].members, (size_t)v.n * sizeof(int));
+		memset(v.next_ops, 0, (size_t)v.n * sizeof(uint64_t));
+		rc = ft__ib_commit(b, g, &v);
+	}
+	if (rc == 0 && f->active) {
+		begin(b, f->gen);
+		b->promised = f->promised;
+		if (f->phase > 0) {
+			b->ballot = f->ballot;
+			b->phase = f->phase;
+		}
+	}
+	if (rc == 0 && f->published) {
+		snprintf(b->mine.addr, sizeof(b->mine.addr), "h:%d", f->rank + 1);
+		b->mine.next_op = 7;
+		b->published = true;
+	}
+	/* as ft__ib_pump() takes them: the header's sender is the link's peer */
+	for (int k = 0; rc == 0 && k < n; k++)
+		if (msgs[k].type != FT__CTL_HELLO && msgs[k].from >= 0 && msgs[k].from < b->world &&
+		    msgs[k].from != b->rank)
+			ft__ib_on_msg(b, msgs[k].from, &msgs[k]);
+	if (rc == 0 && b->owed_to >= 0 && b->published)
+		ft__ib_answer_collect(b, b->owed_to, b->owed_link, b->owed_ballot);
+	for (uint32_t g = 0; rc == 0 && g <= b->gen + 1; g++)
+		for (int r = 0; r < b->world; r++)
+			(void)ib_lookup(&mb, g, r, &m);
+	for (int r = 0; r < b->ctl.nlinks; r++)
+		b->ctl.links[r].fd = -1; /* the sink is the harness's */
+	ib_close(&mb, 0, false);
+	return rc;
+}
+#endif
+
+const struct ft__mb_ops ft__mb_inband_ops = {
+	.size = sizeof(struct ft__mb_ops),
+	.name = "inband",
+	.open = ib_open,
+	.publish = ib_publish,
+	.try_settle = ib_try_settle,
+	.resume = ib_resume,
+	.lookup = ib_lookup,
+	.depart = ib_depart,
+	.close = ib_close,
+	.max_pollfds = ib_max_pollfds,
+	.pollfds = ib_pollfds,
+	.pump = ib_pump,
+	.certain = ib_certain,
+};
