@@ -161,9 +161,11 @@ $(SHARED): $(LIB_OBJ)
 	ln -sf libftcc.so $(B)/$(SONAME)
 
 # ftcc-run serves the address store: its server, and lib's messages and sockets.
-$(B)/ftcc-run: tools/ftcc-run.c tools/store_server.c $(STATIC) $(FLAGS)
+# ftcc-run: the loop (ftcc-run.c) and its parts, by job
+RUN_SRC := tools/run_args.c tools/run_env.c tools/run_output.c
+$(B)/ftcc-run: tools/ftcc-run.c $(RUN_SRC) tools/ftcc-run.h tools/store_server.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ tools/ftcc-run.c tools/store_server.c $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ tools/ftcc-run.c $(RUN_SRC) tools/store_server.c $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
 
 $(B)/ftcc-log: tools/ftcc-log.c $(STATIC) $(FLAGS)
 	@mkdir -p $(dir $@)
