@@ -1,4 +1,4 @@
-/* ckpt.c: running partial checkpoints (SCAR) of the sharded regions: block choice, asynchronous atomic rounds, partial restore. */
+/* ckpt.c: running partial checkpoints (SCAR) of the sharded regions: enable, steps, priorities, partial restore (a round itself: ckpt_round.c). */
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
@@ -10,6 +10,7 @@
 
 #include "aio.h"
 #include "ckpt.h"
+#include "ckpt_writer.h"
 #include "comm.h"
 #include "crc32c.h"
 #include "fdreg.h"
@@ -17,667 +18,6 @@
 #include "internal.h"
 #include "log.h"
 #include "reduce.h"
-
-/*
- * A round (every interval-th ft_ckpt_step) measures, for every block, the
- * L2 distance between its current value and its saved copy (kept in
- * memory), chooses blocks by the strategy, copies each chosen block into
- * its saved copy (the staging: the application may go on updating its
- * state) and starts one write per block (head + saved copy, a writev)
- * into the slot that does not hold its newest committed copy. A block
- * that never had a copy is in every round until it has one, so the first
- * round saves every block.
- *
- * Two rounds may be in flight; they commit in order (see ckpt.h). A block
- * whose saved copy is still being written by an earlier round is not
- * copied again until that round is done: ft_ckpt_step then waits (the
- * only wait it does, counted in wait_ms), as it does when two rounds are
- * in flight already. Completions are reaped without waiting at every
- * ft_ckpt_step; ft_ckpt_flush waits for them all.
- *
- * A write error abandons its round (no COMMIT; its blocks' previous copies
- * stay what restore reads), and the next ft_ckpt_step or ft_ckpt_flush
- * returns the error once.
- */
-
-/* io_uring queue depth: room for a whole round (every block, its syncs and
- * its commit) at once, so that no write of it waits in the writer's backlog
- * for a later ft_ckpt_step to be submitted; at most CK_QD_MAX */
-#define CK_QD_MIN 64
-#define CK_QD_MAX 4096
-/* the journal is compacted past this many bytes (plus twice a SNAP); tests lower it */
-uint64_t ft__ckpt_journal_slack = (uint64_t)4 << 20;
-#define CK_DEFAULT_BLOCK 4096
-
-enum { R_IDLE, R_WRITING, R_SYNCING, R_COMMITTING, R_JSYNC };
-
-struct ck_round {
-	int phase;
-	uint64_t round, step;
-	size_t n, cap;
-	size_t *blk;            /* global block numbers, ascending */
-	uint8_t *slot;
-	struct ft__ck_copy *hdr;
-	struct ft__aio_io *io;
-	float *resid;           /* per global block */
-	struct ft__aio_io *fsio;        /* sync: one per slot file */
-	struct ft__aio_io jio;
-	char *rec;
-	size_t rec_cap;
-	uint64_t jpos0;         /* where its COMMIT record starts */
-	size_t left;            /* ios not complete */
-	int err;
-};
-
-struct ck_reg {
-	int index;
-	unsigned dtype;
-	size_t es;
-	char *ptr;
-	size_t bytes, nblocks, first;
-	char *saved;
-};
-
-struct ft__ckpt {
-	struct ft_ckpt_config cfg;
-	char dir[PATH_MAX];
-	int rank;
-	struct ft__ck_image img;        /* the committed table, as the journal says */
-	struct ck_reg reg[FT__STATE_MAX];
-	size_t nreg, nblocks;
-	uint64_t *pend;                 /* per block: round writing it, 0 none */
-	double *dist;
-	size_t *order;
-	unsigned char *chosen;
-	double *score;
-	struct ck_round rounds[2];
-	uint64_t round, done;           /* last round started, last finished */
-	uint64_t calls, now_step, total;
-	size_t rr;
-	uint64_t rng;
-	int jfd;
-	uint64_t jpos;
-	struct ft__aio aio;
-	bool aio_ok;
-	int err;                        /* to return once */
-	bool restore_due, restored;
-	int restore_rc;
-	struct ft_restore_info rinfo;
-	struct ft_ckpt_stats st;
-};
-
-static double ms_since(uint64_t t0)
-{
-	return (double)(ft__now_ns() - t0) / 1e6;
-}
-
-/* ---- element distances ---- */
-
-static double elem(const void *p, size_t i, unsigned dt)
-{
-	switch (dt) {
-	case FT_FLOAT64: return ((const double *)p)[i];
-	case FT_FLOAT16: return ft__half_to_float(((const uint16_t *)p)[i]);
-	case FT_BFLOAT16: return ft__bf16_to_float(((const uint16_t *)p)[i]);
-	case FT_INT32: return ((const int32_t *)p)[i];
-	case FT_INT64: return (double)((const int64_t *)p)[i];
-	case FT_UINT8: return ((const uint8_t *)p)[i];
-	default: return ((const float *)p)[i];
-	}
-}
-
-/* Squared L2 distance of two blocks of len bytes of dtype dt; NaN counts as infinite. */
-static double dist2(const void *a, const void *b, size_t len, unsigned dt)
-{
-	double s = 0;
-
-	if (dt == FT_FLOAT32) {
-		const float *x = a, *y = b;
-		float acc = 0;
-		for (size_t i = 0; i < len / 4; i++) {
-			float d = x[i] - y[i];
-			acc += d * d;
-		}
-		s = acc;
-	} else {
-		size_t es = ft_dtype_size((enum ft_dtype)dt);
-		for (size_t i = 0; i < len / es; i++) {
-			double d = elem(a, i, dt) - elem(b, i, dt);
-			s += d * d;
-		}
-	}
-	return s != s ? INFINITY : s;
-}
-
-/* ---- helpers ---- */
-
-static size_t block_len(const struct ck_reg *r, size_t b, size_t bb)
-{
-	return b + 1 < r->nblocks ? bb : r->bytes - b * bb;
-}
-
-/* The region (position) of global block gb. */
-static size_t reg_of(const struct ft__ckpt *ck, size_t gb)
-{
-	size_t i = 0;
-	while (i + 1 < ck->nreg && gb >= ck->reg[i + 1].first)
-		i++;
-	return i;
-}
-
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-
-/* <base>/<job id>: base = the ckpt config's dir, FTCC_CKPT_DIR, else the log directory. */
-static int ck_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_t cap)
-{
-	const char *base = cfg_dir != NULL && cfg_dir[0] != '\0' ? cfg_dir
-			   : c->tp_env.ckpt_dir[0] != '\0' ? c->tp_env.ckpt_dir
-			   : c->cfg.log_dir[0] != '\0' ? c->cfg.log_dir
-			   : c->tp_env.default_log_root;
-	int n = snprintf(out, cap, "%s/%s", base, c->cfg.job_id);
-
-	if (n < 0 || (size_t)n >= cap)
-		return -FT_EINVAL;
-	/* the default is a predictable name in a shared place: ours alone, or refused */
-	return base == c->tp_env.default_log_root ? ft__dir_private(base, FT__DIR_UNREADABLE) : 0;
-}
-
-static int write_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -FT_EIO;
-		done += (size_t)n;
-	}
-	return 0;
-}
-
-static void rec_seal(void *buf, size_t len)
-{
-	struct ft__cj_rec h;
-	uint32_t crc;
-
-	memcpy(&h, buf, sizeof(h));
-	h.crc = 0;
-	crc = ft__crc32c(0, &h, sizeof(h));
-	h.crc = ft__crc32c(crc, (const char *)buf + sizeof(h), len - sizeof(h));
-	memcpy(buf, &h, sizeof(h));
-}
-
-static struct ft__cj_rec rec_head(int type, size_t len, uint64_t round, uint64_t step,
-				  uint64_t count, uint64_t nres)
-{
-	struct ft__cj_rec h;
-
-	memset(&h, 0, sizeof(h));
-	h.magic = FT__CJ_MAGIC;
-	h.version = FT__CK_VERSION;
-	h.type = (uint16_t)type;
-	h.len = (uint32_t)len;
-	h.round = round;
-	h.step = step;
-	h.count = count;
-	h.nres = nres;
-	return h;
-}
-
-/* HEAD, then (snap) a SNAP of the committed table: a whole journal. */
-static int build_journal(const struct ft__ckpt *ck, bool snap, char **out, size_t *len)
-{
-	size_t hl = sizeof(struct ft__cj_rec) + sizeof(struct ft__cj_head) +
-		    ck->nreg * sizeof(struct ft__cj_region);
-	size_t res = ck->img.resid != NULL ? ck->nblocks : 0;
-	size_t sl = snap ? sizeof(struct ft__cj_rec) + ck->nblocks * sizeof(struct ft__cj_snap) +
-				   ((res * sizeof(float) + 7) & ~(size_t)7)
-			 : 0;
-	char *buf = calloc(1, hl + sl);
-	struct ft__cj_rec h;
-
-	if (buf == NULL || hl + sl > UINT32_MAX) {
-		free(buf);
-		return -FT_ENOMEM;
-	}
-	h = rec_head(FT__CJ_HEAD, hl, 0, 0, ck->nreg, 0);
-	memcpy(buf, &h, sizeof(h));
-	memcpy(buf + sizeof(h), &ck->img.head, sizeof(ck->img.head));
-	memcpy(buf + sizeof(h) + sizeof(ck->img.head), ck->img.regs,
-	       ck->nreg * sizeof(struct ft__cj_region));
-	rec_seal(buf, hl);
-	if (snap) {
-		char *p = buf + hl;
-		h = rec_head(FT__CJ_SNAP, sl, ck->img.last_round, ck->img.last_step, ck->nblocks, res);
-		memcpy(p, &h, sizeof(h));
-		memcpy(p + sizeof(h), ck->img.tab, ck->nblocks * sizeof(struct ft__cj_snap));
-		if (res)
-			memcpy(p + sizeof(h) + ck->nblocks * sizeof(struct ft__cj_snap), ck->img.resid,
-			       res * sizeof(float));
-		rec_seal(p, sl);
-	}
-	*out = buf;
-	*len = hl + sl;
-	return 0;
-}
-
-/*
- * Rewrites the journal as HEAD + SNAP (bounded size): a new file, synced
- * when sync, renamed over the old one (atomic: a crash leaves one or the
- * other). Only between journal writes.
- */
-static void compact(struct ft__ckpt *ck)
-{
-	char path[PATH_MAX], tmp[PATH_MAX + 8];
-	char *buf;
-	size_t len;
-	int fd;
-
-	if (build_journal(ck, true, &buf, &len) != 0)
-		return;
-	if (ft__ck_path(path, sizeof(path), ck->dir, ck->rank, -1, 0) != 0) {
-		free(buf);
-		return;
-	}
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	/* a fresh file: a name planted there (a link elsewhere) is removed, never followed */
-	unlink(tmp);
-	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	ft__fd_own(fd);
-	if (fd < 0 || write_all(fd, buf, len, 0) != 0 || (ck->cfg.sync && fdatasync(fd) != 0) ||
-	    rename(tmp, path) != 0) {
-		ft__warn("ckpt: compacting the journal failed: %s; it grows", strerror(errno));
-		if (fd >= 0) {
-			ft__fd_close(fd);
-			unlink(tmp);
-		}
-		free(buf);
-		return;
-	}
-	if (ck->cfg.sync) {
-		int dfd = open(ck->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		ft__fd_own(dfd);
-		if (dfd >= 0) {
-			fsync(dfd);
-			ft__fd_close(dfd);
-		}
-	}
-	free(buf);
-	ft__fd_close(ck->jfd);
-	ck->jfd = fd;
-	ck->jpos = len;
-}
-
-/* ---- rounds: completion and commit ---- */
-
-static void round_io_done(struct ft__aio_io *io, int res)
-{
-	struct ck_round *r = io->owner;
-
-	r->left--;
-	if (res < 0 && r->err == 0)
-		r->err = res;
-}
-
-static void set_io(struct ft__aio_io *io, struct ck_round *r, int kind, int fd, const void *d,
-		   size_t len, const void *d2, size_t len2, uint64_t off)
-{
-	memset(io, 0, sizeof(*io));
-	io->kind = kind;
-	io->fd = fd;
-	io->data = d;
-	io->len = len;
-	io->data2 = d2;
-	io->len2 = len2;
-	io->off = off;
-	io->complete = round_io_done;
-	io->owner = r;
-}
-
-static void round_end(struct ft__ckpt *ck, struct ck_round *r)
-{
-	for (size_t i = 0; i < r->n; i++)
-		if (ck->pend[r->blk[i]] == r->round)
-			ck->pend[r->blk[i]] = 0;
-	r->phase = R_IDLE;
-	ck->done = r->round;
-}
-
-static void round_abandon(struct ft__ckpt *ck, struct ck_round *r)
-{
-	ft__warn("ckpt: round %llu abandoned: %s", (unsigned long long)r->round,
-		 ft_strerror(r->err));
-	if (r->phase == R_COMMITTING) {
-		/* a torn COMMIT would hide every later record: cut it off */
-		if (ftruncate(ck->jfd, (off_t)r->jpos0) == 0)
-			ck->jpos = r->jpos0;
-	}
-	if (ck->err == 0)
-		ck->err = r->err;
-	ck->st.failed++;
-	round_end(ck, r);
-}
-
-static void round_commit(struct ft__ckpt *ck, struct ck_round *r)
-{
-	for (size_t i = 0; i < r->n; i++) {
-		struct ft__cj_snap *t = &ck->img.tab[r->blk[i]];
-		t->round[r->slot[i]] = r->round;
-		t->step[r->slot[i]] = r->step;
-	}
-	if (ck->img.resid != NULL)
-		memcpy(ck->img.resid, r->resid, ck->nblocks * sizeof(float));
-	ck->img.last_round = r->round;
-	ck->img.last_step = r->step;
-	ck->img.commits++;
-	ck->st.committed++;
-	round_end(ck, r);
-	/* compacted only when no journal write is in flight (no later round:
-	 * its COMMIT may be queued behind its blocks) */
-	if (ck->done == ck->round && ck->jpos > ft__ckpt_journal_slack + 2 * (uint64_t)ck->nblocks * 40)
-		compact(ck);
-}
-
-/* Writes the round's COMMIT record. behind: right behind the round's block
- * writes, still in flight (the record starts once they completed): it
- * lands without waiting for a later ft_ckpt_step. */
-static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r, bool behind)
-{
-	size_t ent = r->n * sizeof(struct ft__cj_entry);
-	size_t res = ((ck->nblocks * sizeof(float)) + 7) & ~(size_t)7;
-	size_t len = sizeof(struct ft__cj_rec) + ent + res;
-	struct ft__cj_rec h;
-
-	if (len > UINT32_MAX)
-		return -FT_ENOMEM; /* a record's length is 32 bits: too many blocks */
-	if (len > r->rec_cap) {
-		char *p = realloc(r->rec, len);
-		if (p == NULL)
-			return -FT_ENOMEM;
-		r->rec = p;
-		r->rec_cap = len;
-	}
-	memset(r->rec, 0, len);
-	h = rec_head(FT__CJ_COMMIT, len, r->round, r->step, r->n, ck->nblocks);
-	memcpy(r->rec, &h, sizeof(h));
-	for (size_t i = 0; i < r->n; i++) {
-		size_t reg = reg_of(ck, r->blk[i]);
-		struct ft__cj_entry e = {.region = (uint32_t)reg, .slot = r->slot[i],
-					 .block = r->blk[i] - ck->reg[reg].first};
-		memcpy(r->rec + sizeof(h) + i * sizeof(e), &e, sizeof(e));
-	}
-	memcpy(r->rec + sizeof(h) + ent, r->resid, ck->nblocks * sizeof(float));
-	rec_seal(r->rec, len);
-	r->jpos0 = ck->jpos;
-	ck->jpos += len;
-	r->phase = R_COMMITTING;
-	r->left = behind ? r->left + 1 : 1;
-	set_io(&r->jio, r, FT__AIO_WRITE, ck->jfd, r->rec, len, NULL, 0, r->jpos0);
-	r->jio.after_all = behind;
-	ft__aio_start(&ck->aio, &r->jio);
-	return 0;
-}
-
-/*
- * Moves the oldest round on as far as its completions allow; never waits.
- * After starting a round's next writes (its syncs, its commit) it looks
- * again, so that writes which completed as they were submitted move the
- * round on within the same call. io_uring usually hands page-cache writes
- * to its workers: a round's commit record is then written at the next
- * ft_ckpt_step (a round counts one step late; pwrite commits at once).
- */
-static int progress(struct ft__ckpt *ck)
-{
-	int rc = ft__aio_poll(&ck->aio);
-
-	if (rc < 0)
-		return rc;
-	while (ck->done < ck->round) {
-		struct ck_round *r = &ck->rounds[(ck->done + 1) & 1];
-		if (r->left != 0 && (r->phase == R_WRITING || (rc = ft__aio_poll(&ck->aio)) < 0 ||
-				     r->left != 0))
-			return rc < 0 ? rc : 0;
-		if (r->err != 0) {
-			round_abandon(ck, r);
-			continue;
-		}
-		switch (r->phase) {
-		case R_WRITING:
-			if (ck->cfg.sync) {
-				r->phase = R_SYNCING;
-				r->left = 2 * ck->nreg;
-				for (size_t i = 0; i < 2 * ck->nreg; i++) {
-					set_io(&r->fsio[i], r, FT__AIO_FSYNC,
-					       ck->img.fd[i / 2][i % 2], NULL, 0, NULL, 0, 0);
-					ft__aio_start(&ck->aio, &r->fsio[i]);
-				}
-				break;
-			}
-			/* fall through */
-		case R_SYNCING:
-			rc = start_commit_write(ck, r, false);
-			if (rc < 0)
-				r->err = rc;
-			break;
-		case R_COMMITTING:
-			if (ck->cfg.sync) {
-				r->phase = R_JSYNC;
-				r->left = 1;
-				set_io(&r->jio, r, FT__AIO_FSYNC, ck->jfd, NULL, 0, NULL, 0, 0);
-				ft__aio_start(&ck->aio, &r->jio);
-				break;
-			}
-			/* fall through */
-		default:
-			round_commit(ck, r);
-			break;
-		}
-	}
-	return 0;
-}
-
-/* Waits until round `upto` is finished (counted as waiting). */
-static int wait_done(struct ft__ckpt *ck, uint64_t upto)
-{
-	uint64_t t0 = ft__now_ns();
-	int rc = 0;
-
-	while (ck->done < upto) {
-		if ((rc = progress(ck)) < 0)
-			break;
-		if (ck->done >= upto)
-			break;
-		if ((rc = ft__aio_reap(&ck->aio, true)) < 0)
-			break;
-	}
-	ck->st.wait_ms += ms_since(t0);
-	return rc;
-}
-
-/* ---- choosing a round's blocks ---- */
-
-static int by_value_desc(const void *a, const void *b, void *arg)
-{
-	const double *v = arg;
-	size_t x = *(const size_t *)a, y = *(const size_t *)b;
-
-	if (v[x] != v[y])
-		return v[x] > v[y] ? -1 : 1;
-	return x < y ? -1 : x > y;
-}
-
-/* Marks ck->chosen and fills r->resid; returns how many blocks are chosen. */
-static size_t choose(struct ft__ckpt *ck, struct ck_round *r)
-{
-	size_t B = ck->nblocks, bb = ck->cfg.block_bytes, n = 0, k;
-	int strat = ck->cfg.strategy;
-
-	k = strat == FT_CKPT_FULL ? B : (size_t)ceil(ck->cfg.fraction * (double)B);
-	if (k > B)
-		k = B;
-	memset(ck->chosen, 0, B);
-	for (size_t b = 0; b < B; b++) {
-		const struct ft__cj_snap *t = &ck->img.tab[b];
-		if (t->round[0] == 0 && t->round[1] == 0 && ck->pend[b] == 0) {
-			ck->chosen[b] = 1; /* never saved */
-			n++;
-		}
-	}
-	if (n == B) {
-		/* the first round: every block, and the strategy's turn starts after it */
-		memset(r->resid, 0, B * sizeof(float));
-		return B;
-	}
-	n = 0;
-	if (strat != FT_CKPT_FULL)
-		for (size_t i = 0; i < ck->nreg; i++) {
-			const struct ck_reg *g = &ck->reg[i];
-			for (size_t b = 0; b < g->nblocks; b++) {
-				size_t off = b * bb;
-				ck->dist[g->first + b] = dist2(g->ptr + off, g->saved + off,
-							       block_len(g, b, bb), g->dtype);
-			}
-		}
-	switch (strat) {
-	case FT_CKPT_FULL:
-		memset(ck->chosen, 1, B);
-		break;
-	case FT_CKPT_ROUND_ROBIN:
-		for (size_t i = 0; i < k; i++)
-			ck->chosen[(ck->rr + i) % B] = 1;
-		ck->rr = B ? (ck->rr + k) % B : 0;
-		break;
-	case FT_CKPT_RANDOM:
-		for (size_t i = 0; i < B; i++)
-			ck->order[i] = i;
-		for (size_t i = 0; i < k; i++) {
-			size_t j = i + (size_t)(splitmix(&ck->rng) % (uint64_t)(B - i));
-			size_t t = ck->order[i];
-			ck->order[i] = ck->order[j];
-			ck->order[j] = t;
-			ck->chosen[ck->order[i]] = 1;
-		}
-		break;
-	default: /* PRIORITY, APP_PRIORITY: the k highest values, ties by lower index */
-		for (size_t i = 0; i < B; i++)
-			ck->order[i] = i;
-		qsort_r(ck->order, B, sizeof(size_t), by_value_desc,
-			strat == FT_CKPT_PRIORITY ? ck->dist : ck->score);
-		for (size_t i = 0; i < k; i++)
-			ck->chosen[ck->order[i]] = 1;
-		break;
-	}
-	for (size_t b = 0; b < B; b++) {
-		r->resid[b] = ck->chosen[b] || strat == FT_CKPT_FULL ? 0.0f : (float)sqrt(ck->dist[b]);
-		n += ck->chosen[b];
-	}
-	return n;
-}
-
-static int round_reserve(struct ck_round *r, size_t n)
-{
-	if (n <= r->cap)
-		return 0;
-	size_t *blk = realloc(r->blk, n * sizeof(*blk));
-	if (blk != NULL)
-		r->blk = blk;
-	uint8_t *slot = realloc(r->slot, n);
-	if (slot != NULL)
-		r->slot = slot;
-	struct ft__ck_copy *hdr = realloc(r->hdr, n * sizeof(*hdr));
-	if (hdr != NULL)
-		r->hdr = hdr;
-	struct ft__aio_io *io = realloc(r->io, n * sizeof(*io));
-	if (io != NULL)
-		r->io = io;
-	if (blk == NULL || slot == NULL || hdr == NULL || io == NULL)
-		return -FT_ENOMEM;
-	r->cap = n;
-	return 0;
-}
-
-static int start_round(struct ft__ckpt *ck, uint64_t step)
-{
-	size_t bb = ck->cfg.block_bytes, n, i = 0, reg = 0;
-	struct ck_round *r;
-	uint64_t t0, job_hash = ck->img.head.job_hash;
-	int rc;
-
-	if (ck->round - ck->done >= 2 && (rc = wait_done(ck, ck->done + 1)) < 0)
-		return rc;
-	r = &ck->rounds[(ck->round + 1) & 1];
-	t0 = ft__now_ns();
-	n = choose(ck, r);
-	ck->st.select_ms += ms_since(t0);
-	if ((rc = round_reserve(r, n)) < 0)
-		return rc;
-	for (size_t b = 0; b < ck->nblocks; b++)
-		if (ck->chosen[b]) {
-			/* its saved copy is still being written by the round before */
-			if (ck->pend[b] != 0 && (rc = wait_done(ck, ck->pend[b])) < 0)
-				return rc;
-			r->blk[i++] = b;
-		}
-	t0 = ft__now_ns();
-	r->round = ++ck->round;
-	r->step = step;
-	r->n = n;
-	r->err = 0;
-	r->left = n;
-	r->phase = R_WRITING;
-	ck->st.rounds++;
-	ft__aio_hold(&ck->aio); /* the round's writes and COMMIT: one submission */
-	for (i = 0; i < n; i++) {
-		size_t gb = r->blk[i], b, off, len;
-		const struct ft__cj_snap *t = &ck->img.tab[gb];
-		struct ck_reg *g;
-		struct ft__ck_copy *h = &r->hdr[i];
-
-		while (reg + 1 < ck->nreg && gb >= ck->reg[reg + 1].first)
-			reg++;
-		g = &ck->reg[reg];
-		b = gb - g->first;
-		off = b * bb;
-		len = block_len(g, b, bb);
-		r->slot[i] = t->round[1] > t->round[0] ? 0 : 1; /* not the newest */
-		memcpy(g->saved + off, g->ptr + off, len);
-		memset(h, 0, sizeof(*h));
-		h->magic = FT__CK_MAGIC;
-		h->version = FT__CK_VERSION;
-		h->slot = r->slot[i];
-		h->region = (uint32_t)g->index;
-		h->len = (uint32_t)len;
-		h->block = b;
-		h->round = r->round;
-		h->step = step;
-		h->job_hash = job_hash;
-		h->rank = ck->rank;
-		h->crc = ft__crc32c(ft__crc32c(0, h, sizeof(*h)), g->saved + off, len);
-		ck->pend[gb] = r->round;
-		ck->st.blocks++;
-		ck->st.bytes += len;
-		set_io(&r->io[i], r, FT__AIO_WRITE, ck->img.fd[reg][r->slot[i]], h, sizeof(*h),
-		       g->saved + off, len, (uint64_t)b * (FT__CK_HDR + bb));
-		ft__aio_start(&ck->aio, &r->io[i]);
-	}
-	ck->st.copy_ms += ms_since(t0);
-	/* without sync, the COMMIT follows the blocks at once (io_uring runs it
-	 * once they completed; pwrite has completed them): rounds commit in order */
-	if (!ck->cfg.sync && r->err == 0 && (rc = start_commit_write(ck, r, true)) < 0)
-		r->err = rc;
-	ft__aio_release(&ck->aio);
-	return progress(ck);
-}
-
 /* ---- enable ---- */
 
 static void ck_free(struct ft__ckpt *ck)
@@ -788,9 +128,9 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 	size_t len;
 	if (ftruncate(ck->jfd, 0) < 0)
 		return -errno;
-	if ((rc = build_journal(ck, false, &buf, &len)) < 0)
+	if ((rc = ft__ckr_build_journal(ck, false, &buf, &len)) < 0)
 		return rc;
-	rc = write_all(ck->jfd, buf, len, 0);
+	rc = ft__ckr_write_all(ck->jfd, buf, len, 0);
 	free(buf);
 	if (rc == 0 && ck->cfg.sync && fdatasync(ck->jfd) < 0)
 		rc = -errno;
@@ -915,7 +255,7 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	ck->cfg = k;
 	ck->rank = c->cfg.rank;
 	ck->total = total;
-	if ((rc = ck_dir(c, k.dir, ck->dir, sizeof(ck->dir))) < 0)
+	if ((rc = ft__ckr_dir(c, k.dir, ck->dir, sizeof(ck->dir))) < 0)
 		goto err_free;
 	ck->img.head = (struct ft__cj_head){
 		.job_hash = ft__log_job_hash(c->cfg.job_id), .nonce = c->job_nonce,
@@ -1030,10 +370,10 @@ static int ckpt_step_call(struct ft_comm *c, uint64_t step)
 		return -FT_EINVAL;
 	ck->now_step = step;
 	ck->calls++;
-	rc = progress(ck);
+	rc = ft__ckr_progress(ck);
 	/* a rejoined process checkpoints only once its shards are back */
 	if (rc == 0 && ck->calls % ck->cfg.interval == 0 && !ck->restore_due && ck->nblocks > 0)
-		rc = start_round(ck, step);
+		rc = ft__ckr_start_round(ck, step);
 	if (rc == 0 && ck->err != 0) {
 		rc = ck->err;
 		ck->err = 0;
@@ -1055,7 +395,7 @@ static int ckpt_flush_call(struct ft_comm *c)
 		return rc;
 	if (c->ckpt == NULL)
 		return -FT_EINVAL;
-	rc = wait_done(c->ckpt, c->ckpt->round);
+	rc = ft__ckr_wait_done(c->ckpt, c->ckpt->round);
 	if (rc == 0 && c->ckpt->err != 0) {
 		rc = c->ckpt->err;
 		c->ckpt->err = 0;
@@ -1115,7 +455,7 @@ static int owner_image(struct ft_comm *c, int owner, struct ft__ck_image *tmp,
 		*img = &c->ckpt->img;
 		return 0;
 	}
-	if ((rc = ck_dir(c, c->ckpt != NULL ? c->ckpt->cfg.dir : NULL, dir, sizeof(dir))) < 0)
+	if ((rc = ft__ckr_dir(c, c->ckpt != NULL ? c->ckpt->cfg.dir : NULL, dir, sizeof(dir))) < 0)
 		return rc;
 	rc = ft__ck_image_open(dir, owner, tmp);
 	if (tmp->regs == NULL)
@@ -1199,7 +539,7 @@ static int ckpt_restore_call(struct ft_comm *c, int region, int owner, size_t fi
 		if (now > step)
 			lost += (double)(now - step) * (double)len;
 		if (flags & FT_RESTORE_CURRENT)
-			pert += dist2(old, d, len, r->dtype);
+			pert += ft__ckr_dist2(old, d, len, r->dtype);
 		else if (img->resid != NULL)
 			pert += (double)img->resid[img->first[p] + b] * img->resid[img->first[p] + b];
 		memcpy(d, old, len);
@@ -1418,7 +758,7 @@ void ft__ckpt_close(struct ft_comm *c)
 	if (ck == NULL)
 		return;
 	c->ckpt = NULL;
-	if (wait_done(ck, ck->round) < 0 || ft__aio_drain(&ck->aio) < 0) {
+	if (ft__ckr_wait_done(ck, ck->round) < 0 || ft__aio_drain(&ck->aio) < 0) {
 		ft__warn("ckpt: rank %d: waiting for the last writes failed", ck->rank);
 		return; /* the kernel may still read the buffers: better lost than reused */
 	}
