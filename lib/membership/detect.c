@@ -1,4 +1,4 @@
-/* detect.c: the failure detector: its thread, heartbeats, the failed set and its notices, the next view's settle. */
+/* detect.c: the failure detector's thread: heartbeats, the failed set and its notices, the next view's settle (its main-thread side: detect_api.c). */
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -10,6 +10,7 @@
 
 #include "ctl.h"
 #include "detect.h"
+#include "detect_thread.h"
 #include "fdreg.h"
 #include "internal.h"
 #include "trace.h"
@@ -61,64 +62,6 @@
 /* A right neighbour's link closed before it answered (no proof of death,
  * ctl.h): connected again after this, for up to the detect timeout. */
 #define RETRY_MS 20
-
-struct ft__det {
-	struct ft__det_params p;
-	char job_id[FT_NAME_MAX], token[FT_NAME_MAX], data_addr[FT__ADDR_MAX];
-	struct ft__ctl ctl;
-	bool ctl_opened;
-	int cmd[2];             /* main thread -> detector: 's' stop, 'x' suspect */
-	pthread_t thread;
-	bool started;
-	bool lock_made, cond_made;
-
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	atomic_bool pending;
-	/* under lock */
-	bool frozen, recovering, excluded, stop;
-	int fatal;
-	uint64_t next_op;
-	bool *failed;           /* by original rank */
-	uint32_t *since;        /* by original rank: notices older than this generation
-				 * cannot name it (a new incarnation took it back) */
-	struct ft__view ready;  /* latest view this detector settled on */
-	int suspect;
-	bool suspect_sure;
-	uint64_t known_ns, settled_ns;
-
-	/* detector thread only */
-	uint32_t gen;
-	int *members, size;
-	int left, right;        /* original ranks of the neighbours, -1 none */
-	int left_ci, right_ci;  /* their control links in ctl.links[], -1 none */
-	bool left_bye, right_bye;
-	int64_t right_retry_ms; /* connect to the right neighbour again then; 0 none */
-	int64_t right_busy_ms;  /* its links closed before answering since then; 0 none */
-	bool *owe;              /* by link: a direct notice waits for it to connect */
-	int reading;            /* the link read_link reads now, -1 none */
-	int64_t view_ms, next_hb_ms;
-	uint32_t target;        /* generation being settled, 0 none */
-	int64_t recover_ms;
-	bool published;
-	bool out;               /* excluded: only waits to be stopped */
-	bool proven;            /* some control link passed both hellos' proofs */
-	uint8_t *auth;          /* by original rank: AUTH_* seen with it */
-};
-
-#define AUTH_REFUSED_US 1 /* it refused our hello, did not prove its token, or left */
-#define AUTH_CLAIMED 2    /* a hello claiming to be it was refused here */
-
-/* A default mutex cannot fail to lock or unlock when used correctly. */
-static void lock(struct ft__det *d)
-{
-	pthread_mutex_lock(&d->lock);
-}
-
-static void unlock(struct ft__det *d)
-{
-	pthread_mutex_unlock(&d->lock);
-}
 
 /* ---- links ---- */
 
@@ -337,7 +280,7 @@ static void start_recovery(struct ft__det *d)
 }
 
 /* Connects the control ring of the view just adopted. */
-static void rewire(struct ft__det *d)
+void ft__det_rewire(struct ft__det *d)
 {
 	int me = -1;
 
@@ -410,7 +353,7 @@ static void adopt_view(struct ft__det *d, struct ft__view *v)
 	d->target = 0;
 	if (stale_member)
 		start_recovery(d);
-	rewire(d);
+	ft__det_rewire(d);
 }
 
 static void recovery_step(struct ft__det *d)
@@ -821,7 +764,7 @@ static void drain_cmd(struct ft__det *d)
 		;
 }
 
-static void *det_main(void *arg)
+void *ft__det_main(void *arg)
 {
 	struct ft__det *d = arg;
 	int nmb = ft__mb_max_pollfds(d->p.mb);
@@ -934,238 +877,4 @@ static void *det_main(void *arg)
 		link_close(d, i);
 	}
 	return NULL;
-}
-
-/* ---- the main thread's side ---- */
-
-static int pthread_error(int err)
-{
-	return err == ENOMEM || err == EAGAIN ? -FT_ENOMEM : -FT_EIO;
-}
-
-int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
-{
-	struct ft__det *d = calloc(1, sizeof(*d));
-	struct ft__ctl_params cp = {.rank = p->rank, .world_size = p->world_size,
-				    .job_id = p->job_id, .token = p->token,
-				    .bind_host = p->bind_host, .publish_host = p->publish_host,
-				    .dead_ms = p->detect_timeout_ms,
-				    /* each way: both neighbours, a direct link with every
-				     * member, links of views being left */
-				    .links = 2 * p->world_size + FT__CTL_LINKS,
-				    /* at a view change every member may open one at once */
-				    .strangers = p->world_size + FT__CTL_LINKS,
-				    .hello_ms = ft__ctl_hello_ms(p->detect_timeout_ms)};
-	pthread_condattr_t ca;
-	int rc;
-
-	*out = NULL;
-	if (d == NULL)
-		return -FT_ENOMEM;
-	d->p = *p;
-	snprintf(d->job_id, sizeof(d->job_id), "%s", p->job_id);
-	snprintf(d->token, sizeof(d->token), "%s", p->token);
-	d->p.job_id = d->job_id;
-	d->p.token = d->token;
-	d->p.data_addr = d->data_addr;
-	d->cmd[0] = d->cmd[1] = -1;
-	d->suspect = -1;
-	d->reading = -1;
-	d->left = d->right = d->left_ci = d->right_ci = -1;
-	rc = pthread_mutex_init(&d->lock, NULL);
-	if (rc != 0)
-		goto fail_pthread;
-	d->lock_made = true;
-	rc = pthread_condattr_init(&ca);
-	if (rc != 0)
-		goto fail_pthread;
-	/* timed waits are against CLOCK_MONOTONIC, like every deadline here */
-	rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	if (rc == 0)
-		rc = pthread_cond_init(&d->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	if (rc != 0)
-		goto fail_pthread;
-	d->cond_made = true;
-	d->failed = calloc((size_t)p->world_size, sizeof(bool));
-	d->since = calloc((size_t)p->world_size, sizeof(uint32_t));
-	d->auth = calloc((size_t)p->world_size, sizeof(uint8_t));
-	if (d->failed == NULL || d->since == NULL || d->auth == NULL ||
-	    pipe2(d->cmd, O_NONBLOCK | O_CLOEXEC) != 0) {
-		ft__det_destroy(d);
-		return -FT_ENOMEM;
-	}
-	ft__fd_own(d->cmd[0]);
-	ft__fd_own(d->cmd[1]);
-	d->ctl_opened = true;
-	rc = ft__ctl_open(&d->ctl, &cp);
-	if (rc == 0 && (d->owe = calloc((size_t)d->ctl.nlinks, sizeof(bool))) == NULL)
-		rc = -FT_ENOMEM;
-	if (rc != 0) {
-		ft__det_destroy(d);
-		return rc;
-	}
-	*out = d;
-	return 0;
-fail_pthread:
-	ft__error("detector: cannot make its lock: %s", strerror(rc));
-	ft__det_destroy(d);
-	return pthread_error(rc);
-}
-
-const char *ft__det_addr(const struct ft__det *d)
-{
-	return d->ctl.addr;
-}
-
-int ft__det_start(struct ft__det *d, uint32_t gen, const int *members, int n)
-{
-	struct ft__member m;
-	int rc;
-
-	if (ft__mb_lookup(d->p.mb, gen, d->p.rank, &m) == 0)
-		snprintf(d->data_addr, sizeof(d->data_addr), "%s", m.addr);
-	d->members = malloc((size_t)n * sizeof(int));
-	if (d->members == NULL)
-		return -FT_ENOMEM;
-	memcpy(d->members, members, (size_t)n * sizeof(int));
-	d->size = n;
-	d->gen = gen;
-	for (int i = 0; i < n; i++)
-		d->since[members[i]] = gen; /* a new incarnation starts at gen */
-	rewire(d);
-	rc = pthread_create(&d->thread, NULL, det_main, d);
-	if (rc != 0)
-		return pthread_error(rc);
-	d->started = true;
-	return 0;
-}
-
-void ft__det_destroy(struct ft__det *d)
-{
-	if (d == NULL)
-		return;
-	if (d->started) {
-		lock(d);
-		d->stop = true;
-		unlock(d);
-		if (write(d->cmd[1], "s", 1) < 0) {
-			/* the pipe is nonblocking and nearly empty: cannot fail here */
-		}
-		pthread_join(d->thread, NULL);
-	}
-	if (d->ctl_opened)
-		ft__ctl_close(&d->ctl);
-	if (d->cmd[0] >= 0)
-		ft__fd_close(d->cmd[0]);
-	if (d->cmd[1] >= 0)
-		ft__fd_close(d->cmd[1]);
-	if (d->lock_made)
-		pthread_mutex_destroy(&d->lock);
-	if (d->cond_made)
-		pthread_cond_destroy(&d->cond);
-	ft__view_free(&d->ready);
-	free(d->members);
-	free(d->failed);
-	free(d->since);
-	free(d->auth);
-	free(d->owe);
-	ft__wipe(d->token, sizeof(d->token));
-	free(d);
-}
-
-bool ft__det_pending(struct ft__det *d)
-{
-	return atomic_load_explicit(&d->pending, memory_order_acquire);
-}
-
-bool ft__det_failed(struct ft__det *d, int orig)
-{
-	bool f;
-
-	if (orig < 0 || orig >= d->p.world_size)
-		return false;
-	lock(d);
-	f = d->failed[orig];
-	unlock(d);
-	return f;
-}
-
-int ft__det_have_result(struct ft__det *d, uint64_t seq)
-{
-	int rc = 0;
-
-	lock(d);
-	if (d->frozen)
-		rc = -FT_EPEERFAILED;
-	else
-		d->next_op = seq + 1;
-	unlock(d);
-	return rc;
-}
-
-int ft__det_await(struct ft__det *d, uint32_t gen, int timeout_ms, struct ft__view *view)
-{
-	struct timespec ts;
-	int rc = 0;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	lock(d);
-	while (!d->excluded && d->fatal == 0 &&
-	       (d->recovering || d->ready.members == NULL || d->ready.generation <= gen)) {
-		if (pthread_cond_timedwait(&d->cond, &d->lock, &ts) != 0) {
-			rc = -FT_ETIMEDOUT;
-			break;
-		}
-	}
-	if (d->excluded) {
-		rc = -FT_EEXCLUDED;
-	} else if (d->fatal != 0) {
-		rc = d->fatal;
-	} else if (rc == 0) {
-		*view = d->ready;
-		view->members = malloc((size_t)d->ready.size * sizeof(int));
-		if (view->members == NULL)
-			rc = -FT_ENOMEM;
-		else
-			memcpy(view->members, d->ready.members, (size_t)d->ready.size * sizeof(int));
-	}
-	unlock(d);
-	return rc;
-}
-
-void ft__det_adopted(struct ft__det *d, uint32_t gen, uint64_t next_op)
-{
-	lock(d);
-	d->next_op = next_op;
-	if (!d->recovering && !d->excluded && d->ready.generation == gen) {
-		d->frozen = false;
-		atomic_store(&d->pending, false);
-	}
-	unlock(d);
-}
-
-void ft__det_suspect(struct ft__det *d, int orig, bool sure)
-{
-	lock(d);
-	d->suspect = orig;
-	d->suspect_sure = sure;
-	unlock(d);
-	if (write(d->cmd[1], "x", 1) < 0) {
-		/* a full pipe already holds a wake-up */
-	}
-}
-
-void ft__det_times(struct ft__det *d, uint64_t *known_ns, uint64_t *settled_ns)
-{
-	lock(d);
-	*known_ns = d->known_ns;
-	*settled_ns = d->settled_ns;
-	unlock(d);
 }

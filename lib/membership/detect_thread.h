@@ -1,0 +1,76 @@
+/* detect_thread.h: the failure detector's state, shared by its thread (detect.c) and the main thread's side (detect_api.c). */
+#ifndef FTCC_DETECT_THREAD_H
+#define FTCC_DETECT_THREAD_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ctl.h"
+#include "detect.h"
+#include "internal.h"
+
+struct ft__det {
+	struct ft__det_params p;
+	char job_id[FT_NAME_MAX], token[FT_NAME_MAX], data_addr[FT__ADDR_MAX];
+	struct ft__ctl ctl;
+	bool ctl_opened;
+	int cmd[2];             /* main thread -> detector: 's' stop, 'x' suspect */
+	pthread_t thread;
+	bool started;
+	bool lock_made, cond_made;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	atomic_bool pending;
+	/* under lock */
+	bool frozen, recovering, excluded, stop;
+	int fatal;
+	uint64_t next_op;
+	bool *failed;           /* by original rank */
+	uint32_t *since;        /* by original rank: notices older than this generation
+				 * cannot name it (a new incarnation took it back) */
+	struct ft__view ready;  /* latest view this detector settled on */
+	int suspect;
+	bool suspect_sure;
+	uint64_t known_ns, settled_ns;
+
+	/* detector thread only */
+	uint32_t gen;
+	int *members, size;
+	int left, right;        /* original ranks of the neighbours, -1 none */
+	int left_ci, right_ci;  /* their control links in ctl.links[], -1 none */
+	bool left_bye, right_bye;
+	int64_t right_retry_ms; /* connect to the right neighbour again then; 0 none */
+	int64_t right_busy_ms;  /* its links closed before answering since then; 0 none */
+	bool *owe;              /* by link: a direct notice waits for it to connect */
+	int reading;            /* the link read_link reads now, -1 none */
+	int64_t view_ms, next_hb_ms;
+	uint32_t target;        /* generation being settled, 0 none */
+	int64_t recover_ms;
+	bool published;
+	bool out;               /* excluded: only waits to be stopped */
+	bool proven;            /* some control link passed both hellos' proofs */
+	uint8_t *auth;          /* by original rank: AUTH_* seen with it */
+};
+
+#define AUTH_REFUSED_US 1 /* it refused our hello, did not prove its token, or left */
+#define AUTH_CLAIMED 2    /* a hello claiming to be it was refused here */
+
+/* A default mutex cannot fail to lock or unlock when used correctly. */
+static inline void lock(struct ft__det *d)
+{
+	pthread_mutex_lock(&d->lock);
+}
+
+static inline void unlock(struct ft__det *d)
+{
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* detect.c: the detector thread, and the control ring of a view (before the thread starts, then on it) */
+void *ft__det_main(void *arg);
+void ft__det_rewire(struct ft__det *d);
+
+#endif
