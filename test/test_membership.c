@@ -49,17 +49,18 @@ TestSuite(membership, .init = quiet, .fini = cleanup);
 TestSuite(hostile, .init = quiet, .fini = cleanup);
 TestSuite(depart, .init = quiet, .fini = cleanup);
 
-/* ---- write() that is cut short and interrupted, on demand ---- */
+/* ---- pwrite() that is cut short and interrupted, on demand (the library's one whole
+ * write, ft__write_all, is made of pwrite calls) ---- */
 
-static int short_writes;        /* nonzero: write() moves at most 3 bytes; every other call EINTR */
+static int short_writes;        /* nonzero: pwrite() moves at most 3 bytes; every other call EINTR */
 static int short_write_calls;
 
-ssize_t write(int fd, const void *buf, size_t n)
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
-	static ssize_t (*real)(int, const void *, size_t);
+	static ssize_t (*real)(int, const void *, size_t, off_t);
 
 	if (real == NULL)
-		*(void **)&real = dlsym(RTLD_NEXT, "write");
+		*(void **)&real = dlsym(RTLD_NEXT, "pwrite");
 	if (short_writes) {
 		if (short_write_calls++ % 2 == 0) {
 			errno = EINTR;
@@ -68,7 +69,7 @@ ssize_t write(int fd, const void *buf, size_t n)
 		if (n > 3)
 			n = 3;
 	}
-	return real(fd, buf, n);
+	return real(fd, buf, n, off);
 }
 
 /* ---- helpers ---- */
@@ -527,7 +528,7 @@ Test(membership, a_restarted_rank_needs_a_majority_for_the_first_view, .timeout 
 	ft__mb_close(&first, 0, true);
 }
 
-/* write() cut short and interrupted: files are still written whole. */
+/* pwrite() cut short and interrupted: files are still written whole. */
 Test(membership, short_and_interrupted_writes, .timeout = 20)
 {
 	struct ft__mb mb[2];
@@ -542,7 +543,7 @@ Test(membership, short_and_interrupted_writes, .timeout = 20)
 	rc = ft__mb_publish(&mb[0], 0, &m);
 	short_writes = 0;
 	cr_assert_eq(rc, 0, "publish under short writes: %s", ft_err_name(rc));
-	cr_assert_gt(short_write_calls, 10, "write() was not cut short");
+	cr_assert_gt(short_write_calls, 10, "pwrite() was not cut short");
 	cr_assert_eq(ft__mb_lookup(&mb[1], 0, 0, &got), 0);
 	cr_expect_str_eq(got.addr, "127.0.0.1:4000");
 	cr_expect_str_eq(got.ctrl, "127.0.0.1:4001");

@@ -5,9 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "aio.h"
 #include "auth.h"
 #include "bootstrap.h"
+#include "file.h"
 #include "internal.h"
 #include "token.h"
 

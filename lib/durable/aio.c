@@ -315,27 +315,6 @@ int ft__aio_drain(struct ft__aio *a)
 	return 0;
 }
 
-int ft__mkdir_p(const char *dir)
-{
-	char path[PATH_MAX];
-	size_t n = strlen(dir);
-
-	if (n == 0 || n >= sizeof(path))
-		return -FT_EINVAL;
-	memcpy(path, dir, n + 1);
-	for (char *p = path + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char ch = *p;
-		*p = '\0';
-		if (mkdir(path, 0700) < 0 && errno != EEXIST)
-			return -errno;
-		*p = ch;
-		if (ch == '\0')
-			break;
-	}
-	return 0;
-}
 
 void ft__aio_hold(struct ft__aio *a)
 {

@@ -11,9 +11,6 @@
 #include <liburing.h>
 #endif
 
-/* mkdir -p, 0700 for what it creates: 0 or -errno (-FT_EINVAL for a bad path). */
-int ft__mkdir_p(const char *dir);
-
 /*
  * One write (data, then data2 right after it in the file: a header and its
  * payload from two places) or one fdatasync. The caller owns the struct and

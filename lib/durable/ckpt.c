@@ -130,7 +130,7 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 		return -errno;
 	if ((rc = ft__ckr_build_journal(ck, false, &buf, &len)) < 0)
 		return rc;
-	rc = ft__ckr_write_all(ck->jfd, buf, len, 0);
+	rc = ft__write_all(ck->jfd, buf, len, 0);
 	free(buf);
 	if (rc == 0 && ck->cfg.sync && fdatasync(ck->jfd) < 0)
 		rc = -errno;

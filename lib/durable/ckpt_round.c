@@ -122,20 +122,6 @@ int ft__ckr_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_t 
 	return base == c->tp_env.default_log_root ? ft__dir_private(base, FT__DIR_UNREADABLE) : 0;
 }
 
-int ft__ckr_write_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -FT_EIO;
-		done += (size_t)n;
-	}
-	return 0;
-}
 
 static void rec_seal(void *buf, size_t len)
 {
@@ -226,7 +212,7 @@ static void compact(struct ft__ckpt *ck)
 	unlink(tmp);
 	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	ft__fd_own(fd);
-	if (fd < 0 || ft__ckr_write_all(fd, buf, len, 0) != 0 || (ck->cfg.sync && fdatasync(fd) != 0) ||
+	if (fd < 0 || ft__write_all(fd, buf, len, 0) != 0 || (ck->cfg.sync && fdatasync(fd) != 0) ||
 	    rename(tmp, path) != 0) {
 		ft__warn("ckpt: compacting the journal failed: %s; it grows", strerror(errno));
 		if (fd >= 0) {

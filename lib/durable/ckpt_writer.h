@@ -84,7 +84,6 @@ static inline double ms_since(uint64_t t0)
 /* ckpt_round.c: rounds, and the helpers the API shares with them */
 double ft__ckr_dist2(const void *a, const void *b, size_t len, unsigned dt);
 int ft__ckr_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_t cap);
-int ft__ckr_write_all(int fd, const void *buf, size_t len, uint64_t off);
 int ft__ckr_build_journal(const struct ft__ckpt *ck, bool snap, char **out, size_t *len);
 int ft__ckr_start_round(struct ft__ckpt *ck, uint64_t step);
 int ft__ckr_progress(struct ft__ckpt *ck);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "aio.h"
+#include "file.h"
 #include "crc32c.h"
 #include "fdreg.h"
 #include "internal.h"

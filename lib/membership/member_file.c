@@ -12,6 +12,7 @@
 
 #include "fdreg.h"
 #include "file.h"
+#include "scan.h"
 #include "internal.h"
 #include "membership.h"
 
@@ -61,27 +62,6 @@ static struct mbf *be(struct ft__mb *mb)
 	return mb->be;
 }
 
-static int mkdir_p(const char *path)
-{
-	char tmp[700];
-	size_t len = strlen(path);
-
-	if (len >= sizeof(tmp))
-		return -FT_EINVAL;
-	memcpy(tmp, path, len + 1);
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 static void host_name(char *buf, size_t len)
 {
 	if (gethostname(buf, len) != 0)
@@ -100,21 +80,6 @@ static int writer_is_stale(int pid, const char *host)
 	return kill(pid, 0) != 0 && errno == ESRCH;
 }
 
-/* Writes all of text to fd: write() may be cut short or interrupted. */
-static int write_all(int fd, const char *text, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, text, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -FT_EIO;
-		text += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Writes dir/name whole or not at all: a temporary file, then rename (or,
  * exclusive, link: fails with -EEXIST if the name exists). */
 static int write_atomic(const char *dir, const char *name, const char *text, int exclusive)
@@ -131,7 +96,7 @@ static int write_atomic(const char *dir, const char *name, const char *text, int
 	ft__fd_own(fd);
 	if (fd < 0)
 		return -errno;
-	rc = write_all(fd, text, strlen(text));
+	rc = ft__write_all(fd, text, strlen(text), 0);
 	/* close reports deferred write errors (NFS) */
 	if (ft__fd_close(fd) != 0 && rc == 0)
 		rc = -errno;
@@ -175,112 +140,6 @@ static int read_file(const char *path, char *buf, size_t cap, bool *cut)
 	ft__fd_close(fd);
 	buf[have] = '\0';
 	return (int)have;
-}
-
-/* ---- strict parsing of the files' text ---- */
-
-struct scan {
-	const char *p, *end;
-	bool first;
-};
-
-/* The next field: printable ASCII without spaces, after exactly one space
- * (none before the first). */
-static bool field(struct scan *s, const char **f, size_t *len)
-{
-	const char *q;
-
-	if (!s->first) {
-		if (s->p == s->end || *s->p != ' ')
-			return false;
-		s->p++;
-	}
-	s->first = false;
-	for (q = s->p; q < s->end && *q > ' ' && *q <= '~'; q++)
-		;
-	if (q == s->p)
-		return false;
-	*f = s->p;
-	*len = (size_t)(q - s->p);
-	s->p = q;
-	return true;
-}
-
-/* The file ends here: one newline, nothing after it. */
-static bool at_end(const struct scan *s)
-{
-	return s->end - s->p == 1 && *s->p == '\n';
-}
-
-static bool keyword(struct scan *s, const char *word)
-{
-	const char *f;
-	size_t len;
-
-	return field(s, &f, &len) && len == strlen(word) && memcmp(f, word, len) == 0;
-}
-
-static bool str_field(struct scan *s, char *dst, size_t cap)
-{
-	const char *f;
-	size_t len;
-
-	if (!field(s, &f, &len) || len >= cap)
-		return false;
-	memcpy(dst, f, len);
-	dst[len] = '\0';
-	return true;
-}
-
-/* A decimal (base 10) or hex (base 16) number in [lo, hi], digits only. */
-static bool num_field(struct scan *s, int base, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-	const char *f;
-	size_t len;
-	uint64_t v = 0;
-
-	if (!field(s, &f, &len))
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = f[i];
-		unsigned d;
-		if (c >= '0' && c <= '9')
-			d = (unsigned)(c - '0');
-		else if (base == 16 && c >= 'a' && c <= 'f')
-			d = (unsigned)(c - 'a' + 10);
-		else
-			return false;
-		if (v > (UINT64_MAX - d) / (unsigned)base)
-			return false;
-		v = v * (unsigned)base + d;
-	}
-	if (v < lo || v > hi)
-		return false;
-	*out = v;
-	return true;
-}
-
-static bool int_field(struct scan *s, int lo, int hi, int *out)
-{
-	uint64_t v;
-
-	if (!num_field(s, 10, (uint64_t)lo, (uint64_t)hi, &v))
-		return false;
-	*out = (int)v;
-	return true;
-}
-
-/* A string that a record may carry as one field. */
-static bool is_field_text(const char *s, size_t cap)
-{
-	size_t n = strnlen(s, cap);
-
-	if (n == 0 || n == cap)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (s[i] <= ' ' || s[i] > '~')
-			return false;
-	return true;
 }
 
 static void gen_dir(const struct mbf *r, uint32_t gen, char *buf, size_t len)
@@ -378,7 +237,7 @@ static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	snprintf(mb->where, sizeof(mb->where), "in %s", r->dir);
 	if (p->private_root && (rc = ft__dir_private(p->root, 0)) != 0)
 		return rc;
-	rc = mkdir_p(r->dir);
+	rc = ft__mkdir_p(r->dir);
 	if (rc != 0) {
 		ft__error("rendezvous: cannot create %s: %s", r->dir, strerror(-rc));
 		return rc == -ENOMEM ? -FT_ENOMEM : -FT_EIO;
@@ -396,13 +255,13 @@ static int mbf_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member 
 	char dir[700], name[64], text[MEMBER_FILE_MAX], host[HOST_MAX];
 	int rc;
 
-	if (!is_field_text(m->addr, sizeof(m->addr)) ||
-	    (m->ctrl[0] != '\0' && !is_field_text(m->ctrl, sizeof(m->ctrl)))) {
+	if (!ft__field_text(m->addr, sizeof(m->addr)) ||
+	    (m->ctrl[0] != '\0' && !ft__field_text(m->ctrl, sizeof(m->ctrl)))) {
 		ft__error("rendezvous: rank %d's address cannot be published", r->rank);
 		return -FT_EINVAL;
 	}
 	gen_dir(r, gen, dir, sizeof(dir));
-	if ((rc = mkdir_p(dir)) != 0) {
+	if ((rc = ft__mkdir_p(dir)) != 0) {
 		ft__error("rendezvous: cannot create %s: %s", dir, strerror(-rc));
 		return -FT_EIO;
 	}
@@ -426,7 +285,7 @@ static int read_member(const struct mbf *r, uint32_t gen, int orig, struct ft__m
 {
 	char dir[700], path[800], buf[MEMBER_FILE_MAX], host[HOST_MAX];
 	struct ft__member tmp;
-	struct scan s;
+	struct ft__scan s;
 	uint64_t next;
 	bool cut;
 	int n, back = 0;
@@ -441,11 +300,11 @@ static int read_member(const struct mbf *r, uint32_t gen, int orig, struct ft__m
 		return MEMBER_ABSENT;
 	if (n < 0)
 		return n;
-	s = (struct scan){.p = buf, .end = buf + n, .first = true};
-	if (cut || !str_field(&s, m->addr, sizeof(m->addr)) ||
-	    !int_field(&s, 1, INT_MAX, &m->pid) || !str_field(&s, host, sizeof(host)) ||
-	    !str_field(&s, m->ctrl, sizeof(m->ctrl)) || !num_field(&s, 10, 0, UINT64_MAX, &next) ||
-	    !(at_end(&s) || (int_field(&s, 0, 1, &back) && at_end(&s)))) {
+	s = (struct ft__scan){.p = buf, .end = buf + n, .first = true};
+	if (cut || !ft__scan_str(&s, m->addr, sizeof(m->addr)) ||
+	    !ft__scan_int(&s, 1, INT_MAX, &m->pid) || !ft__scan_str(&s, host, sizeof(host)) ||
+	    !ft__scan_str(&s, m->ctrl, sizeof(m->ctrl)) || !ft__scan_num(&s, 10, 0, UINT64_MAX, &next) ||
+	    !(ft__scan_at_end(&s) || (ft__scan_int(&s, 0, 1, &back) && ft__scan_at_end(&s)))) {
 		memset(m, 0, sizeof(*m));
 		return -FT_ECORRUPT;
 	}
@@ -496,7 +355,7 @@ static int read_view_opt(const struct mbf *r, uint32_t gen, struct ft__view *v, 
 	char dir[700], path[800], host[HOST_MAX];
 	size_t cap = 512 + 12 * (size_t)r->world_size;
 	struct ft__view got = {0};
-	struct scan s;
+	struct ft__scan s;
 	uint64_t g, size, nonce, first;
 	bool cut;
 	int n, pid;
@@ -515,14 +374,14 @@ static int read_view_opt(const struct mbf *r, uint32_t gen, struct ft__view *v, 
 		ft__error("rendezvous: cannot read %s", path);
 		return n;
 	}
-	s = (struct scan){.p = buf, .end = buf + n, .first = true};
-	if (!keyword(&s, "ftcc-view") || !keyword(&s, "2") || !keyword(&s, "gen") ||
-	    !num_field(&s, 10, gen, gen, &g) || !keyword(&s, "size") ||
-	    !num_field(&s, 10, 1, INT_MAX, &size) || !keyword(&s, "writer") ||
-	    !int_field(&s, 1, INT_MAX, &pid) || !str_field(&s, host, sizeof(host)) ||
-	    !keyword(&s, "nonce") || !num_field(&s, 16, 0, UINT64_MAX, &nonce) ||
-	    !keyword(&s, "first") || !num_field(&s, 10, 0, UINT64_MAX, &first) ||
-	    !keyword(&s, "members"))
+	s = (struct ft__scan){.p = buf, .end = buf + n, .first = true};
+	if (!ft__scan_keyword(&s, "ftcc-view") || !ft__scan_keyword(&s, "2") || !ft__scan_keyword(&s, "gen") ||
+	    !ft__scan_num(&s, 10, gen, gen, &g) || !ft__scan_keyword(&s, "size") ||
+	    !ft__scan_num(&s, 10, 1, INT_MAX, &size) || !ft__scan_keyword(&s, "writer") ||
+	    !ft__scan_int(&s, 1, INT_MAX, &pid) || !ft__scan_str(&s, host, sizeof(host)) ||
+	    !ft__scan_keyword(&s, "nonce") || !ft__scan_num(&s, 16, 0, UINT64_MAX, &nonce) ||
+	    !ft__scan_keyword(&s, "first") || !ft__scan_num(&s, 10, 0, UINT64_MAX, &first) ||
+	    !ft__scan_keyword(&s, "members"))
 		goto corrupt;
 	if (!any && (gen == 0 ? writer_is_stale(pid, host) && before_start(r, path)
 			      : nonce != r->nonce)) {
@@ -539,10 +398,10 @@ static int read_view_opt(const struct mbf *r, uint32_t gen, struct ft__view *v, 
 	got.size = (int)size;
 	for (int i = 0; i < got.size; i++) {
 		int lo = i > 0 ? got.members[i - 1] + 1 : 0;
-		if (lo >= r->world_size || !int_field(&s, lo, r->world_size - 1, &got.members[i]))
+		if (lo >= r->world_size || !ft__scan_int(&s, lo, r->world_size - 1, &got.members[i]))
 			goto corrupt;
 	}
-	if (!at_end(&s))
+	if (!ft__scan_at_end(&s))
 		goto corrupt;
 	free(buf);
 	got.generation = gen;
@@ -637,7 +496,7 @@ static int mbf_depart(struct ft__mb *mb, uint64_t next_op)
 static int departed(const struct mbf *r, int orig)
 {
 	char path[800], buf[LEFT_FILE_MAX];
-	struct scan s;
+	struct ft__scan s;
 	uint64_t next, nonce;
 	bool cut;
 	int pid, n;
@@ -646,10 +505,10 @@ static int departed(const struct mbf *r, int orig)
 	n = read_file(path, buf, sizeof(buf), &cut);
 	if (n == -ENOENT)
 		return 0;
-	s = (struct scan){.p = buf, .end = buf + (n > 0 ? n : 0), .first = true};
-	if (n < 0 || cut || !int_field(&s, 1, INT_MAX, &pid) ||
-	    !num_field(&s, 10, 0, UINT64_MAX, &next) || !num_field(&s, 16, 0, UINT64_MAX, &nonce) ||
-	    !at_end(&s))
+	s = (struct ft__scan){.p = buf, .end = buf + (n > 0 ? n : 0), .first = true};
+	if (n < 0 || cut || !ft__scan_int(&s, 1, INT_MAX, &pid) ||
+	    !ft__scan_num(&s, 10, 0, UINT64_MAX, &next) || !ft__scan_num(&s, 16, 0, UINT64_MAX, &nonce) ||
+	    !ft__scan_at_end(&s))
 		return -1;
 	return nonce == r->nonce;
 }

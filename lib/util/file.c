@@ -1,5 +1,6 @@
 /* file.c: the check that a per-user directory in a shared place is this user's alone. */
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,6 +41,44 @@ int ft__dir_private(const char *dir, unsigned flags)
 			  (unsigned)(st.st_mode & 07777),
 			  flags & FT__DIR_UNREADABLE ? "access" : "write access");
 		return -FT_EACCES;
+	}
+	return 0;
+}
+
+int ft__mkdir_p(const char *dir)
+{
+	char path[PATH_MAX];
+	size_t n = strlen(dir);
+
+	if (n == 0 || n >= sizeof(path))
+		return -FT_EINVAL;
+	memcpy(path, dir, n + 1);
+	for (char *p = path + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char ch = *p;
+		*p = '\0';
+		if (mkdir(path, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		*p = ch;
+		if (ch == '\0')
+			break;
+	}
+	return 0;
+}
+
+/* Whole buffers at an offset (file.h). */
+int ft__write_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -FT_EIO;
+		done += (size_t)n;
 	}
 	return 0;
 }

@@ -1,6 +1,9 @@
-/* file.h: per-user directories the library makes in shared places (/tmp, /dev/shm), checked private. */
+/* file.h: per-user directories the library makes in shared places (/tmp, /dev/shm), checked private; the one mkdir -p and the one whole write. */
 #ifndef FTCC_FILE_H
 #define FTCC_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 /* What else ft__dir_private refuses: group or other access of any kind,
  * not only write (a directory of gradient logs). */
@@ -18,5 +21,13 @@
  * it can be neither made nor examined).
  */
 int ft__dir_private(const char *dir, unsigned flags);
+
+/* Makes dir and its missing parents (mode 0700). 0, -FT_EINVAL for an empty
+ * or too long path, or -errno (callers map it at the API: ft__errno). */
+int ft__mkdir_p(const char *dir);
+
+/* Writes all len bytes of buf at offset off of fd (pwrite may be cut
+ * short or interrupted). 0, -errno, or -FT_EIO when nothing was written. */
+int ft__write_all(int fd, const void *buf, size_t len, uint64_t off);
 
 #endif
