@@ -67,7 +67,7 @@ endif
 
 # lib/ in rooms by concern (README, "Layout"); every room's headers are on the include path.
 ROOMS := lib/core lib/policy lib/membership lib/bootstrap lib/durable lib/util transports
-LIB_SRC := $(wildcard lib/*.c $(ROOMS:%=%/*.c))
+LIB_SRC := $(wildcard lib/*.c $(ROOMS:%=%/*.c) transports/tcp/*.c)
 # libcrypto (OpenSSL, libssl-dev): HMAC-SHA256, random bytes, constant-time
 # compare for the handshakes and tokens (README, "Dependencies"). Required.
 CRYPTO_CFLAGS := $(shell $(PKG_CONFIG) --cflags libcrypto 2>/dev/null)

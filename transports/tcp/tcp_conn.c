@@ -1,0 +1,485 @@
+/* tcp_conn.c: the TCP transport's links made: connect, accept, the handshake (hello, challenge, proof) and the connections short of it. */
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <stdbool.h>
+
+#include "auth.h"
+#include "crc32c.h"
+#include "fdreg.h"
+#include "internal.h"
+#include "sock.h"
+#include "tcp.h"
+#include "transport.h"
+int ft__tcp_local_addr(struct ft_transport *tp, char *buf, size_t len)
+{
+	if (strlen(tp->addr) >= len)
+		return -FT_EINVAL;
+	strcpy(buf, tp->addr);
+	return 0;
+}
+
+static struct ft_link *link_new(struct ft_transport *tp, int fd, int peer, bool sending)
+{
+	struct ft_link *l = calloc(1, sizeof(*l));
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET};
+
+	if (l == NULL)
+		return NULL;
+	l->in = malloc(TCP_INBUF);
+	if (l->in == NULL) {
+		free(l);
+		return NULL;
+	}
+	l->tp = tp;
+	l->fd = fd;
+	l->peer = peer;
+	l->sending = sending;
+	l->need_ack = sending;
+	l->can_read = l->can_write = true;
+	l->lowat = 1;
+	ev.data.ptr = l;
+	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+		free(l->in);
+		free(l);
+		return NULL;
+	}
+	l->next = tp->links;
+	tp->links = l;
+	return l;
+}
+
+int ft__tcp_connect(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
+		       int timeout_ms, struct ft_link **out)
+{
+	int64_t deadline = ft__now_ms() + timeout_ms;
+	struct ft__sock_addr to;
+	int fd = -1, rc, delay_ms = 1;
+
+	*out = NULL;
+	if (ft__sock_resolve(addr, &to) != 0) {
+		ft__error("tcp: malformed or unresolvable peer address '%s'", addr);
+		return -FT_EINVAL;
+	}
+	/* A peer may not listen yet or have a full backlog: retry until the deadline. */
+	for (;;) {
+		rc = ft__sock_connect(&to, &tp->sock_opts, deadline, &fd);
+		if (rc == 0 || rc == -FT_EIO)
+			break;
+		if (ft__ms_left(deadline) == 0) {
+			ft__error("tcp: cannot connect to %s: %s", addr, ft_strerror(rc));
+			return rc;
+		}
+		if (tp->interrupted != NULL && tp->interrupted(tp->interrupt_arg))
+			return -FT_EABORTED;
+		struct timespec ts = {0, (long)delay_ms * 1000000L};
+		nanosleep(&ts, NULL);
+		delay_ms = delay_ms < 50 ? delay_ms * 2 : 50;
+	}
+	if (rc != 0)
+		return rc;
+	ft__fd_own(fd);
+	rc = ft__sock_write_full(fd, hello, sizeof(*hello), deadline);
+	if (rc != 0)
+		goto fail;
+	*out = link_new(tp, fd, hello->to_rank, true);
+	if (*out == NULL) {
+		rc = -FT_ENOMEM;
+		goto fail;
+	}
+	(*out)->hello = *hello;
+	return 0;
+fail:
+	ft__fd_close(fd);
+	return rc;
+}
+
+/* Answers a whole hello with rc (best effort) and closes fd. */
+static void refuse_fd(const struct ft_transport *tp, int fd, const struct ft_hello *hello, int rc)
+{
+	struct ft_hello_ack ack;
+
+	if (hello != NULL) {
+		ft_hello_ack_seal(&ack, hello->nonce, NULL, rc, tp->token);
+		(void)!send(fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
+	ft__fd_close(fd);
+}
+
+static void refuse(struct ft_transport *tp, struct pending_conn *pc, int rc, const char *why)
+{
+	ft__warn_gated(&tp->warn, "tcp: refused connection from %s: %s (%s)", pc->from, why,
+		       ft_strerror(rc));
+	/* a challenged connection has had its answer */
+	refuse_fd(tp, pc->fd, pc->got == sizeof(pc->hello) && !pc->challenged ? &pc->hello : NULL,
+		  rc);
+	pc->fd = -1;
+}
+
+/* Keeps pc when its handshake is valid but for a later generation. */
+static bool keep_early(struct ft_transport *tp, const struct ft_hello *expect,
+		       struct pending_conn *pc)
+{
+	struct ft_hello later = *expect;
+
+	if (pc->hello.generation <= expect->generation)
+		return false;
+	later.generation = pc->hello.generation;
+	later.from_rank = -1;
+	if (ft_hello_check(&later, &pc->hello, tp->token) != 0)
+		return false;
+	if (tp->early == NULL)
+		tp->early = calloc(TCP_EARLY_MAX, sizeof(*tp->early));
+	if (tp->early == NULL || tp->nearly == TCP_EARLY_MAX)
+		return false;
+	tp->early[tp->nearly++] = (struct early_conn){.fd = pc->fd, .hello = pc->hello};
+	pc->fd = -1;
+	return true;
+}
+
+/* Answers pc's hello, which passed, with a fresh challenge: 0, or the
+ * error (pc is left for the caller to refuse). */
+static int challenge(const struct ft_transport *tp, struct pending_conn *pc)
+{
+	struct ft_hello_ack ack;
+	int rc = ft__auth_random(pc->challenge, sizeof(pc->challenge));
+
+	if (rc != 0)
+		return rc;
+	ft_hello_ack_seal(&ack, pc->hello.nonce, pc->challenge, 0, tp->token);
+	/* the first bytes on a fresh socket: they fit, or the peer is no rank */
+	if (send(pc->fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack))
+		return -FT_EPROTO;
+	pc->challenged = true;
+	pc->pgot = 0;
+	return 0;
+}
+
+/* Makes the link of a handshake whose proof passed; fd is consumed. */
+static int accept_finish(struct ft_transport *tp, int fd, const struct ft_hello *hello,
+			 struct ft_link **out, struct ft_hello *got)
+{
+	ft__sock_tune(fd, &tp->sock_opts);
+	*out = link_new(tp, fd, hello->from_rank, false);
+	if (*out == NULL) {
+		ft__fd_close(fd);
+		return -FT_ENOMEM;
+	}
+	*got = *hello;
+	return 0;
+}
+
+/*
+ * A connecting link's answer, once whole in its inbound buffer: checked,
+ * and the proof of its challenge made ready to go before any frame. Reads
+ * more input when the answer is not whole yet; a link that fails is left
+ * for progress to report.
+ */
+void ft__tcp_take_answer(struct ft_link *l)
+{
+	struct ft_hello_ack ack;
+	int st;
+
+	while (l->need_ack && !l->error) {
+		if (l->in_end - l->in_start < sizeof(ack)) {
+			if (!ft__tcp_fill_inbuf(l)) {
+				if (l->eof && !l->error)
+					ft__tcp_link_fail(l, -FT_EPEERFAILED);
+				return;
+			}
+			continue;
+		}
+		memcpy(&ack, l->in + l->in_start, sizeof(ack));
+		l->in_start += sizeof(ack);
+		l->need_ack = false;
+		st = ft_hello_ack_check(&ack, l->hello.nonce, l->tp->token);
+		if (st != 0) {
+			ft__error("tcp: rank %d refused our link: %s", l->peer, ft_strerror(st));
+			ft__tcp_link_fail(l, st);
+			return;
+		}
+		ft_hello_proof_seal(&l->proof, &l->hello, ack.challenge, l->tp->token);
+		l->proof_left = sizeof(l->proof);
+	}
+}
+
+/* Writes what is left of a connecting link's proof, without waiting. */
+void ft__tcp_send_proof(struct ft_link *l)
+{
+	while (l->proof_left > 0 && l->can_write && !l->error) {
+		ssize_t n = send(l->fd, (char *)&l->proof + sizeof(l->proof) - l->proof_left,
+				 l->proof_left, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0)
+			l->proof_left -= (size_t)n;
+		else if (n < 0 && errno == EAGAIN)
+			l->can_write = false;
+		else if (n < 0 && errno != EINTR)
+			ft__tcp_link_fail(l, ft__sock_error(errno));
+	}
+}
+
+#define TCP_DRIVE_MAX 16
+
+/* This transport's connecting links still short of an answer (at most max). */
+static int awaiting_answer(struct ft_transport *tp, struct ft_link **out, int max)
+{
+	int n = 0;
+
+	for (struct ft_link *l = tp->links; l != NULL && n < max; l = l->next)
+		if (l->sending && (l->need_ack || l->proof_left > 0) && !l->error)
+			out[n++] = l;
+	return n;
+}
+
+/* Answers the challenges that came back to our own connects (the peer's
+ * accept waits for the proof while we wait in ours). */
+static void drive_connects(struct ft_link **drv, int n)
+{
+	for (int i = 0; i < n; i++) {
+		drv[i]->can_read = drv[i]->can_write = true;
+		ft__tcp_take_answer(drv[i]);
+		ft__tcp_send_proof(drv[i]);
+	}
+}
+
+/* Reads more of pc's hello, or of its proof once challenged: false when
+ * it closed or failed (pc refused), true otherwise. */
+static bool pending_read(struct ft_transport *tp, struct pending_conn *pc)
+{
+	char *at = pc->challenged ? (char *)&pc->proof + pc->pgot : (char *)&pc->hello + pc->got;
+	size_t want = pc->challenged ? sizeof(pc->proof) - pc->pgot : sizeof(pc->hello) - pc->got;
+	ssize_t r = recv(pc->fd, at, want, 0);
+
+	if (r <= 0) {
+		if (r < 0 && (errno == EAGAIN || errno == EINTR))
+			return true;
+		refuse(tp, pc, -FT_EPROTO, "closed before its handshake");
+		return false;
+	}
+	if (pc->challenged)
+		pc->pgot += (size_t)r;
+	else
+		pc->got += (size_t)r;
+	return true;
+}
+
+/* Judges pc's whole hello: challenged (true) when it passes, else kept for
+ * a later generation or refused (false). */
+static bool judge_hello(struct ft_transport *tp, const struct ft_hello *expect,
+			struct pending_conn *pc)
+{
+	int rc = ft_hello_check(expect, &pc->hello, tp->token);
+	bool replay = false;
+	char why[160];
+
+	if (rc != 0 && keep_early(tp, expect, pc))
+		return false;
+	if (rc == -FT_EAUTH &&
+	    (expect->from_rank < 0 || pc->hello.from_rank == expect->from_rank))
+		tp->auth_refused = true;
+	/* a copy of a hello that owns a link already: refused at once, loudly */
+	if (rc == 0 && ft__auth_seen_has(&tp->seen, pc->hello.nonce)) {
+		replay = true;
+		rc = -FT_EAUTH;
+	}
+	if (rc == 0 && (rc = challenge(tp, pc)) == 0)
+		return true;
+	snprintf(why, sizeof(why), "%shandshake of rank %d for rank %d, generation %u, kind %u",
+		 replay ? "replayed " : "", pc->hello.from_rank, pc->hello.to_rank,
+		 pc->hello.generation, pc->hello.kind);
+	refuse(tp, pc, rc, pc->hello.magic == FT_HELLO_MAGIC ? why : "bad magic");
+	return false;
+}
+
+/* Judges pc's whole proof: 0 when the link is made, else pc is refused. */
+static int judge_proof(struct ft_transport *tp, const struct ft_hello *expect,
+		       struct pending_conn *pc, struct ft_link **out, struct ft_hello *got)
+{
+	int rc;
+
+	/* a failed proof is no news of the rank its hello names: anyone may
+	 * copy a hello, so it never makes the accept's timeout -FT_EAUTH */
+	if (ft_hello_proof_check(&pc->proof, &pc->hello, pc->challenge, tp->token) != 0) {
+		refuse(tp, pc, -FT_EAUTH, "a hello whose sender could not prove it (a copy?)");
+		return -FT_EAUTH;
+	}
+	/* challenged by an accept that was interrupted: this one may expect
+	 * another generation */
+	if ((rc = ft_hello_check(expect, &pc->hello, tp->token)) != 0) {
+		refuse(tp, pc, rc, "a proved hello this accept does not expect");
+		return rc;
+	}
+	if (ft__auth_seen_add(&tp->seen, pc->hello.nonce) != 0) {
+		refuse(tp, pc, -FT_EAUTH, "a hello proved twice");
+		return -FT_EAUTH;
+	}
+	rc = accept_finish(tp, pc->fd, &pc->hello, out, got);
+	pc->fd = -1;
+	return rc;
+}
+
+void ft__tcp_answer_challenges(struct ft_transport *tp)
+{
+	struct ft_link *drv[TCP_DRIVE_MAX];
+
+	drive_connects(drv, awaiting_answer(tp, drv, TCP_DRIVE_MAX));
+}
+
+int ft__tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
+		      struct ft_link **out, struct ft_hello *got)
+{
+	int64_t deadline = ft__now_ms() + timeout_ms;
+	struct pollfd pfd[TCP_PENDING_ACCEPT + 1 + TCP_DRIVE_MAX];
+	struct ft_link *drv[TCP_DRIVE_MAX];
+	struct pending_conn *pend;
+	int npend, ndrv, rc = -FT_ETIMEDOUT;
+
+	*out = NULL;
+	/* Connections short of their handshake outlive an interrupted call: an
+	 * accept cut short by a failure must not lose a neighbour's link. */
+	if (tp->pend == NULL && (tp->pend = calloc(TCP_PENDING_ACCEPT, sizeof(*tp->pend))) == NULL)
+		return -FT_ENOMEM;
+	pend = tp->pend;
+	npend = tp->npend;
+	/* a neighbour of this generation may have connected before we got here */
+	tp->auth_refused = false;
+	for (int i = 0; i < tp->nearly; i++) {
+		struct early_conn e = tp->early[i];
+		if (e.hello.generation > expect->generation)
+			continue;
+		tp->early[i--] = tp->early[--tp->nearly];
+		if (npend == TCP_PENDING_ACCEPT) {
+			ft__fd_close(e.fd);
+			continue;
+		}
+		pend[npend] = (struct pending_conn){.fd = e.fd, .got = sizeof(e.hello),
+						    .hello = e.hello};
+		snprintf(pend[npend].from, sizeof(pend[npend].from), "an early connection");
+		if (judge_hello(tp, expect, &pend[npend]))
+			npend++;
+		else if (pend[npend].fd >= 0)
+			ft__fd_close(pend[npend].fd); /* kept again for a later generation: not here */
+	}
+	rc = -FT_ETIMEDOUT;
+	for (;;) {
+		int n = 0, left = ft__ms_left(deadline);
+		ndrv = awaiting_answer(tp, drv, TCP_DRIVE_MAX);
+		drive_connects(drv, ndrv);
+		pfd[n++] = (struct pollfd){.fd = tp->listen_fd, .events = POLLIN};
+		for (int i = 0; i < npend; i++)
+			pfd[n++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+		for (int i = 0; i < ndrv; i++)
+			pfd[n++] = (struct pollfd){.fd = drv[i]->fd,
+						   .events = drv[i]->need_ack ? POLLIN : POLLOUT};
+		if (left == 0)
+			break;
+		if (tp->interrupted != NULL) {
+			if (tp->interrupted(tp->interrupt_arg)) {
+				rc = -FT_EABORTED;
+				break;
+			}
+			if (left > 20)
+				left = 20;
+		}
+		if (poll(pfd, (nfds_t)n, left) < 0 && errno != EINTR) {
+			rc = -FT_EIO;
+			break;
+		}
+		bool backlog_blocked = (pfd[0].revents & POLLIN) && npend == TCP_PENDING_ACCEPT;
+		int npolled = npend;
+		if ((pfd[0].revents & POLLIN) && npend < TCP_PENDING_ACCEPT) {
+			struct sockaddr_storage ss;
+			socklen_t sl = sizeof(ss);
+			int fd = accept4(tp->listen_fd, (struct sockaddr *)&ss, &sl,
+					 SOCK_CLOEXEC | SOCK_NONBLOCK);
+			if (fd >= 0) {
+				ft__fd_own(fd);
+				struct pending_conn *pc = &pend[npend++];
+				char h[NI_MAXHOST] = "?", p[NI_MAXSERV] = "?";
+				getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
+					    NI_NUMERICHOST | NI_NUMERICSERV);
+				*pc = (struct pending_conn){.fd = fd};
+				snprintf(pc->from, sizeof(pc->from), "%.46s:%.5s", h, p);
+			}
+		}
+		for (int i = 0; i < npolled; i++) {
+			struct pending_conn *pc = &pend[i];
+			if (!(pfd[1 + i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			if (!pending_read(tp, pc))
+				continue;
+			if (!pc->challenged) {
+				if (pc->got == sizeof(pc->hello))
+					(void)judge_hello(tp, expect, pc);
+				continue;
+			}
+			if (pc->pgot < sizeof(pc->proof))
+				continue;
+			rc = judge_proof(tp, expect, pc, out, got);
+			if (rc == 0 || rc == -FT_ENOMEM)
+				goto done;
+			rc = -FT_ETIMEDOUT;
+		}
+		/* Compact refused entries. */
+		int k = 0;
+		for (int i = 0; i < npend; i++)
+			if (pend[i].fd >= 0)
+				pend[k++] = pend[i];
+		npend = k;
+		/* Every slot holds a connection still short of its handshake while
+		 * another waits in the backlog: drop the oldest that has not sent
+		 * a hello whose MAC checks out (a stranger's), else the oldest, so
+		 * that stalled peers cannot lock a valid one out (nor leave poll
+		 * spinning on the readable listening socket until the deadline),
+		 * and strangers never push out a rank's link being made (its
+		 * connect would take the close for the rank's death). */
+		if (backlog_blocked && npend == TCP_PENDING_ACCEPT) {
+			int old = 0;
+			while (old < npend - 1 && pend[old].challenged)
+				old++;
+			if (pend[old].challenged)
+				old = 0;
+			refuse(tp, &pend[old], -FT_ETIMEDOUT, "too many connections short of a handshake");
+			memmove(pend + old, pend + old + 1, (size_t)(--npend - old) * sizeof(pend[0]));
+		}
+	}
+done:
+	/* Interrupted (a failure is being handled, the accept will be called
+	 * again): keep what is short of its handshake. A link made: keep what
+	 * sent no whole hello yet, for the next accept to judge (a neighbour
+	 * that adopted the next view first may be connecting for it: closing
+	 * its connection made it take this rank for dead), drop the rest (a
+	 * copy raced ahead of the original ends here). Given up: drop all. */
+	tp->npend = 0;
+	for (int i = 0; i < npend; i++) {
+		if (pend[i].fd < 0)
+			continue;
+		if (rc == -FT_EABORTED ||
+		    (rc == 0 && !pend[i].challenged && pend[i].got < sizeof(pend[i].hello))) {
+			pend[tp->npend++] = pend[i];
+			continue;
+		}
+		ft__warn_gated(&tp->warn, "tcp: dropped connection from %s that completed no handshake",
+			       pend[i].from);
+		ft__fd_close(pend[i].fd);
+	}
+	/* our own connects may have been answered while we took this one */
+	ndrv = awaiting_answer(tp, drv, TCP_DRIVE_MAX);
+	drive_connects(drv, ndrv);
+	if (rc == -FT_ETIMEDOUT && tp->auth_refused) {
+		ft__error("tcp: rank %d's handshakes failed for their token, job or version",
+			  expect->from_rank);
+		rc = -FT_EAUTH;
+	} else if (rc == -FT_ETIMEDOUT) {
+		ft__error("tcp: no valid connection from rank %d within %d ms", expect->from_rank,
+			  timeout_ms);
+	}
+	return rc;
+}
