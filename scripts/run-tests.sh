@@ -73,6 +73,7 @@ summary() {
 	[ "$fail" -eq 0 ]
 }
 if [ -n "$units" ]; then
+	item check-house 60 /usr/bin/python3 "$(dirname "$0")/check-house.py"
 	fuzz_replays
 	for t in "$@"; do
 		item "$t" 900 "$t" --jobs "$JOBS" --short-filename
@@ -81,6 +82,7 @@ if [ -n "$units" ]; then
 	exit
 fi
 item check-lib 300 "$(dirname "$0")/check-lib.sh" "$B"
+item check-house 60 /usr/bin/python3 "$(dirname "$0")/check-house.py"
 item check-build 300 "$(dirname "$0")/check-build.sh"
 item check-install 300 "$(dirname "$0")/check-install.sh" "$B"
 # Exact rejoin: real processes killed from outside and at injection points,

@@ -339,7 +339,7 @@ Test(config, parse_size, .timeout = 20)
 }
 
 /*
- * Known bugs in ft__parse_size (lib/util/config.c), see the patch in the report:
+ * Known bugs in ft__parse_size (lib/bootstrap/config.c), see the patch in the report:
  * a suffix shift that overflows wraps silently (2^44+1 M is taken as 1 MiB,
  * 2^54+4 K as 4 KiB), and a lone 'i' or "iB" with no K/M/G is accepted as
  * if it were "B". Enable once the fix lands.
