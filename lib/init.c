@@ -71,12 +71,12 @@ static int local_ranks(const struct ft_comm *c)
 /* Segment size when the configuration leaves it to the transport (tp NULL: none opened). */
 static size_t default_segment(struct ft_comm *c)
 {
-	size_t s = c->tp != NULL && c->tp_ops->size > offsetof(struct ft_transport_ops, segment_bytes) &&
+	size_t s = c->tp != NULL && c->tp_ops->size > offsetof(struct ft__transport_ops, segment_bytes) &&
 			   c->tp_ops->segment_bytes != NULL
 		   ? c->tp_ops->segment_bytes(c->tp)
 		   : 0;
 
-	return s >= 4096 && s <= FT_FRAME_MAX_PAYLOAD ? s : DEFAULT_SEGMENT;
+	return s >= 4096 && s <= FT__FRAME_MAX_PAYLOAD ? s : DEFAULT_SEGMENT;
 }
 
 /*
@@ -132,7 +132,7 @@ static void init_fault(struct ft_comm *c, enum ft__fault_phase phase)
 
 static int comm_join(struct ft_comm *c)
 {
-	struct ft_tp_params params = {
+	struct ft__tp_params params = {
 		.rank = c->cfg.rank,
 		.bind_host = c->host.listen,
 		.publish_host = c->host.publish,
@@ -302,7 +302,7 @@ static int init_call(const struct ft_config *cfg, struct ft_comm **comm)
 	}
 	ft__log_level = c->cfg.log_level;
 	ft__log_rank = c->cfg.rank;
-	c->tp_ops = ft_transport_lookup(c->cfg.transport);
+	c->tp_ops = ft__transport_lookup(c->cfg.transport);
 	if (c->tp_ops == NULL) {
 		ft__error("transport '%s' is not built into this library", c->cfg.transport);
 		comm_free(c);

@@ -12,7 +12,7 @@
 #include "store_server.h"
 
 struct served {
-	struct store *s;
+	struct ft__store_server *s;
 	atomic_bool stop;
 	char addr[128];
 	/* ranks of job (of world ranks) whose death the launcher saw: told to
@@ -31,12 +31,12 @@ static void *serve(void *arg)
 	size_t cap = 0;
 
 	while (!atomic_load(&sv->stop)) {
-		size_t need = store_poll_count(sv->s), n;
-		int ms = store_poll_timeout(sv->s);
+		size_t need = ft__store_server_poll_count(sv->s), n;
+		int ms = ft__store_server_poll_timeout(sv->s);
 		unsigned died = atomic_exchange(&sv->died, 0);
 		for (uint32_t r = 0; died != 0 && r < sv->world; r++)
 			if (died & 1u << r) {
-				store_rank_died(sv->s, sv->job, sv->world, r);
+				ft__store_server_rank_died(sv->s, sv->job, sv->world, r);
 				atomic_fetch_or(&sv->told, 1u << r);
 			}
 		if (need > cap) {
@@ -45,9 +45,9 @@ static void *serve(void *arg)
 			pfds = calloc(cap, sizeof(*pfds));
 			cr_assert_not_null(pfds);
 		}
-		n = store_poll_fill(sv->s, pfds);
+		n = ft__store_server_poll_fill(sv->s, pfds);
 		(void)poll(pfds, n, ms < 0 || ms > 50 ? 50 : ms);
-		store_handle(sv->s, pfds, n);
+		ft__store_server_handle(sv->s, pfds, n);
 	}
 	free(pfds);
 	return NULL;

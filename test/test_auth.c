@@ -394,7 +394,7 @@ static void skip_without_fabric(const char *prov)
 {
 	char cmd[128];
 
-	if (ft_transport_lookup("fabric") == NULL) {
+	if (ft__transport_lookup("fabric") == NULL) {
 		fprintf(stderr, "SKIPPED: this build has no libfabric transport\n");
 		cr_skip_test("no libfabric transport in this build");
 	}

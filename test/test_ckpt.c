@@ -94,16 +94,16 @@ static void fill(float *p, size_t n, float v)
 /* The blocks saved by round `round`, from the journal on disk. */
 static size_t saved_in(size_t round, unsigned char *set, size_t nb)
 {
-	struct ft__ck_image img;
+	struct ft__ckpt_image img;
 	size_t n = 0;
 
-	cr_assert_eq(ft__ck_image_open(jdir, 0, &img), 0);
+	cr_assert_eq(ft__ckpt_image_open(jdir, 0, &img), 0);
 	cr_assert_eq(img.nblocks, nb);
 	for (size_t b = 0; b < nb; b++) {
 		set[b] = img.tab[b].round[0] == round || img.tab[b].round[1] == round;
 		n += set[b];
 	}
-	ft__ck_image_free(&img);
+	ft__ckpt_image_free(&img);
 	return n;
 }
 
@@ -260,7 +260,7 @@ Test(ckpt, partial_restore_only_requested, .timeout = 30)
 
 /* ---- torn and flipped copies ---- */
 
-enum { TB = 1024, TNB = 8, TBYTES = (TNB - 1) * TB + 512, TSTRIDE = FT__CK_HDR + TB };
+enum { TB = 1024, TNB = 8, TBYTES = (TNB - 1) * TB + 512, TSTRIDE = FT__CKPT_HDR + TB };
 
 /* Two full rounds: A at step 1, B at step 2. */
 static struct ft_comm *two_rounds(float *st, float *A, float *B)
@@ -283,14 +283,14 @@ static struct ft_comm *two_rounds(float *st, float *A, float *B)
 
 static void newest_path(char *path, size_t cap)
 {
-	struct ft__ck_image img;
+	struct ft__ckpt_image img;
 
-	cr_assert_eq(ft__ck_image_open(jdir, 0, &img), 0);
+	cr_assert_eq(ft__ckpt_image_open(jdir, 0, &img), 0);
 	int s = img.tab[0].round[1] > img.tab[0].round[0];
 	for (size_t b = 0; b < img.nblocks; b++)
 		cr_assert_eq(img.tab[b].round[s], 2);
-	ft__ck_image_free(&img);
-	cr_assert_eq(ft__ck_path(path, cap, jdir, 0, 0, s), 0);
+	ft__ckpt_image_free(&img);
+	cr_assert_eq(ft__ckpt_path(path, cap, jdir, 0, 0, s), 0);
 }
 
 static char *slurp(const char *path, size_t *len)
@@ -345,7 +345,7 @@ Test(ckpt, torn_at_every_block_boundary, .timeout = 60)
 
 	newest_path(path, sizeof(path));
 	orig = slurp(path, &len);
-	cr_assert_eq(len, (size_t)(TNB - 1) * TSTRIDE + FT__CK_HDR + 512);
+	cr_assert_eq(len, (size_t)(TNB - 1) * TSTRIDE + FT__CKPT_HDR + 512);
 	for (int k = 0; k <= TNB; k++) {
 		/* cut at the boundary: the newest copies of blocks k.. are gone */
 		cr_assert_eq(truncate(path, k < TNB ? (off_t)k * TSTRIDE : (off_t)len), 0);
@@ -361,7 +361,7 @@ Test(ckpt, torn_at_every_block_boundary, .timeout = 60)
 		cr_assert_eq(ft__ckpt_verify(jdir, 0, NULL, false), -FT_ECORRUPT, "%s", what);
 		expect_blocks(c, A, B, k, TNB, what);
 		put_back(path, orig, len);
-		cr_assert_eq(truncate(path, (off_t)k * TSTRIDE + FT__CK_HDR + 100), 0);
+		cr_assert_eq(truncate(path, (off_t)k * TSTRIDE + FT__CKPT_HDR + 100), 0);
 		snprintf(what, sizeof(what), "cut in block %d's data", k);
 		cr_assert_eq(ft__ckpt_verify(jdir, 0, NULL, false), -FT_ECORRUPT, "%s", what);
 		expect_blocks(c, A, B, k, TNB, what);
@@ -396,7 +396,7 @@ Test(ckpt, bit_flip, .timeout = 30)
 	orig = slurp(path, &len);
 	for (int k = 0; k < TNB; k++) {
 		char flipped[8];
-		size_t at = (size_t)k * TSTRIDE + FT__CK_HDR + 37 + (size_t)k;
+		size_t at = (size_t)k * TSTRIDE + FT__CKPT_HDR + 37 + (size_t)k;
 		memcpy(flipped, orig, 0);
 		orig[at] ^= 0x10;
 		put_back(path, orig, len);
@@ -407,13 +407,13 @@ Test(ckpt, bit_flip, .timeout = 30)
 	put_back(path, orig, len);
 	cr_assert_eq(ft__ckpt_verify(jdir, 0, NULL, false), 0);
 	/* both copies of block 3 bad: no valid copy */
-	orig[3 * TSTRIDE + FT__CK_HDR] ^= 1;
+	orig[3 * TSTRIDE + FT__CKPT_HDR] ^= 1;
 	put_back(path, orig, len);
 	snprintf(other, sizeof(other), "%s", path);
 	other[strlen(other) - 5] = other[strlen(other) - 5] == 'a' ? 'b' : 'a';
 	size_t olen;
 	char *o = slurp(other, &olen);
-	o[3 * TSTRIDE + FT__CK_HDR] ^= 1;
+	o[3 * TSTRIDE + FT__CKPT_HDR] ^= 1;
 	put_back(other, o, olen);
 	memset(out, 0x77, sizeof(out));
 	cr_assert_eq(ft_ckpt_restore(c, 0, 0, 0, TNB, out, 0, &ri), -FT_ECORRUPT);
@@ -440,7 +440,7 @@ Test(ckpt, uncommitted_round, .timeout = 60)
 	char *j3;
 	struct stat s;
 
-	cr_assert_eq(ft__ck_path(jpath, sizeof(jpath), jdir, 0, -1, 0), 0);
+	cr_assert_eq(ft__ckpt_path(jpath, sizeof(jpath), jdir, 0, -1, 0), 0);
 	cr_assert_eq(stat(jpath, &s), 0);
 	len2 = (size_t)s.st_size;
 	fill(st, TBYTES / 4, 3);
@@ -450,9 +450,9 @@ Test(ckpt, uncommitted_round, .timeout = 60)
 	j3 = slurp(jpath, &len3);
 	cr_assert_gt(len3, len2);
 	for (size_t cut = len2; cut <= len3; cut += cut + 8 <= len3 || cut == len3 ? 8 : len3 - cut) {
-		struct ft__ck_image img;
+		struct ft__ckpt_image img;
 		put_back(jpath, j3, cut);
-		int rc = ft__ck_image_open(jdir, 0, &img);
+		int rc = ft__ckpt_image_open(jdir, 0, &img);
 		cr_assert_eq(rc, cut == len2 || cut == len3 ? 0 : -FT_ECORRUPT, "cut %zu", cut);
 		cr_assert_eq(img.last_round, cut == len3 ? 3 : 2, "cut %zu", cut);
 		for (size_t b = 0; b < TNB; b++) {
@@ -460,11 +460,11 @@ Test(ckpt, uncommitted_round, .timeout = 60)
 			int slot;
 			size_t l = b + 1 < TNB ? TB : TBYTES - b * TB;
 			const float *want = cut == len3 ? C : B;
-			cr_assert_eq(ft__ck_read_block(&img, 0, b, out, &round, &step, &slot, NULL, 0), 0);
+			cr_assert_eq(ft__ckpt_read_block(&img, 0, b, out, &round, &step, &slot, NULL, 0), 0);
 			cr_assert_eq(memcmp(out, (const char *)want + b * TB, l), 0, "cut %zu block %zu", cut, b);
 			cr_assert_eq(step, cut == len3 ? 3 : 2);
 		}
-		ft__ck_image_free(&img);
+		ft__ckpt_image_free(&img);
 		/* a crash mid-commit is no damage to a committed round */
 		cr_assert_eq(ft__ckpt_verify(jdir, 0, NULL, false), 0, "cut %zu", cut);
 		if (cut == len3)
@@ -529,25 +529,25 @@ Test(ckpt, hostile_journal, .timeout = 60)
 	size_t len;
 	char *j;
 
-	cr_assert_eq(ft__ck_path(jpath, sizeof(jpath), jdir, 0, -1, 0), 0);
+	cr_assert_eq(ft__ckpt_path(jpath, sizeof(jpath), jdir, 0, -1, 0), 0);
 	j = slurp(jpath, &len);
 	for (size_t i = 0; i < len; i++)
 		for (int bit = 0; bit < 8; bit += 3) {
-			struct ft__ck_image img;
+			struct ft__ckpt_image img;
 			j[i] ^= (char)(1 << bit);
-			int rc = ft__ck_parse(j, len, &img);
+			int rc = ft__ckpt_parse(j, len, &img);
 			cr_assert(rc == -FT_ECORRUPT, "flip at %zu: %d", i, rc);
 			cr_assert_leq(img.last_round, 2);
-			ft__ck_image_free(&img);
+			ft__ckpt_image_free(&img);
 			j[i] ^= (char)(1 << bit);
 		}
 	for (size_t cut = 0; cut < len; cut++) {
-		struct ft__ck_image img;
-		int rc = ft__ck_parse(j, cut, &img);
+		struct ft__ckpt_image img;
+		int rc = ft__ckpt_parse(j, cut, &img);
 		/* a prefix that ends at a record boundary is a shorter journal */
 		cr_assert(rc == -FT_ECORRUPT || (rc == 0 && img.valid_bytes == cut), "cut %zu", cut);
 		cr_assert(rc == 0 || img.valid_bytes < cut || img.regs == NULL, "cut %zu", cut);
-		ft__ck_image_free(&img);
+		ft__ckpt_image_free(&img);
 	}
 	free(j);
 	cr_assert_eq(ft_finalize(c), 0);
@@ -570,7 +570,7 @@ Test(ckpt, journal_compaction, .timeout = 60)
 	ft__ckpt_journal_slack = 8192;
 	cr_assert_eq(ft_state_register(c, st, sizeof(st), FT_STATE_SHARDED), 0);
 	cr_assert_eq(ft_ckpt_enable(c, &k), 0);
-	cr_assert_eq(ft__ck_path(jpath, sizeof(jpath), jdir, 0, -1, 0), 0);
+	cr_assert_eq(ft__ckpt_path(jpath, sizeof(jpath), jdir, 0, -1, 0), 0);
 	for (int step = 1; step <= 300; step++) {
 		st[(size_t)(step * 37 % SNB) * SB / 4] += 1;
 		cr_assert_eq(ft_ckpt_step(c, (uint64_t)step), 0);
@@ -583,10 +583,10 @@ Test(ckpt, journal_compaction, .timeout = 60)
 	cr_assert_eq(ft_ckpt_flush(c), 0);
 	cr_assert_lt(most, 8192 + 2 * SNB * 40 + 2 * 1024, "the journal grew to %lld", (long long)most);
 	cr_assert_eq(ft__ckpt_verify(jdir, 0, NULL, false), 0);
-	struct ft__ck_image img;
-	cr_assert_eq(ft__ck_image_open(jdir, 0, &img), 0);
+	struct ft__ckpt_image img;
+	cr_assert_eq(ft__ckpt_image_open(jdir, 0, &img), 0);
 	cr_assert_eq(img.last_round, 300);
-	ft__ck_image_free(&img);
+	ft__ckpt_image_free(&img);
 	/* every block reads back through the compacted journal */
 	cr_assert_eq(ft_ckpt_restore(c, 0, 0, 0, SNB, out, 0, &ri), 0);
 	cr_assert_eq(ri.blocks, SNB);
@@ -1039,7 +1039,7 @@ Test(ckpt, ftcc_ckpt_exit_codes, .timeout = 30)
 	cr_assert_eq(tool(args), 0);
 	newest_path(path, sizeof(path));
 	orig = slurp(path, &len);
-	orig[2 * TSTRIDE + FT__CK_HDR + 9] ^= 4;
+	orig[2 * TSTRIDE + FT__CKPT_HDR + 9] ^= 4;
 	put_back(path, orig, len);
 	snprintf(args, sizeof(args), "'%s'", jdir);
 	cr_assert_eq(tool(args), 1);
@@ -1257,23 +1257,23 @@ Test(ckpt_rejoin, fabric_shm_kill, .timeout = 120)
 Test(ckpt, head_beyond_max_blocks, .timeout = 10)
 {
 	struct {
-		struct ft__cj_rec h;
-		struct ft__cj_head hd;
-		struct ft__cj_region r[2];
+		struct ft__ckpt_jrec h;
+		struct ft__ckpt_jhead hd;
+		struct ft__ckpt_jregion r[2];
 	} j;
-	struct ft__ck_image img;
+	struct ft__ckpt_image img;
 	uint32_t crc;
 
 	memset(&j, 0, sizeof(j));
-	j.h = (struct ft__cj_rec){.magic = FT__CJ_MAGIC, .version = FT__CK_VERSION,
-				  .type = FT__CJ_HEAD, .len = sizeof(j), .count = 2};
-	j.hd = (struct ft__cj_head){.rank = 0, .world_size = 1, .block_bytes = 1};
-	j.r[0] = (struct ft__cj_region){.index = 0, .dtype = FT_UINT8, .bytes = FT__CK_MAX_BLOCKS,
-					.nblocks = FT__CK_MAX_BLOCKS};
-	j.r[1] = (struct ft__cj_region){.index = 1, .dtype = FT_UINT8, .bytes = 1, .nblocks = 1};
+	j.h = (struct ft__ckpt_jrec){.magic = FT__CKPT_JMAGIC, .version = FT__CKPT_VERSION,
+				  .type = FT__CKPT_JHEAD, .len = sizeof(j), .count = 2};
+	j.hd = (struct ft__ckpt_jhead){.rank = 0, .world_size = 1, .block_bytes = 1};
+	j.r[0] = (struct ft__ckpt_jregion){.index = 0, .dtype = FT_UINT8, .bytes = FT__CKPT_MAX_BLOCKS,
+					.nblocks = FT__CKPT_MAX_BLOCKS};
+	j.r[1] = (struct ft__ckpt_jregion){.index = 1, .dtype = FT_UINT8, .bytes = 1, .nblocks = 1};
 	crc = ft__crc32c(0, &j.h, sizeof(j.h));
 	j.h.crc = ft__crc32c(crc, &j.hd, sizeof(j) - sizeof(j.h));
-	cr_assert_eq(ft__ck_parse(&j, sizeof(j), &img), -FT_ECORRUPT);
+	cr_assert_eq(ft__ckpt_parse(&j, sizeof(j), &img), -FT_ECORRUPT);
 	cr_assert_null(img.tab);
-	ft__ck_image_free(&img);
+	ft__ckpt_image_free(&img);
 }

@@ -383,7 +383,7 @@ Test(hostile, stray_connections_are_refused, .timeout = 60)
 {
 	struct tu_job job;
 	struct sockaddr_in sa;
-	struct ft_hello h;
+	struct ft__hello h;
 	int fds[4];
 	const char *tp = getenv("FTCC_TEST_TRANSPORT");
 
@@ -400,23 +400,23 @@ Test(hostile, stray_connections_are_refused, .timeout = 60)
 	memset(junk, 0x5a, sizeof(junk));
 	cr_assert_eq(write(fds[0], junk, sizeof(junk)), (ssize_t)sizeof(junk));
 	memset(&h, 0, sizeof(h));
-	h.magic = FT_HELLO_MAGIC;
-	h.version = FT_PROTO_VERSION;
-	h.kind = FT_LINK_DATA;
+	h.magic = FT__HELLO_MAGIC;
+	h.version = FT__PROTO_VERSION;
+	h.kind = FT__LINK_DATA;
 	h.from_rank = 0;
 	h.to_rank = 1;
 	snprintf(h.job_id, sizeof(h.job_id), "%s", job.job_id);
-	cr_assert_eq(ft_hello_seal(&h, "wrong-token"), 0);
+	cr_assert_eq(ft__hello_seal(&h, "wrong-token"), 0);
 	cr_assert_eq(write(fds[1], &h, sizeof(h)), (ssize_t)sizeof(h));
 	snprintf(h.job_id, sizeof(h.job_id), "another-job");
-	cr_assert_eq(ft_hello_seal(&h, "test-token"), 0);
+	cr_assert_eq(ft__hello_seal(&h, "test-token"), 0);
 	cr_assert_eq(write(fds[2], &h, sizeof(h)), (ssize_t)sizeof(h));
 	cr_assert_eq(write(fds[3], &h, 10), 10);
 	tu_spawn(&job, 0, run_sum_check, NULL, NULL);
 	tu_spawn(&job, 2, run_sum_check, NULL, NULL);
 	cr_assert_eq(tu_wait(&job, 30000, NULL), 0);
 	/* The refused handshakes got an answer saying why. */
-	struct ft_hello_ack ack;
+	struct ft__hello_ack ack;
 	cr_assert_eq(read(fds[1], &ack, sizeof(ack)), (ssize_t)sizeof(ack));
 	cr_assert_eq(ack.status, -FT_EAUTH);
 	for (int i = 0; i < 4; i++)

@@ -885,7 +885,7 @@ Test(init, invalid_configs, .timeout = 20)
 	cfg.segment_bytes = 4095;
 	expect_init_fails(&cfg, -FT_EINVAL, "segment 4095");
 	cfg = one_rank();
-	cfg.segment_bytes = (size_t)FT_FRAME_MAX_PAYLOAD + 1;
+	cfg.segment_bytes = (size_t)FT__FRAME_MAX_PAYLOAD + 1;
 	expect_init_fails(&cfg, -FT_EINVAL, "segment above 64M");
 	cfg = one_rank();
 	cfg.pipeline_depth = 0;
@@ -1140,12 +1140,12 @@ Test(config, from_env_sized, .timeout = 20)
 	cr_expect_eq(ft_config_from_env_size(&small, 0, NULL, 0), -FT_EINVAL);
 }
 
-/* Transport knobs: read once, by config.c, into struct ft_tp_env */
+/* Transport knobs: read once, by config.c, into struct ft__tp_env */
 
 Test(config, transport_knobs, .timeout = 20)
 {
 	struct ft_config cfg = FT_CONFIG_INIT;
-	struct ft_tp_env e;
+	struct ft__tp_env e;
 
 	clean_env();
 	unsetenv("MPI_LOCALNRANKS");
@@ -1182,7 +1182,7 @@ Test(config, transport_knobs_malformed, .timeout = 20)
 		{"FTCC_LOG_ENGINE", "fast"},
 	};
 	struct ft_config cfg = FT_CONFIG_INIT;
-	struct ft_tp_env e;
+	struct ft__tp_env e;
 
 	cfg.world_size = 2;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

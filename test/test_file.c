@@ -13,7 +13,7 @@
 
 #include "file.h"
 #include "internal.h"
-#include "log.h"
+#include "jnl.h"
 #include "membership.h"
 
 /*
@@ -185,7 +185,7 @@ Test(file, symlink_at_file_not_followed, .init = setup, .fini = teardown)
 	char root[300], job[400], gen[450], link_path[600], victim[300];
 	struct ft__mb mb0, mb1;
 	struct ft__member m;
-	struct ft__log *log = NULL;
+	struct ft__jnl *log = NULL;
 	struct stat st;
 	int rc;
 
@@ -225,11 +225,11 @@ Test(file, symlink_at_file_not_followed, .init = setup, .fini = teardown)
 	snprintf(link_path, sizeof(link_path), "%s/logs/r0-s0.log", base);
 	plant(link_path, victim);
 	snprintf(link_path, sizeof(link_path), "%s/logs", base);
-	struct ft__log_params lp = {.dir = link_path, .job_id = "job", .rank = 0, .world_size = 2,
-				    .engine = FT__LOG_PWRITE};
-	rc = ft__log_open(&lp, &log);
+	struct ft__jnl_params lp = {.dir = link_path, .job_id = "job", .rank = 0, .world_size = 2,
+				    .engine = FT__JNL_PWRITE};
+	rc = ft__jnl_open(&lp, &log);
 	if (rc == 0)
-		ft__log_close(log);
+		ft__jnl_close(log);
 	cr_assert_neq(rc, 0, "the log opened its slot through a planted link");
 	assert_untouched(victim);
 	snprintf(link_path, sizeof(link_path), "%s/logs/r0-s0.log", base);

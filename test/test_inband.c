@@ -589,7 +589,7 @@ static void store_job(int size)
 
 	n = size;
 	sv.world = (uint32_t)size;
-	cr_assert_eq(store_open(&sv.s, "127.0.0.1", "0", "tok", 0, say_nothing, NULL, sv.addr,
+	cr_assert_eq(ft__store_server_open(&sv.s, "127.0.0.1", "0", "tok", 0, say_nothing, NULL, sv.addr,
 				sizeof(sv.addr)), 0);
 	cr_assert_eq(pthread_create(&sv_thread, NULL, serve, &sv), 0);
 	for (int r = 0; r < n; r++)
@@ -621,7 +621,7 @@ static void end_store_job(void)
 	if (sv.s != NULL) {
 		atomic_store(&sv.stop, true);
 		pthread_join(sv_thread, NULL);
-		store_close(sv.s);
+		ft__store_server_close(sv.s);
 		sv.s = NULL;
 	}
 }

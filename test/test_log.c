@@ -16,7 +16,7 @@
 
 #include "aio.h"
 #include "crc32c.h"
-#include "log.h"
+#include "jnl.h"
 
 #define JOB "test-log-job"
 #define NSEG 4
@@ -42,15 +42,15 @@ static void rm_dir(const char *dir)
 	nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
-static struct ft__log *open_log(const char *dir, enum ft__log_engine engine, bool sync)
+static struct ft__jnl *open_log(const char *dir, enum ft__jnl_engine engine, bool sync)
 {
-	struct ft__log_params p = {
+	struct ft__jnl_params p = {
 		.dir = dir, .job_id = JOB, .rank = 1, .world_size = 3, .sync = sync, .engine = engine,
 	};
-	struct ft__log *l = NULL;
-	int rc = ft__log_open(&p, &l);
+	struct ft__jnl *l = NULL;
+	int rc = ft__jnl_open(&p, &l);
 
-	cr_assert_eq(rc, 0, "ft__log_open: %d", rc);
+	cr_assert_eq(rc, 0, "ft__jnl_open: %d", rc);
 	cr_assert_not_null(l);
 	return l;
 }
@@ -73,12 +73,12 @@ static void make_regs(const void *payload, size_t bytes, struct ft__logreg *regs
 		size_t k = nreg - 1 - i;
 		size_t off = k * per, len = k == nreg - 1 ? bytes - off : per;
 		regs[i] = (struct ft__logreg){.off = off, .len = len};
-		regs[i].crc = ft__log_sum((const char *)payload + off, len);
+		regs[i].crc = ft__jnl_sum((const char *)payload + off, len);
 	}
 }
 
 /* Logs op seq the way an allreduce would: input, frames, end. */
-static void log_op(struct ft__log *l, uint64_t seq, uint64_t count, size_t nframes)
+static void log_op(struct ft__jnl *l, uint64_t seq, uint64_t count, size_t nframes)
 {
 	struct ft__logop op = {.kind = 0, .dtype = FT_FLOAT32, .op = FT_SUM, .root = -1,
 			       .count = count};
@@ -87,7 +87,7 @@ static void log_op(struct ft__log *l, uint64_t seq, uint64_t count, size_t nfram
 	void *payload = NULL;
 	int rc;
 
-	rc = ft__log_begin(l, seq, 7, &op, &payload);
+	rc = ft__jnl_begin(l, seq, 7, &op, &payload);
 	cr_assert_eq(rc, 0, "begin: %d", rc);
 	if (bytes == 0) {
 		cr_assert_null(payload);
@@ -96,14 +96,14 @@ static void log_op(struct ft__log *l, uint64_t seq, uint64_t count, size_t nfram
 		fill(payload, seq, bytes);
 	}
 	make_regs(payload, bytes, regs, NSEG);
-	rc = ft__log_input(l, regs, NSEG);
+	rc = ft__jnl_input(l, regs, NSEG);
 	cr_assert_eq(rc, 0, "input: %d", rc);
 	for (size_t i = 0; i < nframes; i++) {
-		rc = ft__log_frame(l, i % 2 ? FT__LOG_RECV : FT__LOG_SEND, 7, (uint32_t)(i / 2),
+		rc = ft__jnl_frame(l, i % 2 ? FT__JNL_RECV : FT__JNL_SEND, 7, (uint32_t)(i / 2),
 				   (uint32_t)i, i % 2 ? 0 : 2, i * 100, 100, (uint32_t)i);
 		cr_assert_eq(rc, 0, "frame %zu: %d", i, rc);
 	}
-	rc = ft__log_end(l);
+	rc = ft__jnl_end(l);
 	cr_assert_eq(rc, 0, "end: %d", rc);
 }
 
@@ -134,7 +134,7 @@ static void write_whole(const char *path, const void *buf, size_t len)
 
 static void slot_path(char *out, const char *dir, int slot, const char *ext)
 {
-	cr_assert_eq(ft__log_path(out, PATH_MAX, dir, 1, slot, ext), 0);
+	cr_assert_eq(ft__jnl_path(out, PATH_MAX, dir, 1, slot, ext), 0);
 }
 
 /* ---- record collection ---- */
@@ -160,11 +160,11 @@ static void collect(void *arg, const struct ft__logrec *h, const void *body)
 
 /* ---- round trip through each engine ---- */
 
-static void round_trip(enum ft__log_engine engine, bool sync)
+static void round_trip(enum ft__jnl_engine engine, bool sync)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
-	struct ft__log *l;
-	struct ft__log_scan s;
+	struct ft__jnl *l;
+	struct ft__jnl_scan s;
 	struct seen seen;
 	uint64_t seq = 0;
 	uint32_t gen = 0;
@@ -175,23 +175,23 @@ static void round_trip(enum ft__log_engine engine, bool sync)
 
 	tmp_dir(dir, sizeof(dir));
 	l = open_log(dir, engine, sync);
-	if (engine == FT__LOG_URING && strcmp(ft__log_engine_name(l), "io_uring") != 0) {
-		ft__log_close(l);
+	if (engine == FT__JNL_URING && strcmp(ft__jnl_engine_name(l), "io_uring") != 0) {
+		ft__jnl_close(l);
 		rm_dir(dir);
 		fprintf(stderr, "SKIPPED: log/io_uring: io_uring_queue_init failed or liburing "
 				"is not compiled in; the io_uring engine was NOT tested\n");
 		cr_skip_test("io_uring is not available: the io_uring engine was not tested");
 	}
-	if (engine == FT__LOG_PWRITE)
-		cr_assert_str_eq(ft__log_engine_name(l), "pwrite");
+	if (engine == FT__JNL_PWRITE)
+		cr_assert_str_eq(ft__jnl_engine_name(l), "pwrite");
 	/* ops 0..2; op 1 has enough frames to fill several batch buffers */
 	log_op(l, 0, 1000, 4);
 	log_op(l, 1, 100000, 3000);
 	log_op(l, 2, 5003, 10);
-	ft__log_close(l);
+	ft__jnl_close(l);
 
 	/* slot 0: op 2 */
-	rc = ft__log_read_slot(dir, 1, 0, ft__log_job_hash(JOB), &s);
+	rc = ft__jnl_read_slot(dir, 1, 0, ft__jnl_job_hash(JOB), &s);
 	cr_assert_eq(rc, 0, "read slot 0: %d (%s)", rc, s.tail_why ? s.tail_why : "");
 	cr_assert(s.have_file && s.have_op && s.have_input && s.ended);
 	cr_assert_eq(s.op_seq, 2);
@@ -208,7 +208,7 @@ static void round_trip(enum ft__log_engine engine, bool sync)
 	cr_assert_null(s.tail_why);
 
 	/* slot 1: op 1, its frames in order with their fields */
-	rc = ft__log_read_slot(dir, 1, 1, ft__log_job_hash(JOB), &s);
+	rc = ft__jnl_read_slot(dir, 1, 1, ft__jnl_job_hash(JOB), &s);
 	cr_assert_eq(rc, 0, "read slot 1: %d", rc);
 	cr_assert(s.have_input && s.ended);
 	cr_assert_eq(s.op_seq, 1);
@@ -216,14 +216,14 @@ static void round_trip(enum ft__log_engine engine, bool sync)
 	slot_path(path, dir, 1, "log");
 	j = read_whole(path, &jlen);
 	memset(&seen, 0, sizeof(seen));
-	cr_assert_eq(ft__log_parse(j, jlen, &s, collect, &seen), 0);
-	cr_assert_eq(seen.h[0].type, FT__LOG_FILE);
-	cr_assert_eq(seen.h[1].type, FT__LOG_BEGIN);
-	cr_assert_eq(seen.h[2].type, FT__LOG_INPUT);
+	cr_assert_eq(ft__jnl_parse(j, jlen, &s, collect, &seen), 0);
+	cr_assert_eq(seen.h[0].type, FT__JNL_FILE);
+	cr_assert_eq(seen.h[1].type, FT__JNL_BEGIN);
+	cr_assert_eq(seen.h[2].type, FT__JNL_INPUT);
 	cr_assert_eq(seen.h[2].bytes, 400000);
 	for (size_t i = 0; i < 500; i++) {
 		const struct ft__logrec *h = &seen.h[3 + i];
-		cr_assert_eq(h->type, i % 2 ? FT__LOG_RECV : FT__LOG_SEND);
+		cr_assert_eq(h->type, i % 2 ? FT__JNL_RECV : FT__JNL_SEND);
 		cr_assert_eq(h->op_seq, 1);
 		cr_assert_eq(h->gen, 7);
 		cr_assert_eq(h->step, i / 2);
@@ -242,7 +242,7 @@ static void round_trip(enum ft__log_engine engine, bool sync)
 
 		cr_assert(buf && want);
 		fill(want, 2, bytes);
-		rc = ft__log_last_input(dir, 1, ft__log_job_hash(JOB), &seq, &gen, &op, buf, bytes);
+		rc = ft__jnl_last_input(dir, 1, ft__jnl_job_hash(JOB), &seq, &gen, &op, buf, bytes);
 		cr_assert_eq(rc, 0, "last_input: %d", rc);
 		cr_assert_eq(seq, 2);
 		cr_assert_eq(gen, 7);
@@ -254,50 +254,50 @@ static void round_trip(enum ft__log_engine engine, bool sync)
 	rm_dir(dir);
 }
 
-Test(log, uring_round_trip, .timeout = 60) { round_trip(FT__LOG_URING, false); }
-Test(log, pwrite_round_trip, .timeout = 60) { round_trip(FT__LOG_PWRITE, false); }
-Test(log, uring_sync_round_trip, .timeout = 60) { round_trip(FT__LOG_URING, true); }
-Test(log, pwrite_sync_round_trip, .timeout = 60) { round_trip(FT__LOG_PWRITE, true); }
+Test(log, uring_round_trip, .timeout = 60) { round_trip(FT__JNL_URING, false); }
+Test(log, pwrite_round_trip, .timeout = 60) { round_trip(FT__JNL_PWRITE, false); }
+Test(log, uring_sync_round_trip, .timeout = 60) { round_trip(FT__JNL_URING, true); }
+Test(log, pwrite_sync_round_trip, .timeout = 60) { round_trip(FT__JNL_PWRITE, true); }
 
 Test(log, job_hash_is_fnv1a_64)
 {
-	cr_assert_eq(ft__log_job_hash(""), 0xcbf29ce484222325ull);
-	cr_assert_eq(ft__log_job_hash("a"), 0xaf63dc4c8601ec8cull);
-	cr_assert_eq(ft__log_job_hash("foobar"), 0x85944171f73967e8ull);
+	cr_assert_eq(ft__jnl_job_hash(""), 0xcbf29ce484222325ull);
+	cr_assert_eq(ft__jnl_job_hash("a"), 0xaf63dc4c8601ec8cull);
+	cr_assert_eq(ft__jnl_job_hash("foobar"), 0x85944171f73967e8ull);
 }
 
 Test(log, bad_arguments)
 {
-	struct ft__log_params p = {.dir = "/tmp", .job_id = "j", .rank = 3, .world_size = 3};
+	struct ft__jnl_params p = {.dir = "/tmp", .job_id = "j", .rank = 3, .world_size = 3};
 	struct ft__logop op = {.dtype = 200, .count = 1};
-	struct ft__log *l = (struct ft__log *)&p;
+	struct ft__jnl *l = (struct ft__jnl *)&p;
 	char dir[PATH_MAX];
 	void *payload;
 
-	cr_assert_eq(ft__log_open(&p, &l), -FT_EINVAL);
+	cr_assert_eq(ft__jnl_open(&p, &l), -FT_EINVAL);
 	cr_assert_null(l);
-	cr_assert_eq(ft__log_open(NULL, &l), -FT_EINVAL);
+	cr_assert_eq(ft__jnl_open(NULL, &l), -FT_EINVAL);
 	tmp_dir(dir, sizeof(dir));
-	l = open_log(dir, FT__LOG_PWRITE, false);
+	l = open_log(dir, FT__JNL_PWRITE, false);
 	/* no op begun */
-	cr_assert_eq(ft__log_frame(l, FT__LOG_SEND, 0, 0, 0, 0, 0, 0, 0), -FT_EINVAL);
-	cr_assert_eq(ft__log_end(l), -FT_EINVAL);
+	cr_assert_eq(ft__jnl_frame(l, FT__JNL_SEND, 0, 0, 0, 0, 0, 0, 0), -FT_EINVAL);
+	cr_assert_eq(ft__jnl_end(l), -FT_EINVAL);
 	/* unknown dtype */
-	cr_assert_eq(ft__log_begin(l, 0, 0, &op, &payload), -FT_EINVAL);
+	cr_assert_eq(ft__jnl_begin(l, 0, 0, &op, &payload), -FT_EINVAL);
 	op.dtype = FT_INT32;
 	op.count = 10;
-	cr_assert_eq(ft__log_begin(l, 0, 0, &op, &payload), 0);
-	cr_assert_eq(ft__log_frame(l, FT__LOG_END, 0, 0, 0, 0, 0, 0, 0), -FT_EINVAL);
+	cr_assert_eq(ft__jnl_begin(l, 0, 0, &op, &payload), 0);
+	cr_assert_eq(ft__jnl_frame(l, FT__JNL_END, 0, 0, 0, 0, 0, 0, 0), -FT_EINVAL);
 	/* regions that do not cover the input */
 	struct ft__logreg r[2] = {{.off = 0, .len = 20}, {.off = 10, .len = 20}};
-	cr_assert_eq(ft__log_input(l, r, 2), -FT_EINVAL);
+	cr_assert_eq(ft__jnl_input(l, r, 2), -FT_EINVAL);
 	r[1].off = 20;
-	r[0].crc = ft__log_sum(payload, 20);
-	r[1].crc = ft__log_sum((char *)payload + 20, 20);
-	cr_assert_eq(ft__log_input(l, r, 2), 0);
-	cr_assert_eq(ft__log_end(l), 0);
-	ft__log_close(l);
-	ft__log_close(NULL);
+	r[0].crc = ft__jnl_sum(payload, 20);
+	r[1].crc = ft__jnl_sum((char *)payload + 20, 20);
+	cr_assert_eq(ft__jnl_input(l, r, 2), 0);
+	cr_assert_eq(ft__jnl_end(l), 0);
+	ft__jnl_close(l);
+	ft__jnl_close(NULL);
 	rm_dir(dir);
 }
 
@@ -305,18 +305,18 @@ Test(log, check_regs)
 {
 	struct ft__logreg r[3] = {{.off = 50, .len = 50}, {.off = 0, .len = 50}, {.off = 100, .len = 0}};
 
-	cr_assert_eq(ft__log_check_regs(r, 3, 100), 0);
-	cr_assert_eq(ft__log_check_regs(r, 2, 100), 0);
-	cr_assert_eq(ft__log_check_regs(r, 2, 101), -FT_ECORRUPT);     /* gap at the end */
-	cr_assert_eq(ft__log_check_regs(r, 2, 99), -FT_ECORRUPT);      /* past the end */
+	cr_assert_eq(ft__jnl_check_regs(r, 3, 100), 0);
+	cr_assert_eq(ft__jnl_check_regs(r, 2, 100), 0);
+	cr_assert_eq(ft__jnl_check_regs(r, 2, 101), -FT_ECORRUPT);     /* gap at the end */
+	cr_assert_eq(ft__jnl_check_regs(r, 2, 99), -FT_ECORRUPT);      /* past the end */
 	r[2] = (struct ft__logreg){.off = 40, .len = 20};
-	cr_assert_eq(ft__log_check_regs(r, 3, 100), -FT_ECORRUPT);     /* overlap */
+	cr_assert_eq(ft__jnl_check_regs(r, 3, 100), -FT_ECORRUPT);     /* overlap */
 	r[2] = (struct ft__logreg){.off = 101, .len = 0};
-	cr_assert_eq(ft__log_check_regs(r, 3, 100), -FT_ECORRUPT);     /* empty, out of range */
+	cr_assert_eq(ft__jnl_check_regs(r, 3, 100), -FT_ECORRUPT);     /* empty, out of range */
 	r[0] = (struct ft__logreg){.off = 1, .len = UINT64_MAX};
-	cr_assert_eq(ft__log_check_regs(r, 1, 100), -FT_ECORRUPT);     /* wraps */
-	cr_assert_eq(ft__log_check_regs(NULL, 0, 0), 0);
-	cr_assert_eq(ft__log_check_regs(NULL, 0, 1), -FT_ECORRUPT);
+	cr_assert_eq(ft__jnl_check_regs(r, 1, 100), -FT_ECORRUPT);     /* wraps */
+	cr_assert_eq(ft__jnl_check_regs(NULL, 0, 0), 0);
+	cr_assert_eq(ft__jnl_check_regs(NULL, 0, 1), -FT_ECORRUPT);
 }
 
 /* The mapping stays across ops of a slot and grows when it must. */
@@ -326,26 +326,26 @@ Test(log, payload_mapping_kept_and_grown)
 	char dir[PATH_MAX], path[PATH_MAX];
 	void *a, *b, *c;
 	struct stat st;
-	struct ft__log *l;
+	struct ft__jnl *l;
 
 	tmp_dir(dir, sizeof(dir));
-	l = open_log(dir, FT__LOG_PWRITE, false);
-	cr_assert_eq(ft__log_begin(l, 0, 0, &op, &a), 0);
-	cr_assert_eq(ft__log_end(l), 0);
+	l = open_log(dir, FT__JNL_PWRITE, false);
+	cr_assert_eq(ft__jnl_begin(l, 0, 0, &op, &a), 0);
+	cr_assert_eq(ft__jnl_end(l), 0);
 	op.count = 100;
-	cr_assert_eq(ft__log_begin(l, 2, 0, &op, &b), 0);
+	cr_assert_eq(ft__jnl_begin(l, 2, 0, &op, &b), 0);
 	cr_assert_eq(a, b);
 	op.count = 1 << 20;
-	cr_assert_eq(ft__log_begin(l, 4, 0, &op, &c), 0);
+	cr_assert_eq(ft__jnl_begin(l, 4, 0, &op, &c), 0);
 	memset(c, 0xab, 1 << 20);
 	slot_path(path, dir, 0, "in");
 	cr_assert_eq(stat(path, &st), 0);
 	cr_assert_geq(st.st_size, 1 << 20);
 	op.count = 0;
-	cr_assert_eq(ft__log_begin(l, 6, 0, &op, &c), 0);
+	cr_assert_eq(ft__jnl_begin(l, 6, 0, &op, &c), 0);
 	cr_assert_null(c);
-	cr_assert_eq(ft__log_input(l, NULL, 0), 0);
-	ft__log_close(l);
+	cr_assert_eq(ft__jnl_input(l, NULL, 0), 0);
+	ft__jnl_close(l);
 	rm_dir(dir);
 }
 
@@ -356,25 +356,25 @@ Test(log, big_input_record, .timeout = 60)
 	struct ft__logop op = {.dtype = FT_UINT8, .count = N * 3};
 	struct ft__logreg *regs = calloc(N, sizeof(*regs));
 	char dir[PATH_MAX];
-	struct ft__log_scan s;
-	struct ft__log *l;
+	struct ft__jnl_scan s;
+	struct ft__jnl *l;
 	void *p;
 
 	cr_assert_not_null(regs);
 	tmp_dir(dir, sizeof(dir));
-	l = open_log(dir, FT__LOG_URING, false);
-	cr_assert_eq(ft__log_begin(l, 1, 3, &op, &p), 0);
+	l = open_log(dir, FT__JNL_URING, false);
+	cr_assert_eq(ft__jnl_begin(l, 1, 3, &op, &p), 0);
 	fill(p, 1, N * 3);
 	for (size_t i = 0; i < N; i++) {
 		regs[i] = (struct ft__logreg){.off = i * 3, .len = 3};
-		regs[i].crc = ft__log_sum((char *)p + i * 3, 3);
+		regs[i].crc = ft__jnl_sum((char *)p + i * 3, 3);
 	}
-	cr_assert_eq(ft__log_frame(l, FT__LOG_SEND, 3, 0, 0, 2, 0, 3, 0), 0);
-	cr_assert_eq(ft__log_input(l, regs, N), 0);
-	cr_assert_eq(ft__log_frame(l, FT__LOG_RECV, 3, 0, 0, 0, 0, 3, 0), 0);
-	cr_assert_eq(ft__log_end(l), 0);
-	ft__log_close(l);
-	cr_assert_eq(ft__log_read_slot(dir, 1, 1, ft__log_job_hash(JOB), &s), 0);
+	cr_assert_eq(ft__jnl_frame(l, FT__JNL_SEND, 3, 0, 0, 2, 0, 3, 0), 0);
+	cr_assert_eq(ft__jnl_input(l, regs, N), 0);
+	cr_assert_eq(ft__jnl_frame(l, FT__JNL_RECV, 3, 0, 0, 0, 0, 3, 0), 0);
+	cr_assert_eq(ft__jnl_end(l), 0);
+	ft__jnl_close(l);
+	cr_assert_eq(ft__jnl_read_slot(dir, 1, 1, ft__jnl_job_hash(JOB), &s), 0);
 	cr_assert(s.have_input && s.ended);
 	cr_assert_eq(s.frames_sent, 1);
 	cr_assert_eq(s.frames_recv, 1);
@@ -390,32 +390,32 @@ static void small_journal(const char *dir, struct seen *seen, void **j, size_t *
 	struct ft__logop op = {.dtype = FT_FLOAT64, .count = 300};
 	struct ft__logreg regs[NSEG];
 	char path[PATH_MAX];
-	struct ft__log_scan s;
-	struct ft__log *l = open_log(dir, FT__LOG_PWRITE, false);
+	struct ft__jnl_scan s;
+	struct ft__jnl *l = open_log(dir, FT__JNL_PWRITE, false);
 	void *p;
 
-	cr_assert_eq(ft__log_begin(l, 5, 2, &op, &p), 0);
+	cr_assert_eq(ft__jnl_begin(l, 5, 2, &op, &p), 0);
 	fill(p, 5, 2400);
 	make_regs(p, 2400, regs, NSEG);
-	cr_assert_eq(ft__log_frame(l, FT__LOG_SEND, 2, 0, 1, 2, 0, 600, 11), 0);
-	cr_assert_eq(ft__log_frame(l, FT__LOG_RECV, 2, 0, 0, 0, 600, 600, 12), 0);
-	cr_assert_eq(ft__log_input(l, regs, NSEG), 0);
-	cr_assert_eq(ft__log_frame(l, FT__LOG_SEND, 2, 1, 0, 2, 0, 600, 13), 0);
-	cr_assert_eq(ft__log_end(l), 0);
-	ft__log_close(l);
+	cr_assert_eq(ft__jnl_frame(l, FT__JNL_SEND, 2, 0, 1, 2, 0, 600, 11), 0);
+	cr_assert_eq(ft__jnl_frame(l, FT__JNL_RECV, 2, 0, 0, 0, 600, 600, 12), 0);
+	cr_assert_eq(ft__jnl_input(l, regs, NSEG), 0);
+	cr_assert_eq(ft__jnl_frame(l, FT__JNL_SEND, 2, 1, 0, 2, 0, 600, 13), 0);
+	cr_assert_eq(ft__jnl_end(l), 0);
+	ft__jnl_close(l);
 	slot_path(path, dir, 1, "log");
 	*j = read_whole(path, jlen);
 	memset(seen, 0, sizeof(*seen));
-	cr_assert_eq(ft__log_parse(*j, *jlen, &s, collect, seen), 0);
+	cr_assert_eq(ft__jnl_parse(*j, *jlen, &s, collect, seen), 0);
 	cr_assert_eq(seen->n, 7);
-	cr_assert_eq(seen->h[4].type, FT__LOG_INPUT);
+	cr_assert_eq(seen->h[4].type, FT__JNL_INPUT);
 	cr_assert_eq(seen->end[6], *jlen);
 }
 
 Test(log, truncated_at_every_boundary_and_inside)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
-	struct ft__log_scan s;
+	struct ft__jnl_scan s;
 	struct seen seen;
 	size_t jlen;
 	void *j;
@@ -430,7 +430,7 @@ Test(log, truncated_at_every_boundary_and_inside)
 		int rc;
 
 		/* at the boundary: all checks, k records */
-		rc = ft__log_parse(j, b, &s, NULL, NULL);
+		rc = ft__jnl_parse(j, b, &s, NULL, NULL);
 		cr_assert_eq(rc, 0, "cut at %llu: %d", (unsigned long long)b, rc);
 		cr_assert_eq(s.valid_bytes, b);
 		cr_assert_eq(s.records, k);
@@ -438,7 +438,7 @@ Test(log, truncated_at_every_boundary_and_inside)
 		cr_assert_eq(s.have_input, input_whole);
 		/* the same through the file: read_slot checks the payload too */
 		write_whole(path, j, b);
-		rc = ft__log_read_slot(dir, 1, 1, ft__log_job_hash(JOB), &s);
+		rc = ft__jnl_read_slot(dir, 1, 1, ft__jnl_job_hash(JOB), &s);
 		if (k == 0)
 			cr_assert_eq(rc, -ENOENT);       /* an empty journal: no op */
 		else
@@ -449,7 +449,7 @@ Test(log, truncated_at_every_boundary_and_inside)
 		for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
 			if (cuts[c] <= b || cuts[c] >= next)
 				continue;
-			rc = ft__log_parse(j, cuts[c], &s, NULL, NULL);
+			rc = ft__jnl_parse(j, cuts[c], &s, NULL, NULL);
 			cr_assert_eq(rc, -FT_ECORRUPT, "cut at %llu", (unsigned long long)cuts[c]);
 			cr_assert_eq(s.valid_bytes, b, "cut at %llu: valid %llu, want %llu",
 				     (unsigned long long)cuts[c], (unsigned long long)s.valid_bytes,
@@ -459,7 +459,7 @@ Test(log, truncated_at_every_boundary_and_inside)
 			cr_assert_eq(s.records, k);
 			cr_assert_eq(s.have_input, input_whole);
 			write_whole(path, j, cuts[c]);
-			rc = ft__log_read_slot(dir, 1, 1, ft__log_job_hash(JOB), &s);
+			rc = ft__jnl_read_slot(dir, 1, 1, ft__jnl_job_hash(JOB), &s);
 			cr_assert_eq(rc, -FT_ECORRUPT);
 			cr_assert_eq(s.have_input, input_whole);
 		}
@@ -471,7 +471,7 @@ Test(log, truncated_at_every_boundary_and_inside)
 Test(log, every_bit_flip_in_the_journal_is_caught, .timeout = 60)
 {
 	char dir[PATH_MAX];
-	struct ft__log_scan s;
+	struct ft__jnl_scan s;
 	struct seen seen;
 	unsigned char *c;
 	size_t jlen;
@@ -489,7 +489,7 @@ Test(log, every_bit_flip_in_the_journal_is_caught, .timeout = 60)
 		for (int bit = 0; bit < 8; bit++) {
 			memcpy(c, j, jlen);
 			c[i] ^= (unsigned char)(1u << bit);
-			int rc = ft__log_parse(c, jlen, &s, NULL, NULL);
+			int rc = ft__jnl_parse(c, jlen, &s, NULL, NULL);
 			cr_assert_eq(rc, -FT_ECORRUPT, "flip of byte %zu bit %d not caught", i, bit);
 			/* the records before the flipped one still count */
 			cr_assert_eq(s.valid_bytes, rec == 0 ? 0 : seen.end[rec - 1],
@@ -505,7 +505,7 @@ Test(log, every_bit_flip_in_the_journal_is_caught, .timeout = 60)
 Test(log, payload_bit_flip_drops_the_input)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
-	struct ft__log_scan s;
+	struct ft__jnl_scan s;
 	struct seen seen;
 	unsigned char byte;
 	size_t jlen;
@@ -514,7 +514,7 @@ Test(log, payload_bit_flip_drops_the_input)
 
 	tmp_dir(dir, sizeof(dir));
 	small_journal(dir, &seen, &j, &jlen);
-	cr_assert_eq(ft__log_read_slot(dir, 1, 1, ft__log_job_hash(JOB), &s), 0);
+	cr_assert_eq(ft__jnl_read_slot(dir, 1, 1, ft__jnl_job_hash(JOB), &s), 0);
 	cr_assert(s.have_input);
 	slot_path(path, dir, 1, "in");
 	fd = open(path, O_RDWR);
@@ -522,21 +522,21 @@ Test(log, payload_bit_flip_drops_the_input)
 	cr_assert_eq(pread(fd, &byte, 1, 1234), 1);
 	byte ^= 0x10;
 	cr_assert_eq(pwrite(fd, &byte, 1, 1234), 1);
-	cr_assert_eq(ft__log_read_slot(dir, 1, 1, ft__log_job_hash(JOB), &s), -FT_ECORRUPT);
+	cr_assert_eq(ft__jnl_read_slot(dir, 1, 1, ft__jnl_job_hash(JOB), &s), -FT_ECORRUPT);
 	cr_assert_not(s.have_input);
-	cr_assert_eq(ft__log_last_input(dir, 1, ft__log_job_hash(JOB), NULL, NULL, NULL, NULL, 0),
+	cr_assert_eq(ft__jnl_last_input(dir, 1, ft__jnl_job_hash(JOB), NULL, NULL, NULL, NULL, 0),
 		     -ENOENT);
 	/* a payload file shorter than the input */
 	byte ^= 0x10;
 	cr_assert_eq(pwrite(fd, &byte, 1, 1234), 1);
-	cr_assert_eq(ft__log_read_slot(dir, 1, 1, ft__log_job_hash(JOB), &s), 0);
+	cr_assert_eq(ft__jnl_read_slot(dir, 1, 1, ft__jnl_job_hash(JOB), &s), 0);
 	cr_assert_eq(ftruncate(fd, 2399), 0);
-	cr_assert_eq(ft__log_read_slot(dir, 1, 1, ft__log_job_hash(JOB), &s), -FT_ECORRUPT);
+	cr_assert_eq(ft__jnl_read_slot(dir, 1, 1, ft__jnl_job_hash(JOB), &s), -FT_ECORRUPT);
 	cr_assert_not(s.have_input);
 	close(fd);
 	/* no payload file at all */
 	cr_assert_eq(unlink(path), 0);
-	cr_assert_eq(ft__log_read_slot(dir, 1, 1, ft__log_job_hash(JOB), &s), -FT_ECORRUPT);
+	cr_assert_eq(ft__jnl_read_slot(dir, 1, 1, ft__jnl_job_hash(JOB), &s), -FT_ECORRUPT);
 	cr_assert_not(s.have_input);
 	free(j);
 	rm_dir(dir);
@@ -545,29 +545,29 @@ Test(log, payload_bit_flip_drops_the_input)
 Test(log, another_jobs_journal_is_refused)
 {
 	char dir[PATH_MAX];
-	struct ft__log_scan s;
+	struct ft__jnl_scan s;
 	struct seen seen;
 	size_t jlen;
 	void *j;
 
 	tmp_dir(dir, sizeof(dir));
 	small_journal(dir, &seen, &j, &jlen);
-	cr_assert_eq(ft__log_read_slot(dir, 1, 1, ft__log_job_hash("another-job"), &s),
+	cr_assert_eq(ft__jnl_read_slot(dir, 1, 1, ft__jnl_job_hash("another-job"), &s),
 		     -FT_ECORRUPT);
 	cr_assert_not(s.have_input);
 	cr_assert_not_null(s.tail_why);
-	cr_assert_eq(ft__log_last_input(dir, 1, ft__log_job_hash("another-job"), NULL, NULL, NULL,
+	cr_assert_eq(ft__jnl_last_input(dir, 1, ft__jnl_job_hash("another-job"), NULL, NULL, NULL,
 					NULL, 0), -ENOENT);
 	/* another rank's name on the file: rank 1's journal copied as rank 2's */
 	{
 		char path[PATH_MAX];
-		cr_assert_eq(ft__log_path(path, sizeof(path), dir, 2, 1, "log"), 0);
+		cr_assert_eq(ft__jnl_path(path, sizeof(path), dir, 2, 1, "log"), 0);
 		write_whole(path, j, jlen);
-		cr_assert_eq(ft__log_read_slot(dir, 2, 1, ft__log_job_hash(JOB), &s), -FT_ECORRUPT);
+		cr_assert_eq(ft__jnl_read_slot(dir, 2, 1, ft__jnl_job_hash(JOB), &s), -FT_ECORRUPT);
 		cr_assert_not(s.have_input);
 	}
 	/* slot 0 was never used: its journal is empty */
-	cr_assert_eq(ft__log_read_slot(dir, 1, 0, ft__log_job_hash(JOB), &s), -ENOENT);
+	cr_assert_eq(ft__jnl_read_slot(dir, 1, 0, ft__jnl_job_hash(JOB), &s), -ENOENT);
 	free(j);
 	rm_dir(dir);
 }
@@ -576,36 +576,36 @@ Test(log, another_jobs_journal_is_refused)
 Test(log, last_input_picks_the_later_whole_one)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
-	struct ft__log_scan s;
+	struct ft__jnl_scan s;
 	struct ft__logop op;
-	struct ft__log *l;
+	struct ft__jnl *l;
 	uint64_t seq;
 	uint32_t gen;
 	size_t len;
 	void *j;
 
 	tmp_dir(dir, sizeof(dir));
-	cr_assert_eq(ft__log_last_input(dir, 1, ft__log_job_hash(JOB), &seq, &gen, &op, NULL, 0),
+	cr_assert_eq(ft__jnl_last_input(dir, 1, ft__jnl_job_hash(JOB), &seq, &gen, &op, NULL, 0),
 		     -ENOENT);
-	l = open_log(dir, FT__LOG_URING, false);
+	l = open_log(dir, FT__JNL_URING, false);
 	log_op(l, 10, 64, 2);
 	log_op(l, 11, 64, 2);
-	ft__log_close(l);
-	cr_assert_eq(ft__log_last_input(dir, 1, ft__log_job_hash(JOB), &seq, &gen, &op, NULL, 0), 0);
+	ft__jnl_close(l);
+	cr_assert_eq(ft__jnl_last_input(dir, 1, ft__jnl_job_hash(JOB), &seq, &gen, &op, NULL, 0), 0);
 	cr_assert_eq(seq, 11);
 	/* op 11's journal torn after its INPUT: still op 11 */
 	slot_path(path, dir, 1, "log");
 	j = read_whole(path, &len);
 	write_whole(path, j, len - 3);
-	cr_assert_eq(ft__log_read_slot(dir, 1, 1, ft__log_job_hash(JOB), &s), -FT_ECORRUPT);
+	cr_assert_eq(ft__jnl_read_slot(dir, 1, 1, ft__jnl_job_hash(JOB), &s), -FT_ECORRUPT);
 	cr_assert(s.have_input);
-	cr_assert_eq(ft__log_last_input(dir, 1, ft__log_job_hash(JOB), &seq, &gen, &op, NULL, 0), 0);
+	cr_assert_eq(ft__jnl_last_input(dir, 1, ft__jnl_job_hash(JOB), &seq, &gen, &op, NULL, 0), 0);
 	cr_assert_eq(seq, 11);
 	/* torn before its INPUT (FILE and BEGIN only: 64 + 24 + 64 + 16 bytes): op 10 */
 	write_whole(path, j, 168);
-	cr_assert_eq(ft__log_read_slot(dir, 1, 1, ft__log_job_hash(JOB), &s), 0);
+	cr_assert_eq(ft__jnl_read_slot(dir, 1, 1, ft__jnl_job_hash(JOB), &s), 0);
 	cr_assert(s.have_op && !s.have_input);
-	cr_assert_eq(ft__log_last_input(dir, 1, ft__log_job_hash(JOB), &seq, &gen, &op, NULL, 0), 0);
+	cr_assert_eq(ft__jnl_last_input(dir, 1, ft__jnl_job_hash(JOB), &seq, &gen, &op, NULL, 0), 0);
 	cr_assert_eq(seq, 10);
 	free(j);
 	rm_dir(dir);
@@ -615,7 +615,7 @@ Test(log, last_input_picks_the_later_whole_one)
 Test(log, parse_survives_garbage, .timeout = 60)
 {
 	char dir[PATH_MAX];
-	struct ft__log_scan s;
+	struct ft__jnl_scan s;
 	struct seen seen;
 	unsigned char *c;
 	uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -637,12 +637,12 @@ Test(log, parse_survives_garbage, .timeout = 60)
 			c[x % jlen] = (unsigned char)(x >> 32);
 		}
 		n = (size_t)(x >> 40) % (jlen + 1);
-		int rc = ft__log_parse(c, n, &s, NULL, NULL);
+		int rc = ft__jnl_parse(c, n, &s, NULL, NULL);
 		cr_assert(rc == 0 || rc == -FT_ECORRUPT);
 		cr_assert_leq(s.valid_bytes, n);
 		cr_assert_eq(rc == 0, s.tail_why == NULL);
 	}
-	cr_assert_eq(ft__log_parse(NULL, 0, &s, NULL, NULL), 0);
+	cr_assert_eq(ft__jnl_parse(NULL, 0, &s, NULL, NULL), 0);
 	cr_assert_eq(s.records, 0);
 	free(c);
 	free(j);
@@ -655,7 +655,7 @@ Test(log, full_disk_is_an_error_not_a_crash, .timeout = 60)
 {
 	struct ft__logop op = {.dtype = FT_UINT8, .count = 4 << 20};
 	char dir[PATH_MAX];
-	struct ft__log *l;
+	struct ft__jnl *l;
 	void *p;
 	int rc;
 
@@ -668,7 +668,7 @@ Test(log, full_disk_is_an_error_not_a_crash, .timeout = 60)
 		cr_skip_test("cannot mount a small tmpfs: %s", strerror(e));
 	}
 	for (int e = 0; e < 2; e++) {
-		enum ft__log_engine engine = e ? FT__LOG_PWRITE : FT__LOG_URING;
+		enum ft__jnl_engine engine = e ? FT__JNL_PWRITE : FT__JNL_URING;
 		const char *sub = e ? "pw" : "ur";
 		char d[PATH_MAX + 8];
 
@@ -676,29 +676,29 @@ Test(log, full_disk_is_an_error_not_a_crash, .timeout = 60)
 		l = open_log(d, engine, false);
 		/* a 4 MiB payload on a 1 MiB disk: refused at begin */
 		op.count = 4 << 20;
-		rc = ft__log_begin(l, 0, 0, &op, &p);
-		cr_assert_eq(rc, -ENOSPC, "%s: begin of 4 MiB: %d", ft__log_engine_name(l), rc);
+		rc = ft__jnl_begin(l, 0, 0, &op, &p);
+		cr_assert_eq(rc, -ENOSPC, "%s: begin of 4 MiB: %d", ft__jnl_engine_name(l), rc);
 		cr_assert_null(p);
 		/* a payload that fits, then journal records until the disk fills */
 		op.count = 600 << 10;
-		rc = ft__log_begin(l, 2, 0, &op, &p);
-		cr_assert_eq(rc, 0, "%s: begin of 600 KiB: %d", ft__log_engine_name(l), rc);
+		rc = ft__jnl_begin(l, 2, 0, &op, &p);
+		cr_assert_eq(rc, 0, "%s: begin of 600 KiB: %d", ft__jnl_engine_name(l), rc);
 		memset(p, 1, op.count);
 		for (int i = 0; i < 200000 && rc == 0; i++)
-			rc = ft__log_frame(l, FT__LOG_SEND, 0, 0, (uint32_t)i, 2, 0, 1, 0);
+			rc = ft__jnl_frame(l, FT__JNL_SEND, 0, 0, (uint32_t)i, 2, 0, 1, 0);
 		if (rc == 0)
-			rc = ft__log_end(l);
-		cr_assert_eq(rc, -ENOSPC, "%s: journal on a full disk: %d", ft__log_engine_name(l),
+			rc = ft__jnl_end(l);
+		cr_assert_eq(rc, -ENOSPC, "%s: journal on a full disk: %d", ft__jnl_engine_name(l),
 			     rc);
 		/* sticky for the op */
-		cr_assert_eq(ft__log_end(l), -ENOSPC);
-		ft__log_close(l);
+		cr_assert_eq(ft__jnl_end(l), -ENOSPC);
+		ft__jnl_close(l);
 		/* free the disk for the other engine */
 		char path[PATH_MAX];
 		for (int slot = 0; slot < 2; slot++) {
-			cr_assert_eq(ft__log_path(path, sizeof(path), d, 1, slot, "in"), 0);
+			cr_assert_eq(ft__jnl_path(path, sizeof(path), d, 1, slot, "in"), 0);
 			unlink(path);
-			cr_assert_eq(ft__log_path(path, sizeof(path), d, 1, slot, "log"), 0);
+			cr_assert_eq(ft__jnl_path(path, sizeof(path), d, 1, slot, "log"), 0);
 			unlink(path);
 		}
 	}

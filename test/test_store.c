@@ -92,7 +92,7 @@ Test(store_oom, no_memory_for_the_book, .timeout = 30)
 	struct rank r[2];
 	pthread_t t[2];
 
-	cr_assert_eq(store_open(&sv.s, "127.0.0.1", "0", TOKEN, 1, quiet, NULL, sv.addr,
+	cr_assert_eq(ft__store_server_open(&sv.s, "127.0.0.1", "0", TOKEN, 1, quiet, NULL, sv.addr,
 				sizeof(sv.addr)), 0);
 	/* the book's buffer: the answer's two counts, its header, each entry and its length */
 	atomic_store(&fail_size, 2 * sizeof(size_t) + FT__STORE_ANSWER_HDR + 2 +
@@ -114,5 +114,5 @@ Test(store_oom, no_memory_for_the_book, .timeout = 30)
 		cr_expect_str_eq(r[i].book[0], entries[0]);
 		cr_expect_str_eq(r[i].book[1], entries[1]);
 	}
-	store_close(sv.s);
+	ft__store_server_close(sv.s);
 }

@@ -129,8 +129,8 @@ Test(trace, events_and_strict_json)
 	snprintf(pat, sizeof(pat), "%s/t.json", dir);
 	snprintf(path, sizeof(path), "%s/t.2.json", dir);
 	cr_assert_eq(ft__trace_open(pat, 2, &t), 0);
-	ft__trace_op(t, FT_COLL_ALLREDUCE, 7, 4096, 0, 4, 0, t0);
-	ft__trace_op(t, FT_COLL_BROADCAST, 8, 10, 0, 4, -FT_EROOTFAILED, t0);
+	ft__trace_op(t, FT__COLL_ALLREDUCE, 7, 4096, 0, 4, 0, t0);
+	ft__trace_op(t, FT__COLL_BROADCAST, 8, 10, 0, 4, -FT_EROOTFAILED, t0);
 	ft__trace_failure(t, 3, "a \"quoted\"\\ reason\nwith a newline");
 	ft__trace_view(t, 1, members, 3);
 	ft__trace_recovery(t, t0, 1, 0);
@@ -172,7 +172,7 @@ static void *write_many(void *arg)
 		if (i % 2)
 			ft__trace_failure(w->t, i, "test");
 		else
-			ft__trace_op(w->t, FT_COLL_BARRIER, (uint64_t)i, 0, 0, 2, 0, ft__now_ns());
+			ft__trace_op(w->t, FT__COLL_BARRIER, (uint64_t)i, 0, 0, 2, 0, ft__now_ns());
 	}
 	return NULL;
 }

@@ -27,7 +27,7 @@
 #endif
 
 /*
- * Part one calls ft_frame_check and ft_hello_check directly. Part two opens
+ * Part one calls ft__frame_check and ft__hello_check directly. Part two opens
  * two TCP transports in this process: "rx" (rank 0) accepts, "tx" (rank 1)
  * connects. tcp connect returns once the hello is written (the ack is read
  * later by progress), so one thread can connect and then accept. Hand-made
@@ -52,14 +52,14 @@ TestSuite(tcp, .init = quiet);
 /* ---------------------------------------------------------------------- */
 /* Part one: the checks */
 
-static struct ft_frame data_frame(void)
+static struct ft__frame data_frame(void)
 {
-	struct ft_frame f;
+	struct ft__frame f;
 
 	memset(&f, 0, sizeof(f));
-	f.magic = FT_FRAME_MAGIC;
-	f.type = FT_FRAME_DATA;
-	f.kind = FT_COLL_ALLREDUCE;
+	f.magic = FT__FRAME_MAGIC;
+	f.type = FT__FRAME_DATA;
+	f.kind = FT__COLL_ALLREDUCE;
 	f.dtype = FT_FLOAT32;
 	f.generation = GEN;
 	f.op = FT_MAX;
@@ -74,11 +74,11 @@ static struct ft_frame data_frame(void)
 	return f;
 }
 
-static struct ft_frame abort_frame(int status)
+static struct ft__frame abort_frame(int status)
 {
-	struct ft_frame f = data_frame();
+	struct ft__frame f = data_frame();
 
-	f.type = FT_FRAME_ABORT;
+	f.type = FT__FRAME_ABORT;
 	f.length = 0;
 	f.status = status;
 	return f;
@@ -86,32 +86,32 @@ static struct ft_frame abort_frame(int status)
 
 #define EXPECT_ALTERED(field, value, want)                                                 \
 	do {                                                                               \
-		struct ft_frame e_ = data_frame(), g_ = data_frame();                      \
+		struct ft__frame e_ = data_frame(), g_ = data_frame();                      \
 		g_.field = (value);                                                        \
-		int rc_ = ft_frame_check(&e_, &g_);                                        \
+		int rc_ = ft__frame_check(&e_, &g_);                                        \
 		cr_expect_eq(rc_, (want), "%s = %s: got %s, want %s", #field, #value,     \
 			     ft_err_name(rc_), ft_err_name(want));                         \
 	} while (0)
 
 Test(frame, identical_passes, .timeout = 20)
 {
-	struct ft_frame e = data_frame(), g = data_frame();
+	struct ft__frame e = data_frame(), g = data_frame();
 
-	cr_expect_eq(ft_frame_check(&e, &g), 0);
-	cr_expect_eq(ft_frame_check(&e, &e), 0);
+	cr_expect_eq(ft__frame_check(&e, &g), 0);
+	cr_expect_eq(ft__frame_check(&e, &e), 0);
 	/* A zero-length frame, and a broadcast with a root. */
 	e.length = g.length = 0;
-	cr_expect_eq(ft_frame_check(&e, &g), 0);
-	e.kind = g.kind = FT_COLL_BROADCAST;
+	cr_expect_eq(ft__frame_check(&e, &g), 0);
+	e.kind = g.kind = FT__COLL_BROADCAST;
 	e.root = g.root = 3;
-	cr_expect_eq(ft_frame_check(&e, &g), 0);
+	cr_expect_eq(ft__frame_check(&e, &g), 0);
 }
 
 Test(frame, header_fields_are_protocol_errors, .timeout = 20)
 {
 	EXPECT_ALTERED(magic, 0u, -FT_EPROTO);
-	EXPECT_ALTERED(magic, FT_FRAME_MAGIC ^ 1u, -FT_EPROTO);
-	EXPECT_ALTERED(magic, FT_HELLO_MAGIC, -FT_EPROTO);
+	EXPECT_ALTERED(magic, FT__FRAME_MAGIC ^ 1u, -FT_EPROTO);
+	EXPECT_ALTERED(magic, FT__HELLO_MAGIC, -FT_EPROTO);
 	EXPECT_ALTERED(type, 0, -FT_EPROTO);
 	EXPECT_ALTERED(type, 3, -FT_EPROTO);
 	EXPECT_ALTERED(type, 0xffff, -FT_EPROTO);
@@ -133,17 +133,17 @@ Test(frame, header_fields_are_protocol_errors, .timeout = 20)
 	EXPECT_ALTERED(flags, 2, -FT_EPROTO);
 	EXPECT_ALTERED(flags, 0x80, -FT_EPROTO);
 	EXPECT_ALTERED(flags, 0xff, -FT_EPROTO);
-	EXPECT_ALTERED(flags, FT_FRAME_F_CRC | 4u, -FT_EPROTO);
+	EXPECT_ALTERED(flags, FT__FRAME_F_CRC | 4u, -FT_EPROTO);
 }
 
 Test(frame, collective_fields_are_mismatches, .timeout = 20)
 {
-	EXPECT_ALTERED(kind, FT_COLL_BROADCAST, -FT_EMISMATCH);
-	EXPECT_ALTERED(kind, FT_COLL_BARRIER, -FT_EMISMATCH);
+	EXPECT_ALTERED(kind, FT__COLL_BROADCAST, -FT_EMISMATCH);
+	EXPECT_ALTERED(kind, FT__COLL_BARRIER, -FT_EMISMATCH);
 	EXPECT_ALTERED(kind, 0, -FT_EMISMATCH);
-	EXPECT_ALTERED(kind, FT_COLL_INVALID, -FT_EMISMATCH);
-	EXPECT_ALTERED(kind, FT_COLL_REDUCE_SCATTER, -FT_EMISMATCH);
-	EXPECT_ALTERED(kind, FT_COLL_ALLGATHER, -FT_EMISMATCH);
+	EXPECT_ALTERED(kind, FT__COLL_INVALID, -FT_EMISMATCH);
+	EXPECT_ALTERED(kind, FT__COLL_REDUCE_SCATTER, -FT_EMISMATCH);
+	EXPECT_ALTERED(kind, FT__COLL_ALLGATHER, -FT_EMISMATCH);
 	EXPECT_ALTERED(dtype, FT_FLOAT64, -FT_EMISMATCH);
 	EXPECT_ALTERED(dtype, FT_UINT8, -FT_EMISMATCH);
 	EXPECT_ALTERED(op, FT_SUM, -FT_EMISMATCH);
@@ -164,21 +164,21 @@ Test(frame, generation, .timeout = 20)
 	EXPECT_ALTERED(generation, UINT32_MAX, -FT_EPROTO);
 
 	/* An old generation's frame is stale whatever collective it carried. */
-	struct ft_frame e = data_frame(), g = data_frame();
+	struct ft__frame e = data_frame(), g = data_frame();
 	g.generation = GEN - 1;
 	g.count = 7;
 	g.op_seq = 3;
-	cr_expect_eq(ft_frame_check(&e, &g), -FT_ESTALE);
+	cr_expect_eq(ft__frame_check(&e, &g), -FT_ESTALE);
 	/* A bad magic is a protocol error before anything else. */
 	g.magic = 0;
-	cr_expect_eq(ft_frame_check(&e, &g), -FT_EPROTO);
+	cr_expect_eq(ft__frame_check(&e, &g), -FT_EPROTO);
 }
 
 Test(frame, crc_field_is_left_to_the_transport, .timeout = 20)
 {
 	/* The CRC covers the payload, which the check never sees; the flag is allowed. */
 	EXPECT_ALTERED(crc, 0xdeadbeefu, 0);
-	EXPECT_ALTERED(flags, FT_FRAME_F_CRC, 0);
+	EXPECT_ALTERED(flags, FT__FRAME_F_CRC, 0);
 }
 
 Test(frame, abort_returns_its_status, .timeout = 20)
@@ -188,26 +188,26 @@ Test(frame, abort_returns_its_status, .timeout = 20)
 		FT_ERROR_MAP(CODE)
 #undef CODE
 	};
-	struct ft_frame e = data_frame();
+	struct ft__frame e = data_frame();
 
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
-		struct ft_frame g = abort_frame(-codes[i]);
-		cr_expect_eq(ft_frame_check(&e, &g), -codes[i], "status %s",
+		struct ft__frame g = abort_frame(-codes[i]);
+		cr_expect_eq(ft__frame_check(&e, &g), -codes[i], "status %s",
 			     ft_err_name(-codes[i]));
 	}
 	/* An abort ends whatever collective is running: its other fields are free. */
-	struct ft_frame g = abort_frame(-FT_EPEERFAILED);
+	struct ft__frame g = abort_frame(-FT_EPEERFAILED);
 	g.op_seq = 7;
-	g.kind = FT_COLL_BARRIER;
+	g.kind = FT__COLL_BARRIER;
 	g.count = 0;
 	g.step = g.seg = 0;
 	g.offset = 0;
-	cr_expect_eq(ft_frame_check(&e, &g), -FT_EPEERFAILED);
+	cr_expect_eq(ft__frame_check(&e, &g), -FT_EPEERFAILED);
 }
 
 Test(frame, malformed_abort, .timeout = 20)
 {
-	struct ft_frame e = data_frame(), g;
+	struct ft__frame e = data_frame(), g;
 	static const int bad_status[] = {
 		0, FT_EPEERFAILED, FT_EABORTED, 1, -1, -FT_ERR_BASE, -(FT_ERR_BASE + 99),
 		-100000, INT32_MIN + 1, INT32_MIN, INT32_MAX,
@@ -215,42 +215,42 @@ Test(frame, malformed_abort, .timeout = 20)
 
 	for (size_t i = 0; i < sizeof(bad_status) / sizeof(bad_status[0]); i++) {
 		g = abort_frame(bad_status[i]);
-		cr_expect_eq(ft_frame_check(&e, &g), -FT_EPROTO, "status %d", bad_status[i]);
+		cr_expect_eq(ft__frame_check(&e, &g), -FT_EPROTO, "status %d", bad_status[i]);
 	}
 	g = abort_frame(-FT_EABORTED);
 	g.length = 1;
-	cr_expect_eq(ft_frame_check(&e, &g), -FT_EPROTO, "abort with a payload");
+	cr_expect_eq(ft__frame_check(&e, &g), -FT_EPROTO, "abort with a payload");
 	g.length = 1ull << 40;
-	cr_expect_eq(ft_frame_check(&e, &g), -FT_EPROTO, "abort with a huge payload");
+	cr_expect_eq(ft__frame_check(&e, &g), -FT_EPROTO, "abort with a huge payload");
 
 	g = abort_frame(-FT_EABORTED);
 	g.generation = GEN - 1;
-	cr_expect_eq(ft_frame_check(&e, &g), -FT_ESTALE, "abort of an older generation");
+	cr_expect_eq(ft__frame_check(&e, &g), -FT_ESTALE, "abort of an older generation");
 	g.generation = GEN + 1;
-	cr_expect_eq(ft_frame_check(&e, &g), -FT_EPROTO, "abort of a newer generation");
+	cr_expect_eq(ft__frame_check(&e, &g), -FT_EPROTO, "abort of a newer generation");
 	g = abort_frame(-FT_EABORTED);
-	g.magic = FT_HELLO_MAGIC;
-	cr_expect_eq(ft_frame_check(&e, &g), -FT_EPROTO, "abort with a bad magic");
+	g.magic = FT__HELLO_MAGIC;
+	cr_expect_eq(ft__frame_check(&e, &g), -FT_EPROTO, "abort with a bad magic");
 }
 
-static struct ft_hello make_hello(int from, int to, uint32_t gen, const char *job,
+static struct ft__hello make_hello(int from, int to, uint32_t gen, const char *job,
 				  const char *token)
 {
-	struct ft_hello h;
+	struct ft__hello h;
 
 	memset(&h, 0, sizeof(h));
-	h.magic = FT_HELLO_MAGIC;
-	h.version = FT_PROTO_VERSION;
-	h.kind = FT_LINK_DATA;
+	h.magic = FT__HELLO_MAGIC;
+	h.version = FT__PROTO_VERSION;
+	h.kind = FT__LINK_DATA;
 	h.generation = gen;
 	h.from_rank = from;
 	h.to_rank = to;
 	snprintf(h.job_id, sizeof(h.job_id), "%s", job);
-	cr_assert_eq(ft_hello_seal(&h, token), 0);
+	cr_assert_eq(ft__hello_seal(&h, token), 0);
 	return h;
 }
 
-static struct ft_hello good_hello(void)
+static struct ft__hello good_hello(void)
 {
 	return make_hello(1, 0, GEN, JOB, TOKEN);
 }
@@ -260,12 +260,12 @@ static struct ft_hello good_hello(void)
  * and checked under check_tok. */
 #define CHECK_HELLO(stmt, seal_tok, check_tok, want)                                       \
 	do {                                                                               \
-		struct ft_hello e_ = good_hello(), g_ = good_hello();                      \
+		struct ft__hello e_ = good_hello(), g_ = good_hello();                      \
 		const char *seal_ = (seal_tok);                                            \
 		stmt;                                                                      \
 		if (seal_ != NULL)                                                         \
-			cr_assert_eq(ft_hello_seal(&g_, seal_), 0);                        \
-		int rc_ = ft_hello_check(&e_, &g_, (check_tok));                           \
+			cr_assert_eq(ft__hello_seal(&g_, seal_), 0);                        \
+		int rc_ = ft__hello_check(&e_, &g_, (check_tok));                           \
 		cr_expect_eq(rc_, (want), "%s: got %s, want %s", #stmt, ft_err_name(rc_), \
 			     ft_err_name(want));                                           \
 	} while (0)
@@ -288,10 +288,10 @@ Test(hello, identical_passes, .timeout = 20)
 Test(hello, magic_and_version, .timeout = 20)
 {
 	EXPECT_HELLO(g_.magic = 0, -FT_EPROTO);
-	EXPECT_HELLO(g_.magic = FT_FRAME_MAGIC, -FT_EPROTO);
-	EXPECT_HELLO(g_.magic = FT_HELLO_MAGIC + 1, -FT_EPROTO);
+	EXPECT_HELLO(g_.magic = FT__FRAME_MAGIC, -FT_EPROTO);
+	EXPECT_HELLO(g_.magic = FT__HELLO_MAGIC + 1, -FT_EPROTO);
 	EXPECT_HELLO(g_.version = 0, -FT_EAUTH);
-	EXPECT_HELLO(g_.version = FT_PROTO_VERSION + 1, -FT_EAUTH);
+	EXPECT_HELLO(g_.version = FT__PROTO_VERSION + 1, -FT_EAUTH);
 	EXPECT_HELLO(g_.version = 0xffff, -FT_EAUTH);
 }
 
@@ -321,15 +321,15 @@ Test(hello, forged_fields, .timeout = 20)
 	EXPECT_FORGED(g_.incarnation = 1);
 	EXPECT_FORGED(g_.job_id[100] = 'x');
 	EXPECT_FORGED(g_.nonce[0] ^= 1);
-	EXPECT_FORGED(g_.nonce[FT_HELLO_NONCE - 1] ^= 0x80);
+	EXPECT_FORGED(g_.nonce[FT__HELLO_NONCE - 1] ^= 0x80);
 	EXPECT_FORGED(g_.mac[0] ^= 1);
-	EXPECT_FORGED(g_.mac[FT_HELLO_MAC - 1] ^= 0x80);
+	EXPECT_FORGED(g_.mac[FT__HELLO_MAC - 1] ^= 0x80);
 	EXPECT_FORGED(memset(g_.mac, 0, sizeof(g_.mac)));
 }
 
 Test(hello, seal_uses_a_fresh_nonce, .timeout = 20)
 {
-	struct ft_hello a = good_hello(), b = good_hello();
+	struct ft__hello a = good_hello(), b = good_hello();
 
 	cr_expect_neq(memcmp(a.nonce, b.nonce, sizeof(a.nonce)), 0);
 	cr_expect_neq(memcmp(a.mac, b.mac, sizeof(a.mac)), 0);
@@ -339,81 +339,81 @@ Test(hello, seal_uses_a_fresh_nonce, .timeout = 20)
 
 Test(hello, ack_proves_the_token, .timeout = 20)
 {
-	struct ft_hello h = good_hello();
-	struct ft_hello_ack a;
-	uint8_t other[FT_HELLO_NONCE];
+	struct ft__hello h = good_hello();
+	struct ft__hello_ack a;
+	uint8_t other[FT__HELLO_NONCE];
 
-	ft_hello_ack_seal(&a, h.nonce, NULL, 0, TOKEN);
-	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), 0);
-	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, "wrong"), -FT_EAUTH, "another token");
+	ft__hello_ack_seal(&a, h.nonce, NULL, 0, TOKEN);
+	cr_expect_eq(ft__hello_ack_check(&a, h.nonce, TOKEN), 0);
+	cr_expect_eq(ft__hello_ack_check(&a, h.nonce, "wrong"), -FT_EAUTH, "another token");
 	memcpy(other, h.nonce, sizeof(other));
 	other[3] ^= 1;
-	cr_expect_eq(ft_hello_ack_check(&a, other, TOKEN), -FT_EAUTH, "another hello's answer");
+	cr_expect_eq(ft__hello_ack_check(&a, other, TOKEN), -FT_EAUTH, "another hello's answer");
 	a.status = -FT_ESTALE;
-	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EAUTH, "status changed");
-	ft_hello_ack_seal(&a, h.nonce, NULL, -FT_ESTALE, TOKEN);
-	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_ESTALE, "a refusal");
+	cr_expect_eq(ft__hello_ack_check(&a, h.nonce, TOKEN), -FT_EAUTH, "status changed");
+	ft__hello_ack_seal(&a, h.nonce, NULL, -FT_ESTALE, TOKEN);
+	cr_expect_eq(ft__hello_ack_check(&a, h.nonce, TOKEN), -FT_ESTALE, "a refusal");
 	a.status = 0;
-	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EAUTH, "refusal turned to 0");
-	ft_hello_ack_seal(&a, h.nonce, NULL, 5, TOKEN);
-	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EPROTO, "a positive status");
-	ft_hello_ack_seal(&a, h.nonce, NULL, INT32_MIN, TOKEN);
-	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EPROTO, "an unknown code");
-	ft_hello_ack_seal(&a, h.nonce, NULL, 0, TOKEN);
-	a.magic = FT_FRAME_MAGIC;
-	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EPROTO, "bad magic");
+	cr_expect_eq(ft__hello_ack_check(&a, h.nonce, TOKEN), -FT_EAUTH, "refusal turned to 0");
+	ft__hello_ack_seal(&a, h.nonce, NULL, 5, TOKEN);
+	cr_expect_eq(ft__hello_ack_check(&a, h.nonce, TOKEN), -FT_EPROTO, "a positive status");
+	ft__hello_ack_seal(&a, h.nonce, NULL, INT32_MIN, TOKEN);
+	cr_expect_eq(ft__hello_ack_check(&a, h.nonce, TOKEN), -FT_EPROTO, "an unknown code");
+	ft__hello_ack_seal(&a, h.nonce, NULL, 0, TOKEN);
+	a.magic = FT__FRAME_MAGIC;
+	cr_expect_eq(ft__hello_ack_check(&a, h.nonce, TOKEN), -FT_EPROTO, "bad magic");
 }
 
 /* The answer's challenge is under its MAC, and only a proof of the whole
  * hello and that challenge, under the token, passes. */
 Test(hello, proof_binds_hello_and_challenge, .timeout = 20)
 {
-	struct ft_hello h = good_hello(), other = good_hello();
-	struct ft_hello_ack a;
-	struct ft_hello_proof p;
-	uint8_t na[FT_HELLO_NONCE], nb[FT_HELLO_NONCE];
+	struct ft__hello h = good_hello(), other = good_hello();
+	struct ft__hello_ack a;
+	struct ft__hello_proof p;
+	uint8_t na[FT__HELLO_NONCE], nb[FT__HELLO_NONCE];
 
 	memset(na, 0x5a, sizeof(na));
 	memset(nb, 0xa5, sizeof(nb));
-	ft_hello_ack_seal(&a, h.nonce, na, 0, TOKEN);
-	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), 0);
+	ft__hello_ack_seal(&a, h.nonce, na, 0, TOKEN);
+	cr_expect_eq(ft__hello_ack_check(&a, h.nonce, TOKEN), 0);
 	cr_expect_eq(memcmp(a.challenge, na, sizeof(na)), 0);
 	a.challenge[0] ^= 1;
-	cr_expect_eq(ft_hello_ack_check(&a, h.nonce, TOKEN), -FT_EAUTH, "challenge changed");
+	cr_expect_eq(ft__hello_ack_check(&a, h.nonce, TOKEN), -FT_EAUTH, "challenge changed");
 
-	ft_hello_proof_seal(&p, &h, na, TOKEN);
-	cr_expect_eq(ft_hello_proof_check(&p, &h, na, TOKEN), 0);
-	cr_expect_eq(ft_hello_proof_check(&p, &h, nb, TOKEN), -FT_EAUTH, "another challenge");
-	cr_expect_eq(ft_hello_proof_check(&p, &other, na, TOKEN), -FT_EAUTH, "another hello");
-	cr_expect_eq(ft_hello_proof_check(&p, &h, na, "wrong"), -FT_EAUTH, "another token");
+	ft__hello_proof_seal(&p, &h, na, TOKEN);
+	cr_expect_eq(ft__hello_proof_check(&p, &h, na, TOKEN), 0);
+	cr_expect_eq(ft__hello_proof_check(&p, &h, nb, TOKEN), -FT_EAUTH, "another challenge");
+	cr_expect_eq(ft__hello_proof_check(&p, &other, na, TOKEN), -FT_EAUTH, "another hello");
+	cr_expect_eq(ft__hello_proof_check(&p, &h, na, "wrong"), -FT_EAUTH, "another token");
 	other = h;
 	other.generation++;
-	cr_expect_eq(ft_hello_proof_check(&p, &other, na, TOKEN), -FT_EAUTH, "generation");
+	cr_expect_eq(ft__hello_proof_check(&p, &other, na, TOKEN), -FT_EAUTH, "generation");
 	other = h;
 	other.from_rank++;
-	cr_expect_eq(ft_hello_proof_check(&p, &other, na, TOKEN), -FT_EAUTH, "rank");
+	cr_expect_eq(ft__hello_proof_check(&p, &other, na, TOKEN), -FT_EAUTH, "rank");
 	p.magic = 0;
-	cr_expect_eq(ft_hello_proof_check(&p, &h, na, TOKEN), -FT_EAUTH, "bad magic");
+	cr_expect_eq(ft__hello_proof_check(&p, &h, na, TOKEN), -FT_EAUTH, "bad magic");
 	cr_expect_null(memmem(&p, sizeof(p), TOKEN, strlen(TOKEN)));
 }
 
 /* A transport's fields around a hello: any byte changed fails their MAC. */
 Test(hello, ext_fields_under_the_mac, .timeout = 20)
 {
-	struct ft_hello h = good_hello(), other = good_hello();
+	struct ft__hello h = good_hello(), other = good_hello();
 	unsigned char ext[64];
-	uint8_t mac[FT_HELLO_MAC];
+	uint8_t mac[FT__HELLO_MAC];
 
 	for (size_t i = 0; i < sizeof(ext); i++)
 		ext[i] = (unsigned char)i;
-	ft_hello_ext_seal(&h, ext, sizeof(ext), TOKEN, mac);
-	cr_expect_eq(ft_hello_ext_check(&h, ext, sizeof(ext), TOKEN, mac), 0);
-	cr_expect_eq(ft_hello_ext_check(&other, ext, sizeof(ext), TOKEN, mac), -FT_EAUTH,
+	ft__hello_ext_seal(&h, ext, sizeof(ext), TOKEN, mac);
+	cr_expect_eq(ft__hello_ext_check(&h, ext, sizeof(ext), TOKEN, mac), 0);
+	cr_expect_eq(ft__hello_ext_check(&other, ext, sizeof(ext), TOKEN, mac), -FT_EAUTH,
 		     "bound to another hello");
-	cr_expect_eq(ft_hello_ext_check(&h, ext, sizeof(ext), "wrong", mac), -FT_EAUTH);
+	cr_expect_eq(ft__hello_ext_check(&h, ext, sizeof(ext), "wrong", mac), -FT_EAUTH);
 	for (size_t i = 0; i < sizeof(ext); i++) {
 		ext[i] ^= 0x10;
-		cr_expect_eq(ft_hello_ext_check(&h, ext, sizeof(ext), TOKEN, mac), -FT_EAUTH,
+		cr_expect_eq(ft__hello_ext_check(&h, ext, sizeof(ext), TOKEN, mac), -FT_EAUTH,
 			     "byte %zu changed", i);
 		ext[i] ^= 0x10;
 	}
@@ -430,7 +430,7 @@ Test(hello, unterminated_strings, .timeout = 20)
 
 Test(hello, kind_generation_and_ranks, .timeout = 20)
 {
-	EXPECT_HELLO(g_.kind = FT_LINK_CONTROL, -FT_EPROTO);
+	EXPECT_HELLO(g_.kind = FT__LINK_CONTROL, -FT_EPROTO);
 	EXPECT_HELLO(g_.kind = 0, -FT_EPROTO);
 	EXPECT_HELLO(g_.generation = GEN - 1, -FT_ESTALE);
 	EXPECT_HELLO(g_.generation = 0, -FT_ESTALE);
@@ -445,14 +445,14 @@ Test(hello, kind_generation_and_ranks, .timeout = 20)
 /* ---------------------------------------------------------------------- */
 /* Part two: the TCP transport */
 
-static const struct ft_transport_ops *ops;
+static const struct ft__transport_ops *ops;
 
-static const struct ft_transport_ops *tcp_ops(void)
+static const struct ft__transport_ops *tcp_ops(void)
 {
 	if (ops == NULL) {
-		ops = ft_transport_lookup("tcp");
+		ops = ft__transport_lookup("tcp");
 		cr_assert_not_null(ops, "no tcp transport");
-		cr_assert_eq(ops->size, sizeof(struct ft_transport_ops));
+		cr_assert_eq(ops->size, sizeof(struct ft__transport_ops));
 	}
 	return ops;
 }
@@ -461,16 +461,16 @@ static const struct ft_transport_ops *tcp_ops(void)
 static int tp_keepalive_ms, tp_user_timeout_ms;
 
 /* see accept_pumped */
-static struct ft_transport *pump_tx;
+static struct ft__transport *pump_tx;
 static volatile int pump_stop;
 
-static struct ft_transport *tp_open_keyed(int rank, const char *token)
+static struct ft__transport *tp_open_keyed(int rank, const char *token)
 {
 	/* the knobs a test sets (FTCC_TCP_BUFFER) reach the transport as in the
 	 * library: read by config.c into the env passed at open */
-	static struct ft_tp_env env;
+	static struct ft__tp_env env;
 	struct ft_config cfg = FT_CONFIG_INIT;
-	struct ft_tp_params params = {
+	struct ft__tp_params params = {
 		.rank = rank,
 		.bind_host = "127.0.0.1",
 		.job_id = JOB,
@@ -481,7 +481,7 @@ static struct ft_transport *tp_open_keyed(int rank, const char *token)
 		.user_timeout_ms = tp_user_timeout_ms,
 		.env = &env,
 	};
-	struct ft_transport *tp = NULL;
+	struct ft__transport *tp = NULL;
 	int rc;
 
 	cfg.world_size = 2;
@@ -495,7 +495,7 @@ static struct ft_transport *tp_open_keyed(int rank, const char *token)
 	return tp;
 }
 
-static struct ft_transport *tp_open(int rank)
+static struct ft__transport *tp_open(int rank)
 {
 	return tp_open_keyed(rank, TOKEN);
 }
@@ -510,7 +510,7 @@ static struct ft_transport *tp_open(int rank)
 
 static void *pump_main(void *arg)
 {
-	struct ft_transport *tx = arg;
+	struct ft__transport *tx = arg;
 
 	while (!pump_stop) {
 		struct timespec ts = {0, 1000000};
@@ -520,8 +520,8 @@ static void *pump_main(void *arg)
 	return NULL;
 }
 
-static int accept_pumped(struct ft_transport *rx, const struct ft_hello *expect, int timeout_ms,
-			 struct ft_link **out, struct ft_hello *got)
+static int accept_pumped(struct ft__transport *rx, const struct ft__hello *expect, int timeout_ms,
+			 struct ft__link **out, struct ft__hello *got)
 {
 	pthread_t th;
 	int rc;
@@ -536,7 +536,7 @@ static int accept_pumped(struct ft_transport *rx, const struct ft_hello *expect,
 	return rc;
 }
 
-static void tp_close(struct ft_transport *tp)
+static void tp_close(struct ft__transport *tp)
 {
 	if (tp == pump_tx)
 		pump_tx = NULL;
@@ -544,12 +544,12 @@ static void tp_close(struct ft_transport *tp)
 }
 
 struct evlog {
-	struct ft_tp_event ev[256];
+	struct ft__tp_event ev[256];
 	int n;
 };
 
 /* One progress call on tp, its events appended to log; returns how many. */
-static int pump(struct ft_transport *tp, int timeout_ms, struct evlog *log)
+static int pump(struct ft__transport *tp, int timeout_ms, struct evlog *log)
 {
 	int room = (int)(sizeof(log->ev) / sizeof(log->ev[0])) - log->n;
 	int k;
@@ -566,7 +566,7 @@ static int pump(struct ft_transport *tp, int timeout_ms, struct evlog *log)
  * or the deadline passes. The side still waiting blocks in the kernel (at
  * most 10 ms, so the other side gets its turn); the other side only polls.
  */
-static void drive(struct ft_transport *rx, struct evlog *rxl, int rx_want, struct ft_transport *tx,
+static void drive(struct ft__transport *rx, struct evlog *rxl, int rx_want, struct ft__transport *tx,
 		  struct evlog *txl, int tx_want, int timeout_ms)
 {
 	int64_t deadline = ft__now_ms() + timeout_ms;
@@ -582,7 +582,7 @@ static void drive(struct ft_transport *rx, struct evlog *rxl, int rx_want, struc
 }
 
 /* Waits for one event on tp alone. */
-static int wait_one(struct ft_transport *tp, struct evlog *log, int timeout_ms)
+static int wait_one(struct ft__transport *tp, struct evlog *log, int timeout_ms)
 {
 	int before = log->n;
 
@@ -590,7 +590,7 @@ static int wait_one(struct ft_transport *tp, struct evlog *log, int timeout_ms)
 	return log->n - before;
 }
 
-static const struct ft_tp_event *find(const struct evlog *log, int type)
+static const struct ft__tp_event *find(const struct evlog *log, int type)
 {
 	for (int i = 0; i < log->n; i++)
 		if (log->ev[i].type == type)
@@ -599,7 +599,7 @@ static const struct ft_tp_event *find(const struct evlog *log, int type)
 }
 
 /* Runs progress on tp until an event of the given type is logged; returns it or NULL. */
-static const struct ft_tp_event *wait_for(struct ft_transport *tp, struct evlog *log, int type,
+static const struct ft__tp_event *wait_for(struct ft__transport *tp, struct evlog *log, int type,
 					  int timeout_ms)
 {
 	int64_t deadline = ft__now_ms() + timeout_ms;
@@ -610,15 +610,15 @@ static const struct ft_tp_event *wait_for(struct ft_transport *tp, struct evlog 
 }
 
 struct pair {
-	struct ft_transport *rx, *tx;
-	struct ft_link *rl, *sl;
+	struct ft__transport *rx, *tx;
+	struct ft__link *rl, *sl;
 	char addr[128];
 	struct evlog rxl, txl;
 };
 
-static void pair_open_hello(struct pair *p, const struct ft_hello *hello)
+static void pair_open_hello(struct pair *p, const struct ft__hello *hello)
 {
-	struct ft_hello expect = good_hello(), got;
+	struct ft__hello expect = good_hello(), got;
 	int rc;
 
 	memset(p, 0, sizeof(*p));
@@ -637,7 +637,7 @@ static void pair_open_hello(struct pair *p, const struct ft_hello *hello)
 
 static void pair_open(struct pair *p)
 {
-	struct ft_hello h = good_hello();
+	struct ft__hello h = good_hello();
 
 	pair_open_hello(p, &h);
 }
@@ -648,9 +648,9 @@ static void pair_close(struct pair *p)
 	tp_close(p->rx);
 }
 
-static struct ft_frame frame_for(uint64_t length, uint32_t seg)
+static struct ft__frame frame_for(uint64_t length, uint32_t seg)
 {
-	struct ft_frame f = data_frame();
+	struct ft__frame f = data_frame();
 
 	f.length = length;
 	f.seg = seg;
@@ -688,7 +688,7 @@ static void expect_untouched(const unsigned char *b, size_t len, const char *wha
 static void roundtrip(struct pair *p, size_t len, unsigned seed)
 {
 	unsigned char *src = malloc(len ? len : 1), *dst = sentinel_buf(len);
-	struct ft_frame f = frame_for(len, seed);
+	struct ft__frame f = frame_for(len, seed);
 	int rc;
 
 	cr_assert_not_null(src);
@@ -701,12 +701,12 @@ static void roundtrip(struct pair *p, size_t len, unsigned seed)
 	drive(p->rx, &p->rxl, 1, p->tx, &p->txl, 1, WAIT_MS);
 	cr_assert_eq(p->rxl.n, 1, "%zu B: receiver events %d", len, p->rxl.n);
 	cr_assert_eq(p->txl.n, 1, "%zu B: sender events %d", len, p->txl.n);
-	cr_expect_eq(p->rxl.ev[0].type, FT_TP_RECV_DONE);
+	cr_expect_eq(p->rxl.ev[0].type, FT__TP_RECV_DONE);
 	cr_expect_eq(p->rxl.ev[0].status, 0, "%s", ft_err_name(p->rxl.ev[0].status));
 	cr_expect_eq(p->rxl.ev[0].ctx, (void *)(uintptr_t)(100 + seed));
 	cr_expect_eq(p->rxl.ev[0].link, p->rl);
 	cr_expect_eq(p->rxl.ev[0].peer, 1);
-	cr_expect_eq(p->txl.ev[0].type, FT_TP_SEND_DONE);
+	cr_expect_eq(p->txl.ev[0].type, FT__TP_SEND_DONE);
 	cr_expect_eq(p->txl.ev[0].status, 0);
 	cr_expect_eq(p->txl.ev[0].ctx, (void *)(uintptr_t)(200 + seed));
 	cr_expect_eq(p->txl.ev[0].link, p->sl);
@@ -740,7 +740,7 @@ Test(tcp, frames_queued_back_to_back, .timeout = 20)
 
 	pair_open(&p);
 	for (int i = 0; i < N; i++) {
-		struct ft_frame f = frame_for(lens[i], (uint32_t)i);
+		struct ft__frame f = frame_for(lens[i], (uint32_t)i);
 		src[i] = malloc(lens[i] + 1);
 		dst[i] = sentinel_buf(lens[i] + 1);
 		cr_assert_not_null(src[i]);
@@ -750,12 +750,12 @@ Test(tcp, frames_queued_back_to_back, .timeout = 20)
 	/* Let the sender push what the socket takes before any receive exists. */
 	pump(p.tx, 0, &p.txl);
 	for (int i = 0; i < N; i++) {
-		struct ft_frame f = frame_for(lens[i], (uint32_t)i);
+		struct ft__frame f = frame_for(lens[i], (uint32_t)i);
 		p.rxl.n = 0;
 		cr_assert_eq(tcp_ops()->post_recv(p.rl, &f, dst[i], (void *)(uintptr_t)(1000 + i)), 0);
 		drive(p.rx, &p.rxl, 1, p.tx, &p.txl, 0, WAIT_MS);
 		cr_assert_eq(p.rxl.n, 1, "frame %d: no event", i);
-		cr_expect_eq(p.rxl.ev[0].type, FT_TP_RECV_DONE, "frame %d", i);
+		cr_expect_eq(p.rxl.ev[0].type, FT__TP_RECV_DONE, "frame %d", i);
 		cr_expect_eq(p.rxl.ev[0].status, 0, "frame %d: %s", i,
 			     ft_err_name(p.rxl.ev[0].status));
 		cr_expect_eq(p.rxl.ev[0].ctx, (void *)(uintptr_t)(1000 + i));
@@ -766,7 +766,7 @@ Test(tcp, frames_queued_back_to_back, .timeout = 20)
 	drive(p.rx, &p.rxl, 0, p.tx, &p.txl, N, WAIT_MS);
 	cr_expect_eq(p.txl.n, N, "send completions: %d", p.txl.n);
 	for (int i = 0; i < p.txl.n && i < N; i++) {
-		cr_expect_eq(p.txl.ev[i].type, FT_TP_SEND_DONE);
+		cr_expect_eq(p.txl.ev[i].type, FT__TP_SEND_DONE);
 		cr_expect_eq(p.txl.ev[i].ctx, (void *)(uintptr_t)i, "sends complete in order");
 	}
 	for (int i = 0; i < N; i++) {
@@ -786,18 +786,18 @@ Test(tcp, receives_posted_ahead, .timeout = 20)
 	pair_open(&p);
 	memset(dst, SENTINEL, sizeof(dst));
 	for (int i = 0; i < N; i++) {
-		struct ft_frame f = frame_for((size_t)i * 25, (uint32_t)i);
+		struct ft__frame f = frame_for((size_t)i * 25, (uint32_t)i);
 		fill_pattern(src[i], sizeof(src[i]), (unsigned)i + 50);
 		cr_assert_eq(tcp_ops()->post_recv(p.rl, &f, dst[i], (void *)(uintptr_t)i), 0);
 	}
 	for (int i = 0; i < N; i++) {
-		struct ft_frame f = frame_for((size_t)i * 25, (uint32_t)i);
+		struct ft__frame f = frame_for((size_t)i * 25, (uint32_t)i);
 		cr_assert_eq(tcp_ops()->post_send(p.sl, &f, src[i], NULL), 0);
 	}
 	drive(p.rx, &p.rxl, N, p.tx, &p.txl, N, WAIT_MS);
 	cr_assert_eq(p.rxl.n, N);
 	for (int i = 0; i < N; i++) {
-		cr_expect_eq(p.rxl.ev[i].type, FT_TP_RECV_DONE);
+		cr_expect_eq(p.rxl.ev[i].type, FT__TP_RECV_DONE);
 		cr_expect_eq(p.rxl.ev[i].status, 0);
 		cr_expect_eq(p.rxl.ev[i].ctx, (void *)(uintptr_t)i, "receives complete in order");
 		cr_expect_eq(memcmp(src[i], dst[i], (size_t)i * 25), 0, "frame %d", i);
@@ -810,11 +810,11 @@ Test(tcp, crc_checked_when_flagged, .timeout = 20)
 {
 	unsigned char src[5000], dst[5000];
 	struct pair p;
-	struct ft_frame f = frame_for(sizeof(src), 0);
+	struct ft__frame f = frame_for(sizeof(src), 0);
 
 	pair_open(&p);
 	fill_pattern(src, sizeof(src), 9);
-	f.flags = FT_FRAME_F_CRC;
+	f.flags = FT__FRAME_F_CRC;
 
 	/* Right CRC, then an empty frame whose CRC is that of nothing. */
 	f.crc = ft__crc32c(0, src, sizeof(src));
@@ -822,12 +822,12 @@ Test(tcp, crc_checked_when_flagged, .timeout = 20)
 	cr_assert_eq(tcp_ops()->post_send(p.sl, &f, src, NULL), 0);
 	drive(p.rx, &p.rxl, 1, p.tx, &p.txl, 1, WAIT_MS);
 	cr_assert_eq(p.rxl.n, 1);
-	cr_expect_eq(p.rxl.ev[0].type, FT_TP_RECV_DONE);
+	cr_expect_eq(p.rxl.ev[0].type, FT__TP_RECV_DONE);
 	cr_expect_eq(p.rxl.ev[0].status, 0, "%s", ft_err_name(p.rxl.ev[0].status));
 	cr_expect_eq(memcmp(src, dst, sizeof(src)), 0);
 
-	struct ft_frame z = frame_for(0, 1);
-	z.flags = FT_FRAME_F_CRC;
+	struct ft__frame z = frame_for(0, 1);
+	z.flags = FT__FRAME_F_CRC;
 	z.crc = ft__crc32c(0, src, 0);
 	p.rxl.n = 0;
 	cr_assert_eq(tcp_ops()->post_recv(p.rl, &z, dst, NULL), 0);
@@ -845,10 +845,10 @@ Test(tcp, crc_checked_when_flagged, .timeout = 20)
 	cr_assert_eq(tcp_ops()->post_send(p.sl, &f, src, NULL), 0);
 	drive(p.rx, &p.rxl, 2, p.tx, &p.txl, 3, WAIT_MS);
 	cr_assert_eq(p.rxl.n, 2, "events: %d", p.rxl.n);
-	cr_expect_eq(p.rxl.ev[0].type, FT_TP_RECV_DONE);
+	cr_expect_eq(p.rxl.ev[0].type, FT__TP_RECV_DONE);
 	cr_expect_eq(p.rxl.ev[0].status, -FT_EPROTO, "%s", ft_err_name(p.rxl.ev[0].status));
 	cr_expect_eq(p.rxl.ev[0].ctx, (void *)(uintptr_t)77);
-	cr_expect_eq(p.rxl.ev[1].type, FT_TP_LINK_ERROR);
+	cr_expect_eq(p.rxl.ev[1].type, FT__TP_LINK_ERROR);
 	cr_expect_eq(p.rxl.ev[1].status, -FT_EPROTO, "%s", ft_err_name(p.rxl.ev[1].status));
 	cr_expect_eq(p.rxl.ev[1].link, p.rl);
 	cr_expect_eq(tcp_ops()->post_recv(p.rl, &f, dst, NULL), -FT_EPROTO,
@@ -932,14 +932,14 @@ static int raw_closed(int fd, int timeout_ms)
  * whatever was sent as a hello) and checks its status and MAC. */
 static void expect_ack(int fd, const uint8_t *nonce, int status)
 {
-	struct ft_hello_ack ack;
+	struct ft__hello_ack ack;
 	int rc;
 
 	cr_assert_eq(raw_read(fd, &ack, sizeof(ack), WAIT_MS), sizeof(ack), "no ack");
-	cr_expect_eq(ack.magic, FT_HELLO_MAGIC);
+	cr_expect_eq(ack.magic, FT__HELLO_MAGIC);
 	cr_expect_eq(ack.status, status, "ack status %s, want %s", ft_err_name(ack.status),
 		     ft_err_name(status));
-	rc = ft_hello_ack_check(&ack, nonce, TOKEN);
+	rc = ft__hello_ack_check(&ack, nonce, TOKEN);
 	cr_expect_eq(rc, status, "ack check: %s", ft_err_name(rc));
 }
 
@@ -950,30 +950,30 @@ static void expect_ack(int fd, const uint8_t *nonce, int status)
 struct prover {
 	pthread_t th;
 	int fd;
-	struct ft_hello h;
+	struct ft__hello h;
 	const char *token;
 	int status;             /* the answer's check, or 1: no answer */
-	struct ft_hello_ack ack;
+	struct ft__hello_ack ack;
 };
 
 static void *prover_main(void *arg)
 {
 	struct prover *p = arg;
-	struct ft_hello_proof proof;
+	struct ft__hello_proof proof;
 
 	p->status = 1;
 	if (raw_read(p->fd, &p->ack, sizeof(p->ack), WAIT_MS) != sizeof(p->ack))
 		return NULL;
-	p->status = ft_hello_ack_check(&p->ack, p->h.nonce, TOKEN);
+	p->status = ft__hello_ack_check(&p->ack, p->h.nonce, TOKEN);
 	if (p->status != 0)
 		return NULL;
-	ft_hello_proof_seal(&proof, &p->h, p->ack.challenge, p->token);
+	ft__hello_proof_seal(&proof, &p->h, p->ack.challenge, p->token);
 	if (send(p->fd, &proof, sizeof(proof), MSG_NOSIGNAL) != (ssize_t)sizeof(proof))
 		p->status = 2;
 	return NULL;
 }
 
-static void prover_start(struct prover *p, int fd, const struct ft_hello *h, const char *token)
+static void prover_start(struct prover *p, int fd, const struct ft__hello *h, const char *token)
 {
 	memset(p, 0, sizeof(*p));
 	p->fd = fd;
@@ -989,9 +989,9 @@ static int prover_join(struct prover *p)
 }
 
 /* A plain socket that has done the handshake with rx; *rl is rx's side of it. */
-static int raw_peer(struct ft_transport *rx, struct ft_link **rl)
+static int raw_peer(struct ft__transport *rx, struct ft__link **rl)
 {
-	struct ft_hello h = good_hello(), expect = good_hello(), got;
+	struct ft__hello h = good_hello(), expect = good_hello(), got;
 	struct prover pv;
 	char addr[128];
 	int fd, rc;
@@ -1011,10 +1011,10 @@ static int raw_peer(struct ft_transport *rx, struct ft_link **rl)
  * receive for expect posted on a sentinel buffer; the link must break with
  * want and leave the buffer untouched.
  */
-static void bad_frame_case(struct ft_transport *rx, const struct ft_frame *expect,
-			   const struct ft_frame *hdr, size_t tail, int want, const char *what)
+static void bad_frame_case(struct ft__transport *rx, const struct ft__frame *expect,
+			   const struct ft__frame *hdr, size_t tail, int want, const char *what)
 {
-	struct ft_link *rl = NULL;
+	struct ft__link *rl = NULL;
 	struct evlog log = { .n = 0 };
 	size_t blen = expect->length;
 	unsigned char *buf = sentinel_buf(blen);
@@ -1030,7 +1030,7 @@ static void bad_frame_case(struct ft_transport *rx, const struct ft_frame *expec
 	wait_one(rx, &log, WAIT_MS);
 	cr_expect_eq(log.n, 1, "%s: %d events", what, log.n);
 	if (log.n >= 1) {
-		cr_expect_eq(log.ev[0].type, FT_TP_LINK_ERROR, "%s: event type %d", what,
+		cr_expect_eq(log.ev[0].type, FT__TP_LINK_ERROR, "%s: event type %d", what,
 			     log.ev[0].type);
 		cr_expect_eq(log.ev[0].status, want, "%s: got %s, want %s", what,
 			     ft_err_name(log.ev[0].status), ft_err_name(want));
@@ -1049,9 +1049,9 @@ static void bad_frame_case(struct ft_transport *rx, const struct ft_frame *expec
 
 Test(tcp, mismatched_headers_leave_buffer_untouched, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0);
-	const struct ft_frame e = frame_for(64, 1);
-	struct ft_frame g;
+	struct ft__transport *rx = tp_open(0);
+	const struct ft__frame e = frame_for(64, 1);
+	struct ft__frame g;
 
 	g = e; g.op_seq++;
 	bad_frame_case(rx, &e, &g, 64, -FT_EPROTO, "wrong op_seq");
@@ -1088,12 +1088,12 @@ Test(tcp, mismatched_headers_leave_buffer_untouched, .timeout = 20)
 /* A good frame, then a bad one: the first lands, the second's buffer stays clean. */
 Test(tcp, bad_frame_after_good_one, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0);
-	struct ft_link *rl = NULL;
+	struct ft__transport *rx = tp_open(0);
+	struct ft__link *rl = NULL;
 	struct evlog log = { .n = 0 };
-	struct ft_frame f1 = frame_for(100, 0), f2 = frame_for(100, 1), bad = f2;
+	struct ft__frame f1 = frame_for(100, 0), f2 = frame_for(100, 1), bad = f2;
 	unsigned char payload[100], *b1 = sentinel_buf(100), *b2 = sentinel_buf(100);
-	unsigned char wire[sizeof(struct ft_frame) * 2 + 100];
+	unsigned char wire[sizeof(struct ft__frame) * 2 + 100];
 	int fd = raw_peer(rx, &rl);
 
 	bad.count = 5;
@@ -1106,11 +1106,11 @@ Test(tcp, bad_frame_after_good_one, .timeout = 20)
 	cr_assert_eq(tcp_ops()->post_recv(rl, &f2, b2, (void *)(uintptr_t)2), 0);
 	drive(rx, &log, 2, NULL, NULL, 0, WAIT_MS);
 	cr_assert_eq(log.n, 2, "events: %d", log.n);
-	cr_expect_eq(log.ev[0].type, FT_TP_RECV_DONE);
+	cr_expect_eq(log.ev[0].type, FT__TP_RECV_DONE);
 	cr_expect_eq(log.ev[0].status, 0);
 	cr_expect_eq(log.ev[0].ctx, (void *)(uintptr_t)1);
 	cr_expect_eq(memcmp(b1, payload, sizeof(payload)), 0);
-	cr_expect_eq(log.ev[1].type, FT_TP_LINK_ERROR);
+	cr_expect_eq(log.ev[1].type, FT__TP_LINK_ERROR);
 	cr_expect_eq(log.ev[1].status, -FT_EMISMATCH, "%s", ft_err_name(log.ev[1].status));
 	expect_untouched(b2, 100, "second frame");
 	close(fd);
@@ -1122,10 +1122,10 @@ Test(tcp, bad_frame_after_good_one, .timeout = 20)
 /* A header that arrives in pieces is still checked before any payload lands. */
 Test(tcp, header_in_pieces, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0);
-	struct ft_link *rl = NULL;
+	struct ft__transport *rx = tp_open(0);
+	struct ft__link *rl = NULL;
 	struct evlog log = { .n = 0 };
-	struct ft_frame e = frame_for(32, 0), g = e;
+	struct ft__frame e = frame_for(32, 0), g = e;
 	unsigned char *buf = sentinel_buf(32);
 	int fd = raw_peer(rx, &rl);
 
@@ -1137,7 +1137,7 @@ Test(tcp, header_in_pieces, .timeout = 20)
 	raw_write(fd, "0123456789abcdef0123456789abcdef", 32);
 	wait_one(rx, &log, WAIT_MS);
 	cr_assert_eq(log.n, 1);
-	cr_expect_eq(log.ev[0].type, FT_TP_LINK_ERROR);
+	cr_expect_eq(log.ev[0].type, FT__TP_LINK_ERROR);
 	cr_expect_eq(log.ev[0].status, -FT_EMISMATCH, "%s", ft_err_name(log.ev[0].status));
 	expect_untouched(buf, 32, "header in pieces");
 	close(fd);
@@ -1147,10 +1147,10 @@ Test(tcp, header_in_pieces, .timeout = 20)
 
 Test(tcp, sender_gone_mid_frame, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0);
-	struct ft_link *rl = NULL;
+	struct ft__transport *rx = tp_open(0);
+	struct ft__link *rl = NULL;
 	struct evlog log = { .n = 0 };
-	struct ft_frame e = frame_for(1000, 0);
+	struct ft__frame e = frame_for(1000, 0);
 	unsigned char *buf = sentinel_buf(1000);
 	int fd = raw_peer(rx, &rl);
 
@@ -1160,7 +1160,7 @@ Test(tcp, sender_gone_mid_frame, .timeout = 20)
 	close(fd);
 	wait_one(rx, &log, WAIT_MS);
 	cr_assert_eq(log.n, 1);
-	cr_expect_eq(log.ev[0].type, FT_TP_LINK_ERROR);
+	cr_expect_eq(log.ev[0].type, FT__TP_LINK_ERROR);
 	cr_expect_eq(log.ev[0].status, -FT_EPEERFAILED, "%s", ft_err_name(log.ev[0].status));
 	free(buf);
 	tp_close(rx);
@@ -1202,10 +1202,10 @@ static void *trickle_writer(void *arg)
 Test(tcp, large_payload_trickling_in, .timeout = 20)
 {
 	const size_t len = 300 * 1000;
-	struct ft_transport *rx = tp_open(0);
-	struct ft_link *rl = NULL;
+	struct ft__transport *rx = tp_open(0);
+	struct ft__link *rl = NULL;
 	struct evlog log = { .n = 0 };
-	struct ft_frame f = frame_for(len, 0);
+	struct ft__frame f = frame_for(len, 0);
 	unsigned char *wire = malloc(sizeof(f) + len), *dst = sentinel_buf(len + 1);
 	struct trickle t;
 	pthread_t th;
@@ -1221,7 +1221,7 @@ Test(tcp, large_payload_trickling_in, .timeout = 20)
 	wait_one(rx, &log, 10000);
 	pthread_join(th, NULL);
 	cr_assert_eq(log.n, 1, "events: %d", log.n);
-	cr_expect_eq(log.ev[0].type, FT_TP_RECV_DONE);
+	cr_expect_eq(log.ev[0].type, FT__TP_RECV_DONE);
 	cr_expect_eq(log.ev[0].status, 0, "%s", ft_err_name(log.ev[0].status));
 	cr_expect_eq(memcmp(dst, wire + sizeof(f), len), 0, "payload altered");
 	cr_expect_eq(dst[len], SENTINEL, "payload overran its buffer");
@@ -1235,10 +1235,10 @@ Test(tcp, large_payload_trickling_in, .timeout = 20)
 Test(tcp, sender_gone_mid_large_payload, .timeout = 20)
 {
 	const size_t len = 1u << 20, sent = 200 * 1000;
-	struct ft_transport *rx = tp_open(0);
-	struct ft_link *rl = NULL;
+	struct ft__transport *rx = tp_open(0);
+	struct ft__link *rl = NULL;
 	struct evlog log = { .n = 0 };
-	struct ft_frame f = frame_for(len, 0);
+	struct ft__frame f = frame_for(len, 0);
 	unsigned char *wire = malloc(sizeof(f) + sent), *dst = sentinel_buf(len);
 	struct trickle t;
 	pthread_t th;
@@ -1256,7 +1256,7 @@ Test(tcp, sender_gone_mid_large_payload, .timeout = 20)
 	wait_one(rx, &log, 10000);
 	pthread_join(th, NULL);
 	cr_assert_eq(log.n, 1, "events: %d", log.n);
-	cr_expect_eq(log.ev[0].type, FT_TP_LINK_ERROR);
+	cr_expect_eq(log.ev[0].type, FT__TP_LINK_ERROR);
 	cr_expect_eq(log.ev[0].status, -FT_EPEERFAILED, "%s", ft_err_name(log.ev[0].status));
 	cr_expect_lt(ft__now_ms() - t0, 3000, "noticed after %lld ms", (long long)(ft__now_ms() - t0));
 	close(fd);
@@ -1268,7 +1268,7 @@ Test(tcp, sender_gone_mid_large_payload, .timeout = 20)
 Test(tcp, post_recv_too_large, .timeout = 20)
 {
 	struct pair p;
-	struct ft_frame f = frame_for((uint64_t)FT_FRAME_MAX_PAYLOAD + 1, 0);
+	struct ft__frame f = frame_for((uint64_t)FT__FRAME_MAX_PAYLOAD + 1, 0);
 	char c;
 
 	pair_open(&p);
@@ -1286,9 +1286,9 @@ Test(tcp, link_abort_delivers_status, .timeout = 20)
 
 	for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++) {
 		struct pair p;
-		struct ft_frame e = frame_for(256, 0), a = abort_frame(statuses[i]);
+		struct ft__frame e = frame_for(256, 0), a = abort_frame(statuses[i]);
 		unsigned char *buf = sentinel_buf(256);
-		const struct ft_tp_event *ev;
+		const struct ft__tp_event *ev;
 
 		pair_open(&p);
 		/* Let the sender read the ack first, as a live link would have. */
@@ -1298,7 +1298,7 @@ Test(tcp, link_abort_delivers_status, .timeout = 20)
 		wait_one(p.rx, &p.rxl, WAIT_MS);
 		cr_assert_eq(p.rxl.n, 1, "%s: events %d", ft_err_name(statuses[i]), p.rxl.n);
 		ev = &p.rxl.ev[0];
-		cr_expect_eq(ev->type, FT_TP_LINK_ERROR);
+		cr_expect_eq(ev->type, FT__TP_LINK_ERROR);
 		cr_expect_eq(ev->status, statuses[i], "got %s, want %s", ft_err_name(ev->status),
 			     ft_err_name(statuses[i]));
 		expect_untouched(buf, 256, "abort");
@@ -1311,7 +1311,7 @@ Test(tcp, link_abort_delivers_status, .timeout = 20)
 Test(tcp, link_abort_before_ack_read, .timeout = 20)
 {
 	struct pair p;
-	struct ft_frame e = frame_for(256, 0), a = abort_frame(-FT_EABORTED);
+	struct ft__frame e = frame_for(256, 0), a = abort_frame(-FT_EABORTED);
 	unsigned char *buf = sentinel_buf(256);
 
 	pair_open(&p);
@@ -1319,7 +1319,7 @@ Test(tcp, link_abort_before_ack_read, .timeout = 20)
 	tcp_ops()->link_abort(p.sl, &a);
 	wait_one(p.rx, &p.rxl, WAIT_MS);
 	cr_assert_eq(p.rxl.n, 1);
-	cr_expect_eq(p.rxl.ev[0].type, FT_TP_LINK_ERROR);
+	cr_expect_eq(p.rxl.ev[0].type, FT__TP_LINK_ERROR);
 	cr_expect_eq(p.rxl.ev[0].status, -FT_EABORTED, "%s", ft_err_name(p.rxl.ev[0].status));
 	expect_untouched(buf, 256, "abort before ack");
 	free(buf);
@@ -1330,7 +1330,7 @@ Test(tcp, link_abort_before_ack_read, .timeout = 20)
 Test(tcp, link_abort_drops_unstarted_frames, .timeout = 20)
 {
 	struct pair p;
-	struct ft_frame f0 = frame_for(128, 0), f1 = frame_for(128, 1), a = abort_frame(-FT_EABORTED);
+	struct ft__frame f0 = frame_for(128, 0), f1 = frame_for(128, 1), a = abort_frame(-FT_EABORTED);
 	unsigned char src[128], *b0 = sentinel_buf(128), *b1 = sentinel_buf(128);
 
 	pair_open(&p);
@@ -1343,7 +1343,7 @@ Test(tcp, link_abort_drops_unstarted_frames, .timeout = 20)
 	tcp_ops()->link_abort(p.sl, &a);
 	wait_one(p.rx, &p.rxl, WAIT_MS);
 	cr_assert_eq(p.rxl.n, 1, "events %d", p.rxl.n);
-	cr_expect_eq(p.rxl.ev[0].type, FT_TP_LINK_ERROR);
+	cr_expect_eq(p.rxl.ev[0].type, FT__TP_LINK_ERROR);
 	cr_expect_eq(p.rxl.ev[0].status, -FT_EABORTED, "%s", ft_err_name(p.rxl.ev[0].status));
 	expect_untouched(b0, 128, "first unstarted frame");
 	expect_untouched(b1, 128, "second unstarted frame");
@@ -1353,7 +1353,7 @@ Test(tcp, link_abort_drops_unstarted_frames, .timeout = 20)
 }
 
 struct rx_thread {
-	struct ft_transport *rx;
+	struct ft__transport *rx;
 	struct evlog log;
 };
 
@@ -1362,7 +1362,7 @@ static void *rx_loop(void *arg)
 	struct rx_thread *t = arg;
 	int64_t deadline = ft__now_ms() + WAIT_MS;
 
-	while (ft__ms_left(deadline) > 0 && find(&t->log, FT_TP_LINK_ERROR) == NULL) {
+	while (ft__ms_left(deadline) > 0 && find(&t->log, FT__TP_LINK_ERROR) == NULL) {
 		int room = (int)(sizeof(t->log.ev) / sizeof(t->log.ev[0])) - t->log.n;
 		int k = tcp_ops()->progress(t->rx, 20, t->log.ev + t->log.n, room > 8 ? 8 : room);
 		if (k < 0 || room <= 0)
@@ -1381,7 +1381,7 @@ Test(tcp, link_abort_finishes_frame_in_flight, .timeout = 20)
 {
 	const size_t len = 256 * 1024;
 	struct pair p;
-	struct ft_frame f0 = frame_for(len, 0), f1 = frame_for(16, 1), a = abort_frame(-FT_EMISMATCH);
+	struct ft__frame f0 = frame_for(len, 0), f1 = frame_for(16, 1), a = abort_frame(-FT_EMISMATCH);
 	unsigned char *src = malloc(len), *dst = sentinel_buf(len), *b1 = sentinel_buf(16);
 	struct rx_thread t;
 	pthread_t th;
@@ -1395,7 +1395,7 @@ Test(tcp, link_abort_finishes_frame_in_flight, .timeout = 20)
 	cr_assert_eq(tcp_ops()->post_send(p.sl, &f0, src, NULL), 0);
 	cr_assert_eq(tcp_ops()->post_send(p.sl, &f1, src, NULL), 0);
 	pump(p.tx, 0, &p.txl);
-	cr_assert_eq(find(&p.txl, FT_TP_SEND_DONE), NULL,
+	cr_assert_eq(find(&p.txl, FT__TP_SEND_DONE), NULL,
 		     "the whole frame went out at once; cannot test a partial one");
 
 	memset(&t, 0, sizeof(t));
@@ -1405,11 +1405,11 @@ Test(tcp, link_abort_finishes_frame_in_flight, .timeout = 20)
 	pthread_join(th, NULL);
 
 	cr_assert_eq(t.log.n, 2, "events: %d", t.log.n);
-	cr_expect_eq(t.log.ev[0].type, FT_TP_RECV_DONE);
+	cr_expect_eq(t.log.ev[0].type, FT__TP_RECV_DONE);
 	cr_expect_eq(t.log.ev[0].status, 0, "%s", ft_err_name(t.log.ev[0].status));
 	cr_expect_eq(t.log.ev[0].ctx, (void *)(uintptr_t)1);
 	cr_expect_eq(memcmp(src, dst, len), 0, "frame in flight arrived altered");
-	cr_expect_eq(t.log.ev[1].type, FT_TP_LINK_ERROR);
+	cr_expect_eq(t.log.ev[1].type, FT__TP_LINK_ERROR);
 	cr_expect_eq(t.log.ev[1].status, -FT_EMISMATCH, "%s", ft_err_name(t.log.ev[1].status));
 	expect_untouched(b1, 16, "frame queued behind the abort");
 	free(src);
@@ -1421,7 +1421,7 @@ Test(tcp, link_abort_finishes_frame_in_flight, .timeout = 20)
 Test(tcp, sender_close_is_peer_failure, .timeout = 20)
 {
 	struct pair p;
-	struct ft_frame e = frame_for(64, 0);
+	struct ft__frame e = frame_for(64, 0);
 	unsigned char *buf = sentinel_buf(64);
 
 	pair_open(&p);
@@ -1430,7 +1430,7 @@ Test(tcp, sender_close_is_peer_failure, .timeout = 20)
 	tcp_ops()->link_close(p.sl);
 	wait_one(p.rx, &p.rxl, WAIT_MS);
 	cr_assert_eq(p.rxl.n, 1);
-	cr_expect_eq(p.rxl.ev[0].type, FT_TP_LINK_ERROR);
+	cr_expect_eq(p.rxl.ev[0].type, FT__TP_LINK_ERROR);
 	cr_expect_eq(p.rxl.ev[0].status, -FT_EPEERFAILED, "%s", ft_err_name(p.rxl.ev[0].status));
 	cr_expect_eq(p.rxl.ev[0].link, p.rl);
 	cr_expect_eq(p.rxl.ev[0].peer, 1);
@@ -1449,7 +1449,7 @@ Test(tcp, sender_transport_close_is_peer_failure, .timeout = 20)
 	tp_close(p.tx);
 	wait_one(p.rx, &p.rxl, WAIT_MS);
 	cr_assert_eq(p.rxl.n, 1);
-	cr_expect_eq(p.rxl.ev[0].type, FT_TP_LINK_ERROR);
+	cr_expect_eq(p.rxl.ev[0].type, FT__TP_LINK_ERROR);
 	cr_expect_eq(p.rxl.ev[0].status, -FT_EPEERFAILED, "%s", ft_err_name(p.rxl.ev[0].status));
 	tp_close(p.rx);
 }
@@ -1457,12 +1457,12 @@ Test(tcp, sender_transport_close_is_peer_failure, .timeout = 20)
 Test(tcp, receiver_close_is_peer_failure_for_sender, .timeout = 20)
 {
 	struct pair p;
-	const struct ft_tp_event *ev;
+	const struct ft__tp_event *ev;
 
 	pair_open(&p);
 	pump(p.tx, 0, &p.txl);
 	tcp_ops()->link_close(p.rl);
-	ev = wait_for(p.tx, &p.txl, FT_TP_LINK_ERROR, WAIT_MS);
+	ev = wait_for(p.tx, &p.txl, FT__TP_LINK_ERROR, WAIT_MS);
 	cr_assert_not_null(ev);
 	cr_expect_eq(ev->status, -FT_EPEERFAILED, "%s", ft_err_name(ev->status));
 	cr_expect_eq(ev->link, p.sl);
@@ -1472,10 +1472,10 @@ Test(tcp, receiver_close_is_peer_failure_for_sender, .timeout = 20)
 
 /* --- accept -------------------------------------------------------------- */
 
-static int accept_for(struct ft_transport *rx, int timeout_ms, struct ft_link **rl,
-		      struct ft_hello *got, int64_t *elapsed)
+static int accept_for(struct ft__transport *rx, int timeout_ms, struct ft__link **rl,
+		      struct ft__hello *got, int64_t *elapsed)
 {
-	struct ft_hello expect = good_hello();
+	struct ft__hello expect = good_hello();
 	int64_t t0 = ft__now_ms();
 	int rc = accept_pumped(rx, &expect, timeout_ms, rl, got);
 
@@ -1485,10 +1485,10 @@ static int accept_for(struct ft_transport *rx, int timeout_ms, struct ft_link **
 
 /* accept gives up at its deadline with want: -FT_ETIMEDOUT, or -FT_EAUTH
  * when the expected rank's hello failed for its token, job or version. */
-static void expect_giving_up(struct ft_transport *rx, int want, const char *what)
+static void expect_giving_up(struct ft__transport *rx, int want, const char *what)
 {
-	struct ft_link *rl = (struct ft_link *)(uintptr_t)1;
-	struct ft_hello got;
+	struct ft__link *rl = (struct ft__link *)(uintptr_t)1;
+	struct ft__hello got;
 	int64_t ms;
 	int rc = accept_for(rx, 300, &rl, &got, &ms);
 
@@ -1498,14 +1498,14 @@ static void expect_giving_up(struct ft_transport *rx, int want, const char *what
 	cr_expect_lt(ms, 3000, "%s: waited %lld ms", what, (long long)ms);
 }
 
-static void expect_timeout(struct ft_transport *rx, const char *what)
+static void expect_timeout(struct ft__transport *rx, const char *what)
 {
 	expect_giving_up(rx, -FT_ETIMEDOUT, what);
 }
 
 Test(tcp, accept_times_out_alone, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0);
+	struct ft__transport *rx = tp_open(0);
 
 	expect_timeout(rx, "nobody connects");
 	tp_close(rx);
@@ -1513,8 +1513,8 @@ Test(tcp, accept_times_out_alone, .timeout = 20)
 
 Test(tcp, accept_refuses_garbage, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0);
-	char addr[128], junk[sizeof(struct ft_hello)];
+	struct ft__transport *rx = tp_open(0);
+	char addr[128], junk[sizeof(struct ft__hello)];
 	int fd;
 
 	cr_assert_eq(tcp_ops()->local_addr(rx, addr, sizeof(addr)), 0);
@@ -1523,7 +1523,7 @@ Test(tcp, accept_refuses_garbage, .timeout = 20)
 	fd = raw_connect(addr);
 	raw_write(fd, junk, sizeof(junk));
 	expect_timeout(rx, "garbage hello");
-	expect_ack(fd, (const uint8_t *)junk + offsetof(struct ft_hello, nonce), -FT_EPROTO);
+	expect_ack(fd, (const uint8_t *)junk + offsetof(struct ft__hello, nonce), -FT_EPROTO);
 	cr_expect(raw_closed(fd, WAIT_MS), "refused connection left open");
 	close(fd);
 
@@ -1541,15 +1541,15 @@ Test(tcp, accept_refuses_garbage, .timeout = 20)
 	fd = raw_connect(addr);
 	raw_write(fd, junk, sizeof(junk));
 	expect_timeout(rx, "http request");
-	expect_ack(fd, (const uint8_t *)junk + offsetof(struct ft_hello, nonce), -FT_EPROTO);
+	expect_ack(fd, (const uint8_t *)junk + offsetof(struct ft__hello, nonce), -FT_EPROTO);
 	close(fd);
 	tp_close(rx);
 }
 
 Test(tcp, accept_refuses_partial_hello, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0);
-	struct ft_hello h = good_hello();
+	struct ft__transport *rx = tp_open(0);
+	struct ft__hello h = good_hello();
 	char addr[128];
 	int fd;
 
@@ -1564,13 +1564,13 @@ Test(tcp, accept_refuses_partial_hello, .timeout = 20)
 
 /* Connects tx (keyed with tx_token) with hello h; accept must refuse it, and
  * tx's link must then report want. */
-static void refused_keyed_case(const char *tx_token, const struct ft_hello *h, int want,
+static void refused_keyed_case(const char *tx_token, const struct ft__hello *h, int want,
 			       const char *what)
 {
-	struct ft_transport *rx = tp_open(0), *tx = tp_open_keyed(1, tx_token);
-	struct ft_link *sl = NULL;
+	struct ft__transport *rx = tp_open(0), *tx = tp_open_keyed(1, tx_token);
+	struct ft__link *sl = NULL;
 	struct evlog log = { .n = 0 };
-	const struct ft_tp_event *ev;
+	const struct ft__tp_event *ev;
 	char addr[128];
 	int rc;
 
@@ -1580,7 +1580,7 @@ static void refused_keyed_case(const char *tx_token, const struct ft_hello *h, i
 	/* from the expected rank: its token, job or version is named at the deadline */
 	expect_giving_up(rx, want == -FT_EAUTH && h->from_rank == 1 ? -FT_EAUTH : -FT_ETIMEDOUT,
 			 what);
-	ev = wait_for(tx, &log, FT_TP_LINK_ERROR, WAIT_MS);
+	ev = wait_for(tx, &log, FT__TP_LINK_ERROR, WAIT_MS);
 	cr_expect_not_null(ev, "%s: no link error on the connecting side", what);
 	if (ev != NULL) {
 		cr_expect_eq(ev->status, want, "%s: got %s, want %s", what, ft_err_name(ev->status),
@@ -1592,21 +1592,21 @@ static void refused_keyed_case(const char *tx_token, const struct ft_hello *h, i
 	tp_close(rx);
 }
 
-static void refused_hello_case(const struct ft_hello *h, int want, const char *what)
+static void refused_hello_case(const struct ft__hello *h, int want, const char *what)
 {
 	refused_keyed_case(TOKEN, h, want, what);
 }
 
 Test(tcp, accept_refuses_bad_hellos, .timeout = 20)
 {
-	struct ft_hello h;
+	struct ft__hello h;
 
 	h = make_hello(1, 0, GEN, JOB, "wrong-token");
 	refused_hello_case(&h, -FT_EAUTH, "wrong token");
 	h = make_hello(1, 0, GEN, "other-job", TOKEN);
 	refused_hello_case(&h, -FT_EAUTH, "wrong job");
 	h = good_hello();
-	h.version = FT_PROTO_VERSION + 1;
+	h.version = FT__PROTO_VERSION + 1;
 	refused_hello_case(&h, -FT_EAUTH, "other protocol version");
 	h = make_hello(1, 2, GEN, JOB, TOKEN);
 	refused_hello_case(&h, -FT_EPROTO, "hello for another rank");
@@ -1615,8 +1615,8 @@ Test(tcp, accept_refuses_bad_hellos, .timeout = 20)
 	h = make_hello(1, 0, GEN - 1, JOB, TOKEN);
 	refused_hello_case(&h, -FT_ESTALE, "hello of an older generation");
 	h = good_hello();
-	h.kind = FT_LINK_CONTROL;
-	cr_assert_eq(ft_hello_seal(&h, TOKEN), 0);
+	h.kind = FT__LINK_CONTROL;
+	cr_assert_eq(ft__hello_seal(&h, TOKEN), 0);
 	refused_hello_case(&h, -FT_EPROTO, "control link where a data link is expected");
 	h = make_hello(3, 0, GEN, JOB, "wrong-token");
 	refused_hello_case(&h, -FT_EAUTH, "wrong token from a rank not expected");
@@ -1626,7 +1626,7 @@ Test(tcp, accept_refuses_bad_hellos, .timeout = 20)
  * the acceptor's answer does not prove that token, so both ends say EAUTH. */
 Test(tcp, wrong_token_fails_both_ends, .timeout = 20)
 {
-	struct ft_hello h = make_hello(1, 0, GEN, JOB, "their-token");
+	struct ft__hello h = make_hello(1, 0, GEN, JOB, "their-token");
 
 	refused_keyed_case("their-token", &h, -FT_EAUTH, "both ends, their token");
 }
@@ -1635,9 +1635,9 @@ Test(tcp, wrong_token_fails_both_ends, .timeout = 20)
  * at once, even though its MAC is good. */
 Test(tcp, replayed_hello_refused, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0);
-	struct ft_hello h = good_hello(), expect = good_hello(), got;
-	struct ft_link *rl = NULL;
+	struct ft__transport *rx = tp_open(0);
+	struct ft__hello h = good_hello(), expect = good_hello(), got;
+	struct ft__link *rl = NULL;
 	struct prover pv;
 	char addr[128];
 	int first, again, rc;
@@ -1697,11 +1697,11 @@ static void *relay_main(void *arg)
  */
 Test(tcp, hello_copy_raced_ahead_gets_no_link, .timeout = 30)
 {
-	struct ft_transport *rx = tp_open(0), *tx = tp_open(1);
-	struct ft_hello h = good_hello(), expect = good_hello(), got, seen;
-	struct ft_link *rl = NULL, *sl = NULL;
+	struct ft__transport *rx = tp_open(0), *tx = tp_open(1);
+	struct ft__hello h = good_hello(), expect = good_hello(), got, seen;
+	struct ft__link *rl = NULL, *sl = NULL;
 	struct evlog rxl = { .n = 0 }, txl = { .n = 0 };
-	struct ft_frame f = frame_for(10, 0);
+	struct ft__frame f = frame_for(10, 0);
 	struct prover copier;
 	struct relay mitm = { .stop = 0 };
 	char rx_addr[128], mitm_addr[64];
@@ -1735,7 +1735,7 @@ Test(tcp, hello_copy_raced_ahead_gets_no_link, .timeout = 30)
 	drive(rx, &rxl, 1, tx, &txl, 1, 3000);
 	cr_expect_eq(rxl.n, 1, "the link accept returned carries nothing of the original's");
 	if (rxl.n == 1) {
-		cr_expect_eq(rxl.ev[0].type, FT_TP_RECV_DONE);
+		cr_expect_eq(rxl.ev[0].type, FT__TP_RECV_DONE);
 		cr_expect_eq(rxl.ev[0].status, 0);
 		cr_expect_eq(memcmp(buf, "0123456789", 10), 0);
 	}
@@ -1785,9 +1785,9 @@ static void expect_liveness(int fd, int keepalive, int idle, int user_timeout, c
 /* Both ends of a data link carry the keepalive and user timeout given at open. */
 Test(tcp, links_follow_the_timeouts, .timeout = 20)
 {
-	struct ft_transport *rx, *tx;
-	struct ft_link *rl = NULL, *sl = NULL;
-	struct ft_hello h = good_hello();
+	struct ft__transport *rx, *tx;
+	struct ft__link *rl = NULL, *sl = NULL;
+	struct ft__hello h = good_hello();
 	char addr[64];
 	int raw, lfd = -1, fd;
 
@@ -1821,13 +1821,13 @@ Test(tcp, links_follow_the_timeouts, .timeout = 20)
 /* The refusal is reported as such even when a frame is already queued on the link. */
 Test(tcp, refused_link_with_queued_frame, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0), *tx = tp_open(1);
-	struct ft_hello h = make_hello(1, 0, GEN, JOB, "wrong-token");
-	struct ft_link *sl = NULL;
+	struct ft__transport *rx = tp_open(0), *tx = tp_open(1);
+	struct ft__hello h = make_hello(1, 0, GEN, JOB, "wrong-token");
+	struct ft__link *sl = NULL;
 	struct evlog log = { .n = 0 };
-	struct ft_frame f = frame_for(64, 0);
+	struct ft__frame f = frame_for(64, 0);
 	unsigned char src[64] = { 0 };
-	const struct ft_tp_event *ev;
+	const struct ft__tp_event *ev;
 	char addr[128];
 
 	cr_assert_eq(tcp_ops()->local_addr(rx, addr, sizeof(addr)), 0);
@@ -1835,7 +1835,7 @@ Test(tcp, refused_link_with_queued_frame, .timeout = 20)
 	pump_tx = NULL; /* the refusal must come to a link with a frame queued */
 	expect_giving_up(rx, -FT_EAUTH, "wrong token");
 	cr_assert_eq(tcp_ops()->post_send(sl, &f, src, NULL), 0);
-	ev = wait_for(tx, &log, FT_TP_LINK_ERROR, WAIT_MS);
+	ev = wait_for(tx, &log, FT__TP_LINK_ERROR, WAIT_MS);
 	cr_assert_not_null(ev);
 	cr_expect_eq(ev->status, -FT_EAUTH, "%s", ft_err_name(ev->status));
 	tp_close(tx);
@@ -1844,11 +1844,11 @@ Test(tcp, refused_link_with_queued_frame, .timeout = 20)
 
 Test(tcp, valid_connection_accepted_past_bad_ones, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0), *tx = tp_open(1);
-	struct ft_hello bad = make_hello(1, 0, GEN, JOB, "wrong-token"), h = good_hello(), got;
-	struct ft_link *rl = NULL, *sl = NULL, *wl = NULL;
+	struct ft__transport *rx = tp_open(0), *tx = tp_open(1);
+	struct ft__hello bad = make_hello(1, 0, GEN, JOB, "wrong-token"), h = good_hello(), got;
+	struct ft__link *rl = NULL, *sl = NULL, *wl = NULL;
 	struct evlog rxl = { .n = 0 }, txl = { .n = 0 };
-	struct ft_frame f = frame_for(10, 0);
+	struct ft__frame f = frame_for(10, 0);
 	char addr[128], junk[40];
 	unsigned char buf[10];
 	int64_t ms;
@@ -1864,7 +1864,7 @@ Test(tcp, valid_connection_accepted_past_bad_ones, .timeout = 20)
 	raw_write(garbage, junk, sizeof(junk));
 	cr_assert_eq(tcp_ops()->connect(tx, addr, &bad, WAIT_MS, &wl), 0);
 	h.incarnation = 3;
-	cr_assert_eq(ft_hello_seal(&h, TOKEN), 0);
+	cr_assert_eq(ft__hello_seal(&h, TOKEN), 0);
 	cr_assert_eq(tcp_ops()->connect(tx, addr, &h, WAIT_MS, &sl), 0);
 
 	memset(&got, 0, sizeof(got));
@@ -1880,7 +1880,7 @@ Test(tcp, valid_connection_accepted_past_bad_ones, .timeout = 20)
 	cr_assert_eq(tcp_ops()->post_send(sl, &f, "0123456789", NULL), 0);
 	drive(rx, &rxl, 1, tx, &txl, 1, WAIT_MS);
 	cr_assert_eq(rxl.n, 1);
-	cr_expect_eq(rxl.ev[0].type, FT_TP_RECV_DONE);
+	cr_expect_eq(rxl.ev[0].type, FT__TP_RECV_DONE);
 	cr_expect_eq(rxl.ev[0].status, 0);
 	cr_expect_eq(memcmp(buf, "0123456789", 10), 0);
 	close(stall);
@@ -1891,9 +1891,9 @@ Test(tcp, valid_connection_accepted_past_bad_ones, .timeout = 20)
 
 Test(tcp, accept_any_rank, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0), *tx = tp_open(6);
-	struct ft_hello h = make_hello(6, 0, GEN, JOB, TOKEN), expect = good_hello(), got;
-	struct ft_link *rl = NULL, *sl = NULL;
+	struct ft__transport *rx = tp_open(0), *tx = tp_open(6);
+	struct ft__hello h = make_hello(6, 0, GEN, JOB, TOKEN), expect = good_hello(), got;
+	struct ft__link *rl = NULL, *sl = NULL;
 	char addr[128];
 
 	expect.from_rank = -1;
@@ -1913,9 +1913,9 @@ Test(tcp, accept_any_rank, .timeout = 20)
  */
 Test(tcp, accept_not_blocked_by_many_stalled_connections, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0), *tx = tp_open(1);
-	struct ft_hello h = good_hello(), got;
-	struct ft_link *rl = NULL, *sl = NULL;
+	struct ft__transport *rx = tp_open(0), *tx = tp_open(1);
+	struct ft__hello h = good_hello(), got;
+	struct ft__link *rl = NULL, *sl = NULL;
 	char addr[128];
 	int fds[20];
 	int64_t ms;
@@ -1937,7 +1937,7 @@ Test(tcp, accept_not_blocked_by_many_stalled_connections, .timeout = 20)
 
 struct flood {
 	const char *addr;
-	struct ft_transport *tx;
+	struct ft__transport *tx;
 	int fds[20];
 };
 
@@ -1945,7 +1945,7 @@ struct flood {
 static void *flood_then_prove(void *arg)
 {
 	struct flood *f = arg;
-	struct ft_hello h = good_hello();
+	struct ft__hello h = good_hello();
 	struct timespec ms = {0, 1000000};
 
 	nanosleep(&(struct timespec){0, 150000000}, NULL);
@@ -1970,9 +1970,9 @@ static void *flood_then_prove(void *arg)
  */
 Test(tcp, strangers_never_push_out_a_link_being_made, .timeout = 20)
 {
-	struct ft_transport *rx = tp_open(0), *tx = tp_open(1);
-	struct ft_hello h = good_hello(), expect = good_hello(), got;
-	struct ft_link *rl = NULL, *sl = NULL;
+	struct ft__transport *rx = tp_open(0), *tx = tp_open(1);
+	struct ft__hello h = good_hello(), expect = good_hello(), got;
+	struct ft__link *rl = NULL, *sl = NULL;
 	struct flood f = {.tx = tx};
 	char addr[128];
 	pthread_t th;
@@ -1996,16 +1996,16 @@ Test(tcp, strangers_never_push_out_a_link_being_made, .timeout = 20)
 
 Test(tcp, connect_errors, .timeout = 20)
 {
-	struct ft_transport *gone = tp_open(0), *tx = tp_open(1);
-	struct ft_hello h = good_hello();
-	struct ft_link *sl = (struct ft_link *)(uintptr_t)1;
+	struct ft__transport *gone = tp_open(0), *tx = tp_open(1);
+	struct ft__hello h = good_hello();
+	struct ft__link *sl = (struct ft__link *)(uintptr_t)1;
 	char addr[128];
 	int64_t t0;
 	int rc;
 
 	static const char *const malformed[] = { "nocolon", "127.0.0.1:", ":4000", "" };
 	for (size_t i = 0; i < sizeof(malformed) / sizeof(malformed[0]); i++) {
-		sl = (struct ft_link *)(uintptr_t)1;
+		sl = (struct ft__link *)(uintptr_t)1;
 		rc = tcp_ops()->connect(tx, malformed[i], &h, 200, &sl);
 		cr_expect_eq(rc, -FT_EINVAL, "'%s': %s", malformed[i], ft_err_name(rc));
 		cr_expect_null(sl);
@@ -2025,7 +2025,7 @@ Test(tcp, connect_errors, .timeout = 20)
 
 Test(tcp, local_addr_small_buffer, .timeout = 20)
 {
-	struct ft_transport *tp = tp_open(0);
+	struct ft__transport *tp = tp_open(0);
 	char addr[128], small[4];
 
 	cr_assert_eq(tcp_ops()->local_addr(tp, addr, sizeof(addr)), 0);
@@ -2090,18 +2090,18 @@ Test(fabric_hello, altered_fields_refused, .timeout = 20)
 #ifdef FTCC_HAVE_FABRIC
 /* --- the libfabric MSG handshake's challenge ------------------------------ */
 
-static struct ft_transport *fab_tp_open(int rank, const char *token)
+static struct ft__transport *fab_tp_open(int rank, const char *token)
 {
-	static struct ft_tp_env env;
+	static struct ft__tp_env env;
 	struct ft_config cfg = FT_CONFIG_INIT;
-	struct ft_tp_params params = {.rank = rank, .bind_host = "127.0.0.1", .job_id = JOB,
+	struct ft__tp_params params = {.rank = rank, .bind_host = "127.0.0.1", .job_id = JOB,
 				      .token = token, .max_payload = 4u << 20, .env = &env};
-	struct ft_transport *tp = NULL;
+	struct ft__transport *tp = NULL;
 	int rc;
 
 	cfg.world_size = 2;
 	cr_assert_eq(ft__config_tp_env(&cfg, &env), 0);
-	rc = ft_transport_lookup("fabric")->open(&params, &tp);
+	rc = ft__transport_lookup("fabric")->open(&params, &tp);
 	cr_assert_eq(rc, 0, "fabric open: %s", ft_err_name(rc));
 	return tp;
 }
@@ -2118,13 +2118,13 @@ static struct ft_transport *fab_tp_open(int rank, const char *token)
  */
 Test(fabric_msg, hello_copy_raced_ahead_gets_no_link, .timeout = 60)
 {
-	const struct ft_transport_ops *fops = ft_transport_lookup("fabric");
-	struct ft_transport *rx, *cp;
-	struct ft_hello h = good_hello(), expect = good_hello(), got;
-	struct ft_link *rl = NULL, *cl = NULL;
-	struct ft_frame f = frame_for(10, 0);
+	const struct ft__transport_ops *fops = ft__transport_lookup("fabric");
+	struct ft__transport *rx, *cp;
+	struct ft__hello h = good_hello(), expect = good_hello(), got;
+	struct ft__link *rl = NULL, *cl = NULL;
+	struct ft__frame f = frame_for(10, 0);
 	struct fab_hello_msg seen;
-	struct ft_tp_event ev[16];
+	struct ft__tp_event ev[16];
 	unsigned char buf[10];
 	char addr[FAB_ADDR_MAX], go = 'g';
 	int rc, recvd = 0, up[2], down[2], st;
@@ -2148,8 +2148,8 @@ Test(fabric_msg, hello_copy_raced_ahead_gets_no_link, .timeout = 60)
 		 * frame; a parent that failed (its ends closed) ends it */
 		close(up[0]);
 		close(down[1]);
-		struct ft_transport *tx = fab_tp_open(1, TOKEN);
-		struct ft_link *sl = NULL;
+		struct ft__transport *tx = fab_tp_open(1, TOKEN);
+		struct ft__link *sl = NULL;
 		int sent = 0;
 		if (fops->connect(tx, addr, &h, WAIT_MS, &sl) != 0 ||
 		    write(up[1], &sl->m.hello, sizeof(sl->m.hello)) != sizeof(sl->m.hello) ||
@@ -2158,7 +2158,7 @@ Test(fabric_msg, hello_copy_raced_ahead_gets_no_link, .timeout = 60)
 		for (int64_t end = ft__now_ms() + WAIT_MS; !sent && ft__now_ms() < end;) {
 			int n = fops->progress(tx, 10, ev, 16);
 			for (int i = 0; i < n; i++)
-				sent |= ev[i].type == FT_TP_SEND_DONE && ev[i].status == 0;
+				sent |= ev[i].type == FT__TP_SEND_DONE && ev[i].status == 0;
 		}
 		if (read(down[0], &go, 1) != 1) /* the parent has the frame */
 			_exit(3);
@@ -2180,7 +2180,7 @@ Test(fabric_msg, hello_copy_raced_ahead_gets_no_link, .timeout = 60)
 	for (int64_t end = ft__now_ms() + WAIT_MS; !recvd && ft__now_ms() < end;) {
 		int n = fops->progress(rx, 10, ev, 16);
 		for (int i = 0; i < n; i++)
-			if (ev[i].type == FT_TP_RECV_DONE && ev[i].link == rl) {
+			if (ev[i].type == FT__TP_RECV_DONE && ev[i].link == rl) {
 				cr_expect_eq(ev[i].status, 0);
 				recvd = 1;
 			}
@@ -2226,12 +2226,12 @@ static pid_t fab_connector(const char *token, int n, int go[2])
 	size_t len = 0;
 	while (len + 1 < sizeof(addr) && read(go[0], &c, 1) == 1 && c != '\n')
 		addr[len++] = c;
-	const struct ft_transport_ops *fops = ft_transport_lookup("fabric");
-	struct ft_transport *tp = fab_tp_open(1, token);
-	struct ft_tp_event ev[16];
-	struct ft_link *l;
+	const struct ft__transport_ops *fops = ft__transport_lookup("fabric");
+	struct ft__transport *tp = fab_tp_open(1, token);
+	struct ft__tp_event ev[16];
+	struct ft__link *l;
 	for (int i = 0; i < n; i++) {
-		struct ft_hello h = make_hello(1, 0, GEN, JOB, token);
+		struct ft__hello h = make_hello(1, 0, GEN, JOB, token);
 		if (fops->connect(tp, addr, &h, WAIT_MS, &l) != 0)
 			_exit(2);
 	}
@@ -2251,11 +2251,11 @@ static void send_addr(int fd, const char *addr)
 
 Test(fabric_rdm, strangers_hellos_never_push_out_a_neighbours, .timeout = 60)
 {
-	const struct ft_transport_ops *fops;
-	struct ft_transport *rx;
-	struct ft_hello expect = good_hello(), got;
-	struct ft_link *rl = NULL;
-	struct ft_tp_event ev[16];
+	const struct ft__transport_ops *fops;
+	struct ft__transport *rx;
+	struct ft__hello expect = good_hello(), got;
+	struct ft__link *rl = NULL;
+	struct ft__tp_event ev[16];
 	char addr[FAB_ADDR_MAX];
 	int rc, st, ngo[2], sgo[2];
 	pid_t neighbour, stranger;
@@ -2267,7 +2267,7 @@ Test(fabric_rdm, strangers_hellos_never_push_out_a_neighbours, .timeout = 60)
 	setenv("FI_PROVIDER", "shm", 1);
 	neighbour = fab_connector(TOKEN, 1, ngo);
 	stranger = fab_connector("a stranger's token", 40, sgo);
-	fops = ft_transport_lookup("fabric");
+	fops = ft__transport_lookup("fabric");
 	cr_assert_not_null(fops);
 	rx = fab_tp_open(0, TOKEN);
 	cr_assert(!rx->msg, "provider %s: not RDM endpoints", rx->prov);

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "ftcc.h"
-#include "log.h"
+#include "jnl.h"
 
 #define JOURNAL_MAX ((size_t)256 << 20)
 
@@ -47,7 +47,7 @@ static void print_rec(void *arg, const struct ft__logrec *h, const void *body)
 	struct ctx *c = arg;
 	size_t blen = h->len - sizeof(*h);
 
-	if (h->type == FT__LOG_INPUT) {
+	if (h->type == FT__JNL_INPUT) {
 		free(c->regs);
 		c->regs = malloc(blen ? blen : 1);
 		if (c->regs == NULL)
@@ -60,14 +60,14 @@ static void print_rec(void *arg, const struct ft__logrec *h, const void *body)
 		printf("@%-8llu %-5s op=%llu gen=%u", (unsigned long long)c->at, type_name(h->type),
 		       (unsigned long long)h->op_seq, h->gen);
 		switch (h->type) {
-		case FT__LOG_FILE: {
+		case FT__JNL_FILE: {
 			struct ft__logfile f;
 			memcpy(&f, body, sizeof(f));
 			printf(" job_hash=%016llx rank=%d world_size=%d slot=%u",
 			       (unsigned long long)f.job_hash, f.rank, f.world_size, f.slot);
 			break;
 		}
-		case FT__LOG_BEGIN: {
+		case FT__JNL_BEGIN: {
 			struct ft__logop o;
 			memcpy(&o, body, sizeof(o));
 			printf(" kind=%u dtype=%u op=%u in_place=%u root=%d count=%llu bytes=%llu",
@@ -75,19 +75,19 @@ static void print_rec(void *arg, const struct ft__logrec *h, const void *body)
 			       (unsigned long long)h->bytes);
 			break;
 		}
-		case FT__LOG_SEND:
-		case FT__LOG_RECV:
+		case FT__JNL_SEND:
+		case FT__JNL_RECV:
 			printf(" step=%u seg=%u peer=%d off=%llu len=%llu crc=%08x", h->step, h->seg,
 			       h->peer, (unsigned long long)h->off, (unsigned long long)h->bytes,
 			       h->data_crc);
 			break;
-		case FT__LOG_INPUT:
+		case FT__JNL_INPUT:
 			printf(" bytes=%llu regions=%zu", (unsigned long long)h->bytes,
 			       blen / sizeof(struct ft__logreg));
 			break;
 		}
 		printf("\n");
-		if (h->type == FT__LOG_INPUT) {
+		if (h->type == FT__JNL_INPUT) {
 			for (size_t i = 0; i < blen / sizeof(struct ft__logreg); i++) {
 				struct ft__logreg r;
 				memcpy(&r, (const char *)body + i * sizeof(r), sizeof(r));
@@ -144,7 +144,7 @@ static int read_journal(const char *path, unsigned char **out, size_t *len)
 
 static int check_file(const char *path)
 {
-	struct ft__log_scan s;
+	struct ft__jnl_scan s;
 	struct ctx c = {0};
 	unsigned char *buf = NULL;
 	char in[PATH_MAX];
@@ -158,7 +158,7 @@ static int check_file(const char *path)
 	}
 	if (!quiet)
 		printf("== %s (%zu bytes)\n", path, len);
-	rc = ft__log_parse(buf, len, &s, print_rec, &c);
+	rc = ft__jnl_parse(buf, len, &s, print_rec, &c);
 	if (rc < 0 && rc != -FT_ECORRUPT) {
 		fprintf(stderr, "ftcc-log: %s: %s\n", path, ft_strerror(rc));
 		status = FAILED;
@@ -177,7 +177,7 @@ static int check_file(const char *path)
 		}
 		if (plen > 4 && strcmp(path + plen - 4, ".log") == 0 && plen - 4 + 4 < sizeof(in)) {
 			snprintf(in, sizeof(in), "%.*s.in", (int)(plen - 4), path);
-			rc = ft__log_check_payload(in, c.regs, c.nreg, s.input_bytes, NULL);
+			rc = ft__jnl_check_payload(in, c.regs, c.nreg, s.input_bytes, NULL);
 			if (rc == 0) {
 				printf("%s: payload %s: %zu regions, %llu bytes checked\n", path, in,
 				       c.nreg, (unsigned long long)s.input_bytes);
@@ -259,7 +259,7 @@ int main(int argc, char **argv)
 			char path[PATH_MAX];
 			int st;
 
-			if (ft__log_path(path, sizeof(path), dir, rank, slot, "log") < 0) {
+			if (ft__jnl_path(path, sizeof(path), dir, rank, slot, "log") < 0) {
 				fprintf(stderr, "ftcc-log: %s: path too long\n", dir);
 				return FAILED;
 			}

@@ -359,7 +359,7 @@ static void tell_store(struct launcher *L, const struct rank *r, int wstatus)
 		L->some_done = true;
 	/* a rank that ended well, or once another did, is no early death */
 	if (L->store != NULL && L->opt.argv != NULL && job != NULL && !L->some_done)
-		store_rank_died(L->store, job, (uint32_t)L->opt.nranks, (uint32_t)r->id);
+		ft__store_server_rank_died(L->store, job, (uint32_t)L->opt.nranks, (uint32_t)r->id);
 	/*
 	 * The file rendezvous hears it too: gone-<r> in the job's directory
 	 * (when the rank got as far as making it). A rank killed before it
@@ -543,7 +543,7 @@ static int event_loop(struct launcher *L)
 		if (!any_running(L))
 			break;
 
-		size_t need = L->nstreams + 1 + (L->store ? store_poll_count(L->store) : 0);
+		size_t need = L->nstreams + 1 + (L->store ? ft__store_server_poll_count(L->store) : 0);
 		if (pcap < need) {
 			struct pollfd *p = realloc(pfds, need * sizeof(*p));
 			if (!p) {
@@ -559,8 +559,8 @@ static int event_loop(struct launcher *L)
 		/* the store's pollfds follow the streams' (and stay there: streams may be added) */
 		size_t nfds = L->nstreams + 1, sfirst = nfds, nstore = 0;
 		if (L->store) {
-			int ms = store_poll_timeout(L->store);
-			nstore = store_poll_fill(L->store, pfds + sfirst);
+			int ms = ft__store_server_poll_timeout(L->store);
+			nstore = ft__store_server_poll_fill(L->store, pfds + sfirst);
 			nfds += nstore;
 			if (ms >= 0 && (wait < 0 || ms / 1000.0 < wait))
 				wait = ms / 1000.0;
@@ -586,7 +586,7 @@ static int event_loop(struct launcher *L)
 			return err;
 		}
 		if (L->store)
-			store_handle(L->store, pfds + sfirst, nstore); /* its deadlines, too */
+			ft__store_server_handle(L->store, pfds + sfirst, nstore); /* its deadlines, too */
 		if (n <= 0)
 			continue;
 		/* Output first, then deaths: reaping drains, so nothing is lost either way. */
@@ -639,8 +639,8 @@ static int serve_store_only(struct launcher *L)
 	int status = 0;
 
 	while (L->stop_signals == 0) {
-		size_t need = 1 + store_poll_count(L->store), n;
-		int wait = store_poll_timeout(L->store);
+		size_t need = 1 + ft__store_server_poll_count(L->store), n;
+		int wait = ft__store_server_poll_timeout(L->store);
 		if (need > cap) {
 			struct pollfd *p = realloc(pfds, need * sizeof(*p));
 			if (p == NULL) {
@@ -662,12 +662,12 @@ static int serve_store_only(struct launcher *L)
 				wait = (int)(left * 1000) + 1;
 		}
 		pfds[0] = (struct pollfd){ .fd = sig_pipe[0], .events = POLLIN };
-		n = store_poll_fill(L->store, pfds + 1);
+		n = ft__store_server_poll_fill(L->store, pfds + 1);
 		for (size_t i = 0; i < 1 + n; i++)
 			pfds[i].revents = 0;
 		if (poll(pfds, 1 + n, wait) < 0 && errno != EINTR)
 			break;
-		store_handle(L->store, pfds + 1, n);
+		ft__store_server_handle(L->store, pfds + 1, n);
 		unsigned char sigs[64];
 		ssize_t k;
 		while ((k = read(sig_pipe[0], sigs, sizeof(sigs))) > 0)
@@ -697,7 +697,7 @@ int main(int argc, char **argv)
 		if (start_store(L) < 0)
 			return EXIT_LAUNCHER;
 		err = serve_store_only(L);
-		store_close(L->store);
+		ft__store_server_close(L->store);
 		return err;
 	}
 
@@ -720,7 +720,7 @@ int main(int argc, char **argv)
 	if (err < 0) {
 		msg(L, "cannot set up the job environment: %s", strerror(-err));
 		remove_rendezvous(L);
-		store_close(L->store);
+		ft__store_server_close(L->store);
 		return EXIT_LAUNCHER;
 	}
 
@@ -780,7 +780,7 @@ int main(int argc, char **argv)
 	free(L->dead);
 	remove_rendezvous(L);
 	remove_job_logs(L);
-	store_close(L->store);
+	ft__store_server_close(L->store);
 
 	int status = exit_status(L);
 	free(L->streams);

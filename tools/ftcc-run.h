@@ -90,7 +90,7 @@ struct launcher {
 	int stop_signals;          /* INT/TERM/HUP received */
 	unsigned long deaths;
 	bool out_closed[3];        /* our stdout/stderr hit EPIPE: drop further output */
-	struct store *store;       /* the address store we serve, or NULL */
+	struct ft__store_server *store;       /* the address store we serve, or NULL */
 	pid_t *dead;               /* ranks' pids that exited: their shm regions go at the end */
 	size_t ndead, dead_cap;
 };

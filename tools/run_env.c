@@ -284,7 +284,7 @@ int start_store(struct launcher *L)
 		msg(L, "warning: FTCC_AUTH=none: the store takes joins from anyone who reaches it");
 		token = NULL;
 	}
-	rc = store_open(&L->store, host, port, token, L->opt.argv == NULL, store_say, L, addr,
+	rc = ft__store_server_open(&L->store, host, port, token, L->opt.argv == NULL, store_say, L, addr,
 			sizeof(addr));
 	if (rc < 0) {
 		msg(L, "cannot serve the address store at %s: %s",

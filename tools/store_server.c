@@ -100,7 +100,7 @@ struct conn {
 	char peer[NI_MAXHOST + NI_MAXSERV + 4];
 };
 
-struct store {
+struct ft__store_server {
 	int fd;
 	int64_t accept_at_ms;   /* out of descriptors: accept again from then */
 	struct conn **conns;
@@ -117,7 +117,7 @@ struct store {
 	unsigned strangers_held; /* such lines held back since */
 };
 
-__attribute__((format(printf, 2, 3))) static void say(struct store *s, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void say(struct ft__store_server *s, const char *fmt, ...)
 {
 	char line[512];
 	va_list ap;
@@ -135,7 +135,7 @@ __attribute__((format(printf, 2, 3))) static void say(struct store *s, const cha
  */
 #define STRANGER_SAY_MS 10000
 
-__attribute__((format(printf, 2, 3))) static void say_stranger(struct store *s, const char *fmt,
+__attribute__((format(printf, 2, 3))) static void say_stranger(struct ft__store_server *s, const char *fmt,
 								...)
 {
 	char line[400];
@@ -177,7 +177,7 @@ static void answer_put(struct answer *a)
 
 /* ---- jobs --------------------------------------------------------------------- */
 
-static void job_free(struct store *s, struct job *j)
+static void job_free(struct ft__store_server *s, struct job *j)
 {
 	for (size_t i = 0; i < s->njobs; i++)
 		if (s->jobs[i] == j) {
@@ -192,7 +192,7 @@ static void job_free(struct store *s, struct job *j)
 	free(j);
 }
 
-static struct job *job_find(struct store *s, const char *id)
+static struct job *job_find(struct ft__store_server *s, const char *id)
 {
 	for (size_t i = 0; i < s->njobs; i++)
 		if (strcmp(s->jobs[i]->id, id) == 0)
@@ -201,7 +201,7 @@ static struct job *job_find(struct store *s, const char *id)
 }
 
 /* A new job; when the table is full the settled job least recently joined leaves. */
-static struct job *job_new(struct store *s, const char *id, uint32_t world_size)
+static struct job *job_new(struct ft__store_server *s, const char *id, uint32_t world_size)
 {
 	struct job *j, *oldest = NULL;
 
@@ -249,10 +249,10 @@ static struct answer *book_build(const struct job *j)
 
 /* ---- connections ---------------------------------------------------------------- */
 
-static void conn_close(struct store *s, struct conn *c);
+static void conn_close(struct ft__store_server *s, struct conn *c);
 
 /* A waiting connection leaves its job: its rank's place is free again. */
-static void job_leave(struct store *s, struct conn *c)
+static void job_leave(struct ft__store_server *s, struct conn *c)
 {
 	struct job *j = c->job;
 
@@ -266,7 +266,7 @@ static void job_leave(struct store *s, struct conn *c)
 		job_free(s, j);
 }
 
-static void conn_write(struct store *s, struct conn *c)
+static void conn_write(struct ft__store_server *s, struct conn *c)
 {
 	while (c->out_off < c->out->len) {
 		ssize_t n = send(c->fd, c->out->data + c->out_off, c->out->len - c->out_off,
@@ -284,7 +284,7 @@ static void conn_write(struct store *s, struct conn *c)
 	conn_close(s, c);
 }
 
-static void send_answer(struct store *s, struct conn *c, struct answer *a)
+static void send_answer(struct ft__store_server *s, struct conn *c, struct answer *a)
 {
 	c->state = SENDING;
 	c->job = NULL;
@@ -295,7 +295,7 @@ static void send_answer(struct store *s, struct conn *c, struct answer *a)
 	conn_write(s, c);
 }
 
-__attribute__((format(printf, 4, 5))) static void refuse(struct store *s, struct conn *c,
+__attribute__((format(printf, 4, 5))) static void refuse(struct ft__store_server *s, struct conn *c,
 							 int code, const char *fmt, ...)
 {
 	char why[FT__STORE_WHY_MAX];
@@ -325,7 +325,7 @@ __attribute__((format(printf, 4, 5))) static void refuse(struct store *s, struct
 	answer_put(a);
 }
 
-static void conn_close(struct store *s, struct conn *c)
+static void conn_close(struct ft__store_server *s, struct conn *c)
 {
 	if (c->state == CLOSED)
 		return;
@@ -340,7 +340,7 @@ static void conn_close(struct store *s, struct conn *c)
 	c->state = CLOSED;
 }
 
-static void settle(struct store *s, struct job *j)
+static void settle(struct ft__store_server *s, struct job *j)
 {
 	j->book = book_build(j);
 	if (j->book == NULL) {
@@ -372,7 +372,7 @@ static void settle(struct store *s, struct job *j)
 }
 
 /* A join to a settled job: a restarted rank (or a retry); its entry is the newest. */
-static void rejoin(struct store *s, struct job *j, struct conn *c, const struct ft__store_join *m)
+static void rejoin(struct ft__store_server *s, struct job *j, struct conn *c, const struct ft__store_join *m)
 {
 	char *e = j->entry[m->rank];
 
@@ -420,7 +420,7 @@ static const char *misfit(const struct job *j, const struct ft__store_join *m, i
 }
 
 /* The job takes c as the holder of rank m->rank; the book goes out when it is full. */
-static void hold(struct store *s, struct job *j, struct conn *c, const struct ft__store_join *m)
+static void hold(struct ft__store_server *s, struct job *j, struct conn *c, const struct ft__store_join *m)
 {
 	struct conn *old = j->holder[m->rank];
 
@@ -466,7 +466,7 @@ static bool job_awaited(const struct job *j)
 }
 
 /* A join of len bytes at c->in, parsed into m: nothing changes unless it proves the token. */
-static void on_join(struct store *s, struct conn *c, const struct ft__store_join *m, size_t len)
+static void on_join(struct ft__store_server *s, struct conn *c, const struct ft__store_join *m, size_t len)
 {
 	struct job *j;
 	char why[FT__STORE_WHY_MAX];
@@ -494,7 +494,7 @@ static void on_join(struct store *s, struct conn *c, const struct ft__store_join
 		hold(s, j, c, m);
 }
 
-static void read_join(struct store *s, struct conn *c)
+static void read_join(struct ft__store_server *s, struct conn *c)
 {
 	struct ft__store_join m;
 	const char *why;
@@ -521,7 +521,7 @@ static void read_join(struct store *s, struct conn *c)
 }
 
 /* A waiting connection says nothing more: anything it sends is its end. */
-static void read_waiting(struct store *s, struct conn *c)
+static void read_waiting(struct ft__store_server *s, struct conn *c)
 {
 	unsigned char b;
 	ssize_t n = recv(c->fd, &b, 1, 0);
@@ -533,7 +533,7 @@ static void read_waiting(struct store *s, struct conn *c)
 	conn_close(s, c);
 }
 
-static void conn_event(struct store *s, struct conn *c, short revents)
+static void conn_event(struct ft__store_server *s, struct conn *c, short revents)
 {
 	if (c->state == SENDING && (revents & (POLLOUT | POLLERR | POLLHUP)))
 		conn_write(s, c);
@@ -544,7 +544,7 @@ static void conn_event(struct store *s, struct conn *c, short revents)
 }
 
 /* The oldest connection that proved no token leaves for a new one. */
-static void evict_unauth(struct store *s)
+static void evict_unauth(struct ft__store_server *s)
 {
 	for (size_t i = 0; i < s->nconns; i++) {
 		struct conn *c = s->conns[i];
@@ -570,7 +570,7 @@ static int challenge(struct conn *c)
 	return send(c->fd, m, sizeof(m), MSG_NOSIGNAL) == (ssize_t)sizeof(m) ? 0 : -1;
 }
 
-static void accept_all(struct store *s)
+static void accept_all(struct ft__store_server *s)
 {
 	for (;;) {
 		struct sockaddr_storage ss;
@@ -628,10 +628,10 @@ static void accept_all(struct store *s)
 
 /* ---- the interface ---------------------------------------------------------------- */
 
-int store_open(struct store **sp, const char *host, const char *port, const char *token,
+int ft__store_server_open(struct ft__store_server **sp, const char *host, const char *port, const char *token,
 	       int verbose, store_say_fn *say_fn, void *arg, char *addr, size_t addrlen)
 {
-	struct store *s;
+	struct ft__store_server *s;
 	int rc;
 
 	*sp = NULL;
@@ -654,12 +654,12 @@ int store_open(struct store **sp, const char *host, const char *port, const char
 	return 0;
 }
 
-size_t store_poll_count(const struct store *s)
+size_t ft__store_server_poll_count(const struct ft__store_server *s)
 {
 	return 1 + s->nconns;
 }
 
-size_t store_poll_fill(struct store *s, struct pollfd *pfds)
+size_t ft__store_server_poll_fill(struct ft__store_server *s, struct pollfd *pfds)
 {
 	pfds[0] = (struct pollfd){.fd = s->accept_at_ms == 0 ? s->fd : -1, .events = POLLIN};
 	for (size_t i = 0; i < s->nconns; i++) {
@@ -670,7 +670,7 @@ size_t store_poll_fill(struct store *s, struct pollfd *pfds)
 	return 1 + s->nconns;
 }
 
-int store_poll_timeout(const struct store *s)
+int ft__store_server_poll_timeout(const struct ft__store_server *s)
 {
 	int64_t next = s->accept_at_ms;
 
@@ -682,7 +682,7 @@ int store_poll_timeout(const struct store *s)
 	return next == 0 ? -1 : ft__ms_left(next);
 }
 
-static void expire(struct store *s, int64_t now)
+static void expire(struct ft__store_server *s, int64_t now)
 {
 	for (size_t i = 0; i < s->nconns; i++) {
 		struct conn *c = s->conns[i];
@@ -700,7 +700,7 @@ static void expire(struct store *s, int64_t now)
 	}
 }
 
-void store_handle(struct store *s, const struct pollfd *pfds, size_t n)
+void ft__store_server_handle(struct ft__store_server *s, const struct pollfd *pfds, size_t n)
 {
 	size_t j = 0;
 	int64_t now = ft__now_ms();
@@ -731,7 +731,7 @@ void store_handle(struct store *s, const struct pollfd *pfds, size_t n)
  * when they ask again (a join with their own entry: rejoin()). No memory:
  * the book stays, and they wait as they would without the word.
  */
-static void mark_settled(struct store *s, struct job *j, uint32_t rank)
+static void mark_settled(struct ft__store_server *s, struct job *j, uint32_t rank)
 {
 	char *e = j->entry[rank], *gone;
 	struct answer *a;
@@ -751,7 +751,7 @@ static void mark_settled(struct store *s, struct job *j, uint32_t rank)
 	    rank);
 }
 
-void store_rank_died(struct store *s, const char *job, uint32_t world_size, uint32_t rank)
+void ft__store_server_rank_died(struct ft__store_server *s, const char *job, uint32_t world_size, uint32_t rank)
 {
 	struct job *j;
 	struct conn *c;
@@ -798,7 +798,7 @@ void store_rank_died(struct store *s, const char *job, uint32_t world_size, uint
 		settle(s, j);
 }
 
-void store_close(struct store *s)
+void ft__store_server_close(struct ft__store_server *s)
 {
 	if (s == NULL)
 		return;

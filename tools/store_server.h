@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct store;
+struct ft__store_server;
 
 /* Where the store's messages go (one line, no newline). */
 typedef void store_say_fn(void *arg, const char *line);
@@ -20,20 +20,20 @@ typedef void store_say_fn(void *arg, const char *line);
  * each book it settles. 0, or a negative FT_E* code
  * (the reason is said).
  */
-int store_open(struct store **s, const char *host, const char *port, const char *token,
+int ft__store_server_open(struct ft__store_server **s, const char *host, const char *port, const char *token,
 	       int verbose, store_say_fn *say, void *arg, char *addr, size_t addrlen);
 /* How many pollfds store_poll_fill may fill (at most). */
-size_t store_poll_count(const struct store *s);
+size_t ft__store_server_poll_count(const struct ft__store_server *s);
 /* Fills pfds with what the store waits for; returns how many it filled. */
-size_t store_poll_fill(struct store *s, struct pollfd *pfds);
+size_t ft__store_server_poll_fill(struct ft__store_server *s, struct pollfd *pfds);
 /* Milliseconds until the store's next deadline, -1 for none. */
-int store_poll_timeout(const struct store *s);
+int ft__store_server_poll_timeout(const struct ft__store_server *s);
 /*
  * Does what the n pollfds store_poll_fill filled (and ppoll answered) ask,
  * and what deadlines have passed. Call it after every wake-up. Never
  * blocks; nothing a client sends can make it fail.
  */
-void store_handle(struct store *s, const struct pollfd *pfds, size_t n);
+void ft__store_server_handle(struct ft__store_server *s, const struct pollfd *pfds, size_t n);
 /*
  * The launcher saw rank's process of job (of world_size ranks) die. While
  * the job's book is still assembling and the rank holds no live
@@ -47,8 +47,8 @@ void store_handle(struct store *s, const struct pollfd *pfds, size_t n);
  * Otherwise nothing changes. Call it only for a job whose ranks the caller
  * launched: nothing proves the word to the store.
  */
-void store_rank_died(struct store *s, const char *job, uint32_t world_size, uint32_t rank);
+void ft__store_server_rank_died(struct ft__store_server *s, const char *job, uint32_t world_size, uint32_t rank);
 /* Closes every connection and the listener; NULL is fine. */
-void store_close(struct store *s);
+void ft__store_server_close(struct ft__store_server *s);
 
 #endif

@@ -4,14 +4,14 @@
 #include "transport.h"
 #include "internal.h"
 
-extern const struct ft_transport_ops ft__tcp_ops;
+extern const struct ft__transport_ops ft__tcp_ops;
 #ifdef FTCC_HAVE_FABRIC
-extern const struct ft_transport_ops ft__fabric_ops;
+extern const struct ft__transport_ops ft__fabric_ops;
 #endif
 
-const struct ft_transport_ops *ft_transport_lookup(const char *name)
+const struct ft__transport_ops *ft__transport_lookup(const char *name)
 {
-	static const struct ft_transport_ops *const all[] = {
+	static const struct ft__transport_ops *const all[] = {
 		&ft__tcp_ops,
 #ifdef FTCC_HAVE_FABRIC
 		&ft__fabric_ops,

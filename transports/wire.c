@@ -8,16 +8,16 @@
 #include "internal.h"
 
 /* The MACs cover the hello's raw bytes as sent: no padding may hide in it. */
-_Static_assert(offsetof(struct ft_hello, nonce) == 24 + 128 &&
-		       offsetof(struct ft_hello, mac) + FT_HELLO_MAC == sizeof(struct ft_hello),
-	       "struct ft_hello has padding");
-_Static_assert(offsetof(struct ft_hello_ack, mac) == 8 + FT_HELLO_NONCE &&
-		       sizeof(struct ft_hello_ack) == 8 + FT_HELLO_NONCE + FT_HELLO_MAC,
-	       "struct ft_hello_ack has padding");
-_Static_assert(offsetof(struct ft_hello_proof, mac) == 8 &&
-		       sizeof(struct ft_hello_proof) == 8 + FT_HELLO_MAC,
-	       "struct ft_hello_proof has padding");
-_Static_assert(FT_HELLO_NONCE == FT__AUTH_NONCE && FT_HELLO_MAC == FT__AUTH_MAC,
+_Static_assert(offsetof(struct ft__hello, nonce) == 24 + 128 &&
+		       offsetof(struct ft__hello, mac) + FT__HELLO_MAC == sizeof(struct ft__hello),
+	       "struct ft__hello has padding");
+_Static_assert(offsetof(struct ft__hello_ack, mac) == 8 + FT__HELLO_NONCE &&
+		       sizeof(struct ft__hello_ack) == 8 + FT__HELLO_NONCE + FT__HELLO_MAC,
+	       "struct ft__hello_ack has padding");
+_Static_assert(offsetof(struct ft__hello_proof, mac) == 8 &&
+		       sizeof(struct ft__hello_proof) == 8 + FT__HELLO_MAC,
+	       "struct ft__hello_proof has padding");
+_Static_assert(FT__HELLO_NONCE == FT__AUTH_NONCE && FT__HELLO_MAC == FT__AUTH_MAC,
 	       "hello and auth.h disagree on sizes");
 
 /* Labels of the data link's MACs (the control links' differ: ctl.c). */
@@ -26,13 +26,13 @@ _Static_assert(FT_HELLO_NONCE == FT__AUTH_NONCE && FT_HELLO_MAC == FT__AUTH_MAC,
 #define PROOF_LABEL "ftcc/3 data proof"
 #define EXT_LABEL "ftcc/3 data hello fields"
 
-static void hello_iov(const struct ft_hello *h, struct iovec *iov)
+static void hello_iov(const struct ft__hello *h, struct iovec *iov)
 {
 	iov->iov_base = (void *)h;
-	iov->iov_len = offsetof(struct ft_hello, mac);
+	iov->iov_len = offsetof(struct ft__hello, mac);
 }
 
-int ft_hello_seal(struct ft_hello *h, const char *token)
+int ft__hello_seal(struct ft__hello *h, const char *token)
 {
 	struct iovec iov;
 	int rc = ft__auth_random(h->nonce, sizeof(h->nonce));
@@ -44,13 +44,13 @@ int ft_hello_seal(struct ft_hello *h, const char *token)
 	return 0;
 }
 
-int ft_hello_check(const struct ft_hello *expect, const struct ft_hello *got, const char *token)
+int ft__hello_check(const struct ft__hello *expect, const struct ft__hello *got, const char *token)
 {
 	struct iovec iov;
 
-	if (got->magic != FT_HELLO_MAGIC)
+	if (got->magic != FT__HELLO_MAGIC)
 		return -FT_EPROTO;
-	if (got->version != FT_PROTO_VERSION)
+	if (got->version != FT__PROTO_VERSION)
 		return -FT_EAUTH;
 	if (memchr(got->job_id, 0, sizeof(got->job_id)) == NULL)
 		return -FT_EPROTO;
@@ -71,19 +71,19 @@ int ft_hello_check(const struct ft_hello *expect, const struct ft_hello *got, co
 	return 0;
 }
 
-static void ack_iov(const struct ft_hello_ack *ack, const uint8_t *nonce, struct iovec iov[2])
+static void ack_iov(const struct ft__hello_ack *ack, const uint8_t *nonce, struct iovec iov[2])
 {
-	iov[0] = (struct iovec){(void *)nonce, FT_HELLO_NONCE};
-	iov[1] = (struct iovec){(void *)ack, offsetof(struct ft_hello_ack, mac)};
+	iov[0] = (struct iovec){(void *)nonce, FT__HELLO_NONCE};
+	iov[1] = (struct iovec){(void *)ack, offsetof(struct ft__hello_ack, mac)};
 }
 
-void ft_hello_ack_seal(struct ft_hello_ack *ack, const uint8_t nonce[FT_HELLO_NONCE],
-		       const uint8_t challenge[FT_HELLO_NONCE], int status, const char *token)
+void ft__hello_ack_seal(struct ft__hello_ack *ack, const uint8_t nonce[FT__HELLO_NONCE],
+		       const uint8_t challenge[FT__HELLO_NONCE], int status, const char *token)
 {
 	struct iovec iov[2];
 
 	memset(ack, 0, sizeof(*ack));
-	ack->magic = FT_HELLO_MAGIC;
+	ack->magic = FT__HELLO_MAGIC;
 	ack->status = status;
 	if (challenge != NULL)
 		memcpy(ack->challenge, challenge, sizeof(ack->challenge));
@@ -92,44 +92,44 @@ void ft_hello_ack_seal(struct ft_hello_ack *ack, const uint8_t nonce[FT_HELLO_NO
 }
 
 /* The whole hello (its nonce and MAC too), then the challenge. */
-static void proof_iov(const struct ft_hello *h, const uint8_t *challenge, struct iovec iov[2])
+static void proof_iov(const struct ft__hello *h, const uint8_t *challenge, struct iovec iov[2])
 {
 	iov[0] = (struct iovec){(void *)h, sizeof(*h)};
-	iov[1] = (struct iovec){(void *)challenge, FT_HELLO_NONCE};
+	iov[1] = (struct iovec){(void *)challenge, FT__HELLO_NONCE};
 }
 
-void ft_hello_proof_seal(struct ft_hello_proof *p, const struct ft_hello *h,
-			 const uint8_t challenge[FT_HELLO_NONCE], const char *token)
+void ft__hello_proof_seal(struct ft__hello_proof *p, const struct ft__hello *h,
+			 const uint8_t challenge[FT__HELLO_NONCE], const char *token)
 {
 	struct iovec iov[2];
 
 	memset(p, 0, sizeof(*p));
-	p->magic = FT_HELLO_MAGIC;
+	p->magic = FT__HELLO_MAGIC;
 	proof_iov(h, challenge, iov);
 	ft__auth_mac(token, PROOF_LABEL, iov, 2, p->mac);
 }
 
-int ft_hello_proof_check(const struct ft_hello_proof *p, const struct ft_hello *h,
-			 const uint8_t challenge[FT_HELLO_NONCE], const char *token)
+int ft__hello_proof_check(const struct ft__hello_proof *p, const struct ft__hello *h,
+			 const uint8_t challenge[FT__HELLO_NONCE], const char *token)
 {
 	struct iovec iov[2];
 
 	proof_iov(h, challenge, iov);
-	if (p->magic != FT_HELLO_MAGIC || !ft__auth_mac_ok(token, PROOF_LABEL, iov, 2, p->mac))
+	if (p->magic != FT__HELLO_MAGIC || !ft__auth_mac_ok(token, PROOF_LABEL, iov, 2, p->mac))
 		return -FT_EAUTH;
 	return 0;
 }
 
-void ft_hello_ext_seal(const struct ft_hello *h, const void *ext, size_t len, const char *token,
-		       uint8_t mac[FT_HELLO_MAC])
+void ft__hello_ext_seal(const struct ft__hello *h, const void *ext, size_t len, const char *token,
+		       uint8_t mac[FT__HELLO_MAC])
 {
 	struct iovec iov[2] = {{(void *)h, sizeof(*h)}, {(void *)ext, len}};
 
 	ft__auth_mac(token, EXT_LABEL, iov, 2, mac);
 }
 
-int ft_hello_ext_check(const struct ft_hello *h, const void *ext, size_t len, const char *token,
-		       const uint8_t mac[FT_HELLO_MAC])
+int ft__hello_ext_check(const struct ft__hello *h, const void *ext, size_t len, const char *token,
+		       const uint8_t mac[FT__HELLO_MAC])
 {
 	struct iovec iov[2] = {{(void *)h, sizeof(*h)}, {(void *)ext, len}};
 
@@ -148,20 +148,20 @@ static int known_error(int32_t status)
 	}
 }
 
-int ft_frame_check(const struct ft_frame *expect, const struct ft_frame *got)
+int ft__frame_check(const struct ft__frame *expect, const struct ft__frame *got)
 {
-	if (got->magic != FT_FRAME_MAGIC)
+	if (got->magic != FT__FRAME_MAGIC)
 		return -FT_EPROTO;
 	if (got->generation < expect->generation)
 		return -FT_ESTALE;
 	if (got->generation != expect->generation)
 		return -FT_EPROTO;
-	if (got->type == FT_FRAME_ABORT) {
+	if (got->type == FT__FRAME_ABORT) {
 		if (got->length != 0 || got->status >= 0 || !known_error(got->status))
 			return -FT_EPROTO;
 		return got->status;
 	}
-	if (got->type != FT_FRAME_DATA || got->op_seq != expect->op_seq)
+	if (got->type != FT__FRAME_DATA || got->op_seq != expect->op_seq)
 		return -FT_EPROTO;
 	if (got->kind != expect->kind || got->dtype != expect->dtype || got->op != expect->op ||
 	    got->count != expect->count || got->root != expect->root) {
@@ -175,17 +175,17 @@ int ft_frame_check(const struct ft_frame *expect, const struct ft_frame *got)
 	if (got->step != expect->step || got->seg != expect->seg ||
 	    got->offset != expect->offset || got->length != expect->length)
 		return -FT_EPROTO;
-	if ((got->flags & ~FT_FRAME_F_CRC) != 0)
+	if ((got->flags & ~FT__FRAME_F_CRC) != 0)
 		return -FT_EPROTO;
 	return 0;
 }
 
-int ft_hello_ack_check(const struct ft_hello_ack *ack, const uint8_t nonce[FT_HELLO_NONCE],
+int ft__hello_ack_check(const struct ft__hello_ack *ack, const uint8_t nonce[FT__HELLO_NONCE],
 		       const char *token)
 {
 	struct iovec iov[2];
 
-	if (ack->magic != FT_HELLO_MAGIC)
+	if (ack->magic != FT__HELLO_MAGIC)
 		return -FT_EPROTO;
 	ack_iov(ack, nonce, iov);
 	if (!ft__auth_mac_ok(token, ACK_LABEL, iov, 2, ack->mac))

@@ -298,7 +298,7 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 		return rc;
 	s = getenv("FTCC_SEGMENT_BYTES");
 	if (s != NULL && (ft__parse_size(s, &cfg->segment_bytes) != 0 ||
-			  cfg->segment_bytes < 4096 || cfg->segment_bytes > FT_FRAME_MAX_PAYLOAD))
+			  cfg->segment_bytes < 4096 || cfg->segment_bytes > FT__FRAME_MAX_PAYLOAD))
 		return cfg_error(errbuf, errlen,
 				 "FTCC_SEGMENT_BYTES='%s': expected a size from 4K to 64M", s);
 	struct ft__fault fault;
@@ -402,7 +402,7 @@ int ft__config_check(struct ft_config *cfg)
 	    (unsigned)cfg->log_durability > FT_DURABILITY_HOST)
 		return -FT_EINVAL;
 	if ((cfg->segment_bytes != 0 && cfg->segment_bytes < 4096) ||
-	    cfg->segment_bytes > FT_FRAME_MAX_PAYLOAD || cfg->pipeline_depth < 1 || cfg->pipeline_depth > 64)
+	    cfg->segment_bytes > FT__FRAME_MAX_PAYLOAD || cfg->pipeline_depth < 1 || cfg->pipeline_depth > 64)
 		return -FT_EINVAL;
 	if (cfg->connect_timeout_ms <= 0 || cfg->op_timeout_ms < 0 || cfg->heartbeat_ms <= 0 ||
 	    cfg->detect_timeout_ms < cfg->heartbeat_ms || cfg->rejoin_timeout_ms < 0 ||
@@ -422,7 +422,7 @@ static int env_bool(const char *name)
 	       strcasecmp(s, "yes") == 0;
 }
 
-int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e)
+int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e)
 {
 	const char *s;
 	int cma;

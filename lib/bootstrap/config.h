@@ -13,7 +13,7 @@ int ft__config_check(struct ft_config *cfg);
 int ft__config_import(const struct ft_config *user, struct ft_config *out);
 int ft__parse_size(const char *s, size_t *out);
 /* Fills e from the environment: the transports' knobs and the launcher's local size. */
-int ft__config_tp_env(const struct ft_config *cfg, struct ft_tp_env *e);
+int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e);
 /* The data links' keepalive and TCP_USER_TIMEOUT (sock.h), 0 the kernel's:
  * how long the kernel waits for a silent peer (README, "Dead hosts"). */
 void ft__config_data_link_timeouts(const struct ft_config *cfg, int *keepalive_ms,

@@ -76,7 +76,7 @@ int ft__blocks_attempt(struct ft_comm *c, struct ft__call *k, const struct ft__a
 		       struct ft__coll *co)
 {
 	struct ft__blocks *b = k->blk;
-	bool ag = k->kind == FT_COLL_ALLGATHER, same = c->size == b->n;
+	bool ag = k->kind == FT__COLL_ALLGATHER, same = c->size == b->n;
 	size_t bb = b->count * k->es, m = (size_t)c->size;
 	struct ft__call e = *k;
 	char *room;
@@ -135,7 +135,7 @@ void ft__blocks_deliver(const struct ft__call *k)
 
 	if (bb == 0)
 		return;
-	if (k->kind == FT_COLL_REDUCE_SCATTER) {
+	if (k->kind == FT__COLL_REDUCE_SCATTER) {
 		const char *from = b->res + (size_t)b->mine * bb;
 		if (from != b->out)
 			memmove(b->out, from, bb);

@@ -67,7 +67,7 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 	if (run.recovery_ms > 0) /* begin recovered from a failure seen between calls */
 		ft__trace_recovery(c->trace, run.t0_ns, c->generation, rc);
 	while (rc == 0) {
-		if (k->kind == FT_COLL_BROADCAST && !is_member(c, k->root)) {
+		if (k->kind == FT__COLL_BROADCAST && !is_member(c, k->root)) {
 			rc = -FT_EROOTFAILED;
 			break;
 		}
@@ -79,7 +79,7 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		if (rc == 0) {
 			pol->attempt(c, k, &a);
 			a.op_seq = run.seq;
-			if (k->kind == FT_COLL_BROADCAST)
+			if (k->kind == FT__COLL_BROADCAST)
 				rc = ft__engine_broadcast(c, k, &a, &co);
 			else if (k->blk != NULL)
 				rc = ft__blocks_attempt(c, k, &a, &co);
@@ -116,7 +116,7 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
  */
 static int local_error(struct ft_comm *c, int err)
 {
-	struct ft__call k = {.kind = FT_COLL_INVALID, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
+	struct ft__call k = {.kind = FT__COLL_INVALID, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
 
 	if (ft__comm_check(c) == 0 && !c->broken)
 		ft__collective_run(c, &k, NULL);
@@ -128,7 +128,7 @@ static int allreduce_call(struct ft_comm *c, const void *sendbuf, void *recvbuf,
 {
 	int rc = ft__comm_check(c);
 	size_t es = ft_dtype_size(dtype);
-	struct ft__call k = {.kind = FT_COLL_ALLREDUCE, .src = sendbuf, .dst = recvbuf,
+	struct ft__call k = {.kind = FT__COLL_ALLREDUCE, .src = sendbuf, .dst = recvbuf,
 			     .count = count, .es = es, .dtype = dtype, .op = op};
 
 	if (rc != 0)
@@ -148,7 +148,7 @@ FT__EXPORT int ft_allreduce(struct ft_comm *c, const void *sendbuf, void *recvbu
 
 static int barrier_call(struct ft_comm *c)
 {
-	struct ft__call k = {.kind = FT_COLL_BARRIER, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
+	struct ft__call k = {.kind = FT__COLL_BARRIER, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
 	int rc = ft__comm_check(c);
 
 	return rc != 0 ? rc : ft__collective_run(c, &k, NULL);
@@ -162,7 +162,7 @@ FT__EXPORT int ft_barrier(struct ft_comm *c)
 static int broadcast_call(struct ft_comm *c, void *buf, size_t bytes, int root,
 			  struct ft_op_info *info)
 {
-	struct ft__call k = {.kind = FT_COLL_BROADCAST, .dst = buf, .count = bytes, .es = 1,
+	struct ft__call k = {.kind = FT__COLL_BROADCAST, .dst = buf, .count = bytes, .es = 1,
 			     .dtype = FT_UINT8};
 	int rc = ft__comm_check(c);
 
@@ -188,7 +188,7 @@ FT__EXPORT int ft_broadcast(struct ft_comm *c, void *buf, size_t bytes, int root
  * place (it never overwrites that block, so it stays the input of any
  * restart; memmove: sendbuf may overlap recvbuf).
  */
-static int blocks_call(struct ft_comm *c, enum ft_coll_kind kind, const void *sendbuf,
+static int blocks_call(struct ft_comm *c, enum ft__coll_kind kind, const void *sendbuf,
 		       void *recvbuf, size_t count, enum ft_dtype dtype, enum ft_op op,
 		       struct ft_op_info *info)
 {
@@ -208,11 +208,11 @@ static int blocks_call(struct ft_comm *c, enum ft_coll_kind kind, const void *se
 		return local_error(c, rc);
 	}
 	k.count = (size_t)n * count;
-	k.in_place = sendbuf == FT_IN_PLACE || kind == FT_COLL_ALLGATHER;
+	k.in_place = sendbuf == FT_IN_PLACE || kind == FT__COLL_ALLGATHER;
 	k.dst = k.in_place ? recvbuf : NULL; /* out of place: each attempt's (blocks.c) */
 	k.src = k.in_place ? NULL : sendbuf;
-	k.input_untouched = kind == FT_COLL_ALLGATHER;
-	if (kind == FT_COLL_REDUCE_SCATTER) {
+	k.input_untouched = kind == FT__COLL_ALLGATHER;
+	if (kind == FT__COLL_REDUCE_SCATTER) {
 		b.out = k.in_place && count > 0 ? (char *)recvbuf + (size_t)b.me * count * es : recvbuf;
 	} else if (sendbuf != FT_IN_PLACE && count > 0) {
 		memmove((char *)recvbuf + (size_t)b.me * count * es, sendbuf, count * es);
@@ -226,7 +226,7 @@ static int reduce_scatter_call(struct ft_comm *c, const void *sendbuf, void *rec
 			       size_t recvcount, enum ft_dtype dtype, enum ft_op op,
 			       struct ft_op_info *info)
 {
-	return blocks_call(c, FT_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, info);
+	return blocks_call(c, FT__COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, info);
 }
 
 FT__EXPORT int ft_reduce_scatter(struct ft_comm *c, const void *sendbuf, void *recvbuf,
@@ -239,7 +239,7 @@ FT__EXPORT int ft_reduce_scatter(struct ft_comm *c, const void *sendbuf, void *r
 static int allgather_call(struct ft_comm *c, const void *sendbuf, void *recvbuf,
 			  size_t sendcount, enum ft_dtype dtype, struct ft_op_info *info)
 {
-	return blocks_call(c, FT_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, FT_SUM, info);
+	return blocks_call(c, FT__COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, FT_SUM, info);
 }
 
 FT__EXPORT int ft_allgather(struct ft_comm *c, const void *sendbuf, void *recvbuf,

@@ -13,12 +13,12 @@ static int comm_usable(const struct ft_comm *c)
 	return c->finalized ? -FT_EFINALIZED : 0;
 }
 
-static void fill_hello(const struct ft_comm *c, struct ft_hello *h, int from, int to)
+static void fill_hello(const struct ft_comm *c, struct ft__hello *h, int from, int to)
 {
 	memset(h, 0, sizeof(*h));
-	h->magic = FT_HELLO_MAGIC;
-	h->version = FT_PROTO_VERSION;
-	h->kind = FT_LINK_DATA;
+	h->magic = FT__HELLO_MAGIC;
+	h->version = FT__PROTO_VERSION;
+	h->kind = FT__LINK_DATA;
 	h->generation = c->generation;
 	h->from_rank = from;
 	h->to_rank = to;
@@ -38,7 +38,7 @@ int ft__comm_connect_ring(struct ft_comm *c)
 	int me = c->members[c->rank];
 	int right = c->members[(c->rank + 1) % c->size];
 	int left = c->members[(c->rank + c->size - 1) % c->size];
-	struct ft_hello hello, expect, got;
+	struct ft__hello hello, expect, got;
 	int rc;
 
 	if (c->size == 1 || (c->send_link != NULL && c->recv_link != NULL))
@@ -49,7 +49,7 @@ int ft__comm_connect_ring(struct ft_comm *c)
 	}
 	if (c->send_link == NULL) {
 		fill_hello(c, &hello, me, right);
-		if ((rc = ft_hello_seal(&hello, c->cfg.token)) != 0)
+		if ((rc = ft__hello_seal(&hello, c->cfg.token)) != 0)
 			return rc;
 		rc = c->tp_ops->connect(c->tp, c->addrs[right], &hello, c->cfg.connect_timeout_ms,
 					&c->send_link);
@@ -83,11 +83,11 @@ int ft__comm_connect_ring(struct ft_comm *c)
 
 void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq)
 {
-	struct ft_frame f;
+	struct ft__frame f;
 
 	memset(&f, 0, sizeof(f));
-	f.magic = FT_FRAME_MAGIC;
-	f.type = FT_FRAME_ABORT;
+	f.magic = FT__FRAME_MAGIC;
+	f.type = FT__FRAME_ABORT;
 	f.generation = c->generation;
 	f.op_seq = op_seq;
 	f.status = err;

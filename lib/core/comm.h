@@ -12,7 +12,7 @@
 #include "fault.h"
 #include "membership.h"
 #include "sock.h"
-#include "log.h"
+#include "jnl.h"
 #include "trace.h"
 
 struct ft__policy;
@@ -29,7 +29,7 @@ struct ft__shown {
 struct ft_comm {
 	uint32_t magic;                 /* FT__COMM_MAGIC while usable */
 	struct ft_config cfg;
-	struct ft_tp_env tp_env;        /* transport knobs, read once at init */
+	struct ft__tp_env tp_env;        /* transport knobs, read once at init */
 	struct ft__sock_host host;      /* where the transport and the detector listen */
 	bool finalized;
 
@@ -41,10 +41,10 @@ struct ft_comm {
 	char (*addrs)[FT__ADDR_MAX];    /* published address by original rank */
 
 	struct ft__mb mb;               /* membership (file rendezvous) */
-	const struct ft_transport_ops *tp_ops;
-	struct ft_transport *tp;
-	struct ft_link *send_link;      /* to dense rank + 1 */
-	struct ft_link *recv_link;      /* from dense rank - 1 */
+	const struct ft__transport_ops *tp_ops;
+	struct ft__transport *tp;
+	struct ft__link *send_link;      /* to dense rank + 1 */
+	struct ft__link *recv_link;      /* from dense rank - 1 */
 
 	uint64_t op_seq;                /* sequence number of the next collective */
 	void *scratch;                  /* reduce-scatter, allgather: room for blocks (blocks.c) */
@@ -71,7 +71,7 @@ struct ft_comm {
 	bool kept_valid;
 
 	/* rejoin policy (policy_rejoin.c): this rank's pairwise log */
-	struct ft__log *plog;           /* NULL: no log (durability none, or it failed) */
+	struct ft__jnl *plog;           /* NULL: no log (durability none, or it failed) */
 	void *payload;                  /* the current op's input, as logged */
 	size_t payload_bytes;
 	struct ft__logreg *regs;        /* regions of it saved so far, with their CRCs */

@@ -68,16 +68,16 @@ static void send_broken(struct ft__coll *co, int err)
 static void flush_before_hang(struct ft__coll *co)
 {
 	struct ft_comm *c = co->c;
-	struct ft_tp_event ev[FT__EV_MAX];
+	struct ft__tp_event ev[FT__EV_MAX];
 
 	while (co->send_done < co->send_posted) {
 		int nev = c->tp_ops->progress(c->tp, 10, ev, FT__EV_MAX);
 		if (nev < 0)
 			return;
 		for (int i = 0; i < nev; i++)
-			if (ev[i].type == FT_TP_SEND_DONE)
+			if (ev[i].type == FT__TP_SEND_DONE)
 				co->send_done++;
-			else if (ev[i].type == FT_TP_LINK_ERROR)
+			else if (ev[i].type == FT__TP_LINK_ERROR)
 				return;
 	}
 }
@@ -115,7 +115,7 @@ static enum ft__fault_phase send_phase(const struct ft__coll *co, uint32_t g, ui
 		*step = g - co->s.data_last - 1;
 		return FT__PHASE_COMMIT;
 	}
-	if (co->kind == FT_COLL_BROADCAST) {
+	if (co->kind == FT__COLL_BROADCAST) {
 		*step = g;
 		return FT__PHASE_BROADCAST;
 	}
@@ -130,7 +130,7 @@ static enum ft__fault_phase send_phase(const struct ft__coll *co, uint32_t g, ui
 static int post_send(struct ft__coll *co, uint32_t g, uint32_t k, const char *base)
 {
 	struct ft_comm *c = co->c;
-	struct ft_frame h = co->tmpl;
+	struct ft__frame h = co->tmpl;
 	size_t off, len;
 	int rc;
 
@@ -148,7 +148,7 @@ static int post_send(struct ft__coll *co, uint32_t g, uint32_t k, const char *ba
 	h.offset = off;
 	h.length = len;
 	if (c->cfg.crc) {
-		h.flags |= FT_FRAME_F_CRC;
+		h.flags |= FT__FRAME_F_CRC;
 		h.crc = ft__crc32c(0, base + off, len);
 	}
 	rc = c->tp_ops->post_send(c->send_link, &h, base + off, NULL);
@@ -182,8 +182,8 @@ static int post_recvs(struct ft__coll *co)
 		cap = FT__ARRAY_SIZE(co->fifo);
 	while (co->recv_posted < co->recv_total && co->fifo_len < cap) {
 		int chunk = ft__recv_chunk(&co->s, co->rg);
-		bool staged = co->kind != FT_COLL_BROADCAST && (int)co->rg < co->s.n - 1;
-		struct ft_frame h = co->tmpl;
+		bool staged = co->kind != FT__COLL_BROADCAST && (int)co->rg < co->s.n - 1;
+		struct ft__frame h = co->tmpl;
 		size_t off, len;
 		char *buf;
 		int slot = -1, rc;
@@ -210,7 +210,7 @@ static int post_recvs(struct ft__coll *co)
 		if (++co->rk == ft__step_nseg(&co->s, co->rg, chunk)) {
 			co->rk = 0;
 			/* a broadcast's non-root ranks receive no answer (step 1) */
-			co->rg += co->kind == FT_COLL_BROADCAST && co->rg == 0 ? 2 : 1;
+			co->rg += co->kind == FT__COLL_BROADCAST && co->rg == 0 ? 2 : 1;
 		}
 	}
 	return 0;
@@ -226,7 +226,7 @@ static int data_complete(struct ft__coll *co)
 		return rc;
 	co->claimed = true;
 	if (co->last_step > co->s.data_last &&
-	    (co->kind != FT_COLL_BROADCAST || co->root_pos == 0))
+	    (co->kind != FT__COLL_BROADCAST || co->root_pos == 0))
 		return post_send(co, co->s.data_last + 1, 0, co->dst);
 	return 0;
 }
@@ -240,7 +240,7 @@ static int on_recv_broadcast(struct ft__coll *co, const struct ft__recv_entry *e
 		ft__seg_range(&co->s, 0, e->k, &off, &len);
 		co->c->stats.bytes_received += len;
 		if (co->hooks->frame_received != NULL) {
-			struct ft_frame h = co->tmpl;
+			struct ft__frame h = co->tmpl;
 			h.step = 0;
 			h.seg = e->k;
 			h.offset = off;
@@ -273,14 +273,14 @@ static int on_recv(struct ft__coll *co)
 	co->fifo_head = (co->fifo_head + 1) % FT__ARRAY_SIZE(co->fifo);
 	co->fifo_len--;
 	co->recv_done++;
-	if (co->kind == FT_COLL_BROADCAST)
+	if (co->kind == FT__COLL_BROADCAST)
 		return on_recv_broadcast(co, &e);
 	if (e.g > co->s.data_last)
 		return e.g < co->last_step ? post_send(co, e.g + 1, 0, co->dst) : 0;
 	ft__seg_range(&co->s, ft__recv_chunk(&co->s, e.g), e.k, &off, &len);
 	c->stats.bytes_received += len;
 	if (co->hooks->frame_received != NULL) {
-		struct ft_frame h = co->tmpl;
+		struct ft__frame h = co->tmpl;
 		const char *at = e.slot >= 0 ? (const char *)c->slots + (size_t)e.slot * c->slot_bytes
 					     : co->dst + off;
 		h.step = e.g;
@@ -351,7 +351,7 @@ static bool coll_done(const struct ft__coll *co)
  * ranks than cores it never polls, so waiting ranks leave the CPU to those
  * with work.
  */
-static int wait_events(struct ft_comm *c, int timeout, struct ft_tp_event *ev)
+static int wait_events(struct ft_comm *c, int timeout, struct ft__tp_event *ev)
 {
 	int nev = c->tp_ops->progress(c->tp, 0, ev, FT__EV_MAX);
 
@@ -379,7 +379,7 @@ static int wait_events(struct ft_comm *c, int timeout, struct ft_tp_event *ev)
 static int coll_run(struct ft__coll *co)
 {
 	struct ft_comm *c = co->c;
-	struct ft_tp_event ev[FT__EV_MAX];
+	struct ft__tp_event ev[FT__EV_MAX];
 	int64_t idle_deadline = 0;
 	int tick = -1, rc;
 
@@ -418,13 +418,13 @@ static int coll_run(struct ft__coll *co)
 		}
 		for (int i = 0; i < nev; i++) {
 			/* only progress restarts the op timeout, not a link's end */
-			if (idle_deadline && ev[i].type != FT_TP_LINK_ERROR)
+			if (idle_deadline && ev[i].type != FT__TP_LINK_ERROR)
 				idle_deadline = ft__now_ms() + c->cfg.op_timeout_ms;
 			switch (ev[i].type) {
-			case FT_TP_SEND_DONE:
+			case FT__TP_SEND_DONE:
 				co->send_done++;
 				break;
-			case FT_TP_RECV_DONE:
+			case FT__TP_RECV_DONE:
 				co->fail_link = 1;
 				if (ev[i].status != 0)
 					return ev[i].status;
@@ -432,7 +432,7 @@ static int coll_run(struct ft__coll *co)
 					return rc;
 				co->fail_link = 0;
 				break;
-			case FT_TP_LINK_ERROR:
+			case FT__TP_LINK_ERROR:
 				/* A link that broke after carrying all this collective's
 				 * frames (a neighbour finished and left) fails the next
 				 * collective, not this one: the transport keeps the error. */
@@ -467,8 +467,8 @@ static int coll_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__c
 	co->s.es = bcast ? 1 : k->es;
 	co->s.seg_elems = c->cfg.segment_bytes / co->s.es;
 	co->dst = k->dst;
-	co->tmpl.magic = FT_FRAME_MAGIC;
-	co->tmpl.type = FT_FRAME_DATA;
+	co->tmpl.magic = FT__FRAME_MAGIC;
+	co->tmpl.type = FT__FRAME_DATA;
 	co->tmpl.kind = (uint8_t)k->kind;
 	co->tmpl.dtype = (uint8_t)(bcast ? FT_UINT8 : k->dtype);
 	co->tmpl.op = (uint8_t)(bcast ? 0 : k->op);
@@ -492,7 +492,7 @@ static int coll_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__c
 int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
 			 struct ft__coll *co)
 {
-	bool rs = k->kind == FT_COLL_REDUCE_SCATTER, ag = k->kind == FT_COLL_ALLGATHER;
+	bool rs = k->kind == FT__COLL_REDUCE_SCATTER, ag = k->kind == FT__COLL_ALLGATHER;
 	uint32_t g0 = 0; /* first step */
 	int rc = coll_setup(co, c, k, a, false);
 

@@ -31,7 +31,7 @@ struct ft__blocks {
 
 /* What the caller asked for; it outlives a recovery. */
 struct ft__call {
-	enum ft_coll_kind kind;
+	enum ft__coll_kind kind;
 	const void *src;        /* input: the caller's, or a kept copy of an in-place one */
 	void *dst;
 	size_t count, es;       /* reduce-scatter, allgather: count is n blocks' elements */
@@ -60,10 +60,10 @@ struct ft__hooks {
 	void *(*input_save_at)(struct ft__coll *co, size_t off, size_t len, struct ft__sum **sum);
 	/* A data frame was queued to the right neighbour (payload borrowed
 	 * until its completion). */
-	int (*frame_sent)(struct ft__coll *co, const struct ft_frame *h, const void *payload);
+	int (*frame_sent)(struct ft__coll *co, const struct ft__frame *h, const void *payload);
 	/* A data frame from the left neighbour landed (payload: where it landed,
 	 * before it is reduced). */
-	int (*frame_received)(struct ft__coll *co, const struct ft_frame *h, const void *payload);
+	int (*frame_received)(struct ft__coll *co, const struct ft__frame *h, const void *payload);
 	/* This rank now holds the whole result: 0 to claim it, else the error
 	 * that ends the attempt (a failure is being settled). */
 	int (*result_held)(struct ft__coll *co);
@@ -84,9 +84,9 @@ struct ft__recv_entry {
 struct ft__coll {
 	struct ft_comm *c;
 	struct ft__sched s;
-	struct ft_frame tmpl;
+	struct ft__frame tmpl;
 	const struct ft__hooks *hooks;
-	enum ft_coll_kind kind;
+	enum ft__coll_kind kind;
 	const char *src;
 	char *dst;
 	bool in_place;

@@ -16,7 +16,7 @@
 #include "fdreg.h"
 #include "file.h"
 #include "internal.h"
-#include "log.h"
+#include "jnl.h"
 #include "reduce.h"
 /* ---- enable ---- */
 
@@ -32,7 +32,7 @@ static void ck_free(struct ft__ckpt *ck)
 				if (ck->img.fd[i][s] >= 0)
 					ft__fd_close(ck->img.fd[i][s]);
 	ck->img.own_fds = false;
-	ft__ck_image_free(&ck->img);
+	ft__ckpt_image_free(&ck->img);
 	if (ck->jfd >= 0)
 		ft__fd_close(ck->jfd);
 	for (size_t i = 0; i < ck->nreg; i++)
@@ -59,13 +59,13 @@ static void ck_free(struct ft__ckpt *ck)
  * are this job's and of the same geometry, else fresh ones. */
 static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 {
-	struct ft__ck_image old;
+	struct ft__ckpt_image old;
 	char path[PATH_MAX];
 	bool same;
 	int rc;
 
 	*resumed = false;
-	rc = ft__ck_image_open(ck->dir, ck->rank, &old);
+	rc = ft__ckpt_image_open(ck->dir, ck->rank, &old);
 	bool ours = old.regs != NULL && old.head.job_hash == ck->img.head.job_hash &&
 		    old.head.nonce == ck->img.head.nonce && old.head.rank == ck->rank;
 	same = ours && old.head.block_bytes == ck->img.head.block_bytes && old.nregs == ck->nreg &&
@@ -78,7 +78,7 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 		 * its checkpoint is this shard's only copy: not discarded */
 		ft__error("ckpt: rank %d rejoined with other regions or checkpoint settings than "
 			  "its earlier incarnation's (in %s)", ck->rank, ck->dir);
-		ft__ck_image_free(&old);
+		ft__ckpt_image_free(&old);
 		return -FT_EMISMATCH;
 	}
 	if (same) {
@@ -99,9 +99,9 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 		ft__info("ckpt: rank %d: the checkpoint in %s is another job's or of another "
 			 "geometry: starting afresh", ck->rank, ck->dir);
 	}
-	ft__ck_image_free(&old);
+	ft__ckpt_image_free(&old);
 
-	if ((rc = ft__ck_path(path, sizeof(path), ck->dir, ck->rank, -1, 0)) < 0)
+	if ((rc = ft__ckpt_path(path, sizeof(path), ck->dir, ck->rank, -1, 0)) < 0)
 		return rc;
 	ck->jfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	ft__fd_own(ck->jfd);
@@ -109,7 +109,7 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 		return -errno;
 	for (size_t i = 0; i < ck->nreg; i++)
 		for (int s = 0; s < 2; s++) {
-			if ((rc = ft__ck_path(path, sizeof(path), ck->dir, ck->rank, ck->reg[i].index,
+			if ((rc = ft__ckpt_path(path, sizeof(path), ck->dir, ck->rank, ck->reg[i].index,
 					      s)) < 0)
 				return rc;
 			ck->img.fd[i][s] = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
@@ -128,7 +128,7 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 	size_t len;
 	if (ftruncate(ck->jfd, 0) < 0)
 		return -errno;
-	if ((rc = ft__ckr_build_journal(ck, false, &buf, &len)) < 0)
+	if ((rc = ft__ckpt_build_journal(ck, false, &buf, &len)) < 0)
 		return rc;
 	rc = ft__write_all(ck->jfd, buf, len, 0);
 	free(buf);
@@ -227,7 +227,7 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 			bad = 1;
 	}
 	/* the reader refuses a journal of more blocks (ckpt.h): larger blocks, then */
-	if (nblocks > FT__CK_MAX_BLOCKS)
+	if (nblocks > FT__CKPT_MAX_BLOCKS)
 		bad = 1;
 	if (c->rejoined && !c->state_received) {
 		/* the survivors' state first: it says whether they had enabled
@@ -255,10 +255,10 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	ck->cfg = k;
 	ck->rank = c->cfg.rank;
 	ck->total = total;
-	if ((rc = ft__ckr_dir(c, k.dir, ck->dir, sizeof(ck->dir))) < 0)
+	if ((rc = ft__ckpt_dir(c, k.dir, ck->dir, sizeof(ck->dir))) < 0)
 		goto err_free;
-	ck->img.head = (struct ft__cj_head){
-		.job_hash = ft__log_job_hash(c->cfg.job_id), .nonce = c->job_nonce,
+	ck->img.head = (struct ft__ckpt_jhead){
+		.job_hash = ft__jnl_job_hash(c->cfg.job_id), .nonce = c->job_nonce,
 		.rank = c->cfg.rank, .world_size = c->cfg.world_size, .block_bytes = k.block_bytes,
 		.strategy = (uint32_t)k.strategy, .interval = k.interval, .fraction = k.fraction,
 		.total_bytes = total, .seed = k.seed};
@@ -279,7 +279,7 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 				     .bytes = s->bytes,
 				     .nblocks = (s->bytes + k.block_bytes - 1) / k.block_bytes,
 				     .first = ck->nblocks};
-		ck->img.regs[ck->nreg] = (struct ft__cj_region){
+		ck->img.regs[ck->nreg] = (struct ft__ckpt_jregion){
 			.index = (uint32_t)i, .dtype = s->dtype, .bytes = s->bytes,
 			.nblocks = g->nblocks};
 		ck->img.first[ck->nreg] = ck->nblocks;
@@ -370,10 +370,10 @@ static int ckpt_step_call(struct ft_comm *c, uint64_t step)
 		return -FT_EINVAL;
 	ck->now_step = step;
 	ck->calls++;
-	rc = ft__ckr_progress(ck);
+	rc = ft__ckpt_progress(ck);
 	/* a rejoined process checkpoints only once its shards are back */
 	if (rc == 0 && ck->calls % ck->cfg.interval == 0 && !ck->restore_due && ck->nblocks > 0)
-		rc = ft__ckr_start_round(ck, step);
+		rc = ft__ckpt_start_round(ck, step);
 	if (rc == 0 && ck->err != 0) {
 		rc = ck->err;
 		ck->err = 0;
@@ -395,7 +395,7 @@ static int ckpt_flush_call(struct ft_comm *c)
 		return rc;
 	if (c->ckpt == NULL)
 		return -FT_EINVAL;
-	rc = ft__ckr_wait_done(c->ckpt, c->ckpt->round);
+	rc = ft__ckpt_wait_done(c->ckpt, c->ckpt->round);
 	if (rc == 0 && c->ckpt->err != 0) {
 		rc = c->ckpt->err;
 		c->ckpt->err = 0;
@@ -408,7 +408,7 @@ FT__EXPORT int ft_ckpt_flush(struct ft_comm *c)
 	return ft__err_public(ckpt_flush_call(c));
 }
 
-static int find_reg(const struct ft__ck_image *img, int region, size_t *pos)
+static int find_reg(const struct ft__ckpt_image *img, int region, size_t *pos)
 {
 	for (size_t i = 0; i < img->nregs; i++)
 		if (img->regs[i].index == (uint32_t)region) {
@@ -445,8 +445,8 @@ FT__EXPORT int ft_ckpt_priority(struct ft_comm *c, int region, const double *sco
 /* ---- restore ---- */
 
 /* The image of owner's checkpoint: this rank's own table, or its files read. */
-static int owner_image(struct ft_comm *c, int owner, struct ft__ck_image *tmp,
-		       const struct ft__ck_image **img)
+static int owner_image(struct ft_comm *c, int owner, struct ft__ckpt_image *tmp,
+		       const struct ft__ckpt_image **img)
 {
 	char dir[PATH_MAX];
 	int rc;
@@ -455,15 +455,15 @@ static int owner_image(struct ft_comm *c, int owner, struct ft__ck_image *tmp,
 		*img = &c->ckpt->img;
 		return 0;
 	}
-	if ((rc = ft__ckr_dir(c, c->ckpt != NULL ? c->ckpt->cfg.dir : NULL, dir, sizeof(dir))) < 0)
+	if ((rc = ft__ckpt_dir(c, c->ckpt != NULL ? c->ckpt->cfg.dir : NULL, dir, sizeof(dir))) < 0)
 		return rc;
-	rc = ft__ck_image_open(dir, owner, tmp);
+	rc = ft__ckpt_image_open(dir, owner, tmp);
 	if (tmp->regs == NULL)
 		return rc;
-	if (tmp->head.job_hash != ft__log_job_hash(c->cfg.job_id) ||
+	if (tmp->head.job_hash != ft__jnl_job_hash(c->cfg.job_id) ||
 	    tmp->head.nonce != c->job_nonce || tmp->head.rank != owner) {
 		ft__error("ckpt: the checkpoint of rank %d in %s is not this job's", owner, dir);
-		ft__ck_image_free(tmp);
+		ft__ckpt_image_free(tmp);
 		return -FT_ECORRUPT;
 	}
 	*img = tmp;
@@ -480,8 +480,8 @@ static int ckpt_restore_call(struct ft_comm *c, int region, int owner, size_t fi
 			     size_t nblocks, void *dst, unsigned flags,
 			     struct ft_restore_info *info)
 {
-	struct ft__ck_image tmp;
-	const struct ft__ck_image *img;
+	struct ft__ckpt_image tmp;
+	const struct ft__ckpt_image *img;
 	struct ft_restore_info ri;
 	double pert = 0, lost = 0;
 	size_t p, bb;
@@ -516,7 +516,7 @@ static int ckpt_restore_call(struct ft_comm *c, int region, int owner, size_t fi
 	ri.now_step = now;
 	ri.exact = (flags & FT_RESTORE_CURRENT) != 0;
 	for (size_t b = first_block; b < first_block + nblocks; b++) {
-		const struct ft__cj_region *r = &img->regs[p];
+		const struct ft__ckpt_jregion *r = &img->regs[p];
 		size_t len = (size_t)(b + 1 < r->nblocks ? bb : r->bytes - b * bb);
 		char *d = (char *)dst + (b - first_block) * bb;
 		uint64_t round, step;
@@ -524,7 +524,7 @@ static int ckpt_restore_call(struct ft_comm *c, int region, int owner, size_t fi
 		char why[160];
 
 		/* read aside: a block without a valid copy leaves dst as it was */
-		if (ft__ck_read_block(img, p, b, old, &round, &step, &slot, why, sizeof(why)) != 0) {
+		if (ft__ckpt_read_block(img, p, b, old, &round, &step, &slot, why, sizeof(why)) != 0) {
 			ft__warn("ckpt: rank %d region %d block %zu: no valid copy (%s)", owner,
 				 region, b, why);
 			bad = 1;
@@ -539,7 +539,7 @@ static int ckpt_restore_call(struct ft_comm *c, int region, int owner, size_t fi
 		if (now > step)
 			lost += (double)(now - step) * (double)len;
 		if (flags & FT_RESTORE_CURRENT)
-			pert += ft__ckr_dist2(old, d, len, r->dtype);
+			pert += ft__ckpt_dist2(old, d, len, r->dtype);
 		else if (img->resid != NULL)
 			pert += (double)img->resid[img->first[p] + b] * img->resid[img->first[p] + b];
 		memcpy(d, old, len);
@@ -559,7 +559,7 @@ static int ckpt_restore_call(struct ft_comm *c, int region, int owner, size_t fi
 out:
 	free(old);
 	if (img == &tmp)
-		ft__ck_image_free(&tmp);
+		ft__ckpt_image_free(&tmp);
 	return rc;
 }
 
@@ -573,8 +573,8 @@ FT__EXPORT int ft_ckpt_restore(struct ft_comm *c, int region, int owner, size_t 
 static int ckpt_blocks_call(struct ft_comm *c, int region, int owner, size_t *nblocks,
 			    size_t *block_bytes, size_t *region_bytes)
 {
-	struct ft__ck_image tmp;
-	const struct ft__ck_image *img;
+	struct ft__ckpt_image tmp;
+	const struct ft__ckpt_image *img;
 	size_t p;
 	int rc = ft__comm_check(c);
 
@@ -596,7 +596,7 @@ static int ckpt_blocks_call(struct ft_comm *c, int region, int owner, size_t *nb
 			*region_bytes = (size_t)img->regs[p].bytes;
 	}
 	if (img == &tmp)
-		ft__ck_image_free(&tmp);
+		ft__ckpt_image_free(&tmp);
 	return rc;
 }
 
@@ -758,7 +758,7 @@ void ft__ckpt_close(struct ft_comm *c)
 	if (ck == NULL)
 		return;
 	c->ckpt = NULL;
-	if (ft__ckr_wait_done(ck, ck->round) < 0 || ft__aio_drain(&ck->aio) < 0) {
+	if (ft__ckpt_wait_done(ck, ck->round) < 0 || ft__aio_drain(&ck->aio) < 0) {
 		ft__warn("ckpt: rank %d: waiting for the last writes failed", ck->rank);
 		return; /* the kernel may still read the buffers: better lost than reused */
 	}

@@ -17,7 +17,7 @@
  *   ck-r<R>-g<I>-b.dat       registration index): block b's copy sits at
  *                            b x (64 + block_bytes) in either file.
  *
- * A block copy is struct ft__ck_copy (64 bytes) then len bytes of data; crc
+ * A block copy is struct ft__ckpt_copy (64 bytes) then len bytes of data; crc
  * is the CRC32C of the head (crc 0) and the data. A round writes each of its
  * blocks into the slot that does NOT hold the block's newest committed copy
  * (never over it), waits for every write (and, sync, fdatasyncs the slot
@@ -26,12 +26,12 @@
  *
  * The journal (records little-endian, each a multiple of 8 bytes, crc the
  * CRC32C of the record with crc 0):
- *   HEAD    first and once: job, rank, geometry (struct ft__cj_head, then
- *           nregions struct ft__cj_region);
- *   SNAP    the whole committed table (nblocks struct ft__cj_snap), then
+ *   HEAD    first and once: job, rank, geometry (struct ft__ckpt_jhead, then
+ *           nregions struct ft__ckpt_jregion);
+ *   SNAP    the whole committed table (nblocks struct ft__ckpt_jsnap), then
  *           nres residuals: written when the journal is compacted (a new
  *           file HEAD + SNAP renamed over the old one);
- *   COMMIT  round, step; count struct ft__cj_entry (the round's blocks and
+ *   COMMIT  round, step; count struct ft__ckpt_jentry (the round's blocks and
  *           slots), then nres float residuals: the L2 distance each block
  *           had from its saved copy after the round (0 for saved blocks),
  *           over all blocks in order, for the perturbation estimate.
@@ -46,15 +46,15 @@
  * round it does not match, or over a copy that was not the newest.
  */
 
-#define FT__CK_MAGIC 0x4b435446u        /* "FTCK": a block copy */
-#define FT__CJ_MAGIC 0x4a435446u        /* "FTCJ": a journal record */
-#define FT__CK_VERSION 1
-#define FT__CK_HDR 64
+#define FT__CKPT_MAGIC 0x4b435446u        /* "FTCK": a block copy */
+#define FT__CKPT_JMAGIC 0x4a435446u        /* "FTCJ": a journal record */
+#define FT__CKPT_VERSION 1
+#define FT__CKPT_HDR 64
 #define FT__STATE_MAX_REGIONS 64    /* FT__STATE_MAX of comm.h */
 
-enum { FT__CJ_HEAD = 1, FT__CJ_COMMIT = 2, FT__CJ_SNAP = 3 };
+enum { FT__CKPT_JHEAD = 1, FT__CKPT_JCOMMIT = 2, FT__CKPT_JSNAP = 3 };
 
-struct ft__ck_copy {
+struct ft__ckpt_copy {
 	uint32_t magic;
 	uint16_t version;
 	uint16_t slot;
@@ -69,7 +69,7 @@ struct ft__ck_copy {
 	uint32_t crc;
 };
 
-struct ft__cj_rec {
+struct ft__ckpt_jrec {
 	uint32_t magic;
 	uint16_t version;
 	uint16_t type;
@@ -81,8 +81,8 @@ struct ft__cj_rec {
 	uint64_t nres;          /* residuals after the entries: 0 or every block */
 };
 
-struct ft__cj_head {
-	uint64_t job_hash;      /* ft__log_job_hash(job id) */
+struct ft__ckpt_jhead {
+	uint64_t job_hash;      /* ft__jnl_job_hash(job id) */
 	uint64_t nonce;         /* the job run's (ft_comm job_nonce) */
 	int32_t rank, world_size;
 	uint64_t block_bytes;
@@ -92,32 +92,32 @@ struct ft__cj_head {
 	uint64_t seed;
 };
 
-struct ft__cj_region {
+struct ft__ckpt_jregion {
 	uint32_t index;         /* registration index */
 	uint32_t dtype;
 	uint64_t bytes;
 	uint64_t nblocks;
 };
 
-struct ft__cj_entry {
+struct ft__ckpt_jentry {
 	uint32_t region;        /* position in HEAD's region list */
 	uint32_t slot;
 	uint64_t block;
 };
 
-struct ft__cj_snap {
+struct ft__ckpt_jsnap {
 	uint64_t round[2];      /* committed round the slot holds, 0: none */
 	uint64_t step[2];
 };
 
 /* A rank's checkpoint as its journal says, with its slot files open. */
-struct ft__ck_image {
-	struct ft__cj_head head;
-	struct ft__cj_region *regs;
+struct ft__ckpt_image {
+	struct ft__ckpt_jhead head;
+	struct ft__ckpt_jregion *regs;
 	size_t nregs;
 	size_t *first;          /* global number of each region's block 0 */
 	size_t nblocks;         /* over all regions */
-	struct ft__cj_snap *tab; /* per global block */
+	struct ft__ckpt_jsnap *tab; /* per global block */
 	float *resid;           /* per global block, or NULL: none recorded */
 	uint64_t last_round, last_step;
 	uint64_t commits;       /* COMMIT records read */
@@ -135,10 +135,10 @@ struct ft__ck_image {
  * 2^32 blocks asked for 128 GiB. At the default 4 KiB block it is 64 GiB
  * of sharded state per rank.
  */
-#define FT__CK_MAX_BLOCKS ((size_t)1 << 24)
+#define FT__CKPT_MAX_BLOCKS ((size_t)1 << 24)
 
 /* "<dir>/ck-r<rank>.jnl" or, region >= 0, "<dir>/ck-r<rank>-g<region>-<a|b>.dat". */
-int ft__ck_path(char *out, size_t cap, const char *dir, int rank, int region, int slot);
+int ft__ckpt_path(char *out, size_t cap, const char *dir, int rank, int region, int slot);
 
 /*
  * Parses a journal image of len bytes into img (regs, first, tab, resid
@@ -147,18 +147,18 @@ int ft__ck_path(char *out, size_t cap, const char *dir, int rank, int region, in
  * (tail_why says why it stops), or with nothing usable when HEAD does not
  * check (img->regs NULL); -FT_ENOMEM.
  */
-int ft__ck_parse(const void *buf, size_t len, struct ft__ck_image *img);
+int ft__ckpt_parse(const void *buf, size_t len, struct ft__ckpt_image *img);
 /* Reads rank's journal in dir and opens its slot files read-only.
- * -FT_EIO: no journal; otherwise as ft__ck_parse (img usable when regs != NULL). */
-int ft__ck_image_open(const char *dir, int rank, struct ft__ck_image *img);
-void ft__ck_image_free(struct ft__ck_image *img);
+ * -FT_EIO: no journal; otherwise as ft__ckpt_parse (img usable when regs != NULL). */
+int ft__ckpt_image_open(const char *dir, int rank, struct ft__ckpt_image *img);
+void ft__ckpt_image_free(struct ft__ckpt_image *img);
 
 /*
  * Reads the newest believed copy of block `block` of region position reg
  * into dst (len bytes, the block's length). 0 with *round, *step, *slot;
  * -FT_ECORRUPT when neither slot holds one (why says what was wrong).
  */
-int ft__ck_read_block(const struct ft__ck_image *img, size_t reg, size_t block, void *dst,
+int ft__ckpt_read_block(const struct ft__ckpt_image *img, size_t reg, size_t block, void *dst,
 		      uint64_t *round, uint64_t *step, int *slot, char *why, size_t whylen);
 
 /*

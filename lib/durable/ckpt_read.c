@@ -14,7 +14,7 @@
 
 #define JOURNAL_MAX ((uint64_t)1 << 34) /* a larger journal is refused, not read */
 
-int ft__ck_path(char *out, size_t cap, const char *dir, int rank, int region, int slot)
+int ft__ckpt_path(char *out, size_t cap, const char *dir, int rank, int region, int slot)
 {
 	int n = region < 0 ? snprintf(out, cap, "%s/ck-r%d.jnl", dir, rank)
 			   : snprintf(out, cap, "%s/ck-r%d-g%d-%c.dat", dir, rank, region,
@@ -22,7 +22,7 @@ int ft__ck_path(char *out, size_t cap, const char *dir, int rank, int region, in
 	return n < 0 || (size_t)n >= cap ? -FT_EINVAL : 0;
 }
 
-void ft__ck_image_free(struct ft__ck_image *img)
+void ft__ckpt_image_free(struct ft__ckpt_image *img)
 {
 	if (img == NULL)
 		return;
@@ -41,7 +41,7 @@ void ft__ck_image_free(struct ft__ck_image *img)
 
 static uint32_t rec_crc(const void *buf, size_t len)
 {
-	struct ft__cj_rec h;
+	struct ft__ckpt_jrec h;
 	uint32_t crc;
 
 	memcpy(&h, buf, sizeof(h));
@@ -51,10 +51,10 @@ static uint32_t rec_crc(const void *buf, size_t len)
 }
 
 /* The HEAD record at buf (len bytes): fills img's geometry. */
-static int parse_head(const char *buf, size_t len, struct ft__ck_image *img, const char **why)
+static int parse_head(const char *buf, size_t len, struct ft__ckpt_image *img, const char **why)
 {
-	struct ft__cj_rec h;
-	struct ft__cj_head hd;
+	struct ft__ckpt_jrec h;
+	struct ft__ckpt_jhead hd;
 	uint64_t total = 0;
 
 	if (len < sizeof(h)) {
@@ -62,9 +62,9 @@ static int parse_head(const char *buf, size_t len, struct ft__ck_image *img, con
 		return -FT_ECORRUPT;
 	}
 	memcpy(&h, buf, sizeof(h));
-	if (h.magic != FT__CJ_MAGIC || h.version != FT__CK_VERSION || h.type != FT__CJ_HEAD ||
+	if (h.magic != FT__CKPT_JMAGIC || h.version != FT__CKPT_VERSION || h.type != FT__CKPT_JHEAD ||
 	    h.count > FT__STATE_MAX_REGIONS ||
-	    h.len != sizeof(h) + sizeof(hd) + h.count * sizeof(struct ft__cj_region) || h.len > len ||
+	    h.len != sizeof(h) + sizeof(hd) + h.count * sizeof(struct ft__ckpt_jregion) || h.len > len ||
 	    rec_crc(buf, h.len) != h.crc) {
 		*why = "bad HEAD record";
 		return -FT_ECORRUPT;
@@ -83,13 +83,13 @@ static int parse_head(const char *buf, size_t len, struct ft__ck_image *img, con
 		return -FT_ENOMEM;
 	memcpy(img->regs, buf + sizeof(h) + sizeof(hd), img->nregs * sizeof(*img->regs));
 	for (size_t i = 0; i < img->nregs; i++) {
-		struct ft__cj_region *r = &img->regs[i];
+		struct ft__ckpt_jregion *r = &img->regs[i];
 		size_t es = ft_dtype_size((enum ft_dtype)r->dtype);
 		if (es == 0 || r->index >= FT__STATE_MAX_REGIONS ||
 		    (i > 0 && r->index <= img->regs[i - 1].index) || hd.block_bytes % es != 0 ||
 		    r->bytes > ((uint64_t)1 << 60) ||
 		    r->nblocks != (r->bytes + hd.block_bytes - 1) / hd.block_bytes ||
-		    r->nblocks > FT__CK_MAX_BLOCKS - total) {
+		    r->nblocks > FT__CKPT_MAX_BLOCKS - total) {
 			*why = "HEAD: bad region";
 			return -FT_ECORRUPT;
 		}
@@ -105,7 +105,7 @@ static int parse_head(const char *buf, size_t len, struct ft__ck_image *img, con
 	return 0;
 }
 
-int ft__ck_parse(const void *vbuf, size_t len, struct ft__ck_image *img)
+int ft__ckpt_parse(const void *vbuf, size_t len, struct ft__ckpt_image *img)
 {
 	const char *buf = vbuf, *why = NULL;
 	size_t pos;
@@ -128,7 +128,7 @@ int ft__ck_parse(const void *vbuf, size_t len, struct ft__ck_image *img)
 	}
 	pos = (size_t)img->valid_bytes;
 	while (pos < len) {
-		struct ft__cj_rec h;
+		struct ft__ckpt_jrec h;
 		size_t left = len - pos, ent, body;
 		const char *p = buf + pos;
 
@@ -137,14 +137,14 @@ int ft__ck_parse(const void *vbuf, size_t len, struct ft__ck_image *img)
 			break;
 		}
 		memcpy(&h, p, sizeof(h));
-		ent = h.type == FT__CJ_COMMIT ? sizeof(struct ft__cj_entry) : sizeof(struct ft__cj_snap);
-		if (h.magic != FT__CJ_MAGIC || h.version != FT__CK_VERSION ||
-		    (h.type != FT__CJ_COMMIT && h.type != FT__CJ_SNAP)) {
+		ent = h.type == FT__CKPT_JCOMMIT ? sizeof(struct ft__ckpt_jentry) : sizeof(struct ft__ckpt_jsnap);
+		if (h.magic != FT__CKPT_JMAGIC || h.version != FT__CKPT_VERSION ||
+		    (h.type != FT__CKPT_JCOMMIT && h.type != FT__CKPT_JSNAP)) {
 			why = "bad record head";
 			break;
 		}
 		if ((h.nres != 0 && h.nres != img->nblocks) || h.count > img->nblocks ||
-		    (h.type == FT__CJ_SNAP && h.count != img->nblocks)) {
+		    (h.type == FT__CKPT_JSNAP && h.count != img->nblocks)) {
 			why = "record counts out of bounds";
 			break;
 		}
@@ -161,11 +161,11 @@ int ft__ck_parse(const void *vbuf, size_t len, struct ft__ck_image *img)
 			why = "rounds out of order";
 			break;
 		}
-		if (h.type == FT__CJ_COMMIT) {
+		if (h.type == FT__CKPT_JCOMMIT) {
 			const char *e = p + sizeof(h);
 			bool ok = true;
 			for (size_t i = 0; i < h.count && ok; i++) {
-				struct ft__cj_entry en;
+				struct ft__ckpt_jentry en;
 				memcpy(&en, e + i * sizeof(en), sizeof(en));
 				ok = en.region < img->nregs && en.slot < 2 &&
 				     en.block < img->regs[en.region].nblocks;
@@ -175,9 +175,9 @@ int ft__ck_parse(const void *vbuf, size_t len, struct ft__ck_image *img)
 				break;
 			}
 			for (size_t i = 0; i < h.count; i++) {
-				struct ft__cj_entry en;
+				struct ft__ckpt_jentry en;
 				memcpy(&en, e + i * sizeof(en), sizeof(en));
-				struct ft__cj_snap *t = &img->tab[img->first[en.region] + en.block];
+				struct ft__ckpt_jsnap *t = &img->tab[img->first[en.region] + en.block];
 				t->round[en.slot] = h.round;
 				t->step[en.slot] = h.step;
 			}
@@ -207,7 +207,7 @@ int ft__ck_parse(const void *vbuf, size_t len, struct ft__ck_image *img)
 	return pos < len ? -FT_ECORRUPT : 0;
 }
 
-int ft__ck_image_open(const char *dir, int rank, struct ft__ck_image *img)
+int ft__ckpt_image_open(const char *dir, int rank, struct ft__ckpt_image *img)
 {
 	char path[PATH_MAX];
 	struct stat st;
@@ -216,7 +216,7 @@ int ft__ck_image_open(const char *dir, int rank, struct ft__ck_image *img)
 	int fd, rc;
 
 	memset(img, 0, sizeof(*img));
-	if ((rc = ft__ck_path(path, sizeof(path), dir, rank, -1, 0)) < 0)
+	if ((rc = ft__ckpt_path(path, sizeof(path), dir, rank, -1, 0)) < 0)
 		return rc;
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	ft__fd_own(fd);
@@ -240,20 +240,20 @@ int ft__ck_image_open(const char *dir, int rank, struct ft__ck_image *img)
 		got += (size_t)n;
 	}
 	ft__fd_close(fd);
-	rc = ft__ck_parse(buf, got, img);
+	rc = ft__ckpt_parse(buf, got, img);
 	free(buf);
 	if (img->regs == NULL)
 		return rc;
 	img->fd = malloc((img->nregs + 1) * sizeof(*img->fd));
 	if (img->fd == NULL) {
-		ft__ck_image_free(img);
+		ft__ckpt_image_free(img);
 		return -FT_ENOMEM;
 	}
 	img->own_fds = true;
 	for (size_t i = 0; i < img->nregs; i++)
 		for (int s = 0; s < 2; s++) {
 			img->fd[i][s] = -1;
-			if (ft__ck_path(path, sizeof(path), dir, rank, (int)img->regs[i].index,
+			if (ft__ckpt_path(path, sizeof(path), dir, rank, (int)img->regs[i].index,
 					s) == 0) {
 				img->fd[i][s] = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 				ft__fd_own(img->fd[i][s]);
@@ -263,14 +263,14 @@ int ft__ck_image_open(const char *dir, int rank, struct ft__ck_image *img)
 }
 
 /* Reads and checks the copy of block in slot s; 0 or -FT_ECORRUPT with why. */
-static int read_copy(const struct ft__ck_image *img, size_t reg, size_t block, int s, void *dst,
+static int read_copy(const struct ft__ckpt_image *img, size_t reg, size_t block, int s, void *dst,
 		     const char **why)
 {
-	const struct ft__cj_region *r = &img->regs[reg];
-	const struct ft__cj_snap *t = &img->tab[img->first[reg] + block];
-	uint64_t bb = img->head.block_bytes, off = block * (FT__CK_HDR + bb);
+	const struct ft__ckpt_jregion *r = &img->regs[reg];
+	const struct ft__ckpt_jsnap *t = &img->tab[img->first[reg] + block];
+	uint64_t bb = img->head.block_bytes, off = block * (FT__CKPT_HDR + bb);
 	size_t len = (size_t)(block + 1 < r->nblocks ? bb : r->bytes - block * bb);
-	struct ft__ck_copy h;
+	struct ft__ckpt_copy h;
 	uint32_t crc;
 	size_t got = 0;
 
@@ -297,7 +297,7 @@ static int read_copy(const struct ft__ck_image *img, size_t reg, size_t block, i
 		}
 		got += (size_t)n;
 	}
-	if (h.magic != FT__CK_MAGIC || h.version != FT__CK_VERSION) {
+	if (h.magic != FT__CKPT_MAGIC || h.version != FT__CKPT_VERSION) {
 		*why = "bad copy head";
 		return -FT_ECORRUPT;
 	}
@@ -319,10 +319,10 @@ static int read_copy(const struct ft__ck_image *img, size_t reg, size_t block, i
 	return 0;
 }
 
-int ft__ck_read_block(const struct ft__ck_image *img, size_t reg, size_t block, void *dst,
+int ft__ckpt_read_block(const struct ft__ckpt_image *img, size_t reg, size_t block, void *dst,
 		      uint64_t *round, uint64_t *step, int *slot, char *why, size_t whylen)
 {
-	const struct ft__cj_snap *t;
+	const struct ft__ckpt_jsnap *t;
 	const char *w[2] = {"", ""};
 	int order[2];
 
@@ -361,8 +361,8 @@ static const char *dtype_name(uint32_t d)
 int ft__ckpt_verify(const char *dir, int rank, void *vout, bool verbose)
 {
 	FILE *out = vout;
-	struct ft__ck_image img;
-	int rc = ft__ck_image_open(dir, rank, &img), bad = 0;
+	struct ft__ckpt_image img;
+	int rc = ft__ckpt_image_open(dir, rank, &img), bad = 0;
 	size_t maxlen;
 	char *buf;
 
@@ -388,8 +388,8 @@ int ft__ckpt_verify(const char *dir, int rank, void *vout, bool verbose)
 	/* a bad tail no longer than one COMMIT is a round a crash (or a live
 	 * writer) left uncommitted; more than that hides committed rounds */
 	if (rc == -FT_ECORRUPT &&
-	    img.file_bytes - img.valid_bytes > sizeof(struct ft__cj_rec) + 8 +
-						   img.nblocks * (sizeof(struct ft__cj_entry) + sizeof(float))) {
+	    img.file_bytes - img.valid_bytes > sizeof(struct ft__ckpt_jrec) + 8 +
+						   img.nblocks * (sizeof(struct ft__ckpt_jentry) + sizeof(float))) {
 		bad = 1;
 		if (out != NULL)
 			fprintf(out, "  BAD journal: %llu bytes past the last good record\n",
@@ -422,7 +422,7 @@ int ft__ckpt_verify(const char *dir, int rank, void *vout, bool verbose)
 	maxlen = (size_t)img.head.block_bytes;
 	buf = malloc(maxlen ? maxlen : 1);
 	if (buf == NULL) {
-		ft__ck_image_free(&img);
+		ft__ckpt_image_free(&img);
 		return -FT_ENOMEM;
 	}
 	for (size_t i = 0; i < img.nregs; i++) {
@@ -432,7 +432,7 @@ int ft__ckpt_verify(const char *dir, int rank, void *vout, bool verbose)
 				(unsigned long long)img.regs[i].nblocks,
 				dtype_name(img.regs[i].dtype));
 		for (size_t b = 0; b < img.regs[i].nblocks; b++) {
-			const struct ft__cj_snap *t = &img.tab[img.first[i] + b];
+			const struct ft__ckpt_jsnap *t = &img.tab[img.first[i] + b];
 			int newest = t->round[1] > t->round[0];
 			const char *why[2] = {NULL, NULL};
 			int r[2] = {0, 0};
@@ -459,6 +459,6 @@ int ft__ckpt_verify(const char *dir, int rank, void *vout, bool verbose)
 		}
 	}
 	free(buf);
-	ft__ck_image_free(&img);
+	ft__ckpt_image_free(&img);
 	return bad ? -FT_ECORRUPT : 0;
 }

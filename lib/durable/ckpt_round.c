@@ -16,7 +16,7 @@
 #include "fdreg.h"
 #include "file.h"
 #include "internal.h"
-#include "log.h"
+#include "jnl.h"
 #include "reduce.h"
 
 /*
@@ -60,7 +60,7 @@ static double elem(const void *p, size_t i, unsigned dt)
 }
 
 /* Squared L2 distance of two blocks of len bytes of dtype dt; NaN counts as infinite. */
-double ft__ckr_dist2(const void *a, const void *b, size_t len, unsigned dt)
+double ft__ckpt_dist2(const void *a, const void *b, size_t len, unsigned dt)
 {
 	double s = 0;
 
@@ -108,7 +108,7 @@ static uint64_t splitmix(uint64_t *s)
 
 
 /* <base>/<job id>: base = the ckpt config's dir, FTCC_CKPT_DIR, else the log directory. */
-int ft__ckr_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_t cap)
+int ft__ckpt_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_t cap)
 {
 	const char *base = cfg_dir != NULL && cfg_dir[0] != '\0' ? cfg_dir
 			   : c->tp_env.ckpt_dir[0] != '\0' ? c->tp_env.ckpt_dir
@@ -125,7 +125,7 @@ int ft__ckr_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_t 
 
 static void rec_seal(void *buf, size_t len)
 {
-	struct ft__cj_rec h;
+	struct ft__ckpt_jrec h;
 	uint32_t crc;
 
 	memcpy(&h, buf, sizeof(h));
@@ -135,14 +135,14 @@ static void rec_seal(void *buf, size_t len)
 	memcpy(buf, &h, sizeof(h));
 }
 
-static struct ft__cj_rec rec_head(int type, size_t len, uint64_t round, uint64_t step,
+static struct ft__ckpt_jrec rec_head(int type, size_t len, uint64_t round, uint64_t step,
 				  uint64_t count, uint64_t nres)
 {
-	struct ft__cj_rec h;
+	struct ft__ckpt_jrec h;
 
 	memset(&h, 0, sizeof(h));
-	h.magic = FT__CJ_MAGIC;
-	h.version = FT__CK_VERSION;
+	h.magic = FT__CKPT_JMAGIC;
+	h.version = FT__CKPT_VERSION;
 	h.type = (uint16_t)type;
 	h.len = (uint32_t)len;
 	h.round = round;
@@ -153,34 +153,34 @@ static struct ft__cj_rec rec_head(int type, size_t len, uint64_t round, uint64_t
 }
 
 /* HEAD, then (snap) a SNAP of the committed table: a whole journal. */
-int ft__ckr_build_journal(const struct ft__ckpt *ck, bool snap, char **out, size_t *len)
+int ft__ckpt_build_journal(const struct ft__ckpt *ck, bool snap, char **out, size_t *len)
 {
-	size_t hl = sizeof(struct ft__cj_rec) + sizeof(struct ft__cj_head) +
-		    ck->nreg * sizeof(struct ft__cj_region);
+	size_t hl = sizeof(struct ft__ckpt_jrec) + sizeof(struct ft__ckpt_jhead) +
+		    ck->nreg * sizeof(struct ft__ckpt_jregion);
 	size_t res = ck->img.resid != NULL ? ck->nblocks : 0;
-	size_t sl = snap ? sizeof(struct ft__cj_rec) + ck->nblocks * sizeof(struct ft__cj_snap) +
+	size_t sl = snap ? sizeof(struct ft__ckpt_jrec) + ck->nblocks * sizeof(struct ft__ckpt_jsnap) +
 				   ((res * sizeof(float) + 7) & ~(size_t)7)
 			 : 0;
 	char *buf = calloc(1, hl + sl);
-	struct ft__cj_rec h;
+	struct ft__ckpt_jrec h;
 
 	if (buf == NULL || hl + sl > UINT32_MAX) {
 		free(buf);
 		return -FT_ENOMEM;
 	}
-	h = rec_head(FT__CJ_HEAD, hl, 0, 0, ck->nreg, 0);
+	h = rec_head(FT__CKPT_JHEAD, hl, 0, 0, ck->nreg, 0);
 	memcpy(buf, &h, sizeof(h));
 	memcpy(buf + sizeof(h), &ck->img.head, sizeof(ck->img.head));
 	memcpy(buf + sizeof(h) + sizeof(ck->img.head), ck->img.regs,
-	       ck->nreg * sizeof(struct ft__cj_region));
+	       ck->nreg * sizeof(struct ft__ckpt_jregion));
 	rec_seal(buf, hl);
 	if (snap) {
 		char *p = buf + hl;
-		h = rec_head(FT__CJ_SNAP, sl, ck->img.last_round, ck->img.last_step, ck->nblocks, res);
+		h = rec_head(FT__CKPT_JSNAP, sl, ck->img.last_round, ck->img.last_step, ck->nblocks, res);
 		memcpy(p, &h, sizeof(h));
-		memcpy(p + sizeof(h), ck->img.tab, ck->nblocks * sizeof(struct ft__cj_snap));
+		memcpy(p + sizeof(h), ck->img.tab, ck->nblocks * sizeof(struct ft__ckpt_jsnap));
 		if (res)
-			memcpy(p + sizeof(h) + ck->nblocks * sizeof(struct ft__cj_snap), ck->img.resid,
+			memcpy(p + sizeof(h) + ck->nblocks * sizeof(struct ft__ckpt_jsnap), ck->img.resid,
 			       res * sizeof(float));
 		rec_seal(p, sl);
 	}
@@ -201,9 +201,9 @@ static void compact(struct ft__ckpt *ck)
 	size_t len;
 	int fd;
 
-	if (ft__ckr_build_journal(ck, true, &buf, &len) != 0)
+	if (ft__ckpt_build_journal(ck, true, &buf, &len) != 0)
 		return;
-	if (ft__ck_path(path, sizeof(path), ck->dir, ck->rank, -1, 0) != 0) {
+	if (ft__ckpt_path(path, sizeof(path), ck->dir, ck->rank, -1, 0) != 0) {
 		free(buf);
 		return;
 	}
@@ -289,7 +289,7 @@ static void round_abandon(struct ft__ckpt *ck, struct ck_round *r)
 static void round_commit(struct ft__ckpt *ck, struct ck_round *r)
 {
 	for (size_t i = 0; i < r->n; i++) {
-		struct ft__cj_snap *t = &ck->img.tab[r->blk[i]];
+		struct ft__ckpt_jsnap *t = &ck->img.tab[r->blk[i]];
 		t->round[r->slot[i]] = r->round;
 		t->step[r->slot[i]] = r->step;
 	}
@@ -311,10 +311,10 @@ static void round_commit(struct ft__ckpt *ck, struct ck_round *r)
  * lands without waiting for a later ft_ckpt_step. */
 static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r, bool behind)
 {
-	size_t ent = r->n * sizeof(struct ft__cj_entry);
+	size_t ent = r->n * sizeof(struct ft__ckpt_jentry);
 	size_t res = ((ck->nblocks * sizeof(float)) + 7) & ~(size_t)7;
-	size_t len = sizeof(struct ft__cj_rec) + ent + res;
-	struct ft__cj_rec h;
+	size_t len = sizeof(struct ft__ckpt_jrec) + ent + res;
+	struct ft__ckpt_jrec h;
 
 	if (len > UINT32_MAX)
 		return -FT_ENOMEM; /* a record's length is 32 bits: too many blocks */
@@ -326,11 +326,11 @@ static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r, bool behi
 		r->rec_cap = len;
 	}
 	memset(r->rec, 0, len);
-	h = rec_head(FT__CJ_COMMIT, len, r->round, r->step, r->n, ck->nblocks);
+	h = rec_head(FT__CKPT_JCOMMIT, len, r->round, r->step, r->n, ck->nblocks);
 	memcpy(r->rec, &h, sizeof(h));
 	for (size_t i = 0; i < r->n; i++) {
 		size_t reg = reg_of(ck, r->blk[i]);
-		struct ft__cj_entry e = {.region = (uint32_t)reg, .slot = r->slot[i],
+		struct ft__ckpt_jentry e = {.region = (uint32_t)reg, .slot = r->slot[i],
 					 .block = r->blk[i] - ck->reg[reg].first};
 		memcpy(r->rec + sizeof(h) + i * sizeof(e), &e, sizeof(e));
 	}
@@ -354,7 +354,7 @@ static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r, bool behi
  * to its workers: a round's commit record is then written at the next
  * ft_ckpt_step (a round counts one step late; pwrite commits at once).
  */
-int ft__ckr_progress(struct ft__ckpt *ck)
+int ft__ckpt_progress(struct ft__ckpt *ck)
 {
 	int rc = ft__aio_poll(&ck->aio);
 
@@ -405,13 +405,13 @@ int ft__ckr_progress(struct ft__ckpt *ck)
 }
 
 /* Waits until round `upto` is finished (counted as waiting). */
-int ft__ckr_wait_done(struct ft__ckpt *ck, uint64_t upto)
+int ft__ckpt_wait_done(struct ft__ckpt *ck, uint64_t upto)
 {
 	uint64_t t0 = ft__now_ns();
 	int rc = 0;
 
 	while (ck->done < upto) {
-		if ((rc = ft__ckr_progress(ck)) < 0)
+		if ((rc = ft__ckpt_progress(ck)) < 0)
 			break;
 		if (ck->done >= upto)
 			break;
@@ -445,7 +445,7 @@ static size_t choose(struct ft__ckpt *ck, struct ck_round *r)
 		k = B;
 	memset(ck->chosen, 0, B);
 	for (size_t b = 0; b < B; b++) {
-		const struct ft__cj_snap *t = &ck->img.tab[b];
+		const struct ft__ckpt_jsnap *t = &ck->img.tab[b];
 		if (t->round[0] == 0 && t->round[1] == 0 && ck->pend[b] == 0) {
 			ck->chosen[b] = 1; /* never saved */
 			n++;
@@ -462,7 +462,7 @@ static size_t choose(struct ft__ckpt *ck, struct ck_round *r)
 			const struct ck_reg *g = &ck->reg[i];
 			for (size_t b = 0; b < g->nblocks; b++) {
 				size_t off = b * bb;
-				ck->dist[g->first + b] = ft__ckr_dist2(g->ptr + off, g->saved + off,
+				ck->dist[g->first + b] = ft__ckpt_dist2(g->ptr + off, g->saved + off,
 							       block_len(g, b, bb), g->dtype);
 			}
 		}
@@ -512,7 +512,7 @@ static int round_reserve(struct ck_round *r, size_t n)
 	uint8_t *slot = realloc(r->slot, n);
 	if (slot != NULL)
 		r->slot = slot;
-	struct ft__ck_copy *hdr = realloc(r->hdr, n * sizeof(*hdr));
+	struct ft__ckpt_copy *hdr = realloc(r->hdr, n * sizeof(*hdr));
 	if (hdr != NULL)
 		r->hdr = hdr;
 	struct ft__aio_io *io = realloc(r->io, n * sizeof(*io));
@@ -524,14 +524,14 @@ static int round_reserve(struct ck_round *r, size_t n)
 	return 0;
 }
 
-int ft__ckr_start_round(struct ft__ckpt *ck, uint64_t step)
+int ft__ckpt_start_round(struct ft__ckpt *ck, uint64_t step)
 {
 	size_t bb = ck->cfg.block_bytes, n, i = 0, reg = 0;
 	struct ck_round *r;
 	uint64_t t0, job_hash = ck->img.head.job_hash;
 	int rc;
 
-	if (ck->round - ck->done >= 2 && (rc = ft__ckr_wait_done(ck, ck->done + 1)) < 0)
+	if (ck->round - ck->done >= 2 && (rc = ft__ckpt_wait_done(ck, ck->done + 1)) < 0)
 		return rc;
 	r = &ck->rounds[(ck->round + 1) & 1];
 	t0 = ft__now_ns();
@@ -542,7 +542,7 @@ int ft__ckr_start_round(struct ft__ckpt *ck, uint64_t step)
 	for (size_t b = 0; b < ck->nblocks; b++)
 		if (ck->chosen[b]) {
 			/* its saved copy is still being written by the round before */
-			if (ck->pend[b] != 0 && (rc = ft__ckr_wait_done(ck, ck->pend[b])) < 0)
+			if (ck->pend[b] != 0 && (rc = ft__ckpt_wait_done(ck, ck->pend[b])) < 0)
 				return rc;
 			r->blk[i++] = b;
 		}
@@ -557,9 +557,9 @@ int ft__ckr_start_round(struct ft__ckpt *ck, uint64_t step)
 	ft__aio_hold(&ck->aio); /* the round's writes and COMMIT: one submission */
 	for (i = 0; i < n; i++) {
 		size_t gb = r->blk[i], b, off, len;
-		const struct ft__cj_snap *t = &ck->img.tab[gb];
+		const struct ft__ckpt_jsnap *t = &ck->img.tab[gb];
 		struct ck_reg *g;
-		struct ft__ck_copy *h = &r->hdr[i];
+		struct ft__ckpt_copy *h = &r->hdr[i];
 
 		while (reg + 1 < ck->nreg && gb >= ck->reg[reg + 1].first)
 			reg++;
@@ -570,8 +570,8 @@ int ft__ckr_start_round(struct ft__ckpt *ck, uint64_t step)
 		r->slot[i] = t->round[1] > t->round[0] ? 0 : 1; /* not the newest */
 		memcpy(g->saved + off, g->ptr + off, len);
 		memset(h, 0, sizeof(*h));
-		h->magic = FT__CK_MAGIC;
-		h->version = FT__CK_VERSION;
+		h->magic = FT__CKPT_MAGIC;
+		h->version = FT__CKPT_VERSION;
 		h->slot = r->slot[i];
 		h->region = (uint32_t)g->index;
 		h->len = (uint32_t)len;
@@ -585,7 +585,7 @@ int ft__ckr_start_round(struct ft__ckpt *ck, uint64_t step)
 		ck->st.blocks++;
 		ck->st.bytes += len;
 		set_io(&r->io[i], r, FT__AIO_WRITE, ck->img.fd[reg][r->slot[i]], h, sizeof(*h),
-		       g->saved + off, len, (uint64_t)b * (FT__CK_HDR + bb));
+		       g->saved + off, len, (uint64_t)b * (FT__CKPT_HDR + bb));
 		ft__aio_start(&ck->aio, &r->io[i]);
 	}
 	ck->st.copy_ms += ms_since(t0);
@@ -594,5 +594,5 @@ int ft__ckr_start_round(struct ft__ckpt *ck, uint64_t step)
 	if (!ck->cfg.sync && r->err == 0 && (rc = start_commit_write(ck, r, true)) < 0)
 		r->err = rc;
 	ft__aio_release(&ck->aio);
-	return ft__ckr_progress(ck);
+	return ft__ckpt_progress(ck);
 }

@@ -27,7 +27,7 @@ struct ck_round {
 	size_t n, cap;
 	size_t *blk;            /* global block numbers, ascending */
 	uint8_t *slot;
-	struct ft__ck_copy *hdr;
+	struct ft__ckpt_copy *hdr;
 	struct ft__aio_io *io;
 	float *resid;           /* per global block */
 	struct ft__aio_io *fsio;        /* sync: one per slot file */
@@ -52,7 +52,7 @@ struct ft__ckpt {
 	struct ft_ckpt_config cfg;
 	char dir[PATH_MAX];
 	int rank;
-	struct ft__ck_image img;        /* the committed table, as the journal says */
+	struct ft__ckpt_image img;        /* the committed table, as the journal says */
 	struct ck_reg reg[FT__STATE_MAX];
 	size_t nreg, nblocks;
 	uint64_t *pend;                 /* per block: round writing it, 0 none */
@@ -82,11 +82,11 @@ static inline double ms_since(uint64_t t0)
 }
 
 /* ckpt_round.c: rounds, and the helpers the API shares with them */
-double ft__ckr_dist2(const void *a, const void *b, size_t len, unsigned dt);
-int ft__ckr_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_t cap);
-int ft__ckr_build_journal(const struct ft__ckpt *ck, bool snap, char **out, size_t *len);
-int ft__ckr_start_round(struct ft__ckpt *ck, uint64_t step);
-int ft__ckr_progress(struct ft__ckpt *ck);
-int ft__ckr_wait_done(struct ft__ckpt *ck, uint64_t upto);
+double ft__ckpt_dist2(const void *a, const void *b, size_t len, unsigned dt);
+int ft__ckpt_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_t cap);
+int ft__ckpt_build_journal(const struct ft__ckpt *ck, bool snap, char **out, size_t *len);
+int ft__ckpt_start_round(struct ft__ckpt *ck, uint64_t step);
+int ft__ckpt_progress(struct ft__ckpt *ck);
+int ft__ckpt_wait_done(struct ft__ckpt *ck, uint64_t upto);
 
 #endif

@@ -47,7 +47,7 @@ static int replicated(const struct ft_comm *c, int *idx)
 
 static int bcast(struct ft_comm *c, uint64_t seq, void *buf, size_t bytes)
 {
-	struct ft__call k = {.kind = FT_COLL_BROADCAST, .dst = buf, .count = bytes, .es = 1,
+	struct ft__call k = {.kind = FT__COLL_BROADCAST, .dst = buf, .count = bytes, .es = 1,
 			     .dtype = FT_UINT8, .root = c->state_root};
 	struct ft__attempt a = {.op_seq = seq};
 	struct ft__coll co;
@@ -179,7 +179,7 @@ static int state_sync_call(struct ft_comm *c)
 		if (rc == 0 || rc == -FT_EMISMATCH || c->det == NULL)
 			return rc;
 		/* a failure during the transfer: settle the next view, then again */
-		struct ft__call k = {.kind = FT_COLL_BARRIER, .es = 1, .dtype = FT_UINT8};
+		struct ft__call k = {.kind = FT__COLL_BARRIER, .es = 1, .dtype = FT_UINT8};
 		struct ft__run run = {.seq = c->op_seq, .t0_ns = ft__now_ns()};
 		struct ft__coll co;
 		memset(&co, 0, sizeof(co));

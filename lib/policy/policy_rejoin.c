@@ -16,7 +16,7 @@
 /*
  * The protocol, and what each side writes before what.
  *
- * Every rank logs each op (log.h): BEGIN, a SEND or RECV record per data
+ * Every rank logs each op (jnl.h): BEGIN, a SEND or RECV record per data
  * frame, then its input, whole, in the slot's payload file, and an INPUT
  * record with each saved region's CRC32C. The input goes to the payload by
  * the reduction kernel itself, as it reads each element (the same fused
@@ -84,8 +84,8 @@ static void input_logged(struct ft_comm *c)
 	c->input_logged = true;
 	/* a large op's INPUT goes out at once (a death in its allgather can
 	 * then be replayed); a small op's with END, one submission per op */
-	rc = c->payload_bytes >= FT__INPUT_NOW ? ft__log_input(c->plog, c->regs, c->nreg)
-					       : ft__log_input_queued(c->plog, c->regs, c->nreg);
+	rc = c->payload_bytes >= FT__INPUT_NOW ? ft__jnl_input(c->plog, c->regs, c->nreg)
+					       : ft__jnl_input_queued(c->plog, c->regs, c->nreg);
 	if (rc != 0)
 		log_off(c, rc, "writing an input record");
 }
@@ -108,7 +108,7 @@ static int add_region(struct ft_comm *c, size_t off, size_t len, uint32_t crc)
 static void whole_region(struct ft_comm *c)
 {
 	c->nreg = 0;
-	if (add_region(c, 0, c->payload_bytes, ft__log_sum(c->payload, c->payload_bytes)) == 0)
+	if (add_region(c, 0, c->payload_bytes, ft__jnl_sum(c->payload, c->payload_bytes)) == 0)
 		c->input_whole = true;
 }
 
@@ -138,32 +138,32 @@ static void *save_input(struct ft__coll *co, size_t off, size_t len, struct ft__
 		       : NULL;
 }
 
-static int frame_logged(struct ft__coll *co, int type, const struct ft_frame *h)
+static int frame_logged(struct ft__coll *co, int type, const struct ft__frame *h)
 {
 	struct ft_comm *c = co->c;
-	int peer = c->members[ft__mod(c->rank + (type == FT__LOG_SEND ? 1 : -1), c->size)];
+	int peer = c->members[ft__mod(c->rank + (type == FT__JNL_SEND ? 1 : -1), c->size)];
 	int rc;
 
 	input_logged(c); /* the last region was saved since the previous hook */
 	if (c->plog == NULL || c->log_dead || c->replaying)
 		return 0;
-	rc = ft__log_frame(c->plog, type, h->generation, h->step, h->seg, peer, h->offset,
+	rc = ft__jnl_frame(c->plog, type, h->generation, h->step, h->seg, peer, h->offset,
 			   h->length, h->crc);
 	if (rc != 0)
 		log_off(c, rc, "writing a frame record");
 	return 0;
 }
 
-static int frame_sent(struct ft__coll *co, const struct ft_frame *h, const void *payload)
+static int frame_sent(struct ft__coll *co, const struct ft__frame *h, const void *payload)
 {
 	(void)payload;
-	return frame_logged(co, FT__LOG_SEND, h);
+	return frame_logged(co, FT__JNL_SEND, h);
 }
 
-static int frame_received(struct ft__coll *co, const struct ft_frame *h, const void *payload)
+static int frame_received(struct ft__coll *co, const struct ft__frame *h, const void *payload)
 {
 	(void)payload;
-	return frame_logged(co, FT__LOG_RECV, h);
+	return frame_logged(co, FT__JNL_RECV, h);
 }
 
 static int claim(struct ft__coll *co)
@@ -174,7 +174,7 @@ static int claim(struct ft__coll *co)
 	input_logged(c);
 	if ((rc = ft__det_have_result(c->det, co->tmpl.op_seq)) != 0)
 		return rc;
-	if (c->plog != NULL && !c->log_dead && !c->replaying && (rc = ft__log_end(c->plog)) != 0)
+	if (c->plog != NULL && !c->log_dead && !c->replaying && (rc = ft__jnl_end(c->plog)) != 0)
 		log_off(c, rc, "writing an end record");
 	return 0;
 }
@@ -188,7 +188,7 @@ static const struct ft__hooks rejoin_hooks = {
 
 static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *run)
 {
-	size_t bytes = k->kind == FT_COLL_BARRIER ? 0 : k->count * k->es;
+	size_t bytes = k->kind == FT__COLL_BARRIER ? 0 : k->count * k->es;
 	struct ft__logop op = {.kind = (uint8_t)k->kind, .dtype = (uint8_t)k->dtype,
 			       .op = (uint8_t)k->op, .in_place = k->in_place, .root = k->root,
 			       .count = k->count};
@@ -198,7 +198,7 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 	if (rc != 0)
 		return rc;
 	if (c->log_dead) {
-		ft__log_close(c->plog);
+		ft__jnl_close(c->plog);
 		c->plog = NULL;
 		c->log_dead = false;
 	}
@@ -216,24 +216,24 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 		 * reduce-scatter and allgather are not replayed (ft__rejoin_join):
 		 * their input is not logged, their frames are */
 		size_t logged = bytes;
-		if ((k->kind == FT_COLL_BROADCAST && k->root != c->cfg.rank) || k->blk != NULL)
+		if ((k->kind == FT__COLL_BROADCAST && k->root != c->cfg.rank) || k->blk != NULL)
 			logged = 0;
-		rc = ft__log_begin_bytes(c->plog, run->seq, c->generation, &op, logged, &payload);
+		rc = ft__jnl_begin_bytes(c->plog, run->seq, c->generation, &op, logged, &payload);
 		if (rc != 0) {
 			log_off(c, rc, "starting an op's log");
-			ft__log_close(c->plog);
+			ft__jnl_close(c->plog);
 			c->plog = NULL;
 			c->log_dead = false;
 		} else {
 			c->payload = logged > 0 ? payload : NULL;
 			c->payload_bytes = logged;
-			if (k->kind == FT_COLL_BROADCAST && logged > 0) {
+			if (k->kind == FT__COLL_BROADCAST && logged > 0) {
 				memcpy(payload, k->dst, logged);
-				rc = add_region(c, 0, logged, ft__log_sum(payload, logged));
+				rc = add_region(c, 0, logged, ft__jnl_sum(payload, logged));
 				if (rc != 0)
 					return rc;
 			}
-			c->input_whole = k->kind != FT_COLL_ALLREDUCE || logged == 0;
+			c->input_whole = k->kind != FT__COLL_ALLREDUCE || logged == 0;
 			input_logged(c);
 		}
 	}
@@ -428,10 +428,10 @@ static void log_job(const struct ft_comm *c, char *buf, size_t len)
 void ft__rejoin_log_open(struct ft_comm *c)
 {
 	char dir[FT_PATH_MAX + FT_NAME_MAX + 2], job[FT_NAME_MAX + 20];
-	struct ft__log_params p = {.dir = dir, .job_id = job, .rank = c->cfg.rank,
+	struct ft__jnl_params p = {.dir = dir, .job_id = job, .rank = c->cfg.rank,
 				   .world_size = c->cfg.world_size,
 				   .sync = c->cfg.log_durability == FT_DURABILITY_HOST,
-				   .engine = c->tp_env.log_pwrite ? FT__LOG_PWRITE : FT__LOG_URING};
+				   .engine = c->tp_env.log_pwrite ? FT__JNL_PWRITE : FT__JNL_URING};
 	int rc;
 
 	if (c->cfg.log_durability == FT_DURABILITY_NONE || c->plog != NULL)
@@ -440,14 +440,14 @@ void ft__rejoin_log_open(struct ft_comm *c)
 	log_job(c, job, sizeof(job));
 	rc = log_root_private(c);
 	if (rc == 0)
-		rc = ft__log_open(&p, &c->plog);
+		rc = ft__jnl_open(&p, &c->plog);
 	if (rc != 0) {
 		ft__warn("log: cannot open this rank's log in %s (%s): a new incarnation of this "
 			 "rank could not rejoin", dir, ft_strerror(rc));
 		c->plog = NULL;
 		return;
 	}
-	ft__info("log: %s, %s (durability %s)", dir, ft__log_engine_name(c->plog),
+	ft__info("log: %s, %s (durability %s)", dir, ft__jnl_engine_name(c->plog),
 		 p.sync ? "host" : "process");
 }
 
@@ -456,7 +456,7 @@ void ft__rejoin_log_close(struct ft_comm *c, bool remove)
 	char dir[FT_PATH_MAX + FT_NAME_MAX + 2], path[FT_PATH_MAX + FT_NAME_MAX + 40];
 	bool had = c->plog != NULL;
 
-	ft__log_close(c->plog);
+	ft__jnl_close(c->plog);
 	c->plog = NULL;
 	c->payload = NULL;
 	c->log_dead = false;
@@ -508,7 +508,7 @@ static int other_payload(const struct ft_comm *c, const char *dir, uint64_t seq,
 	struct stat st;
 	int fd;
 
-	if (ft__log_path(path, sizeof(path), dir, c->cfg.rank, (int)((seq + 1) & 1), "in") != 0)
+	if (ft__jnl_path(path, sizeof(path), dir, c->cfg.rank, (int)((seq + 1) & 1), "in") != 0)
 		return -1;
 	fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	ft__fd_own(fd);
@@ -541,15 +541,15 @@ static int replay(struct ft_comm *c, const char *dir, uint64_t f, const struct f
 	bool logged_in;
 	int rc = 0, fd = -1, ofd = -1;
 
-	es = op.kind == FT_COLL_BROADCAST ? 1 : ft_dtype_size((enum ft_dtype)op.dtype);
+	es = op.kind == FT__COLL_BROADCAST ? 1 : ft_dtype_size((enum ft_dtype)op.dtype);
 	if (es == 0 || op.count > SIZE_MAX / 8)
 		return -FT_ECORRUPT;
-	bytes = op.kind == FT_COLL_BARRIER ? 0 : (size_t)op.count * es;
-	logged_in = bytes > 0 && (op.kind == FT_COLL_ALLREDUCE ||
-				  (op.kind == FT_COLL_BROADCAST && op.root == c->cfg.rank));
+	bytes = op.kind == FT__COLL_BARRIER ? 0 : (size_t)op.count * es;
+	logged_in = bytes > 0 && (op.kind == FT__COLL_ALLREDUCE ||
+				  (op.kind == FT__COLL_BROADCAST && op.root == c->cfg.rank));
 	if (logged_in) {
 		struct stat st;
-		if ((rc = ft__log_path(path, sizeof(path), dir, c->cfg.rank, (int)(seq & 1), "in")) != 0)
+		if ((rc = ft__jnl_path(path, sizeof(path), dir, c->cfg.rank, (int)(seq & 1), "in")) != 0)
 			return rc;
 		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		ft__fd_own(fd);
@@ -567,22 +567,22 @@ static int replay(struct ft_comm *c, const char *dir, uint64_t f, const struct f
 		rc = -FT_ENOMEM;
 		goto out;
 	}
-	struct ft__call k = {.kind = (enum ft_coll_kind)op.kind, .src = in, .dst = out,
+	struct ft__call k = {.kind = (enum ft__coll_kind)op.kind, .src = in, .dst = out,
 			     .count = op.count, .es = es, .dtype = (enum ft_dtype)op.dtype,
 			     .op = (enum ft_op)op.op, .root = op.root};
-	if (k.kind == FT_COLL_BROADCAST) {
+	if (k.kind == FT__COLL_BROADCAST) {
 		k.dst = op.root == c->cfg.rank ? in : out;
 		k.dtype = FT_UINT8;
 	}
-	if (k.kind == FT_COLL_BARRIER) {
+	if (k.kind == FT__COLL_BARRIER) {
 		k.count = 0;
 		k.es = 1;
 		k.dtype = FT_UINT8;
 		k.op = FT_SUM;
 	}
 	ft__info("rejoin: replaying op %llu (%s, %zu bytes) from the log",
-		 (unsigned long long)f, k.kind == FT_COLL_ALLREDUCE ? "allreduce"
-					: k.kind == FT_COLL_BROADCAST ? "broadcast" : "barrier",
+		 (unsigned long long)f, k.kind == FT__COLL_ALLREDUCE ? "allreduce"
+					: k.kind == FT__COLL_BROADCAST ? "broadcast" : "barrier",
 		 bytes);
 	c->op_seq = f;
 	c->replaying = true;
@@ -632,7 +632,7 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 	if (c->cfg.log_durability != FT_DURABILITY_NONE) {
 		rc = log_root_private(c);
 		if (rc == 0)
-			rc = ft__log_last_input(dir, c->cfg.rank, ft__log_job_hash(job), &last,
+			rc = ft__jnl_last_input(dir, c->cfg.rank, ft__jnl_job_hash(job), &last,
 						&lgen, &op, NULL, 0);
 		have = rc == 0;
 		if (rc != 0)
@@ -648,8 +648,8 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 	 * and its application runs the interrupted op (any op up to the
 	 * survivors' first is taken back that way), with the same ring and the
 	 * same inputs: bit-identical all the same. */
-	replayable = have && (op.kind == FT_COLL_ALLREDUCE || op.kind == FT_COLL_BROADCAST ||
-			      op.kind == FT_COLL_BARRIER);
+	replayable = have && (op.kind == FT__COLL_ALLREDUCE || op.kind == FT__COLL_BROADCAST ||
+			      op.kind == FT__COLL_BARRIER);
 	me->next_op = replayable ? last + 1 : have ? last : 0;
 	me->rejoining = true;
 	ft__info("rejoin: a new incarnation of rank %d asks back into generation %u (log: %s)",

@@ -47,7 +47,7 @@
  * they run with commit steps, which need no handover of a block layout.) */
 static bool small_op(const struct ft__call *k)
 {
-	return k->kind != FT_COLL_BROADCAST && k->blk == NULL && k->count * k->es <= FT__KEEP_MAX;
+	return k->kind != FT__COLL_BROADCAST && k->blk == NULL && k->count * k->es <= FT__KEEP_MAX;
 }
 
 /* Ops that run without commit steps and whose result a holder keeps. */
@@ -156,7 +156,7 @@ static int find_holder(struct ft_comm *c, uint64_t op, int *holder)
 static int handover(struct ft_comm *c, const struct ft__call *k, uint64_t op, int root,
 		    bool inside, int *suspect)
 {
-	struct ft__call h = {.kind = FT_COLL_BROADCAST, .es = 1, .dtype = FT_UINT8, .root = root};
+	struct ft__call h = {.kind = FT__COLL_BROADCAST, .es = 1, .dtype = FT_UINT8, .root = root};
 	struct ft__attempt a = {.op_seq = op, .commit = false, .hooks = &shrink_hooks};
 	struct ft__coll co;
 	int rc;
@@ -397,7 +397,7 @@ static void shrink_end(struct ft_comm *c, const struct ft__call *k, int rc, cons
 
 static void shrink_finalize(struct ft_comm *c)
 {
-	struct ft__call k = {.kind = FT_COLL_BARRIER, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
+	struct ft__call k = {.kind = FT__COLL_BARRIER, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
 
 	if (c->det != NULL && !c->broken && c->kept_valid && c->kept_seq + 1 == c->op_seq &&
 	    c->size >= 3)

@@ -258,15 +258,15 @@ void ft__trace_complete(struct ft__trace *t, const char *name, const char *cat, 
 static const char *kind_name(int kind)
 {
 	switch (kind) {
-	case FT_COLL_ALLREDUCE:
+	case FT__COLL_ALLREDUCE:
 		return "allreduce";
-	case FT_COLL_BROADCAST:
+	case FT__COLL_BROADCAST:
 		return "broadcast";
-	case FT_COLL_BARRIER:
+	case FT__COLL_BARRIER:
 		return "barrier";
-	case FT_COLL_REDUCE_SCATTER:
+	case FT__COLL_REDUCE_SCATTER:
 		return "reduce_scatter";
-	case FT_COLL_ALLGATHER:
+	case FT__COLL_ALLGATHER:
 		return "allgather";
 	default:
 		return "invalid";

@@ -38,7 +38,7 @@ void ft__trace_instant(struct ft__trace *t, const char *name, const char *args_j
 void ft__trace_complete(struct ft__trace *t, const char *name, const char *cat, uint64_t t0_ns,
 			uint64_t t1_ns, const char *args_json);
 
-/* A collective (kind: enum ft_coll_kind) that began at t0_ns and ends now with rc. */
+/* A collective (kind: enum ft__coll_kind) that began at t0_ns and ends now with rc. */
 void ft__trace_op(struct ft__trace *t, int kind, uint64_t op_seq, size_t bytes, uint32_t generation,
 		  int contributors, int rc, uint64_t t0_ns);
 /* A recovery from t0_ns to now, ending in generation with rc (a verdict or an error);

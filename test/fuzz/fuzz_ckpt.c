@@ -1,4 +1,4 @@
-/* fuzz_ckpt.c: feeds arbitrary bytes to the checkpoint journal reader (ft__ck_parse). */
+/* fuzz_ckpt.c: feeds arbitrary bytes to the checkpoint journal reader (ft__ckpt_parse). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,14 +16,14 @@
 
 static void check(const unsigned char *buf, size_t len)
 {
-	struct ft__ck_image img;
-	int rc = ft__ck_parse(buf, len, &img);
+	struct ft__ckpt_image img;
+	int rc = ft__ckpt_parse(buf, len, &img);
 	uint64_t sum = 0;
 
 	if (rc != 0 && rc != -FT_ECORRUPT && rc != -FT_ENOMEM)
 		abort();
 	if (img.regs == NULL) {
-		ft__ck_image_free(&img);
+		ft__ckpt_image_free(&img);
 		return;
 	}
 	/* the reader's promises: the geometry adds up, the valid prefix is in the file */
@@ -39,12 +39,12 @@ static void check(const unsigned char *buf, size_t len)
 			       (img.resid != NULL ? (uint64_t)img.resid[b] : 0);
 	if (sum == 1)
 		fputc('.', stderr); /* keeps the loop */
-	ft__ck_image_free(&img);
+	ft__ckpt_image_free(&img);
 }
 
 static uint32_t rec_crc(const unsigned char *p, size_t len)
 {
-	struct ft__cj_rec h;
+	struct ft__ckpt_jrec h;
 	uint32_t crc;
 
 	memcpy(&h, p, sizeof(h));
@@ -68,8 +68,8 @@ static void fixed(const unsigned char *buf, size_t len)
 	if (len > FUZZ_INPUT_MAX)
 		len = FUZZ_INPUT_MAX;
 	memcpy(copy, buf, len);
-	while (len - off >= sizeof(struct ft__cj_rec)) {
-		struct ft__cj_rec h;
+	while (len - off >= sizeof(struct ft__ckpt_jrec)) {
+		struct ft__ckpt_jrec h;
 
 		memcpy(&h, copy + off, sizeof(h));
 		if (h.len < sizeof(h) || h.len > len - off)

@@ -7,7 +7,7 @@
 
 #include "crc32c.h"
 #include "ftcc.h"
-#include "log.h"
+#include "jnl.h"
 
 #define INPUT_MAX (1u << 20)
 
@@ -27,8 +27,8 @@ static void each(void *arg, const struct ft__logrec *h, const void *body)
 
 static void one(const unsigned char *buf, size_t len)
 {
-	struct ft__log_scan s;
-	int rc = ft__log_parse(buf, len, &s, each, NULL);
+	struct ft__jnl_scan s;
+	int rc = ft__jnl_parse(buf, len, &s, each, NULL);
 
 	/* the scan must agree with itself; a disagreement is a crash to the fuzzer */
 	if ((rc != 0 && rc != -FT_ECORRUPT) || s.valid_bytes > len || (rc == 0) != (s.tail_why == NULL) ||

@@ -9,38 +9,38 @@
 
 #include "crc32c.h"
 #include "ftcc.h"
-#include "log.h"
+#include "jnl.h"
 
 static int log_one(const char *dir, uint64_t seq, uint64_t count, int nreg, int nframes, int end)
 {
-	struct ft__log_params p = {.dir = dir, .job_id = "fuzz-seed", .rank = 0, .world_size = 2,
-				   .engine = FT__LOG_PWRITE};
+	struct ft__jnl_params p = {.dir = dir, .job_id = "fuzz-seed", .rank = 0, .world_size = 2,
+				   .engine = FT__JNL_PWRITE};
 	struct ft__logop op = {.dtype = FT_UINT8, .op = FT_SUM, .root = -1, .count = count};
 	struct ft__logreg regs[64];
-	struct ft__log *l;
+	struct ft__jnl *l;
 	unsigned char *in;
 	int rc;
 
-	if (nreg > 64 || (rc = ft__log_open(&p, &l)) < 0)
+	if (nreg > 64 || (rc = ft__jnl_open(&p, &l)) < 0)
 		return -1;
-	rc = ft__log_begin(l, seq, 1, &op, (void **)&in);
+	rc = ft__jnl_begin(l, seq, 1, &op, (void **)&in);
 	for (uint64_t i = 0; rc == 0 && i < count; i++)
 		in[i] = (unsigned char)(i * 13);
 	for (int i = 0; rc == 0 && i < nreg; i++) {
 		uint64_t per = count / (uint64_t)nreg, off = (uint64_t)i * per;
 		uint64_t len = i == nreg - 1 ? count - off : per;
 		regs[i] = (struct ft__logreg){.off = off, .len = len,
-					      .crc = ft__log_sum(in + off, (size_t)len)};
+					      .crc = ft__jnl_sum(in + off, (size_t)len)};
 	}
 	for (int i = 0; rc == 0 && i < nframes / 2; i++)
-		rc = ft__log_frame(l, FT__LOG_SEND, 1, (uint32_t)i, (uint32_t)i, 1, (uint64_t)i * 8, 8, 0);
+		rc = ft__jnl_frame(l, FT__JNL_SEND, 1, (uint32_t)i, (uint32_t)i, 1, (uint64_t)i * 8, 8, 0);
 	if (rc == 0 && (nreg > 0 || count == 0))
-		rc = ft__log_input(l, regs, (size_t)nreg);
+		rc = ft__jnl_input(l, regs, (size_t)nreg);
 	for (int i = 0; rc == 0 && i < nframes - nframes / 2; i++)
-		rc = ft__log_frame(l, FT__LOG_RECV, 1, (uint32_t)i, (uint32_t)i, 1, (uint64_t)i * 8, 8, 7);
+		rc = ft__jnl_frame(l, FT__JNL_RECV, 1, (uint32_t)i, (uint32_t)i, 1, (uint64_t)i * 8, 8, 7);
 	if (rc == 0 && end)
-		rc = ft__log_end(l);
-	ft__log_close(l);
+		rc = ft__jnl_end(l);
+	ft__jnl_close(l);
 	return rc;
 }
 
@@ -52,7 +52,7 @@ static int copy_out(const char *dir, int slot, const char *out, long cut, long f
 	FILE *f;
 	int fd;
 
-	if (ft__log_path(path, sizeof(path), dir, 0, slot, "log") < 0)
+	if (ft__jnl_path(path, sizeof(path), dir, 0, slot, "log") < 0)
 		return -1;
 	fd = open(path, O_RDONLY);
 	if (fd < 0)
@@ -113,7 +113,7 @@ int main(int argc, char **argv)
 	for (int slot = 0; slot < 2; slot++)
 		for (int k = 0; k < 2; k++) {
 			char path[PATH_MAX];
-			if (ft__log_path(path, sizeof(path), dir, 0, slot, k ? "in" : "log") == 0)
+			if (ft__jnl_path(path, sizeof(path), dir, 0, slot, k ? "in" : "log") == 0)
 				unlink(path);
 		}
 	rmdir(dir);

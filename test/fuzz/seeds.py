@@ -47,7 +47,7 @@ def ckpt(d):
     put(d, "torn", (hd + c1 + c2)[:-7])
 
 
-# ---- frame: tag byte then struct ft_frame / ft_hello / ft_hello_ack (transports/transport.h) ----
+# ---- frame: tag byte then struct ft__frame / ft__hello / ft__hello_ack (transports/transport.h) ----
 def frame(d):
     good = struct.pack("<IHBBIBBHQQiIIIQQiI", 0x46544346, 1, 1, 3, 3, 0, 1, 0, 42, 1000, -1, 2, 1,
                        0, 2000, 1000, 0, 0)

@@ -56,7 +56,7 @@ static int parse_addr(const char *s, struct fab_addr *a)
 }
 
 /* The AV entry of an endpoint name, inserted once. */
-static int av_lookup(struct ft_transport *tp, const uint8_t *name, size_t len, fi_addr_t *out)
+static int av_lookup(struct ft__transport *tp, const uint8_t *name, size_t len, fi_addr_t *out)
 {
 	fi_addr_t a = FI_ADDR_NOTAVAIL;
 	int rc;
@@ -97,7 +97,7 @@ static int av_lookup(struct ft_transport *tp, const uint8_t *name, size_t len, f
  * transport's AV and CQ), closed with the link: what a failure leaves
  * unanswered dies with it. The hello names that endpoint, for the answers.
  */
-static int rdm_link_ep_open(struct ft_transport *tp, struct ft_link *l)
+static int rdm_link_ep_open(struct ft__transport *tp, struct ft__link *l)
 {
 	size_t len = sizeof(l->m.hello.name);
 	int rc = fi_endpoint(tp->domain, tp->info, &l->ep, NULL);
@@ -122,7 +122,7 @@ static int rdm_link_ep_open(struct ft_transport *tp, struct ft_link *l)
 	return 0;
 }
 
-static int msg_ep_open(struct ft_transport *tp, struct fi_info *info, struct ft_link *l)
+static int msg_ep_open(struct ft__transport *tp, struct fi_info *info, struct ft__link *l)
 {
 	int rc = fi_endpoint(tp->domain, info, &l->ep, l);
 
@@ -145,11 +145,11 @@ static int msg_ep_open(struct ft_transport *tp, struct fi_info *info, struct ft_
  * its own right neighbour now, and accepts only after that. Its answer (and
  * a refusal) arrives through progress as the link's first event.
  */
-int ft__fab_connect(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
-		    int timeout_ms, struct ft_link **out)
+int ft__fab_connect(struct ft__transport *tp, const char *addr, const struct ft__hello *hello,
+		    int timeout_ms, struct ft__link **out)
 {
 	struct fab_addr pa;
-	struct ft_link *l;
+	struct ft__link *l;
 	int rc;
 
 	(void)timeout_ms;
@@ -237,36 +237,36 @@ fail:
 #define FIELDS_AT offsetof(struct fab_hello_msg, link_id)
 #define FIELDS_LEN (offsetof(struct fab_hello_msg, fields_mac) - FIELDS_AT)
 
-_Static_assert(FIELDS_AT == sizeof(struct ft_hello) &&
-		       offsetof(struct fab_hello_msg, fields_mac) + FT_HELLO_MAC ==
+_Static_assert(FIELDS_AT == sizeof(struct ft__hello) &&
+		       offsetof(struct fab_hello_msg, fields_mac) + FT__HELLO_MAC ==
 			       sizeof(struct fab_hello_msg),
 	       "struct fab_hello_msg has padding");
 
 void ft__fab_hello_fields_seal(struct fab_hello_msg *m, const char *token)
 {
-	ft_hello_ext_seal(&m->hello, (const char *)m + FIELDS_AT, FIELDS_LEN, token, m->fields_mac);
+	ft__hello_ext_seal(&m->hello, (const char *)m + FIELDS_AT, FIELDS_LEN, token, m->fields_mac);
 }
 
 int ft__fab_hello_fields_check(const struct fab_hello_msg *m, const char *token)
 {
-	return ft_hello_ext_check(&m->hello, (const char *)m + FIELDS_AT, FIELDS_LEN, token,
+	return ft__hello_ext_check(&m->hello, (const char *)m + FIELDS_AT, FIELDS_LEN, token,
 				  m->fields_mac);
 }
 
 /* ---- accepting ---- */
 
-static void refuse_rdm(struct ft_transport *tp, const struct fab_inbox *in, int rc);
+static void refuse_rdm(struct ft__transport *tp, const struct fab_inbox *in, int rc);
 
 /* Whether an RDM hello is a token holder's: whole, and its MAC and its
  * fields' MAC check under this job's token (what it asks for is judged by
  * the accept that takes it). */
-int ft__fab_hello_sealed(const struct ft_transport *tp, const struct fab_hello_msg *m, size_t len)
+int ft__fab_hello_sealed(const struct ft__transport *tp, const struct fab_hello_msg *m, size_t len)
 {
 	int rc;
 
 	if (len != sizeof(*m))
 		return -FT_EPROTO;
-	if ((rc = ft_hello_check(&m->hello, &m->hello, tp->token)) != 0)
+	if ((rc = ft__hello_check(&m->hello, &m->hello, tp->token)) != 0)
 		return rc;
 	return ft__fab_hello_fields_check(m, tp->token);
 }
@@ -280,13 +280,13 @@ int ft__fab_hello_sealed(const struct ft_transport *tp, const struct fab_hello_m
  * address vector: at most FAB_PEERS_MAX such places, then it is dropped
  * unanswered.
  */
-void ft__fab_inbox_add(struct ft_transport *tp, const struct fab_hello_msg *msg, size_t len)
+void ft__fab_inbox_add(struct ft__transport *tp, const struct fab_hello_msg *msg, size_t len)
 {
 	int rc = ft__fab_hello_sealed(tp, msg, len);
 
 	if (rc != 0) {
 		struct fab_inbox in = {.msg = *msg, .len = len};
-		if (len == sizeof(*msg) && msg->hello.magic == FT_HELLO_MAGIC) {
+		if (len == sizeof(*msg) && msg->hello.magic == FT__HELLO_MAGIC) {
 			tp->refused_claim = msg->hello.from_rank;
 			tp->refused_gen = msg->hello.generation;
 		}
@@ -307,17 +307,17 @@ void ft__fab_inbox_add(struct ft_transport *tp, const struct fab_hello_msg *msg,
 	tp->ninbox++;
 }
 
-static void describe(const struct ft_hello *h, char *buf, size_t len)
+static void describe(const struct ft__hello *h, char *buf, size_t len)
 {
 	snprintf(buf, len, "handshake of rank %d for rank %d, generation %u, kind %u", h->from_rank,
 		 h->to_rank, h->generation, h->kind);
 }
 
 /* RDM: answers a hello that failed its check; best effort, never waits. */
-static void refuse_rdm(struct ft_transport *tp, const struct fab_inbox *in, int rc)
+static void refuse_rdm(struct ft__transport *tp, const struct fab_inbox *in, int rc)
 {
 	const struct fab_hello_msg *m = &in->msg;
-	struct ft_link *l;
+	struct ft__link *l;
 	char why[160];
 
 	if (in->len != sizeof(*m) || m->namelen == 0 || m->namelen > FAB_NAME_MAX) {
@@ -326,12 +326,12 @@ static void refuse_rdm(struct ft_transport *tp, const struct fab_inbox *in, int 
 	}
 	describe(&m->hello, why, sizeof(why));
 	ft__warn_gated(&tp->warn, "fabric: refused %s: %s",
-		       m->hello.magic == FT_HELLO_MAGIC ? why : "bad magic", ft_strerror(rc));
+		       m->hello.magic == FT__HELLO_MAGIC ? why : "bad magic", ft_strerror(rc));
 	l = ft__fab_link_new(tp, m->hello.from_rank, false, m->link_id);
 	if (l == NULL)
 		return;
 	l->tx_rank = m->hello.to_rank;
-	ft_hello_ack_seal(&l->m.ack_tx, m->hello.nonce, NULL, rc, tp->token);
+	ft__hello_ack_seal(&l->m.ack_tx, m->hello.nonce, NULL, rc, tp->token);
 	ft__fab_watch_peer(l, m->node, m->pid, NULL, 0, -1);
 	if (av_lookup(tp, m->name, m->namelen, &l->addr) == 0)
 		ft__fab_ctl_post(l, C_ACK_TX);
@@ -341,7 +341,7 @@ static void refuse_rdm(struct ft_transport *tp, const struct fab_inbox *in, int 
 /* Judges a hello (not its nonce: that is for the accept that takes it). A
  * hello that fails for its token while claiming the expected rank makes
  * the accept's timeout -FT_EAUTH. */
-static int hello_verdict(struct ft_transport *tp, const struct ft_hello *expect,
+static int hello_verdict(struct ft__transport *tp, const struct ft__hello *expect,
 			 const struct fab_hello_msg *m, size_t len)
 {
 	int rc;
@@ -351,7 +351,7 @@ static int hello_verdict(struct ft_transport *tp, const struct ft_hello *expect,
 	if (!tp->msg && (m->namelen == 0 || m->namelen > FAB_NAME_MAX || m->homelen == 0 ||
 			 m->homelen > FAB_NAME_MAX))
 		return -FT_EPROTO;
-	rc = ft_hello_check(expect, &m->hello, tp->token);
+	rc = ft__hello_check(expect, &m->hello, tp->token);
 	if (rc == -FT_EAUTH && (expect->from_rank < 0 || m->hello.from_rank == expect->from_rank))
 		tp->auth_refused = true;
 	/* the fields that route answers and watch the peer are trusted too */
@@ -374,26 +374,26 @@ static int hello_verdict(struct ft_transport *tp, const struct ft_hello *expect,
  * neighbour adopted the next view first. It waits (in the inbox, or as a
  * pending connection) for the accept of its generation, as tcp keeps it.
  */
-static bool hello_early(const struct ft_transport *tp, const struct ft_hello *expect,
-			const struct ft_hello *got)
+static bool hello_early(const struct ft__transport *tp, const struct ft__hello *expect,
+			const struct ft__hello *got)
 {
-	struct ft_hello later = *expect;
+	struct ft__hello later = *expect;
 
 	if (got->generation <= expect->generation)
 		return false;
 	later.generation = got->generation;
 	later.from_rank = -1;
-	return ft_hello_check(&later, got, tp->token) == 0;
+	return ft__hello_check(&later, got, tp->token) == 0;
 }
 
-static void inbox_remove(struct ft_transport *tp, unsigned i)
+static void inbox_remove(struct ft__transport *tp, unsigned i)
 {
 	memmove(&tp->inbox[i], &tp->inbox[i + 1], (tp->ninbox - i - 1) * sizeof(tp->inbox[0]));
 	tp->ninbox--;
 }
 
 /* RDM: the newest valid hello in the inbox (its index, or -1); others are refused. */
-static int pick_rdm(struct ft_transport *tp, const struct ft_hello *expect)
+static int pick_rdm(struct ft__transport *tp, const struct ft__hello *expect)
 {
 	int pick = -1;
 
@@ -425,9 +425,9 @@ static int pick_rdm(struct ft_transport *tp, const struct ft_hello *expect)
 }
 
 /* RDM: the hello pick_rdm chose becomes a link unless its nonce was seen. */
-static struct ft_link *accept_rdm(struct ft_transport *tp, const struct ft_hello *expect)
+static struct ft__link *accept_rdm(struct ft__transport *tp, const struct ft__hello *expect)
 {
-	struct ft_link *l;
+	struct ft__link *l;
 	int pick;
 
 	while ((pick = pick_rdm(tp, expect)) >= 0 &&
@@ -457,24 +457,24 @@ static struct ft_link *accept_rdm(struct ft_transport *tp, const struct ft_hello
 }
 
 /* MSG: a pending connection that has not sent its hello, or the proof of its challenge. */
-static bool short_of_handshake(const struct ft_link *l)
+static bool short_of_handshake(const struct ft__link *l)
 {
 	return l->hello_len == 0 || (l->challenged && l->proof_len == 0);
 }
 
 /* MSG: refuses a pending connection (an answer when its hello was not answered yet). */
-static void refuse_msg(struct ft_transport *tp, struct ft_link *l, int rc, const char *what)
+static void refuse_msg(struct ft__transport *tp, struct ft__link *l, int rc, const char *what)
 {
 	char why[160];
 
 	ft__fab_unlist(tp, l);
 	describe(&l->m.hello.hello, why, sizeof(why));
 	ft__warn_gated(&tp->warn, "fabric: refused %s: %s",
-		       l->hello_len == sizeof(l->m.hello) && l->m.hello.hello.magic == FT_HELLO_MAGIC
+		       l->hello_len == sizeof(l->m.hello) && l->m.hello.hello.magic == FT__HELLO_MAGIC
 			       ? why : what, ft_strerror(rc));
 	bool answer = !l->challenged && l->hello_len > 0 && l->connected;
 	if (answer) {
-		ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, rc, tp->token);
+		ft__hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, rc, tp->token);
 		answer = ft__fab_ctl_post(l, C_ACK_TX) == 0;
 	}
 	/* an answer posted goes out before the close; nothing else is waited for */
@@ -483,13 +483,13 @@ static void refuse_msg(struct ft_transport *tp, struct ft_link *l, int rc, const
 
 /* MSG: a valid hello gets the answer with a fresh challenge, and a receive
  * for its proof (posted first: MSG matches receives in order). */
-static int challenge_msg(struct ft_transport *tp, struct ft_link *l)
+static int challenge_msg(struct ft__transport *tp, struct ft__link *l)
 {
 	int rc = ft__auth_random(l->challenge, sizeof(l->challenge));
 
 	if (rc != 0)
 		return rc;
-	ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, l->challenge, 0, tp->token);
+	ft__hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, l->challenge, 0, tp->token);
 	l->challenged = true;
 	l->born_ms = ft__now_ms(); /* the proof's time counts from the challenge */
 	l->want[C_PROOF_RX] = true;
@@ -505,9 +505,9 @@ static int challenge_msg(struct ft_transport *tp, struct ft_link *l)
  * original still gets its link. What fails, or sent no hello (or no proof
  * of a hello no longer expected) within FAB_HANDSHAKE_MS, is closed.
  */
-static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello *expect)
+static struct ft__link *accept_msg(struct ft__transport *tp, const struct ft__hello *expect)
 {
-	for (struct ft_link *l = tp->pending, *next; l != NULL; l = next) {
+	for (struct ft__link *l = tp->pending, *next; l != NULL; l = next) {
 		int rc;
 		next = l->next;
 		if (l->error != 0 || l->peer_closed) {
@@ -531,7 +531,7 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 				continue;
 		}
 		if (rc == 0 && (l->proof_len != sizeof(l->m.proof_rx) ||
-				ft_hello_proof_check(&l->m.proof_rx, &l->m.hello.hello, l->challenge,
+				ft__hello_proof_check(&l->m.proof_rx, &l->m.hello.hello, l->challenge,
 						     tp->token) != 0)) {
 			ft__warn("fabric: refused a link of rank %d that did not prove its challenge",
 				 l->m.hello.hello.from_rank);
@@ -556,10 +556,10 @@ static struct ft_link *accept_msg(struct ft_transport *tp, const struct ft_hello
 /* MSG: refuses each pending connection pick chooses (arg: its cutoff), from
  * the list's head again after each: a refusal drives the transport, which
  * may change the list. */
-static void refuse_pending(struct ft_transport *tp, bool (*pick)(const struct ft_link *, int64_t),
+static void refuse_pending(struct ft__transport *tp, bool (*pick)(const struct ft__link *, int64_t),
 			   int64_t arg, int rc, const char *what)
 {
-	for (struct ft_link *l = tp->pending; l != NULL;) {
+	for (struct ft__link *l = tp->pending; l != NULL;) {
 		if (pick(l, arg)) {
 			refuse_msg(tp, l, rc, what);
 			l = tp->pending;
@@ -570,12 +570,12 @@ static void refuse_pending(struct ft_transport *tp, bool (*pick)(const struct ft
 }
 
 /* Short of its handshake and come before born_before. */
-static bool overdue(const struct ft_link *l, int64_t born_before)
+static bool overdue(const struct ft__link *l, int64_t born_before)
 {
 	return short_of_handshake(l) && l->born_ms <= born_before;
 }
 
-static bool challenged(const struct ft_link *l, int64_t unused)
+static bool challenged(const struct ft__link *l, int64_t unused)
 {
 	(void)unused;
 	return l->challenged;
@@ -583,7 +583,7 @@ static bool challenged(const struct ft_link *l, int64_t unused)
 
 /* MSG, whenever the transport is driven: connections short of a hello, or
  * of the proof of their challenge, for FAB_HANDSHAKE_MS are closed. */
-void ft__fab_sweep_pending(struct ft_transport *tp)
+void ft__fab_sweep_pending(struct ft__transport *tp)
 {
 	if (tp->pending == NULL)
 		return; /* the common case, on every drive: no clock read */
@@ -593,16 +593,16 @@ void ft__fab_sweep_pending(struct ft_transport *tp)
 
 /* MSG, once an accept took its link or gave up: the other connections it
  * challenged go (a copy raced ahead of the original ends here). */
-static void drop_challenged(struct ft_transport *tp)
+static void drop_challenged(struct ft__transport *tp)
 {
 	refuse_pending(tp, challenged, 0, -FT_EAUTH, "a challenged connection");
 }
 
-int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
-		   struct ft_link **out, struct ft_hello *got)
+int ft__fab_accept(struct ft__transport *tp, const struct ft__hello *expect, int timeout_ms,
+		   struct ft__link **out, struct ft__hello *got)
 {
 	int64_t deadline = ft__now_ms() + timeout_ms;
-	struct ft_link *l;
+	struct ft__link *l;
 
 	*out = NULL;
 	tp->auth_refused = false;
@@ -633,7 +633,7 @@ int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int t
 			     ? 20 : ft__ms_left(deadline));
 	}
 	if (!tp->msg) { /* MSG: its answer went out with the challenge */
-		ft_hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, 0, tp->token);
+		ft__hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, 0, tp->token);
 		l->want[C_ACK_TX] = true;
 	}
 	l->want[C_CLOSE_RX] = !tp->msg;
@@ -651,21 +651,21 @@ int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int t
 /* ---- connection events (MSG endpoints) ---- */
 
 /* The link whose endpoint is fid; compares pointers only (a closed fid is gone). */
-static struct ft_link *link_of_fid(struct ft_transport *tp, const struct fid *fid)
+static struct ft__link *link_of_fid(struct ft__transport *tp, const struct fid *fid)
 {
-	for (struct ft_link *l = tp->links; l != NULL; l = l->next)
+	for (struct ft__link *l = tp->links; l != NULL; l = l->next)
 		if (l->ep != NULL && &l->ep->fid == fid)
 			return l;
-	for (struct ft_link *l = tp->pending; l != NULL; l = l->next)
+	for (struct ft__link *l = tp->pending; l != NULL; l = l->next)
 		if (l->ep != NULL && &l->ep->fid == fid)
 			return l;
 	return NULL;
 }
 
 /* An incoming connection: accepted at once, judged by the hello it sends. */
-static void on_connreq(struct ft_transport *tp, struct fi_info *info)
+static void on_connreq(struct ft__transport *tp, struct fi_info *info)
 {
-	struct ft_link *l = ft__fab_link_new(tp, -1, false, 0);
+	struct ft__link *l = ft__fab_link_new(tp, -1, false, 0);
 	int rc;
 
 	if (l == NULL) {
@@ -694,8 +694,8 @@ static void on_connreq(struct ft_transport *tp, struct fi_info *info)
 		/* the oldest that sent no hello yet or one not of this job (a
 		 * stranger's), else the oldest not challenged, else the oldest:
 		 * strangers go first (newest first in the list) */
-		struct ft_link *drop = NULL, *unchallenged = NULL, *last = NULL;
-		for (struct ft_link *p = tp->pending; p != NULL; p = p->next) {
+		struct ft__link *drop = NULL, *unchallenged = NULL, *last = NULL;
+		for (struct ft__link *p = tp->pending; p != NULL; p = p->next) {
 			last = p;
 			if (p->hello_len == 0 || p->stranger)
 				drop = p;
@@ -712,7 +712,7 @@ static void on_connreq(struct ft_transport *tp, struct fi_info *info)
 	tp->npending++;
 }
 
-int ft__fab_drive_eq(struct ft_transport *tp)
+int ft__fab_drive_eq(struct ft__transport *tp)
 {
 	uint64_t buf[(sizeof(struct fi_eq_cm_entry) + 256) / sizeof(uint64_t)];
 	struct fi_eq_cm_entry *e = (struct fi_eq_cm_entry *)buf;
@@ -721,7 +721,7 @@ int ft__fab_drive_eq(struct ft_transport *tp)
 	for (;;) {
 		uint32_t event;
 		ssize_t rc = fi_eq_read(tp->eq, &event, buf, sizeof(buf), 0);
-		struct ft_link *l;
+		struct ft__link *l;
 		if (rc == -FI_EAGAIN)
 			break;
 		if (rc == -FI_EAVAIL) {

@@ -6,11 +6,11 @@
 
 /* ---- events ---- */
 
-void ft__fab_ev_push(struct ft_transport *tp, int type, int status, struct ft_link *l, void *ctx)
+void ft__fab_ev_push(struct ft__transport *tp, int type, int status, struct ft__link *l, void *ctx)
 {
 	if (tp->ev_len == tp->ev_cap) {
 		size_t cap = tp->ev_cap ? tp->ev_cap * 2 : 256;
-		struct ft_tp_event *q = malloc(cap * sizeof(*q));
+		struct ft__tp_event *q = malloc(cap * sizeof(*q));
 		if (q == NULL) {
 			ft__error("fabric: out of memory for events");
 			return;
@@ -22,11 +22,11 @@ void ft__fab_ev_push(struct ft_transport *tp, int type, int status, struct ft_li
 		tp->ev_cap = cap;
 		tp->ev_head = 0;
 	}
-	tp->evq[(tp->ev_head + tp->ev_len++) % tp->ev_cap] = (struct ft_tp_event){
+	tp->evq[(tp->ev_head + tp->ev_len++) % tp->ev_cap] = (struct ft__tp_event){
 		.type = type, .status = status, .link = l, .ctx = ctx, .peer = l->peer};
 }
 
-int ft__fab_ev_pop(struct ft_transport *tp, struct ft_tp_event *ev, int max)
+int ft__fab_ev_pop(struct ft__transport *tp, struct ft__tp_event *ev, int max)
 {
 	int n = 0;
 
@@ -39,12 +39,12 @@ int ft__fab_ev_pop(struct ft_transport *tp, struct ft_tp_event *ev, int max)
 }
 
 /* A closed link's events must not reach the engine. */
-void ft__fab_ev_purge(struct ft_transport *tp, struct ft_link *l)
+void ft__fab_ev_purge(struct ft__transport *tp, struct ft__link *l)
 {
 	size_t k = 0;
 
 	for (size_t i = 0; i < tp->ev_len; i++) {
-		struct ft_tp_event e = tp->evq[(tp->ev_head + i) % tp->ev_cap];
+		struct ft__tp_event e = tp->evq[(tp->ev_head + i) % tp->ev_cap];
 		if (e.link != l)
 			tp->evq[(tp->ev_head + k++) % tp->ev_cap] = e;
 	}
@@ -58,7 +58,7 @@ void ft__fab_ev_purge(struct ft_transport *tp, struct ft_link *l)
  * ends the stream as FI_SHUTDOWN does; RDM receives are only cancelled by
  * link_close.
  */
-static void flushed(struct ft_link *l)
+static void flushed(struct ft__link *l)
 {
 	if (!l->tp->msg) {
 		ft__fab_link_fail(l, -FT_EPEERFAILED);
@@ -69,7 +69,7 @@ static void flushed(struct ft_link *l)
 		l->grace = ft__now_ms() + FAB_DEAD_GRACE_MS;
 }
 
-static void on_ctl(struct ft_link *l, int c, size_t len, int err)
+static void on_ctl(struct ft__link *l, int c, size_t len, int err)
 {
 	if (c == C_BHDR && err != 0)
 		l->bh = BH_IDLE;
@@ -98,13 +98,13 @@ static void on_ctl(struct ft_link *l, int c, size_t len, int err)
 			ft__fab_link_fail(l, -FT_EPROTO);
 			break;
 		}
-		int st = ft_hello_ack_check(&l->m.ack_rx, l->m.hello.hello.nonce, l->tp->token);
+		int st = ft__hello_ack_check(&l->m.ack_rx, l->m.hello.hello.nonce, l->tp->token);
 		if (st != 0) {
 			ft__error("fabric: rank %d refused our link: %s", l->peer, ft_strerror(st));
 			ft__fab_link_fail(l, st);
 		} else if (l->tp->msg) {
 			/* the answer carries the acceptor's challenge: proven before any frame */
-			ft_hello_proof_seal(&l->m.proof_tx, &l->m.hello.hello, l->m.ack_rx.challenge,
+			ft__hello_proof_seal(&l->m.proof_tx, &l->m.hello.hello, l->m.ack_rx.challenge,
 					    l->tp->token);
 			l->want[C_PROOF_TX] = true;
 		}
@@ -135,7 +135,7 @@ static void on_ctl(struct ft_link *l, int c, size_t len, int err)
 	}
 }
 
-static void on_op(struct ft_link *l, struct fab_xfer *x, size_t len, int err)
+static void on_op(struct ft__link *l, struct fab_xfer *x, size_t len, int err)
 {
 	struct fab_op *op = x->owner;
 
@@ -180,10 +180,10 @@ static void on_op(struct ft_link *l, struct fab_xfer *x, size_t len, int err)
 	}
 }
 
-static void complete(struct ft_transport *tp, void *ctx, size_t len, int err)
+static void complete(struct ft__transport *tp, void *ctx, size_t len, int err)
 {
 	struct fab_xfer *x = ctx;
-	struct ft_link *l;
+	struct ft__link *l;
 	bool taken;
 
 	if (x == NULL)
@@ -219,7 +219,7 @@ static void complete(struct ft_transport *tp, void *ctx, size_t len, int err)
 	}
 }
 
-int ft__fab_drive_cq(struct ft_transport *tp)
+int ft__fab_drive_cq(struct ft__transport *tp)
 {
 	struct fi_cq_tagged_entry ce[FAB_CQ_BATCH];
 	struct fi_cq_msg_entry me[FAB_CQ_BATCH];

@@ -80,13 +80,13 @@ uint32_t ft__fi_version(void);
  * process, and every message of a link after the hello carries a tag (kind,
  * sender rank, link id), so messages of different links, peers or
  * directions never match each other's receives. Kinds:
- *   HELLO    connector -> acceptor, one tag for all: struct ft_hello, the
+ *   HELLO    connector -> acceptor, one tag for all: struct ft__hello, the
  *            link id, the payload piece size, the name of the endpoint to
  *            answer (the acceptor may not know its address yet) and the
  *            connector's published endpoint name, node and pid. A valid
  *            hello for a newer generation than the accept waiting now is
  *            kept for the accept of its generation. The MAC of struct
- *            ft_hello proves the token (transport.h); the fields around it
+ *            ft__hello proves the token (transport.h); the fields around it
  *            (link id, node, pid, names, bell) route the answer and watch
  *            the peer, and are under a MAC of their own bound to the hello
  *            (fields_mac), so none can be altered in flight. Over RDM a
@@ -95,10 +95,10 @@ uint32_t ft__fi_version(void);
  *            link id: answers go there; RDM frames were never
  *            authenticated, lib/util/auth.h), so RDM has no challenge. Over MSG
  *            a link is its connection, so the acceptor challenges (below);
- *   ACK      acceptor -> connector: struct ft_hello_ack, its MAC checked
+ *   ACK      acceptor -> connector: struct ft__hello_ack, its MAC checked
  *            against the connector's hello (a wrong token: -FT_EAUTH);
  *            over MSG it carries the acceptor's fresh challenge;
- *   PROOF    MSG, connector -> acceptor: struct ft_hello_proof of the
+ *   PROOF    MSG, connector -> acceptor: struct ft__hello_proof of the
  *            hello and that challenge, before any frame (the connector
  *            holds its frames until it is posted). The acceptor takes the
  *            link only once it checks out: a copy of a hello gets its own
@@ -117,7 +117,7 @@ uint32_t ft__fi_version(void);
  * Receiving: one header receive per frame the engine expects is posted into
  * that frame's own header slot; the provider matches messages of one tag in
  * order (FI_ORDER_SAS is required), so header k lands in slot k. Only after
- * ft_frame_check(expect, got) passes is the payload receive posted into the
+ * ft__frame_check(expect, got) passes is the payload receive posted into the
  * user's buffer, so a disagreeing header or an abort frame never lets a byte
  * in. Payload receives are posted in frame order, so they match in order too;
  * RECV_DONE events are reported in frame order.
@@ -201,7 +201,7 @@ static inline uint64_t fab_tag(int kind, int rank, uint64_t id)
 }
 
 struct fab_hello_msg {
-	struct ft_hello hello;
+	struct ft__hello hello;
 	uint64_t link_id;
 	uint64_t node;
 	uint64_t piece;         /* payload bytes per DATA message */
@@ -211,7 +211,7 @@ struct fab_hello_msg {
 	uint32_t homelen;
 	uint8_t home[FAB_NAME_MAX];     /* the connector's published endpoint */
 	int32_t bell;                   /* the connector's bell (bell.c), -1: none */
-	uint8_t fields_mac[FT_HELLO_MAC];       /* ft_hello_ext_seal over hello, link_id..bell */
+	uint8_t fields_mac[FT__HELLO_MAC];       /* ft__hello_ext_seal over hello, link_id..bell */
 };
 
 struct fab_close_msg {
@@ -246,9 +246,9 @@ struct ft_guard;
 struct fab_op {
 	struct fab_op *next;
 	struct fab_chunk *chunk;
-	struct ft_link *link;
-	struct ft_frame hdr;    /* to send, or expected */
-	struct ft_frame rhdr;   /* received */
+	struct ft__link *link;
+	struct ft__frame hdr;    /* to send, or expected */
+	struct ft__frame rhdr;   /* received */
 	char *buf;
 	void *ctx;
 	struct fab_mr *mr;      /* registration holding buf (FI_MR_LOCAL) */
@@ -277,18 +277,18 @@ struct fab_mr {
 
 struct fab_msgs {
 	struct fab_hello_msg hello;
-	struct ft_hello_ack ack_tx, ack_rx;
-	struct ft_hello_proof proof_tx, proof_rx;
+	struct ft__hello_ack ack_tx, ack_rx;
+	struct ft__hello_proof proof_tx, proof_rx;
 	struct fab_close_msg close_tx, close_rx;
-	struct ft_frame abort_hdr;
-	struct ft_frame bhdr;
+	struct ft__frame abort_hdr;
+	struct ft__frame bhdr;
 };
 
 enum fab_bh { BH_IDLE, BH_POSTED, BH_FULL };
 
-struct ft_link {
-	struct ft_transport *tp;
-	struct ft_link *next;
+struct ft__link {
+	struct ft__transport *tp;
+	struct ft__link *next;
 	int peer;
 	int tx_rank, rx_rank;   /* ranks in the tags we send and receive */
 	bool sending;           /* connector: frames go out */
@@ -319,7 +319,7 @@ struct ft_link {
 	bool challenged, proof_out;
 	bool stranger;          /* MSG acceptor: its hello's MACs do not check */
 	size_t proof_len;       /* MSG acceptor: bytes of the proof received */
-	uint8_t challenge[FT_HELLO_NONCE];
+	uint8_t challenge[FT__HELLO_NONCE];
 	int64_t born_ms;        /* MSG acceptor: when the connection came */
 	struct fab_msgs m;
 	struct fid_mr *m_mr;
@@ -368,7 +368,7 @@ struct fab_park {
 	int64_t at;             /* ms: close it then, or at close if sooner */
 };
 
-struct ft_transport {
+struct ft__transport {
 	bool (*interrupted)(void *arg);
 	void *interrupt_arg;
 	struct fi_info *info;
@@ -400,8 +400,8 @@ struct ft_transport {
 	uint8_t name[FAB_NAME_MAX];
 	size_t namelen;
 	pthread_mutex_t lock;   /* held by every operation; others only try it */
-	struct ft_transport *next_tp;
-	struct ft_link *links, *pending, *zombies;
+	struct ft__transport *next_tp;
+	struct ft__link *links, *pending, *zombies;
 	unsigned npending;
 	struct ft__warn_gate warn;      /* strangers' warnings */
 	int refused_claim;      /* RDM: the rank the last hello refused at arrival claimed, -1 */
@@ -419,7 +419,7 @@ struct ft_transport {
 	unsigned nreap;
 	struct fab_park park[FAB_PARK_MAX];     /* link endpoints closed later */
 	unsigned npark;
-	struct ft_tp_event *evq;
+	struct ft__tp_event *evq;
 	size_t ev_cap, ev_head, ev_len;
 	struct fab_op *free_ops;
 	struct fab_chunk *chunks;
@@ -429,7 +429,7 @@ struct ft_transport {
 };
 
 /* Payload piece i of op: its length, and its offset in *off. */
-static inline size_t ft__fab_part_len(const struct ft_link *l, const struct fab_op *op, uint32_t i,
+static inline size_t ft__fab_part_len(const struct ft__link *l, const struct fab_op *op, uint32_t i,
 				      size_t *off)
 {
 	size_t o = (size_t)i * l->piece;
@@ -440,116 +440,116 @@ static inline size_t ft__fab_part_len(const struct ft_link *l, const struct fab_
 /* ---- provider.c ---- */
 
 /* The provider and endpoint type to open (fi_dupinfo'd), NULL when none fits. */
-struct fi_info *ft__fab_choose_info(const struct ft_tp_params *p);
+struct fi_info *ft__fab_choose_info(const struct ft__tp_params *p);
 
 /* ---- conn.c ---- */
 
-int ft__fab_connect(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
-		    int timeout_ms, struct ft_link **out);
+int ft__fab_connect(struct ft__transport *tp, const char *addr, const struct ft__hello *hello,
+		    int timeout_ms, struct ft__link **out);
 /* MSG: closes pending connections short of a hello, or of the proof of
  * their challenge, FAB_HANDSHAKE_MS after the connection (or the hello). */
-void ft__fab_sweep_pending(struct ft_transport *tp);
+void ft__fab_sweep_pending(struct ft__transport *tp);
 /* Whether an RDM or MSG hello is a token holder's (its MACs check): 0 or the error. */
-int ft__fab_hello_sealed(const struct ft_transport *tp, const struct fab_hello_msg *m, size_t len);
-int ft__fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
-		   struct ft_link **out, struct ft_hello *got);
+int ft__fab_hello_sealed(const struct ft__transport *tp, const struct fab_hello_msg *m, size_t len);
+int ft__fab_accept(struct ft__transport *tp, const struct ft__hello *expect, int timeout_ms,
+		   struct ft__link **out, struct ft__hello *got);
 /* Puts m's fields around its sealed hello under a MAC bound to it. */
 void ft__fab_hello_fields_seal(struct fab_hello_msg *m, const char *token);
 /* 0 when m's fields are as its sender sealed them, else -FT_EAUTH. */
 int ft__fab_hello_fields_check(const struct fab_hello_msg *m, const char *token);
 /* RDM: keeps a hello taken by a slot until an accept judges it. */
-void ft__fab_inbox_add(struct ft_transport *tp, const struct fab_hello_msg *msg, size_t len);
+void ft__fab_inbox_add(struct ft__transport *tp, const struct fab_hello_msg *msg, size_t len);
 /* MSG: reads the connection events; returns how many were read. */
-int ft__fab_drive_eq(struct ft_transport *tp);
+int ft__fab_drive_eq(struct ft__transport *tp);
 
 /* ---- link.c ---- */
 
 /* The FT_E* code of a libfabric error (either sign). */
 int ft__fab_fi_to_ft(int err);
 /* Marks l broken with err (the first error stays); reported by ft__fab_advance. */
-void ft__fab_link_fail(struct ft_link *l, int err);
-struct ft_link *ft__fab_link_new(struct ft_transport *tp, int peer, bool sending, uint64_t id);
-void ft__fab_link_free(struct ft_link *l);
-bool ft__fab_list_remove(struct ft_link **head, struct ft_link *l);
+void ft__fab_link_fail(struct ft__link *l, int err);
+struct ft__link *ft__fab_link_new(struct ft__transport *tp, int peer, bool sending, uint64_t id);
+void ft__fab_link_free(struct ft__link *l);
+bool ft__fab_list_remove(struct ft__link **head, struct ft__link *l);
 /* Takes l off the transport's lists of links and pending connections. */
-void ft__fab_unlist(struct ft_transport *tp, struct ft_link *l);
+void ft__fab_unlist(struct ft__transport *tp, struct ft__link *l);
 /* Posts the control messages l still wants, in order, while the provider takes them. */
-void ft__fab_advance_ctl(struct ft_link *l);
+void ft__fab_advance_ctl(struct ft__link *l);
 /* Moves l along: control messages, frames, its end; queues its events. */
-void ft__fab_advance(struct ft_link *l);
-int ft__fab_post_send(struct ft_link *l, const struct ft_frame *hdr, const void *buf, void *ctx);
-int ft__fab_post_recv(struct ft_link *l, const struct ft_frame *expect, void *buf, void *ctx);
-void ft__fab_link_shutdown(struct ft_link *l, bool notify, int wait_ms);
-void ft__fab_link_close(struct ft_link *l);
-void ft__fab_link_abort(struct ft_link *l, const struct ft_frame *abort_frame);
+void ft__fab_advance(struct ft__link *l);
+int ft__fab_post_send(struct ft__link *l, const struct ft__frame *hdr, const void *buf, void *ctx);
+int ft__fab_post_recv(struct ft__link *l, const struct ft__frame *expect, void *buf, void *ctx);
+void ft__fab_link_shutdown(struct ft__link *l, bool notify, int wait_ms);
+void ft__fab_link_close(struct ft__link *l);
+void ft__fab_link_abort(struct ft__link *l, const struct ft__frame *abort_frame);
 
 /* ---- post.c ---- */
 
-struct fab_op *ft__fab_op_get(struct ft_transport *tp);
-void ft__fab_op_put(struct ft_transport *tp, struct fab_op *op);
+struct fab_op *ft__fab_op_get(struct ft__transport *tp);
+void ft__fab_op_put(struct ft__transport *tp, struct fab_op *op);
 /* Splits a payload into messages the provider takes; 0 on success. */
-int ft__fab_op_parts(struct ft_link *l, struct fab_op *op, uint64_t len, uint8_t kind);
+int ft__fab_op_parts(struct ft__link *l, struct fab_op *op, uint64_t len, uint8_t kind);
 /* One send or receive of l handed to the provider (fi_[t]send, fi_[t]recv): 0 or -FI_*. */
-ssize_t ft__fab_send(struct ft_link *l, const void *buf, size_t len, void *desc, uint64_t tag,
+ssize_t ft__fab_send(struct ft__link *l, const void *buf, size_t len, void *desc, uint64_t tag,
 		     struct fab_xfer *x);
-ssize_t ft__fab_recv(struct ft_link *l, void *buf, size_t len, void *desc, uint64_t tag,
+ssize_t ft__fab_recv(struct ft__link *l, void *buf, size_t len, void *desc, uint64_t tag,
 		     struct fab_xfer *x);
-bool ft__fab_ctl_is_send(const struct ft_link *l, int c);
+bool ft__fab_ctl_is_send(const struct ft__link *l, int c);
 /* Posts l's control message c (enum fab_ctl): 0 or -FI_*. */
-ssize_t ft__fab_ctl_post(struct ft_link *l, int c);
+ssize_t ft__fab_ctl_post(struct ft__link *l, int c);
 
 /* ---- cq.c ---- */
 
-void ft__fab_ev_push(struct ft_transport *tp, int type, int status, struct ft_link *l, void *ctx);
-int ft__fab_ev_pop(struct ft_transport *tp, struct ft_tp_event *ev, int max);
+void ft__fab_ev_push(struct ft__transport *tp, int type, int status, struct ft__link *l, void *ctx);
+int ft__fab_ev_pop(struct ft__transport *tp, struct ft__tp_event *ev, int max);
 /* A closed link's events must not reach the engine. */
-void ft__fab_ev_purge(struct ft_transport *tp, struct ft_link *l);
+void ft__fab_ev_purge(struct ft__transport *tp, struct ft__link *l);
 /* Reads the CQ and hands each completion to its link or slot; returns how many were read. */
-int ft__fab_drive_cq(struct ft_transport *tp);
+int ft__fab_drive_cq(struct ft__transport *tp);
 
 /* ---- progress.c ---- */
 
 /* Reads every completion and event, then moves every link along; returns how many were read. */
-int ft__fab_drive(struct ft_transport *tp);
+int ft__fab_drive(struct ft__transport *tp);
 /* Blocks up to ms (-1: a cap) until the provider may have something. */
-void ft__fab_wait(struct ft_transport *tp, int ms);
-int ft__fab_progress(struct ft_transport *tp, int timeout_ms, struct ft_tp_event *ev, int max);
+void ft__fab_wait(struct ft__transport *tp, int ms);
+int ft__fab_progress(struct ft__transport *tp, int timeout_ms, struct ft__tp_event *ev, int max);
 /* Adds tp to (or removes it from) the transports of this process; takes no tp lock. */
-void ft__fab_tps_add(struct ft_transport *tp, bool add);
+void ft__fab_tps_add(struct ft__transport *tp, bool add);
 /* Whether an endpoint of that name is open in this process; takes no tp lock. */
 bool ft__fab_open_here(const uint8_t *name, size_t len);
 
 /* ---- mr.c ---- */
 
 /* Registers p..p+len when the provider wants FI_MR_LOCAL (else NULLs); 0 or -FT_EIO. */
-int ft__fab_reg(struct ft_transport *tp, void *p, size_t len, struct fid_mr **mr, void **desc);
+int ft__fab_reg(struct ft__transport *tp, void *p, size_t len, struct fid_mr **mr, void **desc);
 void ft__fab_unreg(struct fid_mr **mr);
-int ft__fab_mr_get(struct ft_transport *tp, const void *buf, size_t len, struct fab_mr **out);
-void ft__fab_mr_put(struct ft_transport *tp, struct fab_mr *m);
+int ft__fab_mr_get(struct ft__transport *tp, const void *buf, size_t len, struct fab_mr **out);
+void ft__fab_mr_put(struct ft__transport *tp, struct fab_mr *m);
 
 /* ---- shm.c ---- */
 
 /* Whether l's peer has exited (checked now, for shm peers on this host). */
-bool ft__fab_peer_gone(struct ft_link *l);
-void ft__fab_watch_peer(struct ft_link *l, uint64_t node, int pid, const uint8_t *name, size_t len,
+bool ft__fab_peer_gone(struct ft__link *l);
+void ft__fab_watch_peer(struct ft__link *l, uint64_t node, int pid, const uint8_t *name, size_t len,
 			int bell);
-void ft__fab_guard_own(struct ft_transport *tp, const uint8_t *name, size_t len, bool open);
-int ft__fab_enable_ep(struct ft_transport *tp, struct fid_ep *ep);
-void ft__fab_unname_link_ep(const struct ft_link *l);
+void ft__fab_guard_own(struct ft__transport *tp, const uint8_t *name, size_t len, bool open);
+int ft__fab_enable_ep(struct ft__transport *tp, struct fid_ep *ep);
+void ft__fab_unname_link_ep(const struct ft__link *l);
 /* Whether l's peer is a transport of this process that has closed. */
-bool ft__fab_local_peer_closed(const struct ft_link *l);
-void ft__fab_keep_watching(struct ft_transport *tp, struct ft_link *l);
+bool ft__fab_local_peer_closed(const struct ft__link *l);
+void ft__fab_keep_watching(struct ft__transport *tp, struct ft__link *l);
 /* Removes the regions of watched peers that exited. */
-void ft__fab_check_watched(struct ft_transport *tp);
-void ft__fab_reap_dead(struct ft_transport *tp, bool all);
+void ft__fab_check_watched(struct ft__transport *tp);
+void ft__fab_reap_dead(struct ft__transport *tp, bool all);
 /* Keeps l's own endpoint open a while instead of closing it now: true if it took it. */
-bool ft__fab_park_ep(struct ft_transport *tp, struct ft_link *l);
+bool ft__fab_park_ep(struct ft__transport *tp, struct ft__link *l);
 /* Closes the parked endpoints due (all: every one). */
-void ft__fab_unpark(struct ft_transport *tp, bool all);
+void ft__fab_unpark(struct ft__transport *tp, bool all);
 /* Every FAB_LIVENESS_MS: looks whether local peers exited. */
-void ft__fab_check_liveness(struct ft_transport *tp);
-bool ft__fab_sar_midway(const struct ft_transport *tp);
-bool ft__fab_sar_yield(const struct ft_transport *tp);
+void ft__fab_check_liveness(struct ft__transport *tp);
+bool ft__fab_sar_midway(const struct ft__transport *tp);
+bool ft__fab_sar_yield(const struct ft__transport *tp);
 
 /* ---- guard.c: frees the shm region locks that a killed process left held ---- */
 

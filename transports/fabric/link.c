@@ -24,7 +24,7 @@ int ft__fab_fi_to_ft(int err)
 	}
 }
 
-void ft__fab_link_fail(struct ft_link *l, int err)
+void ft__fab_link_fail(struct ft__link *l, int err)
 {
 	if (l->error == 0) {
 		l->error = err;
@@ -35,9 +35,9 @@ void ft__fab_link_fail(struct ft_link *l, int err)
 
 /* ---- links ---- */
 
-struct ft_link *ft__fab_link_new(struct ft_transport *tp, int peer, bool sending, uint64_t id)
+struct ft__link *ft__fab_link_new(struct ft__transport *tp, int peer, bool sending, uint64_t id)
 {
-	struct ft_link *l = calloc(1, sizeof(*l));
+	struct ft__link *l = calloc(1, sizeof(*l));
 
 	if (l == NULL)
 		return NULL;
@@ -56,9 +56,9 @@ struct ft_link *ft__fab_link_new(struct ft_transport *tp, int peer, bool sending
 	return l;
 }
 
-void ft__fab_link_free(struct ft_link *l)
+void ft__fab_link_free(struct ft__link *l)
 {
-	struct ft_transport *tp = l->tp;
+	struct ft__transport *tp = l->tp;
 
 	for (struct fab_op *op = l->sq, *next; op != NULL; op = next) {
 		next = op->next;
@@ -80,9 +80,9 @@ void ft__fab_link_free(struct ft_link *l)
 	free(l);
 }
 
-bool ft__fab_list_remove(struct ft_link **head, struct ft_link *l)
+bool ft__fab_list_remove(struct ft__link **head, struct ft__link *l)
 {
-	for (struct ft_link **pp = head; *pp != NULL; pp = &(*pp)->next)
+	for (struct ft__link **pp = head; *pp != NULL; pp = &(*pp)->next)
 		if (*pp == l) {
 			*pp = l->next;
 			return true;
@@ -91,7 +91,7 @@ bool ft__fab_list_remove(struct ft_link **head, struct ft_link *l)
 }
 
 /* Takes l off the transport's lists of links and pending connections. */
-void ft__fab_unlist(struct ft_transport *tp, struct ft_link *l)
+void ft__fab_unlist(struct ft__transport *tp, struct ft__link *l)
 {
 	ft__fab_list_remove(&tp->links, l);
 	if (ft__fab_list_remove(&tp->pending, l))
@@ -100,7 +100,7 @@ void ft__fab_unlist(struct ft_transport *tp, struct ft_link *l)
 
 /* ---- the link state machine ---- */
 
-void ft__fab_advance_ctl(struct ft_link *l)
+void ft__fab_advance_ctl(struct ft__link *l)
 {
 	/* MSG matches receives in the order posted: the proof's before the
 	 * answer that asks for it */
@@ -123,9 +123,9 @@ void ft__fab_advance_ctl(struct ft_link *l)
 	}
 }
 
-static ssize_t send_hdr(struct ft_link *l, struct fab_op *op)
+static ssize_t send_hdr(struct ft__link *l, struct fab_op *op)
 {
-	struct ft_transport *tp = l->tp;
+	struct ft__transport *tp = l->tp;
 	uint64_t tag = fab_tag(K_HDR, l->tx_rank, l->id);
 	ssize_t rc;
 
@@ -146,9 +146,9 @@ static ssize_t send_hdr(struct ft_link *l, struct fab_op *op)
 	return rc;
 }
 
-static void advance_send(struct ft_link *l)
+static void advance_send(struct ft__link *l)
 {
-	struct ft_transport *tp = l->tp;
+	struct ft__transport *tp = l->tp;
 	ssize_t rc = 0;
 
 	if (l->error != 0 || (tp->msg && (!l->connected || !l->proof_out)) || l->want[C_HELLO])
@@ -183,7 +183,7 @@ done:
 	while (l->sq != NULL && l->sq != l->s_next && l->sq->hdr_done &&
 	       l->sq->parts_done == l->sq->nparts) {
 		struct fab_op *op = l->sq;
-		ft__fab_ev_push(tp, FT_TP_SEND_DONE, 0, l, op->ctx);
+		ft__fab_ev_push(tp, FT__TP_SEND_DONE, 0, l, op->ctx);
 		l->sq = op->next;
 		if (l->sq == NULL)
 			l->sq_tail = NULL;
@@ -194,9 +194,9 @@ done:
 }
 
 /* Checks the next header; posts nothing on a mismatch. */
-static bool check_hdr(struct ft_link *l, struct fab_op *op)
+static bool check_hdr(struct ft__link *l, struct fab_op *op)
 {
-	int rc = ft_frame_check(&op->hdr, &op->rhdr);
+	int rc = ft__frame_check(&op->hdr, &op->rhdr);
 
 	if (rc != 0) {
 		ft__debug("fabric: frame from rank %d (step %u seg %u) refused: %s", l->peer,
@@ -209,7 +209,7 @@ static bool check_hdr(struct ft_link *l, struct fab_op *op)
 }
 
 /* Posts the payload receives of a checked frame; false while the provider is full. */
-static bool post_payload(struct ft_link *l, struct fab_op *op)
+static bool post_payload(struct ft__link *l, struct fab_op *op)
 {
 	while (op->parts_posted < op->nparts) {
 		size_t off, len = ft__fab_part_len(l, op, op->parts_posted, &off);
@@ -228,7 +228,7 @@ static bool post_payload(struct ft_link *l, struct fab_op *op)
 	return true;
 }
 
-static void recv_rdm(struct ft_link *l)
+static void recv_rdm(struct ft__link *l)
 {
 	while (l->r_hdr != NULL) {
 		struct fab_op *op = l->r_hdr;
@@ -254,7 +254,7 @@ static void recv_rdm(struct ft_link *l)
 	}
 }
 
-static void recv_msg(struct ft_link *l)
+static void recv_msg(struct ft__link *l)
 {
 	for (;;) {
 		struct fab_op *op = l->r_check;
@@ -288,9 +288,9 @@ static void recv_msg(struct ft_link *l)
 	}
 }
 
-static void advance_recv(struct ft_link *l)
+static void advance_recv(struct ft__link *l)
 {
-	struct ft_transport *tp = l->tp;
+	struct ft__transport *tp = l->tp;
 
 	if (l->error == 0) {
 		if (tp->msg)
@@ -302,10 +302,10 @@ static void advance_recv(struct ft_link *l)
 	       l->rq->parts_done == l->rq->nparts) {
 		struct fab_op *op = l->rq;
 		int status = 0;
-		if ((op->rhdr.flags & FT_FRAME_F_CRC) &&
+		if ((op->rhdr.flags & FT__FRAME_F_CRC) &&
 		    ft__crc32c(0, op->buf, op->hdr.length) != op->rhdr.crc)
 			status = -FT_EPROTO;
-		ft__fab_ev_push(tp, FT_TP_RECV_DONE, status, l, op->ctx);
+		ft__fab_ev_push(tp, FT__TP_RECV_DONE, status, l, op->ctx);
 		l->rq = op->next;
 		if (l->rq == NULL)
 			l->rq_tail = NULL;
@@ -324,9 +324,9 @@ static void advance_recv(struct ft_link *l)
  * the frames its peer said it took. A dead peer that sent no notice gets a
  * short grace for messages already on their way.
  */
-static bool link_ended(const struct ft_link *l)
+static bool link_ended(const struct ft__link *l)
 {
-	const struct ft_transport *tp = l->tp;
+	const struct ft__transport *tp = l->tp;
 	bool late = l->grace != 0 && ft__now_ms() >= l->grace;
 	bool partial = l->rq != NULL && l->rq->hdr_done; /* a payload still to come */
 
@@ -340,7 +340,7 @@ static bool link_ended(const struct ft_link *l)
 	return l->hdrs_got >= l->peer_frames && (!partial || (l->dead && late));
 }
 
-void ft__fab_advance(struct ft_link *l)
+void ft__fab_advance(struct ft__link *l)
 {
 	if (!l->dead && l->pid == l->tp->pid && ft__fab_local_peer_closed(l)) {
 		l->dead = true;
@@ -359,21 +359,21 @@ void ft__fab_advance(struct ft_link *l)
 	}
 	if (l->error != 0 && !l->error_reported) {
 		l->error_reported = true;
-		ft__fab_ev_push(l->tp, FT_TP_LINK_ERROR, l->error, l, NULL);
+		ft__fab_ev_push(l->tp, FT__TP_LINK_ERROR, l->error, l, NULL);
 	}
 }
 
 /* ---- frames ---- */
 
-int ft__fab_post_send(struct ft_link *l, const struct ft_frame *hdr, const void *buf, void *ctx)
+int ft__fab_post_send(struct ft__link *l, const struct ft__frame *hdr, const void *buf, void *ctx)
 {
-	struct ft_transport *tp = l->tp;
+	struct ft__transport *tp = l->tp;
 	struct fab_op *op;
 	int rc;
 
 	if (l->error)
 		return l->error;
-	if (!l->sending || hdr->length > FT_FRAME_MAX_PAYLOAD)
+	if (!l->sending || hdr->length > FT__FRAME_MAX_PAYLOAD)
 		return -FT_EINVAL;
 	op = ft__fab_op_get(tp);
 	if (op == NULL)
@@ -399,15 +399,15 @@ int ft__fab_post_send(struct ft_link *l, const struct ft_frame *hdr, const void 
 	return 0;
 }
 
-int ft__fab_post_recv(struct ft_link *l, const struct ft_frame *expect, void *buf, void *ctx)
+int ft__fab_post_recv(struct ft__link *l, const struct ft__frame *expect, void *buf, void *ctx)
 {
-	struct ft_transport *tp = l->tp;
+	struct ft__transport *tp = l->tp;
 	struct fab_op *op;
 	int rc;
 
 	if (l->error)
 		return l->error;
-	if (l->sending || expect->length > FT_FRAME_MAX_PAYLOAD)
+	if (l->sending || expect->length > FT__FRAME_MAX_PAYLOAD)
 		return -FT_EINVAL;
 	op = ft__fab_op_get(tp);
 	if (op == NULL)
@@ -437,7 +437,7 @@ int ft__fab_post_recv(struct ft_link *l, const struct ft_frame *expect, void *bu
 
 /* ---- closing ---- */
 
-static bool ctl_sends_out(const struct ft_link *l)
+static bool ctl_sends_out(const struct ft__link *l)
 {
 	return l->cx[C_ACK_TX].posted || l->cx[C_CLOSE_TX].posted || l->cx[C_ABORT].posted ||
 	       l->cx[C_PROOF_TX].posted || (l->sending && l->cx[C_HELLO].posted);
@@ -449,9 +449,9 @@ static bool ctl_sends_out(const struct ft_link *l)
  * buffer afterwards; what the provider still holds keeps the link as a
  * zombie until it completes or the transport closes.
  */
-void ft__fab_link_shutdown(struct ft_link *l, bool notify, int wait_ms)
+void ft__fab_link_shutdown(struct ft__link *l, bool notify, int wait_ms)
 {
-	struct ft_transport *tp = l->tp;
+	struct ft__transport *tp = l->tp;
 	int64_t deadline = ft__now_ms() + wait_ms;
 
 	ft__fab_unlist(tp, l);
@@ -505,7 +505,7 @@ void ft__fab_link_shutdown(struct ft_link *l, bool notify, int wait_ms)
 	}
 }
 
-void ft__fab_link_close(struct ft_link *l)
+void ft__fab_link_close(struct ft__link *l)
 {
 	if (l != NULL)
 		ft__fab_link_shutdown(l, true, FAB_CLOSE_WAIT_MS);
@@ -517,9 +517,9 @@ void ft__fab_link_close(struct ft_link *l)
  * then the abort frame goes out as the next header, and the close notice
  * tells the receiver how many headers to read before it sees the end.
  */
-void ft__fab_link_abort(struct ft_link *l, const struct ft_frame *abort_frame)
+void ft__fab_link_abort(struct ft__link *l, const struct ft__frame *abort_frame)
 {
-	struct ft_transport *tp;
+	struct ft__transport *tp;
 	int64_t deadline = ft__now_ms() + FAB_CLOSE_WAIT_MS;
 
 	if (l == NULL)

@@ -8,7 +8,7 @@
 #define FAB_MR_CACHE_MAX 32
 #define FAB_MR_WINDOW ((uintptr_t)256 << 20) /* most of a mapping registered at once */
 
-int ft__fab_reg(struct ft_transport *tp, void *p, size_t len, struct fid_mr **mr, void **desc)
+int ft__fab_reg(struct ft__transport *tp, void *p, size_t len, struct fid_mr **mr, void **desc)
 {
 	int rc;
 
@@ -54,7 +54,7 @@ static void mappings(uintptr_t lo, uintptr_t last, uintptr_t *lo_start, uintptr_
 	fclose(f);
 }
 
-static void mr_flush(struct ft_transport *tp)
+static void mr_flush(struct ft__transport *tp)
 {
 	for (struct fab_mr **pp = &tp->mrs; *pp != NULL;) {
 		struct fab_mr *m = *pp;
@@ -77,7 +77,7 @@ static void mr_flush(struct ft_transport *tp)
  * get other memory at the same address, which a stale registration would
  * not see.
  */
-int ft__fab_mr_get(struct ft_transport *tp, const void *buf, size_t len, struct fab_mr **out)
+int ft__fab_mr_get(struct ft__transport *tp, const void *buf, size_t len, struct fab_mr **out)
 {
 	uintptr_t lo = (uintptr_t)buf, hi = lo + len, page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	uintptr_t wlo, whi, mlo, mhi;
@@ -125,7 +125,7 @@ found:
 	return 0;
 }
 
-void ft__fab_mr_put(struct ft_transport *tp, struct fab_mr *m)
+void ft__fab_mr_put(struct ft__transport *tp, struct fab_mr *m)
 {
 	if (m != NULL) {
 		m->refs--;

@@ -44,7 +44,7 @@ static uint64_t node_id(void)
 	return h;
 }
 
-static int cq_open(struct ft_transport *tp, bool want_fd)
+static int cq_open(struct ft__transport *tp, bool want_fd)
 {
 	struct fi_cq_attr ca;
 	int rc = -FI_ENOSYS;
@@ -75,7 +75,7 @@ static int cq_open(struct ft_transport *tp, bool want_fd)
 	return -FT_EIO;
 }
 
-static int eq_open(struct ft_transport *tp)
+static int eq_open(struct ft__transport *tp)
 {
 	struct fi_eq_attr ea;
 	int rc;
@@ -103,7 +103,7 @@ static int eq_open(struct ft_transport *tp)
 	return -FT_EIO;
 }
 
-static int open_rdm(struct ft_transport *tp)
+static int open_rdm(struct ft__transport *tp)
 {
 	struct fi_av_attr aa;
 	int rc;
@@ -143,7 +143,7 @@ static int open_rdm(struct ft_transport *tp)
 	return 0;
 }
 
-static int open_msg(struct ft_transport *tp)
+static int open_msg(struct ft__transport *tp)
 {
 	int rc;
 
@@ -166,7 +166,7 @@ static int open_msg(struct ft_transport *tp)
 	return 0;
 }
 
-static void fab_close(struct ft_transport *tp);
+static void fab_close(struct ft__transport *tp);
 
 /*
  * shm moves a message larger than its inject size either by CMA (the
@@ -190,15 +190,15 @@ static void fab_close(struct ft_transport *tp);
  * transport only learns which one shm uses, from the variable as config.c
  * read it, and sizes its segments and its waiting for it.
  */
-static bool shm_sar(const struct ft_transport *tp, const struct ft_tp_env *env)
+static bool shm_sar(const struct ft__transport *tp, const struct ft__tp_env *env)
 {
 	return strcmp(tp->prov, "shm") == 0 && env->shm_cma == 0;
 }
 
-static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
+static int fab_open(const struct ft__tp_params *p, struct ft__transport **out)
 {
-	struct ft_transport *tp = calloc(1, sizeof(*tp));
-	const struct ft_tp_env *env = p->env;
+	struct ft__transport *tp = calloc(1, sizeof(*tp));
+	const struct ft__tp_env *env = p->env;
 	int rc, n;
 
 	*out = NULL;
@@ -235,8 +235,8 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 	tp->max_msg = tp->info->ep_attr->max_msg_size;
 	if (env->fabric_max_msg > 0 && env->fabric_max_msg < tp->max_msg)
 		tp->max_msg = env->fabric_max_msg;
-	if (tp->max_msg > FT_FRAME_MAX_PAYLOAD)
-		tp->max_msg = FT_FRAME_MAX_PAYLOAD;
+	if (tp->max_msg > FT__FRAME_MAX_PAYLOAD)
+		tp->max_msg = FT__FRAME_MAX_PAYLOAD;
 	if (tp->max_msg < 64) {
 		ft__error("fabric: provider %s takes messages of only %zu bytes", tp->prov,
 			  tp->max_msg);
@@ -256,13 +256,13 @@ static int fab_open(const struct ft_tp_params *p, struct ft_transport **out)
 		rc = -FT_EIO;
 		goto fail;
 	}
-	if ((rc = cq_open(tp, env->fabric_wait != FT_TP_FABRIC_WAIT_POLL)) != 0)
+	if ((rc = cq_open(tp, env->fabric_wait != FT__TP_FABRIC_WAIT_POLL)) != 0)
 		goto fail;
 	if ((rc = tp->msg ? open_msg(tp) : open_rdm(tp)) != 0)
 		goto fail;
 	/* Opt-in for now: with it, 1 in about 15 runs of the shm kill test
 	 * all_but_one crashed inside libfabric (0 in 25 without); not understood yet. */
-	if (tp->cq_fd < 0 && !tp->msg && env->fabric_wait == FT_TP_FABRIC_WAIT_BELL)
+	if (tp->cq_fd < 0 && !tp->msg && env->fabric_wait == FT__TP_FABRIC_WAIT_BELL)
 		tp->bell = ft__fab_bell_own();
 	tp->sar = shm_sar(tp, env);
 	n = snprintf(tp->addr, sizeof(tp->addr), "%s/%c/%016" PRIx64 "/%d/%d/", tp->prov,
@@ -294,7 +294,7 @@ fail:
 	return rc;
 }
 
-static int fab_local_addr(struct ft_transport *tp, char *buf, size_t len)
+static int fab_local_addr(struct ft__transport *tp, char *buf, size_t len)
 {
 	if (strlen(tp->addr) >= len)
 		return -FT_EINVAL;
@@ -302,7 +302,7 @@ static int fab_local_addr(struct ft_transport *tp, char *buf, size_t len)
 	return 0;
 }
 
-static void fab_close(struct ft_transport *tp)
+static void fab_close(struct ft__transport *tp)
 {
 	if (tp == NULL)
 		return;
@@ -318,7 +318,7 @@ static void fab_close(struct ft_transport *tp)
 		fi_close(&tp->pep->fid);
 	tp->ep = NULL;
 	while (tp->zombies != NULL) {
-		struct ft_link *l = tp->zombies;
+		struct ft__link *l = tp->zombies;
 		tp->zombies = l->next;
 		ft__fab_link_free(l);
 	}
@@ -365,8 +365,8 @@ static void fab_close(struct ft_transport *tp)
 
 /* ---- the table: each operation holds its transport's lock ---- */
 
-static int fab_connect(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
-		       int timeout_ms, struct ft_link **out)
+static int fab_connect(struct ft__transport *tp, const char *addr, const struct ft__hello *hello,
+		       int timeout_ms, struct ft__link **out)
 {
 	pthread_mutex_lock(&tp->lock);
 	int rc = ft__fab_connect(tp, addr, hello, timeout_ms, out);
@@ -374,8 +374,8 @@ static int fab_connect(struct ft_transport *tp, const char *addr, const struct f
 	return rc;
 }
 
-static int fab_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
-		      struct ft_link **out, struct ft_hello *got)
+static int fab_accept(struct ft__transport *tp, const struct ft__hello *expect, int timeout_ms,
+		      struct ft__link **out, struct ft__hello *got)
 {
 	pthread_mutex_lock(&tp->lock);
 	int rc = ft__fab_accept(tp, expect, timeout_ms, out, got);
@@ -383,9 +383,9 @@ static int fab_accept(struct ft_transport *tp, const struct ft_hello *expect, in
 	return rc;
 }
 
-static int fab_post_send(struct ft_link *l, const struct ft_frame *hdr, const void *buf, void *ctx)
+static int fab_post_send(struct ft__link *l, const struct ft__frame *hdr, const void *buf, void *ctx)
 {
-	struct ft_transport *tp = l->tp;
+	struct ft__transport *tp = l->tp;
 
 	pthread_mutex_lock(&tp->lock);
 	int rc = ft__fab_post_send(l, hdr, buf, ctx);
@@ -393,9 +393,9 @@ static int fab_post_send(struct ft_link *l, const struct ft_frame *hdr, const vo
 	return rc;
 }
 
-static int fab_post_recv(struct ft_link *l, const struct ft_frame *expect, void *buf, void *ctx)
+static int fab_post_recv(struct ft__link *l, const struct ft__frame *expect, void *buf, void *ctx)
 {
-	struct ft_transport *tp = l->tp;
+	struct ft__transport *tp = l->tp;
 
 	pthread_mutex_lock(&tp->lock);
 	int rc = ft__fab_post_recv(l, expect, buf, ctx);
@@ -403,7 +403,7 @@ static int fab_post_recv(struct ft_link *l, const struct ft_frame *expect, void 
 	return rc;
 }
 
-static int fab_progress(struct ft_transport *tp, int timeout_ms, struct ft_tp_event *ev, int max)
+static int fab_progress(struct ft__transport *tp, int timeout_ms, struct ft__tp_event *ev, int max)
 {
 	pthread_mutex_lock(&tp->lock);
 	int rc = ft__fab_progress(tp, timeout_ms, ev, max);
@@ -411,9 +411,9 @@ static int fab_progress(struct ft_transport *tp, int timeout_ms, struct ft_tp_ev
 	return rc;
 }
 
-static void fab_link_abort(struct ft_link *l, const struct ft_frame *abort_frame)
+static void fab_link_abort(struct ft__link *l, const struct ft__frame *abort_frame)
 {
-	struct ft_transport *tp;
+	struct ft__transport *tp;
 
 	if (l == NULL)
 		return;
@@ -423,9 +423,9 @@ static void fab_link_abort(struct ft_link *l, const struct ft_frame *abort_frame
 	pthread_mutex_unlock(&tp->lock);
 }
 
-static void fab_link_close(struct ft_link *l)
+static void fab_link_close(struct ft__link *l)
 {
-	struct ft_transport *tp;
+	struct ft__transport *tp;
 
 	if (l == NULL)
 		return;
@@ -446,13 +446,13 @@ static void fab_link_close(struct ft_link *l)
  * so the window stays as short as with 256 KiB (16 MiB segments were 25%
  * faster at 4 ranks, and the kill tests wedged).
  */
-static size_t fab_segment_bytes(struct ft_transport *tp)
+static size_t fab_segment_bytes(struct ft__transport *tp)
 {
 	return strcmp(tp->prov, "shm") == 0 && !tp->sar ? (size_t)256 << 10 : (size_t)1 << 20;
 }
 
-const struct ft_transport_ops ft__fabric_ops = {
-	.size = sizeof(struct ft_transport_ops),
+const struct ft__transport_ops ft__fabric_ops = {
+	.size = sizeof(struct ft__transport_ops),
 	.name = "fabric",
 	.open = fab_open,
 	.local_addr = fab_local_addr,

@@ -6,7 +6,7 @@
 
 /* ---- operations ---- */
 
-struct fab_op *ft__fab_op_get(struct ft_transport *tp)
+struct fab_op *ft__fab_op_get(struct ft__transport *tp)
 {
 	struct fab_chunk *chunk;
 	struct fab_op *op;
@@ -36,7 +36,7 @@ struct fab_op *ft__fab_op_get(struct ft_transport *tp)
 	return op;
 }
 
-void ft__fab_op_put(struct ft_transport *tp, struct fab_op *op)
+void ft__fab_op_put(struct ft__transport *tp, struct fab_op *op)
 {
 	if (op->px != NULL && op->px != &op->px1)
 		free(op->px);
@@ -48,7 +48,7 @@ void ft__fab_op_put(struct ft_transport *tp, struct fab_op *op)
 }
 
 /* Splits a payload into messages the provider takes; 0 on success. */
-int ft__fab_op_parts(struct ft_link *l, struct fab_op *op, uint64_t len, uint8_t kind)
+int ft__fab_op_parts(struct ft__link *l, struct fab_op *op, uint64_t len, uint8_t kind)
 {
 	op->nparts = len == 0 ? 0 : (uint32_t)((len + l->piece - 1) / l->piece);
 	op->hx.kind = kind == X_DATA_TX ? X_HDR_TX : X_HDR_RX;
@@ -66,7 +66,7 @@ int ft__fab_op_parts(struct ft_link *l, struct fab_op *op, uint64_t len, uint8_t
 
 /* ---- posting to the provider ---- */
 
-ssize_t ft__fab_send(struct ft_link *l, const void *buf, size_t len, void *desc, uint64_t tag,
+ssize_t ft__fab_send(struct ft__link *l, const void *buf, size_t len, void *desc, uint64_t tag,
 		     struct fab_xfer *x)
 {
 	if (ft__fab_peer_gone(l))
@@ -82,7 +82,7 @@ ssize_t ft__fab_send(struct ft_link *l, const void *buf, size_t len, void *desc,
 	return rc;
 }
 
-ssize_t ft__fab_recv(struct ft_link *l, void *buf, size_t len, void *desc, uint64_t tag,
+ssize_t ft__fab_recv(struct ft__link *l, void *buf, size_t len, void *desc, uint64_t tag,
 		     struct fab_xfer *x)
 {
 	ssize_t rc = l->tp->msg ? fi_recv(l->ep, buf, len, desc, FI_ADDR_UNSPEC, &x->fctx)
@@ -94,7 +94,7 @@ ssize_t ft__fab_recv(struct ft_link *l, void *buf, size_t len, void *desc, uint6
 	return rc;
 }
 
-bool ft__fab_ctl_is_send(const struct ft_link *l, int c)
+bool ft__fab_ctl_is_send(const struct ft__link *l, int c)
 {
 	switch (c) {
 	case C_HELLO:
@@ -109,7 +109,7 @@ bool ft__fab_ctl_is_send(const struct ft_link *l, int c)
 	}
 }
 
-ssize_t ft__fab_ctl_post(struct ft_link *l, int c)
+ssize_t ft__fab_ctl_post(struct ft__link *l, int c)
 {
 	struct fab_msgs *m = &l->m;
 	void *buf;

@@ -11,7 +11,7 @@
 #define FAB_POLL_MAX_US 1000
 
 /* Reads every completion and event, then moves every link along; returns how many were read. */
-int ft__fab_drive(struct ft_transport *tp)
+int ft__fab_drive(struct ft__transport *tp)
 {
 	int n = 0;
 
@@ -33,9 +33,9 @@ int ft__fab_drive(struct ft_transport *tp)
 		}
 	}
 	ft__fab_check_liveness(tp);
-	for (struct ft_link *l = tp->links; l != NULL; l = l->next)
+	for (struct ft__link *l = tp->links; l != NULL; l = l->next)
 		ft__fab_advance(l);
-	for (struct ft_link *l = tp->pending; l != NULL; l = l->next)
+	for (struct ft__link *l = tp->pending; l != NULL; l = l->next)
 		if (l->error == 0)
 			ft__fab_advance_ctl(l);
 	if (n > 0) {
@@ -46,11 +46,11 @@ int ft__fab_drive(struct ft_transport *tp)
 }
 
 /* Earliest grace period still to end (INT64_MAX: none). */
-static int64_t next_deadline(const struct ft_transport *tp)
+static int64_t next_deadline(const struct ft__transport *tp)
 {
 	int64_t d = INT64_MAX, now = ft__now_ms();
 
-	for (const struct ft_link *l = tp->links; l != NULL; l = l->next)
+	for (const struct ft__link *l = tp->links; l != NULL; l = l->next)
 		if (l->grace > now && l->error == 0 && l->grace < d)
 			d = l->grace;
 	return d;
@@ -63,7 +63,7 @@ static int64_t next_deadline(const struct ft_transport *tp)
  * the others it can lock. Never more than one, outside tests.
  */
 static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ft_transport *all_tps;
+static struct ft__transport *all_tps;
 static unsigned n_tps;
 
 /*
@@ -75,13 +75,13 @@ bool ft__fab_open_here(const uint8_t *name, size_t len)
 	bool open = false;
 
 	pthread_mutex_lock(&all_lock);
-	for (const struct ft_transport *o = all_tps; o != NULL && !open; o = o->next_tp)
+	for (const struct ft__transport *o = all_tps; o != NULL && !open; o = o->next_tp)
 		open = o->namelen == len && memcmp(o->name, name, len) == 0;
 	pthread_mutex_unlock(&all_lock);
 	return open;
 }
 
-void ft__fab_tps_add(struct ft_transport *tp, bool add)
+void ft__fab_tps_add(struct ft__transport *tp, bool add)
 {
 	pthread_mutex_lock(&all_lock);
 	if (add) {
@@ -89,7 +89,7 @@ void ft__fab_tps_add(struct ft_transport *tp, bool add)
 		all_tps = tp;
 		n_tps++;
 	} else {
-		for (struct ft_transport **pp = &all_tps; *pp != NULL; pp = &(*pp)->next_tp)
+		for (struct ft__transport **pp = &all_tps; *pp != NULL; pp = &(*pp)->next_tp)
 			if (*pp == tp) {
 				*pp = tp->next_tp;
 				n_tps--;
@@ -104,15 +104,15 @@ void ft__fab_tps_add(struct ft_transport *tp, bool add)
  * here cannot be freed (close takes the lock) while all_lock is let go, as it
  * must be: driving them may look at the list again.
  */
-static bool drive_others(struct ft_transport *tp)
+static bool drive_others(struct ft__transport *tp)
 {
-	struct ft_transport *held[16];
+	struct ft__transport *held[16];
 	int n = 0;
 	bool others;
 
 	pthread_mutex_lock(&all_lock);
 	others = n_tps > 1;
-	for (struct ft_transport *o = all_tps; others && o != NULL && n < 16; o = o->next_tp)
+	for (struct ft__transport *o = all_tps; others && o != NULL && n < 16; o = o->next_tp)
 		if (o != tp && pthread_mutex_trylock(&o->lock) == 0)
 			held[n++] = o;
 	pthread_mutex_unlock(&all_lock);
@@ -129,18 +129,18 @@ static bool drive_others(struct ft_transport *tp)
  * is midway (shm moves SAR pieces along in both processes' progress calls,
  * and nobody rings for a piece).
  */
-static bool bell_covers(const struct ft_transport *tp)
+static bool bell_covers(const struct ft__transport *tp)
 {
 	if (tp->bell == NULL || ft__fab_sar_midway(tp))
 		return false;
-	for (const struct ft_link *l = tp->links; l != NULL; l = l->next)
+	for (const struct ft__link *l = tp->links; l != NULL; l = l->next)
 		if (l->error == 0 && !l->dead && l->peer_bell == NULL)
 			return false;
 	return true;
 }
 
 /* Sleeps on the bell up to ms, and up to FAB_LIVENESS_MS: pidfds are not watched meanwhile. */
-static void bell_sleep(struct ft_transport *tp, int ms)
+static void bell_sleep(struct ft__transport *tp, int ms)
 {
 	uint32_t armed = ft__fab_bell_arm(tp->bell);
 
@@ -157,7 +157,7 @@ static void bell_sleep(struct ft_transport *tp, int ms)
  * every peer rings it, else a back-off sleep. The pidfds of local peers wake
  * us too.
  */
-void ft__fab_wait(struct ft_transport *tp, int ms)
+void ft__fab_wait(struct ft__transport *tp, int ms)
 {
 	struct pollfd pfd[64];
 	int n = 0, np, rc;
@@ -184,7 +184,7 @@ void ft__fab_wait(struct ft_transport *tp, int ms)
 			pfd[n++] = (struct pollfd){.fd = tp->eq_fd, .events = POLLIN};
 	}
 	np = n;
-	for (struct ft_link *l = tp->links; l != NULL && n < 64; l = l->next)
+	for (struct ft__link *l = tp->links; l != NULL && n < 64; l = l->next)
 		if (l->pidfd >= 0 && !l->dead)
 			pfd[n++] = (struct pollfd){.fd = l->pidfd, .events = POLLIN};
 	if (tp->cq_fd >= 0) {
@@ -209,7 +209,7 @@ void ft__fab_wait(struct ft_transport *tp, int ms)
 				tp->next_liveness = 0;
 }
 
-int ft__fab_progress(struct ft_transport *tp, int timeout_ms, struct ft_tp_event *ev, int max)
+int ft__fab_progress(struct ft__transport *tp, int timeout_ms, struct ft__tp_event *ev, int max)
 {
 	int64_t deadline = timeout_ms < 0 ? 0 : ft__now_ms() + timeout_ms;
 

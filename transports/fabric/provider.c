@@ -16,7 +16,7 @@ static bool is_loopback(const char *h)
  * launcher's count of ranks on this host is the world size; without a
  * launcher, whether ranks listen on loopback only.
  */
-static bool one_host(const struct ft_tp_params *p)
+static bool one_host(const struct ft__tp_params *p)
 {
 	if (p->env->local_ranks > 0)
 		return p->env->local_ranks == p->env->world_size;
@@ -82,7 +82,7 @@ static bool ip_format(uint32_t f)
  * RDM providers match ("tcp" gives "tcp;ofi_rxm") selects that provider's
  * MSG endpoints when it has them. FTCC_FABRIC_EP=rdm|msg forces the type.
  */
-struct fi_info *ft__fab_choose_info(const struct ft_tp_params *p)
+struct fi_info *ft__fab_choose_info(const struct ft__tp_params *p)
 {
 	const char *req = p->env->fabric_provider, *ept = p->env->fabric_ep;
 	const char *want, *node;

@@ -84,7 +84,7 @@ static int reap_regions(const char *region)
 
 /* Remembers a dead process's region for ft__fab_reap_dead (the oldest is
  * removed now when the list is full: the longest dead). */
-static void reap_later(struct ft_transport *tp, const char *region)
+static void reap_later(struct ft__transport *tp, const char *region)
 {
 	size_t n = strnlen(region, FAB_NAME_MAX);
 
@@ -101,7 +101,7 @@ static void reap_later(struct ft_transport *tp, const char *region)
 }
 
 /* Removes the regions due (all: every one remembered). */
-void ft__fab_reap_dead(struct ft_transport *tp, bool all)
+void ft__fab_reap_dead(struct ft__transport *tp, bool all)
 {
 	int64_t now = ft__now_ms();
 
@@ -118,7 +118,7 @@ void ft__fab_reap_dead(struct ft_transport *tp, bool all)
 	}
 }
 
-static void reap_shm_region(const struct ft_link *l)
+static void reap_shm_region(const struct ft__link *l)
 {
 	char region[FAB_NAME_MAX + 1];
 
@@ -126,7 +126,7 @@ static void reap_shm_region(const struct ft_link *l)
 		reap_later(l->tp, region);
 }
 
-static void peer_died(struct ft_link *l, int64_t now)
+static void peer_died(struct ft__link *l, int64_t now)
 {
 	ft__debug("fabric: rank %d (pid %d) exited", l->peer, l->pid);
 	if (!l->peer_closed)
@@ -143,7 +143,7 @@ static void peer_died(struct ft_link *l, int64_t now)
  * checked right before each send (the window left is microseconds, not the
  * whole time until the next liveness check).
  */
-bool ft__fab_peer_gone(struct ft_link *l)
+bool ft__fab_peer_gone(struct ft__link *l)
 {
 	bool gone;
 
@@ -167,7 +167,7 @@ bool ft__fab_peer_gone(struct ft_link *l)
  * and maps its bell when this transport sleeps on one (bell: the peer's
  * handle, -1 for none).
  */
-void ft__fab_watch_peer(struct ft_link *l, uint64_t node, int pid, const uint8_t *name, size_t len,
+void ft__fab_watch_peer(struct ft__link *l, uint64_t node, int pid, const uint8_t *name, size_t len,
 			int bell)
 {
 	char region[FAB_NAME_MAX + 1];
@@ -200,7 +200,7 @@ void ft__fab_watch_peer(struct ft_link *l, uint64_t node, int pid, const uint8_t
 #endif
 }
 
-bool ft__fab_local_peer_closed(const struct ft_link *l)
+bool ft__fab_local_peer_closed(const struct ft__link *l)
 {
 	if (l->pid != l->tp->pid || !l->local || l->peer_namelen == 0)
 		return false;
@@ -213,7 +213,7 @@ bool ft__fab_local_peer_closed(const struct ft_link *l)
  * alive when its link closes stays watched, so that whoever last linked with
  * it removes its region if it is killed later.
  */
-void ft__fab_keep_watching(struct ft_transport *tp, struct ft_link *l)
+void ft__fab_keep_watching(struct ft__transport *tp, struct ft__link *l)
 {
 	struct fab_watch w = {.pidfd = l->pidfd};
 
@@ -231,7 +231,7 @@ void ft__fab_keep_watching(struct ft_transport *tp, struct ft_link *l)
 	l->pidfd = -1;
 }
 
-void ft__fab_check_watched(struct ft_transport *tp)
+void ft__fab_check_watched(struct ft__transport *tp)
 {
 	for (unsigned i = 0; i < tp->nwatch;) {
 		struct pollfd p = {.fd = tp->watch[i].pidfd, .events = POLLIN};
@@ -246,7 +246,7 @@ void ft__fab_check_watched(struct ft_transport *tp)
 	}
 }
 
-void ft__fab_check_liveness(struct ft_transport *tp)
+void ft__fab_check_liveness(struct ft__transport *tp)
 {
 	int64_t now = ft__now_ms();
 
@@ -258,7 +258,7 @@ void ft__fab_check_liveness(struct ft_transport *tp)
 		ft__fab_reap_dead(tp, false);
 	if (tp->npark > 0)
 		ft__fab_unpark(tp, false);
-	for (struct ft_link *l = tp->links; l != NULL; l = l->next) {
+	for (struct ft__link *l = tp->links; l != NULL; l = l->next) {
 		bool gone;
 		if (!l->local || l->dead)
 			continue;
@@ -274,7 +274,7 @@ void ft__fab_check_liveness(struct ft_transport *tp)
 }
 
 /* Has the guard watch (or, closed, forget) the region of one of this process's shm endpoints. */
-void ft__fab_guard_own(struct ft_transport *tp, const uint8_t *name, size_t len, bool open)
+void ft__fab_guard_own(struct ft__transport *tp, const uint8_t *name, size_t len, bool open)
 {
 	char region[FAB_NAME_MAX + 1];
 
@@ -295,7 +295,7 @@ void ft__fab_guard_own(struct ft_transport *tp, const uint8_t *name, size_t len,
  * 1.17 removes it as it fails; whether or not, the file is removed and the
  * enable tried once more.
  */
-int ft__fab_enable_ep(struct ft_transport *tp, struct fid_ep *ep)
+int ft__fab_enable_ep(struct ft__transport *tp, struct fid_ep *ep)
 {
 	uint8_t name[FAB_NAME_MAX];
 	char region[FAB_NAME_MAX + 1];
@@ -318,7 +318,7 @@ int ft__fab_enable_ep(struct ft_transport *tp, struct fid_ep *ep)
  * the name is no longer needed, and a rank killed later leaves nothing of
  * it in /dev/shm (mappings stay valid).
  */
-void ft__fab_unname_link_ep(const struct ft_link *l)
+void ft__fab_unname_link_ep(const struct ft__link *l)
 {
 	char region[FAB_NAME_MAX + 1];
 
@@ -342,7 +342,7 @@ void ft__fab_unname_link_ep(const struct ft_link *l)
  * now. Once the hello is posted the peer has mapped the region already
  * (ft__fab_unname_link_ep).
  */
-bool ft__fab_park_ep(struct ft_transport *tp, struct ft_link *l)
+bool ft__fab_park_ep(struct ft__transport *tp, struct ft__link *l)
 {
 	struct fab_park *p;
 
@@ -363,7 +363,7 @@ bool ft__fab_park_ep(struct ft_transport *tp, struct ft_link *l)
 	return true;
 }
 
-void ft__fab_unpark(struct ft_transport *tp, bool all)
+void ft__fab_unpark(struct ft__transport *tp, bool all)
 {
 	int64_t now = ft__now_ms();
 
@@ -380,11 +380,11 @@ void ft__fab_unpark(struct ft_transport *tp, bool all)
 }
 
 /* Under SAR, whether a message is midway: shm moves it only while both ends call progress. */
-bool ft__fab_sar_midway(const struct ft_transport *tp)
+bool ft__fab_sar_midway(const struct ft__transport *tp)
 {
 	if (!tp->sar)
 		return false;
-	for (const struct ft_link *l = tp->links; l != NULL; l = l->next)
+	for (const struct ft__link *l = tp->links; l != NULL; l = l->next)
 		if (l->error == 0 && !l->dead && (l->s_inflight > 0 || l->user_rx > 0))
 			return true;
 	return false;
@@ -400,7 +400,7 @@ bool ft__fab_sar_midway(const struct ft_transport *tp)
  * past the last completion or post, so a rank waiting on a slow peer still
  * goes to sleep.
  */
-bool ft__fab_sar_yield(const struct ft_transport *tp)
+bool ft__fab_sar_yield(const struct ft__transport *tp)
 {
 	return ft__fab_sar_midway(tp) && ft__now_ns() - tp->active_ns < FAB_SAR_YIELD_NS;
 }

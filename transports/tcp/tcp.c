@@ -38,16 +38,16 @@
  * call says EAGAIN, so no epoll_ctl happens per frame.
  *
  * Receiving: a frame's header is read (or found in the link's small inbound
- * buffer), compared with the header the engine posted (ft_frame_check), and
+ * buffer), compared with the header the engine posted (ft__frame_check), and
  * only then is the payload copied or read straight into the posted buffer;
  * one readv fills the rest of the payload and the inbound buffer behind it,
  * which usually catches the next header in the same call.
  * Sending: queued frames go out with writev, several per call.
  */
 
-static int tcp_open(const struct ft_tp_params *p, struct ft_transport **out)
+static int tcp_open(const struct ft__tp_params *p, struct ft__transport **out)
 {
-	struct ft_transport *tp = calloc(1, sizeof(*tp));
+	struct ft__transport *tp = calloc(1, sizeof(*tp));
 	int rc;
 
 	*out = NULL;
@@ -84,7 +84,7 @@ fail:
 }
 
 
-static int queue_push(struct tcp_queue *q, const struct ft_frame *hdr, const void *buf,
+static int queue_push(struct tcp_queue *q, const struct ft__frame *hdr, const void *buf,
 		      void *ctx)
 {
 	if (q->len == q->cap) {
@@ -119,23 +119,23 @@ static inline void queue_pop(struct tcp_queue *q)
 	q->len--;
 }
 
-static int tcp_post_send(struct ft_link *l, const struct ft_frame *hdr, const void *buf, void *ctx)
+static int tcp_post_send(struct ft__link *l, const struct ft__frame *hdr, const void *buf, void *ctx)
 {
 	if (l->error)
 		return l->error;
 	return queue_push(&l->sq, hdr, buf, ctx);
 }
 
-static int tcp_post_recv(struct ft_link *l, const struct ft_frame *expect, void *buf, void *ctx)
+static int tcp_post_recv(struct ft__link *l, const struct ft__frame *expect, void *buf, void *ctx)
 {
 	if (l->error)
 		return l->error;
-	if (expect->length > FT_FRAME_MAX_PAYLOAD)
+	if (expect->length > FT__FRAME_MAX_PAYLOAD)
 		return -FT_EINVAL;
 	return queue_push(&l->rq, expect, buf, ctx);
 }
 
-void ft__tcp_link_fail(struct ft_link *l, int err)
+void ft__tcp_link_fail(struct ft__link *l, int err)
 {
 	if (l->error == 0) {
 		l->error = err;
@@ -149,14 +149,14 @@ static inline size_t op_total(const struct tcp_op *op)
 }
 
 /* Sends queued frames until the socket is full; returns completions written. */
-static int do_send(struct ft_link *l, struct ft_tp_event *ev, int max)
+static int do_send(struct ft__link *l, struct ft__tp_event *ev, int max)
 {
 	int nev = 0;
 
 	for (;;) {
 		while (l->sq.len > 0 && nev < max && queue_at(&l->sq, 0)->done == op_total(queue_at(&l->sq, 0))) {
 			struct tcp_op *op = queue_at(&l->sq, 0);
-			ev[nev++] = (struct ft_tp_event){.type = FT_TP_SEND_DONE, .link = l,
+			ev[nev++] = (struct ft__tp_event){.type = FT__TP_SEND_DONE, .link = l,
 							 .ctx = op->ctx, .peer = l->peer};
 			queue_pop(&l->sq);
 		}
@@ -208,7 +208,7 @@ static int do_send(struct ft_link *l, struct ft_tp_event *ev, int max)
 }
 
 /* Reads more input into the inbound buffer (after compacting it). */
-int ft__tcp_fill_inbuf(struct ft_link *l)
+int ft__tcp_fill_inbuf(struct ft__link *l)
 {
 	ssize_t n;
 
@@ -240,7 +240,7 @@ int ft__tcp_fill_inbuf(struct ft_link *l)
  * of it is there, not for every packet: with more ranks than cores, each
  * needless wake-up is a context switch taken from a rank with work to do.
  */
-static void set_lowat(struct ft_link *l, size_t want)
+static void set_lowat(struct ft__link *l, size_t want)
 {
 	int v = want >= TCP_LOWAT_MIN ? (int)(want < TCP_LOWAT_MAX ? want : TCP_LOWAT_MAX) : 1;
 
@@ -248,7 +248,7 @@ static void set_lowat(struct ft_link *l, size_t want)
 		l->lowat = v;
 }
 
-static int do_recv(struct ft_link *l, struct ft_tp_event *ev, int max)
+static int do_recv(struct ft__link *l, struct ft__tp_event *ev, int max)
 {
 	int nev = 0;
 
@@ -267,7 +267,7 @@ static int do_recv(struct ft_link *l, struct ft_tp_event *ev, int max)
 					memcpy(&l->rhdr, l->in + l->in_start, sizeof(l->rhdr));
 					l->in_start += sizeof(l->rhdr);
 					l->have_rhdr = true;
-					int rc = ft_frame_check(&op->hdr, &l->rhdr);
+					int rc = ft__frame_check(&op->hdr, &l->rhdr);
 					if (rc != 0) {
 						ft__tcp_link_fail(l, rc);
 						break;
@@ -282,10 +282,10 @@ static int do_recv(struct ft_link *l, struct ft_tp_event *ev, int max)
 				l->in_start += take;
 				if (op->done == plen) {
 					int status = 0;
-					if ((l->rhdr.flags & FT_FRAME_F_CRC) &&
+					if ((l->rhdr.flags & FT__FRAME_F_CRC) &&
 					    ft__crc32c(0, op->buf, plen) != l->rhdr.crc)
 						status = -FT_EPROTO;
-					ev[nev++] = (struct ft_tp_event){.type = FT_TP_RECV_DONE,
+					ev[nev++] = (struct ft__tp_event){.type = FT__TP_RECV_DONE,
 									 .status = status,
 									 .link = l, .ctx = op->ctx,
 									 .peer = l->peer};
@@ -340,7 +340,7 @@ static int do_recv(struct ft_link *l, struct ft_tp_event *ev, int max)
 	return nev;
 }
 
-static int link_io(struct ft_link *l, struct ft_tp_event *ev, int max)
+static int link_io(struct ft__link *l, struct ft__tp_event *ev, int max)
 {
 	int n = 0;
 
@@ -359,20 +359,20 @@ static int link_io(struct ft_link *l, struct ft_tp_event *ev, int max)
 	}
 	if (l->error && !l->error_reported && n < max) {
 		l->error_reported = true;
-		ev[n++] = (struct ft_tp_event){.type = FT_TP_LINK_ERROR, .status = l->error,
+		ev[n++] = (struct ft__tp_event){.type = FT__TP_LINK_ERROR, .status = l->error,
 					       .link = l, .peer = l->peer};
 	}
 	return n;
 }
 
 /* Folds epoll's readiness edges into the links' can_read/can_write flags. */
-static void harvest(struct ft_transport *tp, int timeout_ms)
+static void harvest(struct ft__transport *tp, int timeout_ms)
 {
 	struct epoll_event eev[16];
 	int k = epoll_wait(tp->epfd, eev, 16, timeout_ms);
 
 	for (int i = 0; i < k; i++) {
-		struct ft_link *l = eev[i].data.ptr;
+		struct ft__link *l = eev[i].data.ptr;
 		if (eev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
 			l->can_read = true;
 		if (eev[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
@@ -381,7 +381,7 @@ static void harvest(struct ft_transport *tp, int timeout_ms)
 }
 
 /* A link has work that waits only on an edge epoll may already hold. */
-static bool link_stalled(const struct ft_link *l)
+static bool link_stalled(const struct ft__link *l)
 {
 	return (!l->can_write && (l->sq.len > 0 || l->proof_left > 0)) ||
 	       (!l->can_read && (l->rq.len > 0 || l->need_ack));
@@ -393,30 +393,30 @@ static bool link_stalled(const struct ft_link *l)
  * that a send queued after a burst of receives goes out at once instead of
  * after the receives run dry.
  */
-static int tcp_progress(struct ft_transport *tp, int timeout_ms, struct ft_tp_event *ev, int max)
+static int tcp_progress(struct ft__transport *tp, int timeout_ms, struct ft__tp_event *ev, int max)
 {
 	int n = 0;
 
-	for (struct ft_link *l = tp->links; l != NULL; l = l->next)
+	for (struct ft__link *l = tp->links; l != NULL; l = l->next)
 		if (link_stalled(l)) {
 			harvest(tp, 0);
 			break;
 		}
-	for (struct ft_link *l = tp->links; l != NULL && n < max; l = l->next)
+	for (struct ft__link *l = tp->links; l != NULL && n < max; l = l->next)
 		n += link_io(l, ev + n, max - n);
 	if (n > 0 || timeout_ms == 0)
 		return n;
 	harvest(tp, timeout_ms);
-	for (struct ft_link *l = tp->links; l != NULL && n < max; l = l->next)
+	for (struct ft__link *l = tp->links; l != NULL && n < max; l = l->next)
 		n += link_io(l, ev + n, max - n);
 	return n;
 }
 
-static void link_destroy(struct ft_link *l)
+static void link_destroy(struct ft__link *l)
 {
-	struct ft_transport *tp = l->tp;
+	struct ft__transport *tp = l->tp;
 
-	for (struct ft_link **pp = &tp->links; *pp != NULL; pp = &(*pp)->next)
+	for (struct ft__link **pp = &tp->links; *pp != NULL; pp = &(*pp)->next)
 		if (*pp == l) {
 			*pp = l->next;
 			break;
@@ -429,7 +429,7 @@ static void link_destroy(struct ft_link *l)
 	free(l);
 }
 
-static void tcp_link_close(struct ft_link *l)
+static void tcp_link_close(struct ft__link *l)
 {
 	if (l != NULL)
 		link_destroy(l);
@@ -441,7 +441,7 @@ static void tcp_link_close(struct ft_link *l)
  * abort frame goes out within a short bound and the write side is shut, so
  * the peer reads it before the end of the stream.
  */
-static void tcp_link_abort(struct ft_link *l, const struct ft_frame *abort_frame)
+static void tcp_link_abort(struct ft__link *l, const struct ft__frame *abort_frame)
 {
 	int64_t deadline = ft__now_ms() + 200;
 
@@ -453,7 +453,7 @@ static void tcp_link_abort(struct ft_link *l, const struct ft_frame *abort_frame
 		if (l->sq.len == 1 && queue_at(&l->sq, 0)->done == 0)
 			l->sq.len = 0;
 		if (queue_push(&l->sq, abort_frame, NULL, NULL) == 0) {
-			struct ft_tp_event ev[4];
+			struct ft__tp_event ev[4];
 			/* the abort is a frame: it waits for the answer and the proof */
 			while (l->sq.len > 0 && !l->error && ft__ms_left(deadline) > 0) {
 				l->can_write = l->can_read = true;
@@ -471,7 +471,7 @@ static void tcp_link_abort(struct ft_link *l, const struct ft_frame *abort_frame
 	link_destroy(l);
 }
 
-static void tcp_close(struct ft_transport *tp)
+static void tcp_close(struct ft__transport *tp)
 {
 	if (tp == NULL)
 		return;
@@ -491,8 +491,8 @@ static void tcp_close(struct ft_transport *tp)
 	free(tp);
 }
 
-const struct ft_transport_ops ft__tcp_ops = {
-	.size = sizeof(struct ft_transport_ops),
+const struct ft__transport_ops ft__tcp_ops = {
+	.size = sizeof(struct ft__transport_ops),
 	.name = "tcp",
 	.open = tcp_open,
 	.local_addr = ft__tcp_local_addr,

@@ -15,7 +15,7 @@
 #define TCP_LOWAT_MAX (128u << 10)
 
 struct tcp_op {
-	struct ft_frame hdr;    /* to send, or expected */
+	struct ft__frame hdr;    /* to send, or expected */
 	char *buf;
 	void *ctx;
 	size_t done;            /* bytes of header + payload transferred */
@@ -26,33 +26,33 @@ struct tcp_queue {
 	size_t cap, head, len;  /* ring of cap (a power of two) entries */
 };
 
-struct ft_link {
-	struct ft_transport *tp;
-	struct ft_link *next;
+struct ft__link {
+	struct ft__transport *tp;
+	struct ft__link *next;
 	int fd;
 	int peer;
 	bool sending;           /* connecting side: frames go out, ack comes in */
 	bool need_ack;          /* connecting side: no answer yet, so no frame may go */
-	struct ft_hello hello;  /* connecting side: its hello, which the answer and proof cover */
-	struct ft_hello_proof proof;    /* connecting side: goes out before the first frame */
+	struct ft__hello hello;  /* connecting side: its hello, which the answer and proof cover */
+	struct ft__hello_proof proof;    /* connecting side: goes out before the first frame */
 	size_t proof_left;      /* bytes of proof not written yet */
 	bool can_read, can_write;
 	bool eof;
 	int error;              /* nonzero once broken; reported once */
 	bool error_reported;
 	struct tcp_queue sq, rq;
-	struct ft_frame rhdr;   /* header of the frame being received */
+	struct ft__frame rhdr;   /* header of the frame being received */
 	bool have_rhdr;
 	char *in;               /* inbound buffer: [in_start, in_end) unread */
 	size_t in_start, in_end;
 	int lowat;              /* SO_RCVLOWAT now set on fd */
 };
 
-struct ft_transport {
+struct ft__transport {
 	int listen_fd;
 	int epfd;
 	char addr[128];
-	struct ft_link *links;
+	struct ft__link *links;
 	int log_level;
 	int rank;
 	bool (*interrupted)(void *arg);
@@ -73,11 +73,11 @@ struct ft_transport {
 struct pending_conn {
 	int fd;
 	size_t got;
-	struct ft_hello hello;
+	struct ft__hello hello;
 	bool challenged;
-	uint8_t challenge[FT_HELLO_NONCE];
+	uint8_t challenge[FT__HELLO_NONCE];
 	size_t pgot;
-	struct ft_hello_proof proof;
+	struct ft__hello_proof proof;
 	char from[64];
 };
 
@@ -85,23 +85,23 @@ struct pending_conn {
  * (a neighbour that adopted the next view first) waits for its accept. */
 struct early_conn {
 	int fd;
-	struct ft_hello hello;
+	struct ft__hello hello;
 };
 
 #define TCP_EARLY_MAX 8
 
 /* tcp_conn.c */
-int ft__tcp_local_addr(struct ft_transport *tp, char *buf, size_t len);
-int ft__tcp_connect(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
-		    int timeout_ms, struct ft_link **out);
-int ft__tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
-		   struct ft_link **out, struct ft_hello *got);
+int ft__tcp_local_addr(struct ft__transport *tp, char *buf, size_t len);
+int ft__tcp_connect(struct ft__transport *tp, const char *addr, const struct ft__hello *hello,
+		    int timeout_ms, struct ft__link **out);
+int ft__tcp_accept(struct ft__transport *tp, const struct ft__hello *expect, int timeout_ms,
+		   struct ft__link **out, struct ft__hello *got);
 /* a connecting link's answer, once whole in its inbound buffer; the proof it owes */
-void ft__tcp_take_answer(struct ft_link *l);
-void ft__tcp_send_proof(struct ft_link *l);
+void ft__tcp_take_answer(struct ft__link *l);
+void ft__tcp_send_proof(struct ft__link *l);
 
 /* tcp.c: the data path the handshake shares */
-int ft__tcp_fill_inbuf(struct ft_link *l);
-void ft__tcp_link_fail(struct ft_link *l, int err);
+int ft__tcp_fill_inbuf(struct ft__link *l);
+void ft__tcp_link_fail(struct ft__link *l, int err);
 
 #endif

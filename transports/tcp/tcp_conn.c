@@ -18,7 +18,7 @@
 #include "sock.h"
 #include "tcp.h"
 #include "transport.h"
-int ft__tcp_local_addr(struct ft_transport *tp, char *buf, size_t len)
+int ft__tcp_local_addr(struct ft__transport *tp, char *buf, size_t len)
 {
 	if (strlen(tp->addr) >= len)
 		return -FT_EINVAL;
@@ -26,9 +26,9 @@ int ft__tcp_local_addr(struct ft_transport *tp, char *buf, size_t len)
 	return 0;
 }
 
-static struct ft_link *link_new(struct ft_transport *tp, int fd, int peer, bool sending)
+static struct ft__link *link_new(struct ft__transport *tp, int fd, int peer, bool sending)
 {
-	struct ft_link *l = calloc(1, sizeof(*l));
+	struct ft__link *l = calloc(1, sizeof(*l));
 	struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET};
 
 	if (l == NULL)
@@ -56,8 +56,8 @@ static struct ft_link *link_new(struct ft_transport *tp, int fd, int peer, bool 
 	return l;
 }
 
-int ft__tcp_connect(struct ft_transport *tp, const char *addr, const struct ft_hello *hello,
-		       int timeout_ms, struct ft_link **out)
+int ft__tcp_connect(struct ft__transport *tp, const char *addr, const struct ft__hello *hello,
+		       int timeout_ms, struct ft__link **out)
 {
 	int64_t deadline = ft__now_ms() + timeout_ms;
 	struct ft__sock_addr to;
@@ -102,18 +102,18 @@ fail:
 }
 
 /* Answers a whole hello with rc (best effort) and closes fd. */
-static void refuse_fd(const struct ft_transport *tp, int fd, const struct ft_hello *hello, int rc)
+static void refuse_fd(const struct ft__transport *tp, int fd, const struct ft__hello *hello, int rc)
 {
-	struct ft_hello_ack ack;
+	struct ft__hello_ack ack;
 
 	if (hello != NULL) {
-		ft_hello_ack_seal(&ack, hello->nonce, NULL, rc, tp->token);
+		ft__hello_ack_seal(&ack, hello->nonce, NULL, rc, tp->token);
 		(void)!send(fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
 	}
 	ft__fd_close(fd);
 }
 
-static void refuse(struct ft_transport *tp, struct pending_conn *pc, int rc, const char *why)
+static void refuse(struct ft__transport *tp, struct pending_conn *pc, int rc, const char *why)
 {
 	ft__warn_gated(&tp->warn, "tcp: refused connection from %s: %s (%s)", pc->from, why,
 		       ft_strerror(rc));
@@ -124,16 +124,16 @@ static void refuse(struct ft_transport *tp, struct pending_conn *pc, int rc, con
 }
 
 /* Keeps pc when its handshake is valid but for a later generation. */
-static bool keep_early(struct ft_transport *tp, const struct ft_hello *expect,
+static bool keep_early(struct ft__transport *tp, const struct ft__hello *expect,
 		       struct pending_conn *pc)
 {
-	struct ft_hello later = *expect;
+	struct ft__hello later = *expect;
 
 	if (pc->hello.generation <= expect->generation)
 		return false;
 	later.generation = pc->hello.generation;
 	later.from_rank = -1;
-	if (ft_hello_check(&later, &pc->hello, tp->token) != 0)
+	if (ft__hello_check(&later, &pc->hello, tp->token) != 0)
 		return false;
 	if (tp->early == NULL)
 		tp->early = calloc(TCP_EARLY_MAX, sizeof(*tp->early));
@@ -146,14 +146,14 @@ static bool keep_early(struct ft_transport *tp, const struct ft_hello *expect,
 
 /* Answers pc's hello, which passed, with a fresh challenge: 0, or the
  * error (pc is left for the caller to refuse). */
-static int challenge(const struct ft_transport *tp, struct pending_conn *pc)
+static int challenge(const struct ft__transport *tp, struct pending_conn *pc)
 {
-	struct ft_hello_ack ack;
+	struct ft__hello_ack ack;
 	int rc = ft__auth_random(pc->challenge, sizeof(pc->challenge));
 
 	if (rc != 0)
 		return rc;
-	ft_hello_ack_seal(&ack, pc->hello.nonce, pc->challenge, 0, tp->token);
+	ft__hello_ack_seal(&ack, pc->hello.nonce, pc->challenge, 0, tp->token);
 	/* the first bytes on a fresh socket: they fit, or the peer is no rank */
 	if (send(pc->fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack))
 		return -FT_EPROTO;
@@ -163,8 +163,8 @@ static int challenge(const struct ft_transport *tp, struct pending_conn *pc)
 }
 
 /* Makes the link of a handshake whose proof passed; fd is consumed. */
-static int accept_finish(struct ft_transport *tp, int fd, const struct ft_hello *hello,
-			 struct ft_link **out, struct ft_hello *got)
+static int accept_finish(struct ft__transport *tp, int fd, const struct ft__hello *hello,
+			 struct ft__link **out, struct ft__hello *got)
 {
 	ft__sock_tune(fd, &tp->sock_opts);
 	*out = link_new(tp, fd, hello->from_rank, false);
@@ -182,9 +182,9 @@ static int accept_finish(struct ft_transport *tp, int fd, const struct ft_hello 
  * more input when the answer is not whole yet; a link that fails is left
  * for progress to report.
  */
-void ft__tcp_take_answer(struct ft_link *l)
+void ft__tcp_take_answer(struct ft__link *l)
 {
-	struct ft_hello_ack ack;
+	struct ft__hello_ack ack;
 	int st;
 
 	while (l->need_ack && !l->error) {
@@ -199,19 +199,19 @@ void ft__tcp_take_answer(struct ft_link *l)
 		memcpy(&ack, l->in + l->in_start, sizeof(ack));
 		l->in_start += sizeof(ack);
 		l->need_ack = false;
-		st = ft_hello_ack_check(&ack, l->hello.nonce, l->tp->token);
+		st = ft__hello_ack_check(&ack, l->hello.nonce, l->tp->token);
 		if (st != 0) {
 			ft__error("tcp: rank %d refused our link: %s", l->peer, ft_strerror(st));
 			ft__tcp_link_fail(l, st);
 			return;
 		}
-		ft_hello_proof_seal(&l->proof, &l->hello, ack.challenge, l->tp->token);
+		ft__hello_proof_seal(&l->proof, &l->hello, ack.challenge, l->tp->token);
 		l->proof_left = sizeof(l->proof);
 	}
 }
 
 /* Writes what is left of a connecting link's proof, without waiting. */
-void ft__tcp_send_proof(struct ft_link *l)
+void ft__tcp_send_proof(struct ft__link *l)
 {
 	while (l->proof_left > 0 && l->can_write && !l->error) {
 		ssize_t n = send(l->fd, (char *)&l->proof + sizeof(l->proof) - l->proof_left,
@@ -228,11 +228,11 @@ void ft__tcp_send_proof(struct ft_link *l)
 #define TCP_DRIVE_MAX 16
 
 /* This transport's connecting links still short of an answer (at most max). */
-static int awaiting_answer(struct ft_transport *tp, struct ft_link **out, int max)
+static int awaiting_answer(struct ft__transport *tp, struct ft__link **out, int max)
 {
 	int n = 0;
 
-	for (struct ft_link *l = tp->links; l != NULL && n < max; l = l->next)
+	for (struct ft__link *l = tp->links; l != NULL && n < max; l = l->next)
 		if (l->sending && (l->need_ack || l->proof_left > 0) && !l->error)
 			out[n++] = l;
 	return n;
@@ -240,7 +240,7 @@ static int awaiting_answer(struct ft_transport *tp, struct ft_link **out, int ma
 
 /* Answers the challenges that came back to our own connects (the peer's
  * accept waits for the proof while we wait in ours). */
-static void drive_connects(struct ft_link **drv, int n)
+static void drive_connects(struct ft__link **drv, int n)
 {
 	for (int i = 0; i < n; i++) {
 		drv[i]->can_read = drv[i]->can_write = true;
@@ -251,7 +251,7 @@ static void drive_connects(struct ft_link **drv, int n)
 
 /* Reads more of pc's hello, or of its proof once challenged: false when
  * it closed or failed (pc refused), true otherwise. */
-static bool pending_read(struct ft_transport *tp, struct pending_conn *pc)
+static bool pending_read(struct ft__transport *tp, struct pending_conn *pc)
 {
 	char *at = pc->challenged ? (char *)&pc->proof + pc->pgot : (char *)&pc->hello + pc->got;
 	size_t want = pc->challenged ? sizeof(pc->proof) - pc->pgot : sizeof(pc->hello) - pc->got;
@@ -272,10 +272,10 @@ static bool pending_read(struct ft_transport *tp, struct pending_conn *pc)
 
 /* Judges pc's whole hello: challenged (true) when it passes, else kept for
  * a later generation or refused (false). */
-static bool judge_hello(struct ft_transport *tp, const struct ft_hello *expect,
+static bool judge_hello(struct ft__transport *tp, const struct ft__hello *expect,
 			struct pending_conn *pc)
 {
-	int rc = ft_hello_check(expect, &pc->hello, tp->token);
+	int rc = ft__hello_check(expect, &pc->hello, tp->token);
 	bool replay = false;
 	char why[160];
 
@@ -294,25 +294,25 @@ static bool judge_hello(struct ft_transport *tp, const struct ft_hello *expect,
 	snprintf(why, sizeof(why), "%shandshake of rank %d for rank %d, generation %u, kind %u",
 		 replay ? "replayed " : "", pc->hello.from_rank, pc->hello.to_rank,
 		 pc->hello.generation, pc->hello.kind);
-	refuse(tp, pc, rc, pc->hello.magic == FT_HELLO_MAGIC ? why : "bad magic");
+	refuse(tp, pc, rc, pc->hello.magic == FT__HELLO_MAGIC ? why : "bad magic");
 	return false;
 }
 
 /* Judges pc's whole proof: 0 when the link is made, else pc is refused. */
-static int judge_proof(struct ft_transport *tp, const struct ft_hello *expect,
-		       struct pending_conn *pc, struct ft_link **out, struct ft_hello *got)
+static int judge_proof(struct ft__transport *tp, const struct ft__hello *expect,
+		       struct pending_conn *pc, struct ft__link **out, struct ft__hello *got)
 {
 	int rc;
 
 	/* a failed proof is no news of the rank its hello names: anyone may
 	 * copy a hello, so it never makes the accept's timeout -FT_EAUTH */
-	if (ft_hello_proof_check(&pc->proof, &pc->hello, pc->challenge, tp->token) != 0) {
+	if (ft__hello_proof_check(&pc->proof, &pc->hello, pc->challenge, tp->token) != 0) {
 		refuse(tp, pc, -FT_EAUTH, "a hello whose sender could not prove it (a copy?)");
 		return -FT_EAUTH;
 	}
 	/* challenged by an accept that was interrupted: this one may expect
 	 * another generation */
-	if ((rc = ft_hello_check(expect, &pc->hello, tp->token)) != 0) {
+	if ((rc = ft__hello_check(expect, &pc->hello, tp->token)) != 0) {
 		refuse(tp, pc, rc, "a proved hello this accept does not expect");
 		return rc;
 	}
@@ -325,19 +325,19 @@ static int judge_proof(struct ft_transport *tp, const struct ft_hello *expect,
 	return rc;
 }
 
-void ft__tcp_answer_challenges(struct ft_transport *tp)
+void ft__tcp_answer_challenges(struct ft__transport *tp)
 {
-	struct ft_link *drv[TCP_DRIVE_MAX];
+	struct ft__link *drv[TCP_DRIVE_MAX];
 
 	drive_connects(drv, awaiting_answer(tp, drv, TCP_DRIVE_MAX));
 }
 
-int ft__tcp_accept(struct ft_transport *tp, const struct ft_hello *expect, int timeout_ms,
-		      struct ft_link **out, struct ft_hello *got)
+int ft__tcp_accept(struct ft__transport *tp, const struct ft__hello *expect, int timeout_ms,
+		      struct ft__link **out, struct ft__hello *got)
 {
 	int64_t deadline = ft__now_ms() + timeout_ms;
 	struct pollfd pfd[TCP_PENDING_ACCEPT + 1 + TCP_DRIVE_MAX];
-	struct ft_link *drv[TCP_DRIVE_MAX];
+	struct ft__link *drv[TCP_DRIVE_MAX];
 	struct pending_conn *pend;
 	int npend, ndrv, rc = -FT_ETIMEDOUT;
 

@@ -1,4 +1,4 @@
-/* log_write.c: the pairwise log's writer: batched journal records through io_uring or pwrite, and the mapped payload file. */
+/* jnl_write.c: the pairwise log's (journal's) writer: batched journal records through io_uring or pwrite, and the mapped payload file. */
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -13,7 +13,7 @@
 #include "crc32c.h"
 #include "fdreg.h"
 #include "internal.h"
-#include "log.h"
+#include "jnl.h"
 
 /*
  * What is on disk before an ack, and why (the invariant the reader relies
@@ -24,7 +24,7 @@
  *   written with O_APPEND). Buffers in flight are never touched until their
  *   completion is reaped, so a record is either in a buffer being filled,
  *   in flight, or written.
- * - ft__log_input returns only when every record of the op so far, INPUT
+ * - ft__jnl_input returns only when every record of the op so far, INPUT
  *   included, has been written (sync: and the payload msync'ed and the
  *   journal fdatasync'ed). The payload is in the MAP_SHARED mapping before
  *   INPUT is queued (the caller wrote it), so once INPUT is in the journal
@@ -33,7 +33,7 @@
  *   the first record that does not check, so nothing after a lost record is
  *   believed. The error is sticky for the slot's op: every later call of
  *   that op returns it, and the next op to take the slot starts afresh.
- * - ft__log_begin waits for the slot's earlier writes before truncating its
+ * - ft__jnl_begin waits for the slot's earlier writes before truncating its
  *   journal, so a late write of op S-2 cannot land in op S's journal.
  */
 
@@ -44,7 +44,7 @@
 /* One write or fsync through the shared engine (aio.c), and its slot. */
 struct logio {
 	struct ft__aio_io aio;  /* aio.owner: this logio */
-	struct ft__log *log;
+	struct ft__jnl *log;
 	int slot;
 };
 
@@ -64,7 +64,7 @@ struct logslot {
 	int err;                /* first failed write of the slot's current op */
 };
 
-struct ft__log {
+struct ft__jnl {
 	char *dir;
 	uint64_t job_hash;
 	int rank, world_size;
@@ -76,14 +76,14 @@ struct ft__log {
 	struct logio fsync_io;
 	bool leak;              /* a wait failed with ios in flight: their memory must stay */
 	int cur;                /* the buffer being filled */
-	bool active;            /* between ft__log_begin and the next one */
+	bool active;            /* between ft__jnl_begin and the next one */
 	int slot;               /* the current op's slot */
 	uint64_t op_seq;
 	uint32_t gen;
 	uint64_t in_bytes;      /* the current op's input size */
 };
 
-const char *ft__log_engine_name(const struct ft__log *l)
+const char *ft__jnl_engine_name(const struct ft__jnl *l)
 {
 	return l != NULL ? ft__aio_engine_name(&l->aio) : "pwrite";
 }
@@ -93,7 +93,7 @@ const char *ft__log_engine_name(const struct ft__log *l)
 static void io_done(struct ft__aio_io *aio, int err)
 {
 	struct logio *io = aio->owner;
-	struct ft__log *l = io->log;
+	struct ft__jnl *l = io->log;
 	struct logslot *s = &l->slots[io->slot];
 
 	s->inflight--;
@@ -106,7 +106,7 @@ static void io_done(struct ft__aio_io *aio, int err)
 }
 
 /* A write (data, len at off) or an fsync (data NULL) of slot on fd. */
-static void io_set(struct ft__log *l, struct logio *io, int slot, int fd, const void *data,
+static void io_set(struct ft__jnl *l, struct logio *io, int slot, int fd, const void *data,
 		   size_t len, uint64_t off)
 {
 	memset(io, 0, sizeof(*io));
@@ -122,20 +122,20 @@ static void io_set(struct ft__log *l, struct logio *io, int slot, int fd, const 
 }
 
 /* Starts io (pwrite: does it); its result lands in the slot's err. */
-static int io_start(struct ft__log *l, struct logio *io)
+static int io_start(struct ft__jnl *l, struct logio *io)
 {
 	l->slots[io->slot].inflight++;
 	return ft__aio_start(&l->aio, &io->aio);
 }
 
 /* Waits until io is reaped. */
-static int io_wait(struct ft__log *l, struct logio *io)
+static int io_wait(struct ft__jnl *l, struct logio *io)
 {
 	return ft__aio_wait(&l->aio, &io->aio);
 }
 
 /* Waits until every io of slot (or of both, slot -1) is reaped. */
-static int slot_wait(struct ft__log *l, int slot)
+static int slot_wait(struct ft__jnl *l, int slot)
 {
 	while (slot < 0 ? l->slots[0].inflight + l->slots[1].inflight : l->slots[slot].inflight) {
 		int rc = ft__aio_reap(&l->aio, true);
@@ -145,7 +145,7 @@ static int slot_wait(struct ft__log *l, int slot)
 	return 0;
 }
 
-static int reap_ready(struct ft__log *l)
+static int reap_ready(struct ft__jnl *l)
 {
 	return ft__aio_reap(&l->aio, false);
 }
@@ -153,7 +153,7 @@ static int reap_ready(struct ft__log *l)
 /* ---- the batch buffers ---- */
 
 /* Submits the buffer being filled (if it holds records) and moves on to a free one. */
-static int buf_flush(struct ft__log *l)
+static int buf_flush(struct ft__jnl *l)
 {
 	struct logbuf *b = &l->bufs[l->cur];
 	struct logslot *s = &l->slots[l->slot];
@@ -173,7 +173,7 @@ static int buf_flush(struct ft__log *l)
 }
 
 /* Room for n bytes in the buffer being filled: a pointer to them. */
-static int buf_reserve(struct ft__log *l, size_t n, char **out)
+static int buf_reserve(struct ft__jnl *l, size_t n, char **out)
 {
 	struct logbuf *b = &l->bufs[l->cur];
 	int rc;
@@ -200,13 +200,13 @@ static void rec_seal(struct ft__logrec *h, const void *body, size_t body_len)
 }
 
 /* A record of the current op with its head filled from the fields given. */
-static struct ft__logrec rec_head(const struct ft__log *l, int type, size_t body_len)
+static struct ft__logrec rec_head(const struct ft__jnl *l, int type, size_t body_len)
 {
 	struct ft__logrec h;
 
 	memset(&h, 0, sizeof(h));
-	h.magic = FT__LOG_MAGIC;
-	h.version = FT__LOG_VERSION;
+	h.magic = FT__JNL_MAGIC;
+	h.version = FT__JNL_VERSION;
 	h.type = (uint16_t)type;
 	h.len = (uint32_t)(sizeof(h) + body_len);
 	h.op_seq = l->op_seq;
@@ -216,7 +216,7 @@ static struct ft__logrec rec_head(const struct ft__log *l, int type, size_t body
 }
 
 /* Queues a record whose head h is filled but for crc. */
-static int rec_queue(struct ft__log *l, struct ft__logrec *h, const void *body, size_t body_len)
+static int rec_queue(struct ft__jnl *l, struct ft__logrec *h, const void *body, size_t body_len)
 {
 	char *p;
 	int rc;
@@ -234,21 +234,21 @@ static int rec_queue(struct ft__log *l, struct ft__logrec *h, const void *body, 
 /* ---- open, close ---- */
 
 
-static int slot_open(struct ft__log *l, int slot)
+static int slot_open(struct ft__jnl *l, int slot)
 {
 	struct logslot *s = &l->slots[slot];
 	char path[PATH_MAX];
 	int rc;
 
 	/* no O_TRUNC: the files may hold the last incarnation's logs, still to be read */
-	rc = ft__log_path(path, sizeof(path), l->dir, l->rank, slot, "log");
+	rc = ft__jnl_path(path, sizeof(path), l->dir, l->rank, slot, "log");
 	if (rc < 0)
 		return rc;
 	s->jfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	ft__fd_own(s->jfd);
 	if (s->jfd < 0)
 		return -errno;
-	rc = ft__log_path(path, sizeof(path), l->dir, l->rank, slot, "in");
+	rc = ft__jnl_path(path, sizeof(path), l->dir, l->rank, slot, "in");
 	if (rc < 0)
 		return rc;
 	s->infd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -258,16 +258,16 @@ static int slot_open(struct ft__log *l, int slot)
 	return 0;
 }
 
-int ft__log_open(const struct ft__log_params *p, struct ft__log **out)
+int ft__jnl_open(const struct ft__jnl_params *p, struct ft__jnl **out)
 {
-	struct ft__log *l;
+	struct ft__jnl *l;
 	int rc;
 
 	if (out == NULL)
 		return -FT_EINVAL;
 	*out = NULL;
 	if (p == NULL || p->dir == NULL || p->rank < 0 || p->world_size <= 0 ||
-	    p->rank >= p->world_size || (p->engine != FT__LOG_URING && p->engine != FT__LOG_PWRITE))
+	    p->rank >= p->world_size || (p->engine != FT__JNL_URING && p->engine != FT__JNL_PWRITE))
 		return -FT_EINVAL;
 	l = calloc(1, sizeof(*l));
 	if (l == NULL)
@@ -279,7 +279,7 @@ int ft__log_open(const struct ft__log_params *p, struct ft__log **out)
 		rc = -FT_ENOMEM;
 		goto err_close;
 	}
-	l->job_hash = ft__log_job_hash(p->job_id != NULL ? p->job_id : "");
+	l->job_hash = ft__jnl_job_hash(p->job_id != NULL ? p->job_id : "");
 	l->rank = p->rank;
 	l->world_size = p->world_size;
 	l->sync = p->sync;
@@ -298,16 +298,16 @@ int ft__log_open(const struct ft__log_params *p, struct ft__log **out)
 		if (rc < 0)
 			goto err_close;
 	}
-	ft__aio_init(&l->aio, LOG_QD, p->engine == FT__LOG_URING, "log");
+	ft__aio_init(&l->aio, LOG_QD, p->engine == FT__JNL_URING, "log");
 	*out = l;
 	return 0;
 
 err_close:
-	ft__log_close(l);
+	ft__jnl_close(l);
 	return rc;
 }
 
-void ft__log_close(struct ft__log *l)
+void ft__jnl_close(struct ft__jnl *l)
 {
 	if (l == NULL)
 		return;
@@ -378,7 +378,7 @@ static int payload_map(struct logslot *s, uint64_t bytes)
 	return 0;
 }
 
-int ft__log_begin_bytes(struct ft__log *l, uint64_t op_seq, uint32_t gen,
+int ft__jnl_begin_bytes(struct ft__jnl *l, uint64_t op_seq, uint32_t gen,
 			const struct ft__logop *op, uint64_t bytes, void **payload)
 {
 	struct ft__logfile file;
@@ -423,11 +423,11 @@ int ft__log_begin_bytes(struct ft__log *l, uint64_t op_seq, uint32_t gen,
 	file.rank = l->rank;
 	file.world_size = l->world_size;
 	file.slot = (uint32_t)slot;
-	h = rec_head(l, FT__LOG_FILE, sizeof(file));
+	h = rec_head(l, FT__JNL_FILE, sizeof(file));
 	rc = rec_queue(l, &h, &file, sizeof(file));
 	if (rc < 0)
 		return rc;
-	h = rec_head(l, FT__LOG_BEGIN, sizeof(*op));
+	h = rec_head(l, FT__JNL_BEGIN, sizeof(*op));
 	h.bytes = bytes;
 	rc = rec_queue(l, &h, op, sizeof(*op));
 	if (rc < 0)
@@ -436,7 +436,7 @@ int ft__log_begin_bytes(struct ft__log *l, uint64_t op_seq, uint32_t gen,
 	return 0;
 }
 
-int ft__log_begin(struct ft__log *l, uint64_t op_seq, uint32_t gen, const struct ft__logop *op,
+int ft__jnl_begin(struct ft__jnl *l, uint64_t op_seq, uint32_t gen, const struct ft__logop *op,
 		  void **payload)
 {
 	size_t es;
@@ -448,11 +448,11 @@ int ft__log_begin(struct ft__log *l, uint64_t op_seq, uint32_t gen, const struct
 	es = ft_dtype_size((enum ft_dtype)op->dtype);
 	if (es == 0 || op->count > UINT64_MAX / es)
 		return -FT_EINVAL;
-	return ft__log_begin_bytes(l, op_seq, gen, op, op->count * es, payload);
+	return ft__jnl_begin_bytes(l, op_seq, gen, op, op->count * es, payload);
 }
 
 /* The current op's calls: no op, or an op whose writes failed, refuses. */
-static int op_check(struct ft__log *l)
+static int op_check(struct ft__jnl *l)
 {
 	int rc;
 
@@ -464,13 +464,13 @@ static int op_check(struct ft__log *l)
 	return l->slots[l->slot].err;
 }
 
-int ft__log_frame(struct ft__log *l, int type, uint32_t gen, uint32_t step, uint32_t seg,
+int ft__jnl_frame(struct ft__jnl *l, int type, uint32_t gen, uint32_t step, uint32_t seg,
 		  int32_t peer, uint64_t off, uint64_t len, uint32_t data_crc)
 {
 	struct ft__logrec h;
 	int rc;
 
-	if (type != FT__LOG_SEND && type != FT__LOG_RECV)
+	if (type != FT__JNL_SEND && type != FT__JNL_RECV)
 		return -FT_EINVAL;
 	rc = op_check(l);
 	if (rc < 0)
@@ -486,25 +486,25 @@ int ft__log_frame(struct ft__log *l, int type, uint32_t gen, uint32_t step, uint
 	return rec_queue(l, &h, NULL, 0);
 }
 
-int ft__log_input_queued(struct ft__log *l, const struct ft__logreg *regs, size_t nreg)
+int ft__jnl_input_queued(struct ft__jnl *l, const struct ft__logreg *regs, size_t nreg)
 {
 	struct ft__logrec h;
 	size_t body = nreg * sizeof(*regs);
 	int rc;
 
 	if (l == NULL || l->sync || sizeof(h) + body > LOG_BUF_SIZE)
-		return ft__log_input(l, regs, nreg);
+		return ft__jnl_input(l, regs, nreg);
 	rc = op_check(l);
 	if (rc < 0)
 		return rc;
-	if ((nreg != 0 && regs == NULL) || ft__log_check_regs(regs, nreg, l->in_bytes) < 0)
+	if ((nreg != 0 && regs == NULL) || ft__jnl_check_regs(regs, nreg, l->in_bytes) < 0)
 		return -FT_EINVAL;
-	h = rec_head(l, FT__LOG_INPUT, body);
+	h = rec_head(l, FT__JNL_INPUT, body);
 	h.bytes = l->in_bytes;
 	return rec_queue(l, &h, regs, body);
 }
 
-int ft__log_input(struct ft__log *l, const struct ft__logreg *regs, size_t nreg)
+int ft__jnl_input(struct ft__jnl *l, const struct ft__logreg *regs, size_t nreg)
 {
 	struct ft__logrec h;
 	struct logslot *s;
@@ -515,14 +515,14 @@ int ft__log_input(struct ft__log *l, const struct ft__logreg *regs, size_t nreg)
 	if (rc < 0)
 		return rc;
 	if ((nreg != 0 && regs == NULL) ||
-	    nreg > (FT__LOG_REC_MAX - sizeof(h)) / sizeof(struct ft__logreg))
+	    nreg > (FT__JNL_REC_MAX - sizeof(h)) / sizeof(struct ft__logreg))
 		return -FT_EINVAL;
-	rc = ft__log_check_regs(regs, nreg, l->in_bytes);
+	rc = ft__jnl_check_regs(regs, nreg, l->in_bytes);
 	if (rc < 0)
 		return -FT_EINVAL;
 	s = &l->slots[l->slot];
 	body = nreg * sizeof(*regs);
-	h = rec_head(l, FT__LOG_INPUT, body);
+	h = rec_head(l, FT__JNL_INPUT, body);
 	h.bytes = l->in_bytes;
 	if (sizeof(h) + body <= LOG_BUF_SIZE) {
 		rc = rec_queue(l, &h, regs, body);
@@ -575,7 +575,7 @@ int ft__log_input(struct ft__log *l, const struct ft__logreg *regs, size_t nreg)
 	return 0;
 }
 
-int ft__log_end(struct ft__log *l)
+int ft__jnl_end(struct ft__jnl *l)
 {
 	struct ft__logrec h;
 	int rc;
@@ -583,7 +583,7 @@ int ft__log_end(struct ft__log *l)
 	rc = op_check(l);
 	if (rc < 0)
 		return rc;
-	h = rec_head(l, FT__LOG_END, 0);
+	h = rec_head(l, FT__JNL_END, 0);
 	rc = rec_queue(l, &h, NULL, 0);
 	if (rc < 0)
 		return rc;

@@ -1,4 +1,4 @@
-/* log_read.c: the pairwise log's reader: record checks, journal and payload verification, the last whole input. */
+/* jnl_read.c: the pairwise log's (journal's) reader: record checks, journal and payload verification, the last whole input. */
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -10,12 +10,12 @@
 #include "crc32c.h"
 #include "fdreg.h"
 #include "internal.h"
-#include "log.h"
+#include "jnl.h"
 
 /*
  * A journal is read as untrusted bytes (a crash tears its tail; anyone who
  * can write the directory can write it). A record counts when its head and
- * body check (magic, version, len in [sizeof head, FT__LOG_REC_MAX], a
+ * body check (magic, version, len in [sizeof head, FT__JNL_REC_MAX], a
  * multiple of 8 and within the image, known type, CRC, the body size of its
  * type) and it fits the journal's shape: FILE first and once; BEGIN once,
  * with an op_seq of this slot; SEND, RECV, INPUT and END after BEGIN and of
@@ -27,7 +27,7 @@
 #define JOURNAL_MAX ((uint64_t)256 << 20)
 #define CHUNK (1u << 20)
 
-uint64_t ft__log_job_hash(const char *job_id)
+uint64_t ft__jnl_job_hash(const char *job_id)
 {
 	uint64_t h = 0xcbf29ce484222325ull;
 
@@ -40,7 +40,7 @@ uint64_t ft__log_job_hash(const char *job_id)
 	return h;
 }
 
-int ft__log_path(char *out, size_t cap, const char *dir, int rank, int slot, const char *ext)
+int ft__jnl_path(char *out, size_t cap, const char *dir, int rank, int slot, const char *ext)
 {
 	int n;
 
@@ -63,7 +63,7 @@ static int span_cmp(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
-int ft__log_check_regs(const void *regs, size_t nreg, uint64_t bytes)
+int ft__jnl_check_regs(const void *regs, size_t nreg, uint64_t bytes)
 {
 	struct span stack[64], *sp = stack;
 	const unsigned char *p = regs;
@@ -108,7 +108,7 @@ bad:
 
 /* Why h (with its body) does not count, or NULL. */
 static const char *rec_check(const struct ft__logrec *h, const unsigned char *rec,
-			     const struct ft__log_scan *s, int *err)
+			     const struct ft__jnl_scan *s, int *err)
 {
 	size_t body = h->len - sizeof(*h);
 	struct ft__logrec z = *h;
@@ -120,7 +120,7 @@ static const char *rec_check(const struct ft__logrec *h, const unsigned char *re
 	if (crc != h->crc)
 		return "CRC mismatch";
 	switch (h->type) {
-	case FT__LOG_FILE: {
+	case FT__JNL_FILE: {
 		struct ft__logfile f;
 
 		if (body != sizeof(f))
@@ -132,7 +132,7 @@ static const char *rec_check(const struct ft__logrec *h, const unsigned char *re
 			return "FILE record has a bad rank, world size or slot";
 		return NULL;
 	}
-	case FT__LOG_BEGIN:
+	case FT__JNL_BEGIN:
 		if (body != sizeof(struct ft__logop))
 			return "BEGIN body size is wrong";
 		if (!s->have_file)
@@ -142,22 +142,22 @@ static const char *rec_check(const struct ft__logrec *h, const unsigned char *re
 		if ((h->op_seq & 1) != s->file.slot)
 			return "BEGIN op_seq is not of this slot";
 		return NULL;
-	case FT__LOG_SEND:
-	case FT__LOG_RECV:
-	case FT__LOG_END:
-	case FT__LOG_INPUT:
+	case FT__JNL_SEND:
+	case FT__JNL_RECV:
+	case FT__JNL_END:
+	case FT__JNL_INPUT:
 		if (!s->have_file)
 			return "no FILE record first";
 		if (!s->have_op)
 			return "record before BEGIN";
 		if (h->op_seq != s->op_seq)
 			return "op_seq differs from BEGIN's";
-		if (h->type == FT__LOG_END) {
+		if (h->type == FT__JNL_END) {
 			if (body != 0)
 				return "END record has a body";
 			if (s->ended)
 				return "second END record";
-		} else if (h->type != FT__LOG_INPUT) {
+		} else if (h->type != FT__JNL_INPUT) {
 			if (body != 0)
 				return "SEND/RECV record has a body";
 		} else {
@@ -169,7 +169,7 @@ static const char *rec_check(const struct ft__logrec *h, const unsigned char *re
 				return "second INPUT record";
 			if (h->bytes != s->input_bytes)
 				return "INPUT bytes differ from BEGIN's";
-			rc = ft__log_check_regs(rec + sizeof(*h), body / sizeof(struct ft__logreg),
+			rc = ft__jnl_check_regs(rec + sizeof(*h), body / sizeof(struct ft__logreg),
 						h->bytes);
 			if (rc == -FT_ENOMEM) {
 				*err = rc;
@@ -184,7 +184,7 @@ static const char *rec_check(const struct ft__logrec *h, const unsigned char *re
 	}
 }
 
-int ft__log_parse(const void *buf, size_t len, struct ft__log_scan *s,
+int ft__jnl_parse(const void *buf, size_t len, struct ft__jnl_scan *s,
 		  void (*each)(void *arg, const struct ft__logrec *h, const void *body),
 		  void *arg)
 {
@@ -206,15 +206,15 @@ int ft__log_parse(const void *buf, size_t len, struct ft__log_scan *s,
 			break;
 		}
 		memcpy(&h, p + off, sizeof(h));
-		if (h.magic != FT__LOG_MAGIC) {
+		if (h.magic != FT__JNL_MAGIC) {
 			why = "bad magic";
 			break;
 		}
-		if (h.version != FT__LOG_VERSION) {
+		if (h.version != FT__JNL_VERSION) {
 			why = "unknown version";
 			break;
 		}
-		if (h.len < sizeof(h) || h.len % 8 != 0 || h.len > FT__LOG_REC_MAX) {
+		if (h.len < sizeof(h) || h.len % 8 != 0 || h.len > FT__JNL_REC_MAX) {
 			why = "bad record length";
 			break;
 		}
@@ -226,27 +226,27 @@ int ft__log_parse(const void *buf, size_t len, struct ft__log_scan *s,
 		if (why != NULL)
 			break;
 		switch (h.type) {
-		case FT__LOG_FILE:
+		case FT__JNL_FILE:
 			s->have_file = true;
 			memcpy(&s->file, p + off + sizeof(h), sizeof(s->file));
 			break;
-		case FT__LOG_BEGIN:
+		case FT__JNL_BEGIN:
 			s->have_op = true;
 			s->op_seq = h.op_seq;
 			s->gen = h.gen;
 			s->input_bytes = h.bytes;
 			memcpy(&s->op, p + off + sizeof(h), sizeof(s->op));
 			break;
-		case FT__LOG_SEND:
+		case FT__JNL_SEND:
 			s->frames_sent++;
 			break;
-		case FT__LOG_RECV:
+		case FT__JNL_RECV:
 			s->frames_recv++;
 			break;
-		case FT__LOG_INPUT:
+		case FT__JNL_INPUT:
 			s->have_input = true;
 			break;
-		case FT__LOG_END:
+		case FT__JNL_END:
 			s->ended = true;
 			break;
 		}
@@ -329,7 +329,7 @@ static int pread_all(int fd, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-int ft__log_check_payload(const char *path, const void *regs, size_t nreg, uint64_t bytes,
+int ft__jnl_check_payload(const char *path, const void *regs, size_t nreg, uint64_t bytes,
 			  void *copy)
 {
 	const unsigned char *rp = regs;
@@ -372,7 +372,7 @@ int ft__log_check_payload(const char *path, const void *regs, size_t nreg, uint6
 			goto out_free;
 		}
 		if (copy != NULL) {
-			crc = ft__log_sum((const char *)copy + r.off, (size_t)r.len);
+			crc = ft__jnl_sum((const char *)copy + r.off, (size_t)r.len);
 		} else {
 			struct ft__sum sum;
 			ft__sum_init(&sum);
@@ -398,7 +398,7 @@ out_close:
 	return rc;
 }
 
-uint32_t ft__log_sum(const void *p, size_t len)
+uint32_t ft__jnl_sum(const void *p, size_t len)
 {
 	struct ft__sum s;
 
@@ -416,7 +416,7 @@ static void grab_input(void *arg, const struct ft__logrec *h, const void *body)
 {
 	struct input_body *in = arg;
 
-	if (h->type == FT__LOG_INPUT) {
+	if (h->type == FT__JNL_INPUT) {
 		in->regs = body;
 		in->nreg = (h->len - sizeof(*h)) / sizeof(struct ft__logreg);
 	}
@@ -427,7 +427,7 @@ static void grab_input(void *arg, const struct ft__logrec *h, const void *body)
  * and the input fits in cap).
  */
 static int slot_read(const char *dir, int rank, int slot, uint64_t job_hash,
-		     struct ft__log_scan *s, void *copy, size_t cap, bool verify)
+		     struct ft__jnl_scan *s, void *copy, size_t cap, bool verify)
 {
 	struct input_body in = {NULL, 0};
 	char path[PATH_MAX];
@@ -438,7 +438,7 @@ static int slot_read(const char *dir, int rank, int slot, uint64_t job_hash,
 	if (s == NULL)
 		return -FT_EINVAL;
 	memset(s, 0, sizeof(*s));
-	rc = ft__log_path(path, sizeof(path), dir, rank, slot, "log");
+	rc = ft__jnl_path(path, sizeof(path), dir, rank, slot, "log");
 	if (rc < 0)
 		return rc;
 	rc = read_file(path, JOURNAL_MAX, &buf, &len);
@@ -453,7 +453,7 @@ static int slot_read(const char *dir, int rank, int slot, uint64_t job_hash,
 		free(buf);
 		return -ENOENT;
 	}
-	prc = ft__log_parse(buf, len, s, grab_input, &in);
+	prc = ft__jnl_parse(buf, len, s, grab_input, &in);
 	if (prc < 0 && prc != -FT_ECORRUPT) {
 		free(buf);
 		return prc;
@@ -467,9 +467,9 @@ static int slot_read(const char *dir, int rank, int slot, uint64_t job_hash,
 		return -FT_ECORRUPT;
 	}
 	if (s->have_input && verify) {
-		rc = ft__log_path(path, sizeof(path), dir, rank, slot, "in");
+		rc = ft__jnl_path(path, sizeof(path), dir, rank, slot, "in");
 		if (rc == 0)
-			rc = ft__log_check_payload(path, in.regs, in.nreg, s->input_bytes,
+			rc = ft__jnl_check_payload(path, in.regs, in.nreg, s->input_bytes,
 						   copy != NULL && s->input_bytes <= cap ? copy : NULL);
 		if (rc < 0) {
 			s->have_input = false;
@@ -485,16 +485,16 @@ static int slot_read(const char *dir, int rank, int slot, uint64_t job_hash,
 	return prc;
 }
 
-int ft__log_read_slot(const char *dir, int rank, int slot, uint64_t job_hash,
-		      struct ft__log_scan *s)
+int ft__jnl_read_slot(const char *dir, int rank, int slot, uint64_t job_hash,
+		      struct ft__jnl_scan *s)
 {
 	return slot_read(dir, rank, slot, job_hash, s, NULL, 0, true);
 }
 
-int ft__log_last_input(const char *dir, int rank, uint64_t job_hash, uint64_t *op_seq,
+int ft__jnl_last_input(const char *dir, int rank, uint64_t job_hash, uint64_t *op_seq,
 		       uint32_t *gen, struct ft__logop *op, void *buf, size_t cap)
 {
-	struct ft__log_scan s[2];
+	struct ft__jnl_scan s[2];
 	int order[2] = {-1, -1}, best = -1, rc;
 
 	/* the journals first; then the payload of the later op only (it is
