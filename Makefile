@@ -1,4 +1,5 @@
 # ftcc: build, test, demo, bench, install. `make help` lists the targets.
+# SPDX-License-Identifier: MIT
 
 CC ?= cc
 CXX ?= c++

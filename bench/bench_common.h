@@ -1,4 +1,5 @@
 /* bench_common.h: command line, check pattern, statistics and output shared by the ftcc, Gloo and MPI benchmark drivers. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_BENCH_COMMON_H
 #define FTCC_BENCH_COMMON_H
 

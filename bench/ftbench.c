@@ -1,4 +1,5 @@
 /* ftbench.c: allreduce latency and bandwidth of ftcc over message sizes, through the public API only. */
+/* SPDX-License-Identifier: MIT */
 
 /*
  * Run under the launcher: ftcc-run -n N build/ftbench [options] (see

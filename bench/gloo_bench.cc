@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // gloo_bench.cc: the ftbench measurement (same flags, table and CSV) with Gloo's ring allreduce over TCP.
 
 // Runs under ftcc-run: rank, world size and a fresh rendezvous directory come

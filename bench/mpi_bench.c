@@ -1,4 +1,5 @@
 /* mpi_bench.c: the ftbench measurement (same flags, table and CSV) with MPI_Allreduce. */
+/* SPDX-License-Identifier: MIT */
 
 /*
  * mpirun.openmpi --allow-run-as-root --oversubscribe -np N --mca pml ob1 \

@@ -1,4 +1,5 @@
 /* recovery_bench.c: time from SIGKILL (or SIGSTOP) of one rank to every survivor knowing, and to the interrupted op returning. */
+/* SPDX-License-Identifier: MIT */
 #include <ftcc.h>
 #include <arpa/inet.h>
 #include <getopt.h>

@@ -1,4 +1,5 @@
 /* rejoin_bench.c: times of an exact rejoin (rejoin_bench OPS BYTES): one line per op with when it returned, and when a new incarnation's ft_init began. */
+/* SPDX-License-Identifier: MIT */
 #include <ftcc.h>
 #include <stdint.h>
 #include <stdio.h>

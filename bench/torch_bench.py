@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """torch_bench.py BACKEND STORE SIZES ITERS: one rank of `make bench-torch` (scripts/bench-torch.sh).
 
 Under ftcc-run (FTCC_RANK, FTCC_WORLD_SIZE): torch.distributed.all_reduce,

@@ -1,4 +1,5 @@
 /* allreduce_check.c: allreduce real data on every rank, check the result, print the bandwidth. */
+/* SPDX-License-Identifier: MIT */
 #include <ftcc.h>
 #include <stdio.h>
 #include <stdlib.h>

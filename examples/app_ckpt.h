@@ -1,4 +1,5 @@
 /* app_ckpt.h: an application-level running checkpoint (the same strategies as ftcc's), for restarting a whole job, which ftcc's checkpoints (bound to one job's run) do not serve. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_EXAMPLES_APP_CKPT_H
 #define FTCC_EXAMPLES_APP_CKPT_H
 

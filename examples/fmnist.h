@@ -1,4 +1,5 @@
 /* fmnist.h: Fashion-MNIST from its gzipped IDX files, and two small models on it (MLR, a 784-64-10 MLP) for the training examples. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_EXAMPLES_FMNIST_H
 #define FTCC_EXAMPLES_FMNIST_H
 

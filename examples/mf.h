@@ -1,4 +1,5 @@
 /* mf.h: matrix factorization on synthetic ratings with Zipf-popular rows and columns (CPR's embedding-table setting), for train_fmnist --model=mf. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_EXAMPLES_MF_H
 #define FTCC_EXAMPLES_MF_H
 

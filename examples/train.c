@@ -1,4 +1,5 @@
 /* train.c: data-parallel SGD on a linear model; gradients averaged with ft_allreduce every step (train [STEPS] [PAUSE_MS]). */
+/* SPDX-License-Identifier: MIT */
 #include <ftcc.h>
 #include <math.h>
 #include <stdio.h>

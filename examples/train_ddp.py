@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """train_ddp.py: DDP on Fashion-MNIST over ftcc, surviving a killed rank (make torch-demo).
 
     ftcc-run -n 4 [--restart] /usr/bin/python3 examples/train_ddp.py [--steps N]

@@ -1,4 +1,5 @@
 /* train_fmnist.c: data-parallel training on Fashion-MNIST (MLR, MLP) or synthetic ratings (MF) with replicated or sharded state, for the recovery experiment (train_fmnist --help). */
+/* SPDX-License-Identifier: MIT */
 #include <ftcc.h>
 #include <errno.h>
 #include <fcntl.h>

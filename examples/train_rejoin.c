@@ -1,4 +1,5 @@
 /* train_rejoin.c: data-parallel training that survives a killed and restarted rank exactly (train_rejoin [STEPS] [COUNT] [PAUSE_MS] [rs|ag]). */
+/* SPDX-License-Identifier: MIT */
 #include <ftcc.h>
 #include <stdint.h>
 #include <stdio.h>

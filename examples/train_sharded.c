@@ -1,4 +1,5 @@
 /* train_sharded.c: sharded state that survives a killed and restarted rank through running partial checkpoints (train_sharded [STEPS] [COUNT] [PAUSE_MS] [late]). */
+/* SPDX-License-Identifier: MIT */
 #include <ftcc.h>
 #include <stdint.h>
 #include <stdio.h>

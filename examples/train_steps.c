@@ -1,4 +1,5 @@
 /* train_steps.c: steps of several collectives that a restarted rank resumes exactly, mid-step too (train_steps [STEPS] [COUNT] [PAUSE_MS] [naive|-] [fork]). */
+/* SPDX-License-Identifier: MIT */
 #include <ftcc.h>
 #include <stdint.h>
 #include <stdio.h>

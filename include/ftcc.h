@@ -1,4 +1,5 @@
 /* ftcc.h: the public API of ftcc, a fault-tolerant collective communication library. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_H
 #define FTCC_H
 

@@ -1,4 +1,5 @@
 /* init.c: a communicator's life: ft_init (configuration, rendezvous, the first view, the ring, op 0's barrier) and ft_finalize, above the core and the policies. */
+/* SPDX-License-Identifier: MIT */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # bench-compare.sh: `make bench-compare`: ftcc vs Gloo vs Open MPI allreduce, interleaved rounds, into bench-results/.
 #
 # usage: scripts/bench-compare.sh BUILD_DIR

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # bench-recovery.sh: `make bench-recovery`: what a failure costs and what the shrink policy costs when nothing fails.
 #
 # usage: scripts/bench-recovery.sh BUILD_DIR

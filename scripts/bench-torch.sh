@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # bench-torch.sh BUILD_DIR: `make bench-torch`: torch.distributed all_reduce and a DDP step through ftcc against PyTorch's own Gloo, and the binding against ft_allreduce from C; interleaved rounds.
 #
 # Every round runs, for each world size, the Gloo job, the ftcc job and

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # bench.sh: `make bench`: ftbench (ftcc allreduce) over 4 KiB..256 MiB for 2 and 4 ranks into bench-results/.
 #
 # usage: scripts/bench.sh BUILD_DIR

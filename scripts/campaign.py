@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """campaign.py BUILD_DIR [TRIALS]: randomized fault trials; a table per cell; fails on any wrong, hung or lost.
 
 Cells: shrink over file and in-band membership, rejoin over the file

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # check-build.sh: a change of what the build detects rebuilds what was built
 # before it, and make says which optional part it leaves out and why.
 # As a new user would: the library built while libfabric "was missing"

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """check-house.py [ROOT]: the library's structure, drawn from its sources' calls.
 
 - Rooms: lib/ holds only init.c and folders (rooms); each room calls only

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # check-install.sh BUILD_DIR: `make install PREFIX=` into a fresh directory,
 # then a program built through pkg-config against it, shared and static,
 # runs a 2-rank allreduce under the installed ftcc-run (over TCP, and over

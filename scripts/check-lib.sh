@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # check-lib.sh BUILD_DIR: what the library may and may not do to its process, checked on the built objects.
 # - Only config.o reads the environment (getenv): every variable is read once, at ft_init.
 # - No object changes process-global state that the application's threads share:

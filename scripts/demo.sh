@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # demo.sh BUILD_DIR: the main jobs: 4 ranks surviving a killed rank (shrink), the same rank restarted and rejoining exactly (rejoin), a checked allreduce.
 set -eu
 B=$1

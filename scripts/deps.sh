@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # deps.sh [PKG...]: install the Debian packages ftcc's build, tests, demo and benchmarks need,
 # or, given names, only those (optional parts: `deps.sh afl++` for make fuzz).
 # Runs apt-get as root or through sudo, and says what it installs.

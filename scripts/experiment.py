@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """experiment.py BUILD_DIR OUT_DIR: runs the recovery cells (4 ranks, real outside SIGKILLs) and writes results.md, CSVs and gnuplot inputs.
 
 Standard library only. Each cell runs `ftcc-run -n 4 ... train_fmnist` once per

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # experiment.sh BUILD_DIR: the recovery experiment (Fashion-MNIST MLR and MLP, synthetic MF; 4 ranks, outside SIGKILLs): BUILD_DIR/experiment/results.md and PNG plots.
 # EXPERIMENT_FULL=1: 10 seeds and 400 steps (the quick default: 5 seeds, 220 steps, about 10 minutes).
 # EXPERIMENT_MODELS=mlr,mlp, EXPERIMENT_CELLS=name,..., EXPERIMENT_SEEDS=1,2,... narrow a run;

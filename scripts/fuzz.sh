@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # fuzz.sh BUILD_DIR [NAME...]: builds every fuzz harness (test/fuzz/fuzz_NAME.c) with afl++ and fuzzes each in turn for FUZZ_SECONDS, or FUZZ_EXECS executions; fails on any crash.
 set -eu
 B=${1:?usage: scripts/fuzz.sh BUILD_DIR [NAME...]}

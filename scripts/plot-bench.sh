@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # plot-bench.sh: draw busbw vs message size per implementation from benchmark CSVs into PNGs with gnuplot.
 #
 # usage: scripts/plot-bench.sh [CSV...]

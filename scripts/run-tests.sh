@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # run-tests.sh BUILD_DIR TEST...: run every Criterion test binary under a deadline; a hang is a failure.
 set -u
 # --only-units: make check's subset, the given binaries and the fuzz corpora only

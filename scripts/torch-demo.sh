@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # torch-demo.sh BUILD_DIR: `make torch-demo`: examples/train_ddp.py (DDP, Fashion-MNIST, 4 ranks) three times: nothing killed; rank 2 SIGKILLed under shrink; the same under rejoin, restarted; the results side by side and the loss curves in BUILD_DIR/torch-demo/loss.png.
 set -eu
 B=${1:?usage: scripts/torch-demo.sh BUILD_DIR}

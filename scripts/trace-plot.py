@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """trace-plot.py: draw FTCC_TRACE files (one per rank) as a timeline PNG with gnuplot.
 
 usage: scripts/trace-plot.py [-o OUT.png] [--width PX] TRACE|GLOB...

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # tsan.sh TSAN_BUILD RUN_BUILD: `make tsan`: jobs of ThreadSanitizer-built ranks under the plain ftcc-run; fails on any TSan report or wrong outcome.
 #
 # Criterion's runner aborts under TSan before any test, so the threads are

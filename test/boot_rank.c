@@ -1,4 +1,5 @@
 /* boot_rank.c: a rank that builds the first address book from its environment and checks it; test_boot_book runs it under ftcc-run and mpirun. */
+/* SPDX-License-Identifier: MIT */
 
 /*
  * boot_rank [STEPS]: runs STEPS in order (default "b"):

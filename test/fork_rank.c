@@ -1,4 +1,5 @@
 /* fork_rank.c: a rank that forks a long-lived child after ft_init, as a data loader does, then checks its allreduces (test_fork). */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <ftcc.h>
 #include <signal.h>

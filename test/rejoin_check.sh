@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # rejoin_check.sh BUILD_DIR N STEPS COUNT: exact rejoin, checked against a failure-free run.
 #
 # Runs examples/train_rejoin once with nothing failing and records every

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # rejoin_corrupt.sh MODE PROGRAM ARGS...: damages this rank's pairwise log before a restarted incarnation starts.
 #
 # Run as the rank program under `ftcc-run --restart` (FTCC_INCARNATION > 0

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # rejoin_tests.sh BUILD_DIR [campaign]: exact rejoin under real kills, over TCP and libfabric; the fallbacks.
 #
 # Every run is checked against a failure-free run of the same job

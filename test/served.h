@@ -1,4 +1,5 @@
 /* served.h: ftcc-run's address store (tools/store_server.c) served by a thread of a test. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_TEST_SERVED_H
 #define FTCC_TEST_SERVED_H
 

@@ -1,4 +1,5 @@
 /* test_allreduce.c: allreduce, reduce-scatter and allgather over real processes and sockets: world sizes x counts x dtypes x ops, in and out of place. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>

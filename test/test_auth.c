@@ -1,4 +1,5 @@
 /* test_auth.c: SHA-256 and HMAC-SHA256 against FIPS 180 and RFC 4231 vectors, nonces, the replay cache; the token never on the wire. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <stdint.h>

@@ -1,4 +1,5 @@
 /* test_boot_book.c: the first address book: the peers list, the store (ftcc-run --store, good and bad clients), PMIx under mpirun. */
+/* SPDX-License-Identifier: MIT */
 
 /*
  * The store tests start the built launcher as a store ($FTCC_BUILD_DIR/

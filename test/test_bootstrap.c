@@ -1,4 +1,5 @@
 /* test_bootstrap.c: which launcher started a rank and what it says, from a table of variables (no process environment). */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <stdio.h>

@@ -1,4 +1,5 @@
 /* test_ckpt.c: running partial checkpoints: both engines, block choice per strategy, torn and flipped copies, partial restore, CPR's rule, bad arguments, a killed rank's shard back. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>

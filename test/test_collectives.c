@@ -1,4 +1,5 @@
 /* test_collectives.c: broadcast, barrier, disagreeing ranks, bad arguments, lifetime and hostile peers, over real processes. */
+/* SPDX-License-Identifier: MIT */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>

@@ -1,4 +1,5 @@
 /* test_config.c: ft_config_from_env under a controlled environment, ft_init's argument checks, a world of one, error names. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <stdint.h>

@@ -1,4 +1,5 @@
 /* test_crc32c.c: CRC-32C against published vectors, a bit-at-a-time reference, and hardware vs table agreement. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdint.h>

@@ -1,4 +1,5 @@
 /* test_detect.c: the failure detector over real sockets: the failed set, notices both ways, exclusion, hostile peers and views. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>

@@ -1,4 +1,5 @@
 /* test_fault.c: FTCC_FAULT injection at every phase and first/middle/last step, under the abort policy. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include "fault.h"

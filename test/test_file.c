@@ -1,4 +1,5 @@
 /* test_file.c: per-user directories in shared places (lib/util/file.c) and the files made under them: planted links, other owners, open modes. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <errno.h>

@@ -1,4 +1,5 @@
 /* test_fork.c: ranks that fork a child after ft_init (data loaders): killed, found, shrunk and rejoined as if they had not. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <sys/file.h>

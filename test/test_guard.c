@@ -1,4 +1,5 @@
 /* test_guard.c: what a killed shm process leaves behind: a held lock (the guard frees it), a stale region. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <pthread.h>

@@ -1,4 +1,5 @@
 /* test_hygiene.c: what a job leaves behind: no token in a finalized rank's memory. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <dirent.h>

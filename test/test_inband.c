@@ -1,4 +1,5 @@
 /* test_inband.c: the in-band membership backend through the membership interface: settles, quorums, partitions, a coordinator lost mid-settle, hostile messages. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>

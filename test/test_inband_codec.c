@@ -1,4 +1,5 @@
 /* test_inband_codec.c: the in-band membership messages fit a control message at every world the backend accepts. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>

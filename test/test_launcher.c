@@ -1,4 +1,5 @@
 /* test_launcher.c: ftcc-run from outside: environment, prefixes, exit status, kill, restart, timeout. */
+/* SPDX-License-Identifier: MIT */
 
 /*
  * Each test spawns the built launcher ($FTCC_BUILD_DIR/ftcc-run, default

@@ -1,4 +1,5 @@
 /* test_log.c: the pairwise log: both engines round trip, torn and corrupt journals and payloads, another job's log, a full disk. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,5 @@
 /* test_membership.c: membership through its interface with the file rendezvous backend: publish, settle, hostile files, short writes, departures. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <dlfcn.h>

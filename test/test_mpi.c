@@ -1,4 +1,5 @@
 /* test_mpi.c: ftcc under Open MPI's mpirun and MPICH's mpiexec, with no code change and no FTCC_* variables. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

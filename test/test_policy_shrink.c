@@ -1,4 +1,5 @@
 /* test_policy_shrink.c: the shrink policy's own machinery: the hand-over of a small result, and the in-place input saved segment by segment. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <stdint.h>
 

@@ -1,4 +1,5 @@
 /* test_reduce.c: the reduction kernels, FT_AVG scaling and half-float conversions against straightforward references. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>

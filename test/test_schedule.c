@@ -1,4 +1,5 @@
 /* test_schedule.c: the ring's chunk, segment and step arithmetic (lib/core/schedule.h), checked exhaustively over small cases. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 

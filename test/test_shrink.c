@@ -1,4 +1,5 @@
 /* test_shrink.c: the shrink policy: ranks killed (from outside, at injection points, hung) mid-job; survivors finish every op exactly. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <poll.h>

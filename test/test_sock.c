@@ -1,4 +1,5 @@
 /* test_sock.c: socket helpers: keepalive from a timeout, the options on real sockets, a user timeout the kernel keeps. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>

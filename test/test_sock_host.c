@@ -1,4 +1,5 @@
 /* test_sock_host.c: where a rank listens and what it publishes (ft__sock_choose_host), and listening on it. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <errno.h>

@@ -1,4 +1,5 @@
 /* test_store.c: the address store in this process (tools/store_server.c), where its allocations can fail. */
+/* SPDX-License-Identifier: MIT */
 
 /*
  * The store runs in a thread of the test, and this binary is linked with

@@ -1,4 +1,5 @@
 /* test_token.c: a job started without a token: one made and shared where the job has a private channel, refused where not. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <sys/stat.h>

@@ -1,4 +1,5 @@
 /* test_trace.c: the FTCC_TRACE event trace: file names, strict JSON after close, threads, I/O errors, and a traced job that loses a rank. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <pthread.h>

@@ -1,4 +1,5 @@
 /* test_wire.c: frame and handshake checks field by field, then the same checks as the TCP transport applies them on real sockets. */
+/* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>

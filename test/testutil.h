@@ -1,4 +1,5 @@
 /* testutil.h: run a function as N real rank processes under a deadline, for multi-process tests. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_TESTUTIL_H
 #define FTCC_TESTUTIL_H
 

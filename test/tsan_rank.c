@@ -1,4 +1,5 @@
 /* tsan_rank.c: a rank program for `make tsan`: collectives and shrink-policy jobs, every result checked exactly. */
+/* SPDX-License-Identifier: MIT */
 
 /*
  * Criterion's runner cannot start under ThreadSanitizer, so `make tsan`

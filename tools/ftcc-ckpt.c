@@ -1,4 +1,5 @@
 /* ftcc-ckpt.c: lists a checkpoint directory's rounds and blocks and verifies every committed block copy. */
+/* SPDX-License-Identifier: MIT */
 #include <dirent.h>
 #include <stdbool.h>
 #include <stdio.h>

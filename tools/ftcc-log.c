@@ -1,4 +1,5 @@
 /* ftcc-log.c: prints pairwise log journals in human form and verifies them and their payloads. */
+/* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>

@@ -1,4 +1,5 @@
 /* ftcc-run.c: the local launcher; starts, watches, restarts and fault-injects N ranks. */
+/* SPDX-License-Identifier: MIT */
 
 /*
  * One thread, one loop. Everything that can happen (a line of output, a

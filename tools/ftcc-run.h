@@ -1,4 +1,5 @@
 /* ftcc-run.h: the launcher's state and its files' shared functions (ftcc-run.c: ranks, signals and the event loop; run_args.c: the command line; run_env.c: the job's environment and address store; run_output.c: output and streams). */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_RUN_H
 #define FTCC_RUN_H
 

@@ -1,4 +1,5 @@
 /* run_args.c: ftcc-run's command line: usage, numbers, times, signals and --kill specs, checked. */
+/* SPDX-License-Identifier: MIT */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,5 @@
 /* run_env.c: the job ftcc-run makes: its environment (job id, token, rendezvous), what it leaves behind, and the address store it serves. */
+/* SPDX-License-Identifier: MIT */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

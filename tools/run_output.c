@@ -1,4 +1,5 @@
 /* run_output.c: ftcc-run's own messages and its ranks' output: one stream per pipe, lines tagged with the rank. */
+/* SPDX-License-Identifier: MIT */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

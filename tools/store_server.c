@@ -1,4 +1,5 @@
 /* store_server.c: the address store: jobs, their ranks' entries, and the connections waiting for the book. */
+/* SPDX-License-Identifier: MIT */
 
 /*
  * A connection goes through three states and is closed:

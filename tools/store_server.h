@@ -1,4 +1,5 @@
 /* store_server.h: the address store ftcc-run serves (protocol in lib/bootstrap/boot_store.h), driven by the caller's poll loop. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_STORE_SERVER_H
 #define FTCC_STORE_SERVER_H
 

@@ -1,4 +1,5 @@
 /* transport.c: the table of built-in transports. */
+/* SPDX-License-Identifier: MIT */
 #include <string.h>
 
 #include "transport.h"

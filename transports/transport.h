@@ -1,4 +1,5 @@
 /* transport.h: the internal transport interface and the wire formats every transport carries (not installed). */
+/* SPDX-License-Identifier: MIT */
 /*
  * Not installed: no third party can register a transport today, so the
  * table, the frame and the handshake stay free to change. The ops table

@@ -1,4 +1,5 @@
 /* wire.c: checks of handshakes and frame headers, shared by every transport; the hello's MACs. */
+/* SPDX-License-Identifier: MIT */
 #include <stddef.h>
 #include <string.h>
 

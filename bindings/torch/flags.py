@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """flags.py cflags|libs|suffix|version: how to build against this Python's torch (Debian's).
 
 The flags are for a shell command line (make's recipes): the quoted defines

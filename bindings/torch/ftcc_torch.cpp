@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // ftcc_torch.cpp: the torch.distributed backend "ftcc": ProcessGroupFtcc, whose ops run in order on a worker thread.
 
 /*

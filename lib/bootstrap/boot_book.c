@@ -1,4 +1,5 @@
 /* boot_book.c: the first address book of in-band membership: the choice of source and the peers list. */
+/* SPDX-License-Identifier: MIT */
 #include <string.h>
 
 #include "bootstrap.h"

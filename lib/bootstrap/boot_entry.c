@@ -1,4 +1,5 @@
 /* boot_entry.c: the check of one address-book entry (host:port), which every source of a book applies. */
+/* SPDX-License-Identifier: MIT */
 #include <string.h>
 
 #include "bootstrap.h"

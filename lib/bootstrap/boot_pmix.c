@@ -1,4 +1,5 @@
 /* boot_pmix.c: the address book through the launcher's PMIx server (Open MPI's mpirun): put, fence, get. */
+/* SPDX-License-Identifier: MIT */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>

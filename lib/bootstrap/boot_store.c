@@ -1,4 +1,5 @@
 /* boot_store.c: the address store's messages (boot_store.h) and its client: join, wait for the book, check it. */
+/* SPDX-License-Identifier: MIT */
 #include <ctype.h>
 #include <poll.h>
 #include <stdio.h>

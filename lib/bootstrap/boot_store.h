@@ -1,4 +1,5 @@
 /* boot_store.h: the address store's messages, shared by its client (boot_store.c) and its server (tools/store_server.c). */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_BOOT_STORE_H
 #define FTCC_BOOT_STORE_H
 

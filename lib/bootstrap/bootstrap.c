@@ -1,4 +1,5 @@
 /* bootstrap.c: the launchers ftcc knows (ftcc-run, Open MPI, MPICH's Hydra) and what each tells a rank. */
+/* SPDX-License-Identifier: MIT */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,5 @@
 /* bootstrap.h: what a launcher tells a rank (rank, world size, job identity, ranks on its host), for every launcher ftcc knows. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_BOOTSTRAP_H
 #define FTCC_BOOTSTRAP_H
 

@@ -1,4 +1,5 @@
 /* config.c: the communicator configuration: its checks, its versioned import, and the one file that reads the environment. */
+/* SPDX-License-Identifier: MIT */
 #include <ctype.h>
 #include <limits.h>
 #include <stdarg.h>

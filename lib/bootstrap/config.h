@@ -1,4 +1,5 @@
 /* config.h: the configuration's internal side: checks, the versioned import, the transports' knobs. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_CONFIG_H
 #define FTCC_CONFIG_H
 

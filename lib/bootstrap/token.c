@@ -1,4 +1,5 @@
 /* token.c: the job token when none is given: made by one rank and shared over a private channel, or refused. */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,4 +1,5 @@
 /* token.h: the job token when the user gives none (token.c). */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_TOKEN_H
 #define FTCC_TOKEN_H
 

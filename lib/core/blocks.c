@@ -1,4 +1,5 @@
 /* blocks.c: reduce-scatter and allgather: the caller's blocks on the ring of each attempt. */
+/* SPDX-License-Identifier: MIT */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,4 +1,5 @@
 /* collective.c: the public collectives: argument checks, and the driver that runs an op under the communicator's policy. */
+/* SPDX-License-Identifier: MIT */
 #include <string.h>
 
 #include "comm.h"

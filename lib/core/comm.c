@@ -1,4 +1,5 @@
 /* comm.c: the communicator core: ring links, views loaded and adopted, the accessors. */
+/* SPDX-License-Identifier: MIT */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,5 @@
 /* comm.h: the communicator's internal state, shared by the modules that act on it. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_COMM_H
 #define FTCC_COMM_H
 

@@ -1,4 +1,5 @@
 /* engine.c: the ring engine: one attempt at an allreduce, barrier, broadcast, reduce-scatter or allgather on the current view. */
+/* SPDX-License-Identifier: MIT */
 #include <sched.h>
 #include <string.h>
 

@@ -1,4 +1,5 @@
 /* engine.h: one attempt at a collective on the current ring, and the hooks a recovery policy plugs into it. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_ENGINE_H
 #define FTCC_ENGINE_H
 

@@ -1,4 +1,5 @@
 /* reduce.c: the dtypes' sizes, the reduction kernels (every dtype x op), FT_AVG scaling, and float16/bfloat16 conversion. */
+/* SPDX-License-Identifier: MIT */
 #include <stdint.h>
 #include <string.h>
 

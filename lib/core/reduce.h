@@ -1,4 +1,5 @@
 /* reduce.h: element-wise reduction kernels for every dtype and op, and the half-float conversions. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_REDUCE_H
 #define FTCC_REDUCE_H
 

@@ -1,4 +1,5 @@
 /* schedule.h: the ring's arithmetic: which chunk, segment and byte range moves at each step. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_SCHEDULE_H
 #define FTCC_SCHEDULE_H
 

@@ -1,4 +1,5 @@
 /* aio.c: the asynchronous file writer (io_uring, else pwrite) under the pairwise logs and the checkpoints. */
+/* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <limits.h>
 #include <string.h>

@@ -1,4 +1,5 @@
 /* aio.h: the asynchronous file writer shared by the pairwise logs and the checkpoints: io_uring, else pwrite. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_AIO_H
 #define FTCC_AIO_H
 

@@ -1,4 +1,5 @@
 /* ckpt.c: running partial checkpoints (SCAR) of the sharded regions: enable, steps, priorities, partial restore (a round itself: ckpt_round.c). */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>

@@ -1,4 +1,5 @@
 /* ckpt.h: running partial checkpoints of sharded state: on-disk format, the writer's hooks, the reader. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_CKPT_H
 #define FTCC_CKPT_H
 

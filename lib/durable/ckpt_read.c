@@ -1,4 +1,5 @@
 /* ckpt_read.c: the checkpoint reader: journal parsing, block copies, verification (restore, ftcc-ckpt, tests). */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
 /* ckpt_round.c: one round of the running partial checkpoint: the blocks the strategy chooses, their asynchronous writes, the commit in order, and the journal that records it. */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>

@@ -1,4 +1,5 @@
 /* ckpt_writer.h: the running checkpoint writer's state, shared by ckpt.c (enable, steps, restore: the API) and ckpt_round.c (a round: choosing blocks, writing, committing, the journal). */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_CKPT_WRITER_H
 #define FTCC_CKPT_WRITER_H
 

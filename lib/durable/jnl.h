@@ -1,4 +1,5 @@
 /* jnl.h: the pairwise send/recv logs: record format, the writer (io_uring or pwrite) and the reader. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_JNL_H
 #define FTCC_JNL_H
 

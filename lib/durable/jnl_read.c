@@ -1,4 +1,5 @@
 /* jnl_read.c: the pairwise log's (journal's) reader: record checks, journal and payload verification, the last whole input. */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
 /* jnl_write.c: the pairwise log's (journal's) writer: batched journal records through io_uring or pwrite, and the mapped payload file. */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>

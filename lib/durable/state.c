@@ -1,4 +1,5 @@
 /* state.c: application state registered with ft_state_register, and its live transfer to a rank that rejoined. */
+/* SPDX-License-Identifier: MIT */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,4 +1,5 @@
 /* ctl.c: control links: the listener, connect and accept, the hello, message framing, reading and writing. */
+/* SPDX-License-Identifier: MIT */
 #include <poll.h>
 #include <stddef.h>
 #include <stdio.h>

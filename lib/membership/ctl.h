@@ -1,4 +1,5 @@
 /* ctl.h: control links: small TCP connections between ranks' detectors, opened with a hello, carrying framed messages. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_CTL_H
 #define FTCC_CTL_H
 

@@ -1,4 +1,5 @@
 /* detect.c: the failure detector's thread: heartbeats, the failed set and its notices, the next view's settle (its main-thread side: detect_api.c). */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>

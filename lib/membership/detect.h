@@ -1,4 +1,5 @@
 /* detect.h: the failure detector thread: heartbeats, the failed set and its notices, and the view that follows a failure. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_DETECT_H
 #define FTCC_DETECT_H
 

@@ -1,4 +1,5 @@
 /* detect_api.c: the failure detector from the main thread's side: create, start, destroy, and what it knows (pending, failed, await the view, adopted, suspect). */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>

@@ -1,4 +1,5 @@
 /* detect_thread.h: the failure detector's state, shared by its thread (detect.c) and the main thread's side (detect_api.c). */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_DETECT_THREAD_H
 #define FTCC_DETECT_THREAD_H
 

@@ -1,4 +1,5 @@
 /* inband.h: the in-band membership backend's own state and message codec, shared by its three files (member_inband.c: the protocol; inband_wire.c: the codec; inband_backend.c: the backend's operations). */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_INBAND_H
 #define FTCC_INBAND_H
 

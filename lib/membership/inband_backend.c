@@ -1,4 +1,5 @@
 /* inband_backend.c: the in-band membership's backend operations (open, publish, settle, lookup, depart, close), the launcher's word and the probes of a job's start. */
+/* SPDX-License-Identifier: MIT */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

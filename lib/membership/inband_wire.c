@@ -1,4 +1,5 @@
 /* inband_wire.c: the in-band membership's values and message codec: every field read is checked against the bytes the message holds, every allocation against the world's size. */
+/* SPDX-License-Identifier: MIT */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

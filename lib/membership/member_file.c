@@ -1,4 +1,5 @@
 /* member_file.c: the file rendezvous membership backend: member files, an exclusively created view file, stale entries. */
+/* SPDX-License-Identifier: MIT */
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>

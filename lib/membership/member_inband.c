@@ -1,4 +1,5 @@
 /* member_inband.c: the in-band membership's protocol: views settled among the ranks over control links (Paxos, quorums), no shared file system; its backend operations are in inband_backend.c, its codec in inband_wire.c. */
+/* SPDX-License-Identifier: MIT */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,5 @@
 /* membership.c: picks a membership backend, checks what it returns, and waits for a view to settle. */
+/* SPDX-License-Identifier: MIT */
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>

@@ -1,4 +1,5 @@
 /* membership.h: membership views, what a rank publishes, and the interface every membership backend implements. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_MEMBERSHIP_H
 #define FTCC_MEMBERSHIP_H
 

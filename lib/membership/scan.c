@@ -1,4 +1,5 @@
 /* scan.c: strict fields of the file rendezvous's one-line files (scan.h): whatever a file holds, a field is read whole and checked, or the line is refused. */
+/* SPDX-License-Identifier: MIT */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,4 +1,5 @@
 /* scan.h: strict fields of the one-line files the file rendezvous reads (views, member files, departure markers): exactly one space between fields, printable text, numbers in range. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_SCAN_H
 #define FTCC_SCAN_H
 

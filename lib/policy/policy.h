@@ -1,4 +1,5 @@
 /* policy.h: what a communicator does when a peer fails: the recovery policies behind one small interface. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_POLICY_H
 #define FTCC_POLICY_H
 

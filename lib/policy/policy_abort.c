@@ -1,4 +1,5 @@
 /* policy_abort.c: the abort policy (the vanilla ring): a failed peer ends the call and the communicator. */
+/* SPDX-License-Identifier: MIT */
 #include "comm.h"
 #include "policy.h"
 

@@ -1,4 +1,5 @@
 /* policy_rejoin.c: the rejoin policy (exact replay): survivors wait for the failed rank's new incarnation, which finishes the interrupted op from its log. */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>

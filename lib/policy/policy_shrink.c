@@ -1,4 +1,5 @@
 /* policy_shrink.c: the shrink policy (lossy forward): survivors settle a smaller view and finish the op among themselves. */
+/* SPDX-License-Identifier: MIT */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,5 @@
 /* auth.c: HMAC-SHA256, SHA-256, random nonces and constant-time compare from OpenSSL's libcrypto; the replay cache. */
+/* SPDX-License-Identifier: MIT */
 #include <pthread.h>
 #include <string.h>
 

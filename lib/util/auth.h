@@ -1,4 +1,5 @@
 /* auth.h: proving the job's token without sending it: HMAC-SHA256 and nonces (libcrypto), a replay cache. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_AUTH_H
 #define FTCC_AUTH_H
 

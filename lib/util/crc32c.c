@@ -1,4 +1,5 @@
 /* crc32c.c: CRC-32C, by the SSE4.2 crc32 instruction when the CPU has it, else by slice-by-8 tables. */
+/* SPDX-License-Identifier: MIT */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>

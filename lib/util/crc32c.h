@@ -1,4 +1,5 @@
 /* crc32c.h: CRC-32C (Castagnoli) of frames and log records. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_CRC32C_H
 #define FTCC_CRC32C_H
 

@@ -1,4 +1,5 @@
 /* error.c: names and messages of ftcc's error codes. */
+/* SPDX-License-Identifier: MIT */
 #include <string.h>
 
 #include "ftcc.h"

@@ -1,4 +1,5 @@
 /* fault.c: parsing FTCC_FAULT and acting on it: kill, hang or drop links at an exact point. */
+/* SPDX-License-Identifier: MIT */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,5 @@
 /* fault.h: failure injection at exact points of a collective (FTCC_FAULT). */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_FAULT_H
 #define FTCC_FAULT_H
 

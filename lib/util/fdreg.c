@@ -1,4 +1,5 @@
 /* fdreg.c: the registry of the library's own descriptors and the fork child handler that closes them. */
+/* SPDX-License-Identifier: MIT */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>

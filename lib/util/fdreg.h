@@ -1,4 +1,5 @@
 /* fdreg.h: the registry of the library's own descriptors, closed in a child forked after ft_init. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_FDREG_H
 #define FTCC_FDREG_H
 

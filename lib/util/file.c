@@ -1,4 +1,5 @@
 /* file.c: the check that a per-user directory in a shared place is this user's alone. */
+/* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <limits.h>
 #include <string.h>

@@ -1,4 +1,5 @@
 /* file.h: per-user directories the library makes in shared places (/tmp, /dev/shm), checked private; the one mkdir -p and the one whole write. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_FILE_H
 #define FTCC_FILE_H
 

@@ -1,4 +1,5 @@
 /* internal.h: what every ftcc source file shares: export marker, logging, clocks. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_INTERNAL_H
 #define FTCC_INTERNAL_H
 

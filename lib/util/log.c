@@ -1,4 +1,5 @@
 /* log.c: leveled diagnostics on stderr, prefixed with the rank. */
+/* SPDX-License-Identifier: MIT */
 #include <stdarg.h>
 #include <stdio.h>
 #include <unistd.h>

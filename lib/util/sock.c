@@ -1,4 +1,5 @@
 /* sock.c: socket helpers shared by the TCP transport and the control links: where to listen, listen, resolve, connect, tune, write. */
+/* SPDX-License-Identifier: MIT */
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>

@@ -1,4 +1,5 @@
 /* sock.h: socket helpers shared by the TCP transport and the control links. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_SOCK_H
 #define FTCC_SOCK_H
 

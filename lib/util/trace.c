@@ -1,4 +1,5 @@
 /* trace.c: the per-communicator event trace (FTCC_TRACE): Chrome trace-event JSON, one file per rank. */
+/* SPDX-License-Identifier: MIT */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>

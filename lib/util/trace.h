@@ -1,4 +1,5 @@
 /* trace.h: the per-communicator event trace (FTCC_TRACE), in Chrome trace-event JSON for Perfetto. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_TRACE_H
 #define FTCC_TRACE_H
 

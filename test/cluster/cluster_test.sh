@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # cluster_test.sh BUILD_DIR: ftcc across 4 namespace hosts x 2 ranks: correct results over tcp and libfabric, a whole host killed under shrink, with file and in-band membership; in-band, a silent link-down and partitions.
 #
 # Each row but linkdown and part is a real mpirun job (test/cluster/netns.sh mpirun) with no

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # netns.sh DIR COMMAND [ARGS]: a cluster of "hosts" made of Linux network namespaces, for tests across hosts on one machine.
 #
 # A cluster of N hosts (2..9) is N network namespaces PREFIX-h1..hN, each with

@@ -1,4 +1,5 @@
 /* part_rank.c: a rank program for the cluster test's link-down and partition rows: in-place allreduces checked exactly over the current members. */
+/* SPDX-License-Identifier: MIT */
 
 /*
  *   part_rank SECONDS COUNT

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # rsh-agent.sh DIR HOST COMMAND...: Open MPI's remote shell (plm_rsh_agent) for a netns.sh cluster: runs COMMAND in the host whose address is HOST.
 #
 # mpirun calls its agent as it would call ssh: the host from its hostfile,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """selftest.py DIR: checks a netns.sh cluster: reachability, a silent link down, partitions, healing.
 
 One process opens sockets in every host's network namespace (setns in this

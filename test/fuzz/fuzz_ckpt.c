@@ -1,4 +1,5 @@
 /* fuzz_ckpt.c: feeds arbitrary bytes to the checkpoint journal reader (ft__ckpt_parse). */
+/* SPDX-License-Identifier: MIT */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

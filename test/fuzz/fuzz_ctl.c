@@ -1,4 +1,5 @@
 /* fuzz_ctl.c: feeds arbitrary bytes to a control link over a socketpair: the hello, its ACK, every message's framing. */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,5 @@
 /* fuzz_frame.c: feeds arbitrary bytes to the data link's checks (transports/wire.c): frame headers, hellos, hello ACKs, as a stream of them. */
+/* SPDX-License-Identifier: MIT */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

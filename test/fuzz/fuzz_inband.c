@@ -1,4 +1,5 @@
 /* fuzz_inband.c: feeds arbitrary messages to the in-band membership's own handlers, the rank in a state the input picks. */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>

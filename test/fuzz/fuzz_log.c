@@ -1,4 +1,5 @@
 /* fuzz_log.c: feeds arbitrary bytes to the log reader: an afl++ harness (persistent, shared-memory input) and, built with a plain compiler, a replay driver for files. */
+/* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

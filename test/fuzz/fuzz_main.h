@@ -1,4 +1,5 @@
 /* fuzz_main.h: the main() every harness but fuzz_log shares: afl++ persistent mode, or, built with a plain compiler, a replay driver for files. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_FUZZ_MAIN_H
 #define FTCC_FUZZ_MAIN_H
 

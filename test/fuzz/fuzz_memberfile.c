@@ -1,4 +1,5 @@
 /* fuzz_memberfile.c: feeds arbitrary bytes to the file rendezvous's readers (lib/membership/member_file.c): view files, member files, left- markers. */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
 /* fuzz_store.c: feeds arbitrary bytes to the address store's join parser and to its client's reader of the store's answers. */
+/* SPDX-License-Identifier: MIT */
 #include <ctype.h>
 #include <fcntl.h>
 #include <stdint.h>

@@ -1,4 +1,5 @@
 /* gen_corpus.c: writes the seed corpus of fuzz_log: real journals from the writer, whole, torn and flipped. */
+/* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 # seeds.py: writes the small hand-made seeds of test/fuzz/corpus/<name>/ (all but log's, which gen_corpus.c makes from the writer).
 import os
 import struct

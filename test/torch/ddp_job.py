@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """ddp_job.py STEPS: one rank of a DDP job under ftcc-run (FTCC_RANK, FTCC_POLICY set by
 the test): an MLP on synthetic data chosen by step and rank, SGD with momentum, ftcc's comm
 hook and TrainState; prints each step's contributors and the final model's digest."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """launcher_job.py [STORE]: one rank under torchrun (env://) or mpirun (file://STORE, Open MPI's
 rank variables): an all_reduce over ftcc checked, then "rank R of N ok"."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_torch.py: the ftcc torch.distributed backend, multi-process jobs under deadlines (pytest).
 
 Each test starts SIZE processes of worker.py (Debian's /usr/bin/python3,

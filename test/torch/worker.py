@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """worker.py SCENARIO RANK SIZE STOREFILE: one rank of a pytest job (test_torch.py) on the ftcc backend.
 
 Each scenario checks what it does against a reference computed here, and

@@ -1,4 +1,5 @@
 /* bell.c: a futex word in a memfd page that the other processes on this host map and ring. */
+/* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>

@@ -1,4 +1,5 @@
 /* conn.c: connect and accept over libfabric: addresses, the hello and its answer, MSG connection events. */
+/* SPDX-License-Identifier: MIT */
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
 /* cq.c: libfabric completions dispatched to their links and ops, and the event queue the engine reads. */
+/* SPDX-License-Identifier: MIT */
 #include <stdlib.h>
 #include <string.h>
 

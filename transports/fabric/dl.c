@@ -1,4 +1,5 @@
 /* dl.c: libfabric loaded when a fabric transport is first opened (fabric.h says why), and the functions it exports. */
+/* SPDX-License-Identifier: MIT */
 #include <dlfcn.h>
 #include <stdio.h>
 

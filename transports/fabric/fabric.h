@@ -1,4 +1,5 @@
 /* fabric.h: the libfabric transport's private header: its structs, tags and the functions its files share. */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_FABRIC_H
 #define FTCC_FABRIC_H
 

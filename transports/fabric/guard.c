@@ -1,4 +1,5 @@
 /* guard.c: frees the shm region locks that a killed process left held. */
+/* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

@@ -1,4 +1,5 @@
 /* link.c: a libfabric link: its state machine, the frames the engine posts, close and abort. */
+/* SPDX-License-Identifier: MIT */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

@@ -1,4 +1,5 @@
 /* mr.c: the libfabric registration cache, for providers that want FI_MR_LOCAL. */
+/* SPDX-License-Identifier: MIT */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>

@@ -1,4 +1,5 @@
 /* open.c: opening and closing a libfabric transport, and its operations table. */
+/* SPDX-License-Identifier: MIT */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
 /* post.c: what a libfabric link hands to the provider: the op pool, sends, receives, control messages. */
+/* SPDX-License-Identifier: MIT */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,4 +1,5 @@
 /* progress.c: libfabric progress and waiting (wait fds, bell, back-off), and the transports of this process. */
+/* SPDX-License-Identifier: MIT */
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>

@@ -1,4 +1,5 @@
 /* provider.c: which libfabric provider and endpoint type a transport opens. */
+/* SPDX-License-Identifier: MIT */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,5 @@
 /* shm.c: libfabric peers on this host: pid liveness, shm region cleanup, stale regions, the SAR yield. */
+/* SPDX-License-Identifier: MIT */
 #include <dirent.h>
 #include <poll.h>
 #include <signal.h>

@@ -1,4 +1,5 @@
 /* tcp.c: the TCP transport: nonblocking sockets on one epoll set, framed links with checked headers. */
+/* SPDX-License-Identifier: MIT */
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
 /* tcp.h: the TCP transport's state, shared by its two files (tcp.c: open, the data path, close; tcp_conn.c: connect, accept and the handshake). */
+/* SPDX-License-Identifier: MIT */
 #ifndef FTCC_TCP_H
 #define FTCC_TCP_H
 

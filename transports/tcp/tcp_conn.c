@@ -1,4 +1,5 @@
 /* tcp_conn.c: the TCP transport's links made: connect, accept, the handshake (hello, challenge, proof) and the connections short of it. */
+/* SPDX-License-Identifier: MIT */
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """ftcc.torch: ftcc as a torch.distributed backend.
 
     import ftcc.torch
