@@ -131,24 +131,36 @@ static void expect_view(const struct ft__view *v, const int *members, int size, 
 			     v->members[i], members[i]);
 }
 
-/* Generation 0 among all n ranks; returns its nonce. */
-static uint64_t start(int size)
+/* Generation 0 among the n ranks opened: every one settles all of them, with one nonce (returned). */
+static uint64_t first_view(void)
 {
 	int all[N_MAX], rc[N_MAX];
 	struct ft__view v[N_MAX];
+	uint64_t nonce;
 
-	job(size);
 	for (int r = 0; r < n; r++) {
 		all[r] = r;
 		publish(r, 0, 0);
 	}
 	settle_all(all, n, all, n, 0, false, rc, v);
-	for (int r = 0; r < n; r++) {
+	for (int r = 0; r < n; r++)
 		cr_assert_eq(rc[r], 1, "rank %d: generation 0 not settled (%d)", r, rc[r]);
+	nonce = v[0].nonce;
+	for (int r = 0; r < n; r++) {
 		expect_view(&v[r], all, n, "generation 0");
-		cr_assert_eq(v[r].nonce, v[0].nonce);
+		cr_assert_eq(v[r].nonce, nonce);
 		ft__view_free(&v[r]);
 	}
+	return nonce;
+}
+
+/* A job of size ranks from a peer list, and its generation 0; returns its nonce. */
+static uint64_t start(int size)
+{
+	uint64_t nonce;
+
+	job(size);
+	nonce = first_view();
 	/* every rank knows every address from generation 0 on */
 	for (int r = 0; r < n; r++)
 		for (int q = 0; q < n; q++) {
@@ -158,7 +170,7 @@ static uint64_t start(int size)
 			snprintf(want, sizeof(want), "127.0.0.1:%d", 7000 + q);
 			cr_assert_str_eq(m.addr, want);
 		}
-	return v[0].nonce;
+	return nonce;
 }
 
 TestSuite(inband, .init = quiet, .fini = end_job);
@@ -585,13 +597,11 @@ static void *open_from_store(void *arg)
 static void store_job(int size)
 {
 	pthread_t t[N_MAX];
-	int all[N_MAX], rc[N_MAX];
-	struct ft__view v[N_MAX];
 
 	n = size;
 	sv.world = (uint32_t)size;
-	cr_assert_eq(ft__store_server_open(&sv.s, "127.0.0.1", "0", "tok", 0, say_nothing, NULL, sv.addr,
-				sizeof(sv.addr)), 0);
+	cr_assert_eq(ft__store_server_open(&sv.s, "127.0.0.1", "0", "tok", 0, say_nothing, NULL,
+					   sv.addr, sizeof(sv.addr)), 0);
 	cr_assert_eq(pthread_create(&sv_thread, NULL, serve, &sv), 0);
 	for (int r = 0; r < n; r++)
 		cr_assert_eq(pthread_create(&t[r], NULL, open_from_store, (void *)(intptr_t)r), 0);
@@ -601,15 +611,7 @@ static void store_job(int size)
 		cr_assert_eq((int)(intptr_t)orc, 0, "rank %d: open", r);
 		open_[r] = true;
 	}
-	for (int r = 0; r < n; r++) {
-		all[r] = r;
-		publish(r, 0, 0);
-	}
-	settle_all(all, n, all, n, 0, false, rc, v);
-	for (int r = 0; r < n; r++) {
-		cr_assert_eq(rc[r], 1, "rank %d: generation 0 not settled (%d)", r, rc[r]);
-		ft__view_free(&v[r]);
-	}
+	(void)first_view();
 }
 
 static void end_store_job(void)
