@@ -26,31 +26,23 @@ comma := ,
 pc_exists = $(shell $(PKG_CONFIG) --exists $(1) 2>/dev/null && echo 1)
 pc_found = $(shell command -v $(PKG_CONFIG) 2>/dev/null)
 pc_missing = $(if $(pc_found),pkg-config cannot find $(1),$(PKG_CONFIG) is not installed) (install $(if $(pc_found),,pkg-config and )$(2)$(comma) or run make deps)
-ifeq ($(origin HAVE_FABRIC),undefined)
-HAVE_FABRIC := $(if $(FABRIC_SRC),$(call pc_exists,libfabric))
-NO_FABRIC := $(if $(FABRIC_SRC),$(call pc_missing,libfabric,libfabric-dev),no transports/fabric sources in this tree)
+# $(call detect,PART,pkg-config module,Debian package): HAVE_PART and NO_PART,
+# unless HAVE_PART was set on the command line.
+define detect
+ifeq ($$(origin HAVE_$(1)),undefined)
+HAVE_$(1) := $$(call pc_exists,$(2))
+NO_$(1) := $$(call pc_missing,$(2),$(3))
 else
-NO_FABRIC := HAVE_FABRIC=$(HAVE_FABRIC) was set by hand
+NO_$(1) := HAVE_$(1)=$$(HAVE_$(1)) was set by hand
 endif
-ifeq ($(origin HAVE_URING),undefined)
-HAVE_URING := $(call pc_exists,liburing)
-NO_URING := $(call pc_missing,liburing,liburing-dev)
-else
-NO_URING := HAVE_URING=$(HAVE_URING) was set by hand
-endif
-
-ifeq ($(origin HAVE_PMIX),undefined)
-HAVE_PMIX := $(call pc_exists,pmix)
-NO_PMIX := $(call pc_missing,pmix,libpmix-dev)
-else
-NO_PMIX := HAVE_PMIX=$(HAVE_PMIX) was set by hand
-endif
-
-ifeq ($(origin HAVE_ZLIB),undefined)
-HAVE_ZLIB := $(call pc_exists,zlib)
-NO_ZLIB := $(call pc_missing,zlib,zlib1g-dev)
-else
-NO_ZLIB := HAVE_ZLIB=$(HAVE_ZLIB) was set by hand
+endef
+$(eval $(call detect,FABRIC,libfabric,libfabric-dev))
+$(eval $(call detect,URING,liburing,liburing-dev))
+$(eval $(call detect,PMIX,pmix,libpmix-dev))
+$(eval $(call detect,ZLIB,zlib,zlib1g-dev))
+ifeq ($(FABRIC_SRC),)
+HAVE_FABRIC :=
+NO_FABRIC := no transports/fabric sources in this tree
 endif
 
 # The torch.distributed backend (bindings/torch/): built against Debian's
@@ -161,37 +153,40 @@ $(SHARED): $(LIB_OBJ)
 	$(CC) -shared -Wl,-z,defs -Wl,-soname,$(SONAME) -o $@ $^ $(LIB_LDLIBS) $(LDFLAGS)
 	ln -sf libftcc.so $(B)/$(SONAME)
 
+# One link rule for every program: the C sources among its prerequisites, the
+# static library, and what a target adds (PROG_CFLAGS, PROG_LIBS: target-specific).
+define LINK_PROG
+@mkdir -p $(dir $@)
+$(CC) $(ALL_CFLAGS) $(PROG_CFLAGS) -o $@ $(filter %.c,$^) $(STATIC) $(LIB_LDLIBS) $(PROG_LIBS) $(LDFLAGS)
+endef
+
 # ftcc-run serves the address store: its server, and lib's messages and sockets.
 # ftcc-run: the loop (ftcc-run.c) and its parts, by job
 RUN_SRC := tools/run_args.c tools/run_env.c tools/run_output.c
 $(B)/ftcc-run: tools/ftcc-run.c $(RUN_SRC) tools/ftcc-run.h tools/store_server.c $(STATIC) $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ tools/ftcc-run.c $(RUN_SRC) tools/store_server.c $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(LINK_PROG)
 
 $(B)/ftcc-log: tools/ftcc-log.c $(STATIC) $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(LINK_PROG)
 
 $(B)/ftcc-ckpt: tools/ftcc-ckpt.c $(STATIC) $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(LINK_PROG)
 
 $(B)/examples/%: examples/%.c $(STATIC) $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(LINK_PROG)
 
+$(ZLIB_EXAMPLES): PROG_LIBS = -lz
 $(ZLIB_EXAMPLES): examples/train_fmnist.c $(STATIC) $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) -lz $(LDFLAGS)
+	$(LINK_PROG)
 
 $(B)/ftbench: bench/ftbench.c bench/bench_common.h $(STATIC) $(FLAGS)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(LINK_PROG)
 
 $(B)/recovery_bench: bench/recovery_bench.c $(STATIC) $(FLAGS)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(LINK_PROG)
 
 $(B)/rejoin_bench: bench/rejoin_bench.c $(STATIC) $(FLAGS)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(LINK_PROG)
 
 # Peer drivers for the comparison (built only by bench-compare).
 $(B)/gloo_bench: bench/gloo_bench.cc bench/bench_common.h
@@ -199,29 +194,28 @@ $(B)/gloo_bench: bench/gloo_bench.cc bench/bench_common.h
 $(B)/mpi_bench: bench/mpi_bench.c bench/bench_common.h
 	mpicc.openmpi $(ALL_CFLAGS) -o $@ $<
 
+# Criterion tests: test/test_*.c (the rank programs beside them link no Criterion)
+TEST_PROG_CFLAGS := -Wno-missing-prototypes
+$(B)/test/test_%: PROG_CFLAGS = $(TEST_PROG_CFLAGS)
+$(B)/test/test_%: PROG_LIBS = -lcriterion
 $(B)/test/%: test/%.c $(STATIC) test/testutil.h $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LIB_LDLIBS) -lcriterion $(LDFLAGS)
+	$(LINK_PROG)
 
 # The store in-process: where its allocations can fail (test/test_store.c), and as
 # ftcc-run serves in-band membership (test/test_inband.c).
+$(B)/test/test_inband $(B)/test/test_store: PROG_CFLAGS = $(TEST_PROG_CFLAGS) -Itools
+$(B)/test/test_store: PROG_LIBS = -lcriterion -Wl,--wrap=malloc,--wrap=free
 $(B)/test/test_inband: test/test_inband.c test/served.h tools/store_server.c $(STATIC) test/testutil.h $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -Itools -o $@ $< tools/store_server.c \
-		$(STATIC) $(LIB_LDLIBS) -lcriterion $(LDFLAGS)
+	$(LINK_PROG)
 
 $(B)/test/test_store: test/test_store.c test/served.h tools/store_server.c $(STATIC) $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -Itools -o $@ $< tools/store_server.c \
-		$(STATIC) $(LIB_LDLIBS) -lcriterion $(LDFLAGS) -Wl,--wrap=malloc,--wrap=free
+	$(LINK_PROG)
 
 $(B)/test/boot_rank: test/boot_rank.c $(STATIC) $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(LINK_PROG)
 
 $(B)/test/fork_rank: test/fork_rank.c $(STATIC) $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(LINK_PROG)
 
 # The PyTorch backend: $(B)/python/ftcc (PYTHONPATH=$(B)/python; import ftcc.torch).
 TORCH_PY_SRC := $(wildcard bindings/torch/ftcc/*.py)
@@ -256,13 +250,11 @@ $(B)/test/boot_rank_mpi: test/boot_rank.c $(STATIC) $(FLAGS)
 
 # A rank program for make tsan: no Criterion (its runner cannot start under TSan).
 $(B)/test/tsan_rank: test/tsan_rank.c $(STATIC) $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(LINK_PROG)
 
 # The cluster test's link-down and partition rank program.
 $(B)/test/part_rank: test/cluster/part_rank.c $(STATIC) $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(LINK_PROG)
 
 deps:
 	@scripts/deps.sh
@@ -311,8 +303,7 @@ $(B)/fuzz/fuzz_%_afl: test/fuzz/fuzz_%.c test/fuzz/fuzz_main.h $(B)/fuzz/libftcc
 fuzz-afl: $(FUZZ_NAMES:%=$(B)/fuzz/fuzz_%_afl)
 
 $(B)/fuzz/gen_corpus: test/fuzz/gen_corpus.c $(STATIC) $(FLAGS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LIB_LDLIBS) $(LDFLAGS)
+	$(LINK_PROG)
 
 fuzz-corpus: $(B)/fuzz/gen_corpus
 	$(B)/fuzz/gen_corpus test/fuzz/corpus/log
