@@ -154,10 +154,11 @@ $(SHARED): $(LIB_OBJ)
 	ln -sf libftcc.so $(B)/$(SONAME)
 
 # One link rule for every program: the C sources among its prerequisites, the
-# static library, and what a target adds (PROG_CFLAGS, PROG_LIBS: target-specific).
+# static library (and objects), and what a target adds (PROG_CFLAGS, PROG_LIBS:
+# target-specific).
 define LINK_PROG
 @mkdir -p $(dir $@)
-$(CC) $(ALL_CFLAGS) $(PROG_CFLAGS) -o $@ $(filter %.c,$^) $(STATIC) $(LIB_LDLIBS) $(PROG_LIBS) $(LDFLAGS)
+$(CC) $(ALL_CFLAGS) $(PROG_CFLAGS) -o $@ $(filter %.c %.o,$^) $(STATIC) $(LIB_LDLIBS) $(PROG_LIBS) $(LDFLAGS)
 endef
 
 # ftcc-run serves the address store: its server, and lib's messages and sockets.
@@ -198,14 +199,19 @@ $(B)/mpi_bench: bench/mpi_bench.c bench/bench_common.h
 TEST_PROG_CFLAGS := -Wno-missing-prototypes
 $(B)/test/test_%: PROG_CFLAGS = $(TEST_PROG_CFLAGS)
 $(B)/test/test_%: PROG_LIBS = -lcriterion
-$(B)/test/%: test/%.c $(STATIC) test/testutil.h $(FLAGS)
+$(B)/test/%: test/%.c $(STATIC) $(FLAGS)
 	$(LINK_PROG)
+# the Criterion tests' helpers (test/testutil.c), compiled once
+$(TESTS): $(B)/test/testutil.o
+$(B)/test/testutil.o: test/testutil.c test/testutil.h $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # The store in-process: where its allocations can fail (test/test_store.c), and as
 # ftcc-run serves in-band membership (test/test_inband.c).
 $(B)/test/test_inband $(B)/test/test_store: PROG_CFLAGS = $(TEST_PROG_CFLAGS) -Itools
 $(B)/test/test_store: PROG_LIBS = -lcriterion -Wl,--wrap=malloc,--wrap=free
-$(B)/test/test_inband: test/test_inband.c test/served.h tools/store_server.c $(STATIC) test/testutil.h $(FLAGS)
+$(B)/test/test_inband: test/test_inband.c test/served.h tools/store_server.c $(STATIC) $(FLAGS)
 	$(LINK_PROG)
 
 $(B)/test/test_store: test/test_store.c test/served.h tools/store_server.c $(STATIC) $(FLAGS)
