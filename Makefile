@@ -326,7 +326,7 @@ test: deps deps-torch
 # The edit loop's subset (a minute or so): unit tests of one process, and
 # the parsers' corpora; make test runs everything.
 CHECK_TESTS := $(addprefix $(B)/test/,test_config test_reduce test_schedule test_crc32c \
-	test_wire test_file test_token test_inband_codec test_inband test_log test_membership \
+	test_wire test_tcp test_fabric_link test_file test_token test_inband_codec test_inband test_log test_membership \
 	test_store test_sock test_fault test_trace)
 check:
 	$(MAKE) all $(CHECK_TESTS) $(FUZZ_REPLAY)
