@@ -106,11 +106,9 @@ VERSION := $(call version_part,MAJOR).$(call version_part,MINOR).$(call version_
 SONAME := libftcc.so.$(call version_part,MAJOR)
 TOOLS := $(B)/ftcc-run $(B)/ftcc-log $(B)/ftcc-ckpt
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
-# The Fashion-MNIST training example reads the gzipped data set with zlib.
-ZLIB_EXAMPLES := $(B)/examples/train_fmnist
-ifneq ($(HAVE_ZLIB),1)
-EXAMPLES := $(filter-out $(ZLIB_EXAMPLES),$(EXAMPLES))
-endif
+# The recovery experiment's harness (experiments/: make experiment) reads the
+# gzipped Fashion-MNIST data set with zlib.
+EXPERIMENTS := $(if $(filter 1,$(HAVE_ZLIB)),$(B)/experiments/train_fmnist)
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
 # Programs the tests run: a rank that builds the address book, and the same
@@ -121,7 +119,7 @@ TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mp
 	$(B)/test/fork_rank
 
 .PHONY: all lib tools torch deps-torch torch-demo examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
-all: lib tools examples $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
+all: lib tools examples $(EXPERIMENTS) $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOLS)
@@ -134,7 +132,7 @@ $(FLAGS): FORCE
 	@$(if $(filter 1,$(HAVE_FABRIC)),,echo 'ftcc: building without the libfabric transport: $(NO_FABRIC)')
 	@$(if $(filter 1,$(HAVE_URING)),,echo 'ftcc: building without io_uring (logs will use pwrite): $(NO_URING)')
 	@$(if $(filter 1,$(HAVE_PMIX)),,echo 'ftcc: building without PMIx (bootstrap "pmix" will fail with FT_ENOSYS): $(NO_PMIX)')
-	@$(if $(filter 1,$(HAVE_ZLIB)),,echo 'ftcc: building without examples/train_fmnist: $(NO_ZLIB)')
+	@$(if $(filter 1,$(HAVE_ZLIB)),,echo 'ftcc: building without experiments/train_fmnist (make experiment): $(NO_ZLIB)')
 	@$(if $(filter 1,$(HAVE_TORCH)),,echo 'ftcc: building without the PyTorch backend (bindings/torch): $(NO_TORCH)')
 	@printf '%s\n' '$(subst ','\'',$(FLAGS_TEXT))' > $(FLAGS).new; \
 	if cmp -s $(FLAGS).new $(FLAGS); then rm -f $(FLAGS).new; else \
@@ -176,8 +174,8 @@ $(B)/ftcc-ckpt: tools/ftcc-ckpt.c $(STATIC) $(FLAGS)
 $(B)/examples/%: examples/%.c $(STATIC) $(FLAGS)
 	$(LINK_PROG)
 
-$(ZLIB_EXAMPLES): PROG_LIBS = -lz
-$(ZLIB_EXAMPLES): examples/train_fmnist.c $(STATIC) $(FLAGS)
+$(B)/experiments/train_fmnist: PROG_LIBS = -lz
+$(B)/experiments/train_fmnist: experiments/train_fmnist.c $(wildcard experiments/*.h) $(STATIC) $(FLAGS)
 	$(LINK_PROG)
 
 $(B)/ftbench: bench/ftbench.c bench/bench_common.h $(STATIC) $(FLAGS)

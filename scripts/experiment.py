@@ -24,7 +24,7 @@ B = sys.argv[1]
 OUT = sys.argv[2]
 FULL = os.environ.get("EXPERIMENT_FULL", "") not in ("", "0")
 RUN = os.path.join(B, "ftcc-run")
-PROG = os.path.join(B, "examples", "train_fmnist")
+PROG = os.path.join(B, "experiments", "train_fmnist")
 WORLD = 4
 
 # ---- configuration -------------------------------------------------------------
@@ -670,7 +670,7 @@ per embedding row, scores = accesses (rows with a non-zero averaged gradient)
 since the block was last saved. Its steps are short (about 1 ms), so a round of
 1,000 small blocks weighs more there. Lossy forward loses one rank's data for
 the rest of the run (the survivors average among themselves), as in paper 002.
-The whole-job restart uses an application checkpoint (examples/app_ckpt.h, the
+The whole-job restart uses an application checkpoint (experiments/app_ckpt.h, the
 same full rounds), because ftcc's checkpoint is bound to the run that wrote it
 (its job nonce): a new run of the job starts afresh.
 """
