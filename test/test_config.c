@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "config.h"
 #include "ftcc.h"
 #include "transport.h"
 #include "internal.h"
@@ -1245,3 +1246,113 @@ Test(config, auth_setting, .timeout = 20)
 	expect_bad("FTCC_AUTH", "off", "not none");
 	clean_env();
 }
+
+/* ---- the table of every variable (lib/bootstrap/config.c) ---- */
+
+/* name=value is refused: by ft_config_from_env (its message names it) or, for a
+ * transport's knob, by ft__config_tp_env at ft_init. */
+static void expect_refused(const char *name, const char *value, const char *what)
+{
+	struct ft_config cfg;
+	struct ft__tp_env e;
+	char err[512] = "";
+	int rc;
+
+	base_env();
+	set(name, value);
+	rc = ft_config_from_env(&cfg, err, sizeof(err));
+	if (rc == 0) {
+		rc = ft__config_tp_env(&cfg, &e);
+	} else {
+		cr_expect_neq(strstr(err, name), NULL, "%s (%s): message '%s' does not name it",
+			      name, what, err);
+	}
+	cr_expect_eq(rc, -FT_ECONFIG, "%s='%.40s' (%s): got %s, want FT_ECONFIG", name, value,
+		     what, ft_err_name(rc));
+	clean_env();
+}
+
+/* Every entry refuses what is outside its kind and range, and no entry is unknown. */
+Test(config, every_variable_refuses_what_is_out_of_range, .timeout = 60)
+{
+	char v[64];
+	char *longer = repeat('a', 70000);
+	size_t n = ft__config_var_count();
+
+	cr_assert_gt(n, 30, "the table has %zu variables", n);
+	for (size_t i = 0; i < n; i++) {
+		long lo, hi;
+		int kind;
+		const char *name = ft__config_var_name(i, &lo, &hi, &kind);
+
+		cr_assert_not_null(name);
+		cr_expect_eq(strncmp(name, "FTCC_", 5), 0, "%s", name);
+		switch (kind) {
+		case 'i':
+		case 'z':
+			snprintf(v, sizeof(v), "%ld", lo - 1);
+			expect_refused(name, v, "below its range");
+			snprintf(v, sizeof(v), "%ld", hi + 1);
+			expect_refused(name, v, "above its range");
+			expect_refused(name, "12x", "not a number");
+			break;
+		case 'e':
+		case 'l':
+			expect_refused(name, "no-such-value", "not one of its names");
+			break;
+		case 's':
+			expect_refused(name, longer, "too long");
+			break;
+		default:
+			cr_expect_eq(kind, 'b', "%s: kind %c", name, kind);
+		}
+	}
+	cr_expect_null(ft__config_var_name(n, &(long){0}, &(long){0}, &(int){0}));
+	free(longer);
+}
+
+/* The README's environment table names exactly the table's variables. */
+Test(config, readme_names_exactly_the_variables, .timeout = 20)
+{
+	FILE *f = fopen("README.md", "r");
+	char line[4096];
+	bool in_env = false, seen[128] = {false};
+	size_t n = ft__config_var_count();
+	int rows = 0;
+
+	cr_assert_not_null(f, "README.md (tests run from the source tree's top)");
+	cr_assert_lt(n, sizeof(seen));
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (strncmp(line, "## ", 3) == 0)
+			in_env = strcmp(line, "## Environment\n") == 0;
+		if (!in_env || strncmp(line, "| `", 3) != 0)
+			continue;
+		/* the first column: one or more `FTCC_...` names */
+		char *end = strchr(line + 1, '|');
+		cr_assert_not_null(end);
+		*end = '\0';
+		rows++;
+		for (char *p = strstr(line, "`FTCC_"); p != NULL; p = strstr(p + 1, "`FTCC_")) {
+			size_t len = strcspn(p + 1, "`");
+			bool known = false;
+			for (size_t i = 0; i < n; i++) {
+				long lo, hi;
+				int kind;
+				const char *name = ft__config_var_name(i, &lo, &hi, &kind);
+				if (strlen(name) == len && strncmp(name, p + 1, len) == 0)
+					known = seen[i] = true;
+			}
+			cr_expect(known, "README names %.*s, which the table does not hold", (int)len,
+				  p + 1);
+		}
+	}
+	fclose(f);
+	cr_expect_gt(rows, 20, "the README's environment table: %d rows", rows);
+	for (size_t i = 0; i < n; i++) {
+		long lo, hi;
+		int kind;
+		cr_expect(seen[i], "%s is in the table but not in the README's",
+			  ft__config_var_name(i, &lo, &hi, &kind));
+	}
+}
+

@@ -555,6 +555,21 @@ Test(launcher, help, .timeout = 20)
 	run_free(&r);
 }
 
+/* --params: every variable ftcc reads, with its value here; the token only as set. */
+Test(launcher, params, .timeout = 20)
+{
+	struct run r;
+
+	run(&r, (const char *const[]){ "FTCC_POLICY=shrink", "FTCC_TOKEN=do-not-print-me", NULL },
+	    (const char *const[]){ "--params", NULL });
+	cr_assert_eq(r.status, 0, DUMP(r));
+	cr_expect(strstr(r.text[0], "FTCC_POLICY              shrink"), DUMP(r));
+	cr_expect(strstr(r.text[0], "FTCC_DETECT_TIMEOUT_MS   (unset)"), DUMP(r));
+	cr_expect(strstr(r.text[0], "FTCC_TOKEN               (set)"), DUMP(r));
+	cr_expect_null(strstr(r.text[0], "do-not-print-me"), DUMP(r));
+	run_free(&r);
+}
+
 Test(launcher, missing_program, .timeout = 20)
 {
 	struct run r;

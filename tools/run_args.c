@@ -27,6 +27,7 @@
 #include "ftcc.h"
 #include "sock.h"
 #include "store_server.h"
+#include "config.h"
 #include "ftcc-run.h"
 
 static const struct {
@@ -83,6 +84,8 @@ static void usage(FILE *f)
 	      "                        a store alone takes joins only from ranks that prove\n"
 	      "                        FTCC_TOKEN, which must be set to the ranks' token\n"
 	      "                        (FTCC_AUTH=none: no token, anyone may join; a warning)\n"
+	      "      --params          print every FTCC_* variable ftcc reads: its value here,\n"
+	      "                        its default and what it means; then exit\n"
 	      "  -h, --help            show this help\n"
 	      "\n"
 	      "Environment of each rank: FTCC_RANK, FTCC_WORLD_SIZE, FTCC_INCARNATION (0, +1 on\n"
@@ -196,7 +199,7 @@ static void parse_kill(const char *spec, struct kill_event *ev)
 
 enum {
 	OPT_RESTART = 256, OPT_MAX_RESTARTS, OPT_KILL, OPT_TIMEOUT, OPT_TAG, OPT_IGNORE_KILLED,
-	OPT_STORE
+	OPT_STORE, OPT_PARAMS
 };
 
 void parse_args(int argc, char **argv, struct options *o)
@@ -210,6 +213,7 @@ void parse_args(int argc, char **argv, struct options *o)
 		{ "tag", no_argument, NULL, OPT_TAG },
 		{ "ignore-killed", no_argument, NULL, OPT_IGNORE_KILLED },
 		{ "store", required_argument, NULL, OPT_STORE },
+		{ "params", no_argument, NULL, OPT_PARAMS },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -263,6 +267,9 @@ void parse_args(int argc, char **argv, struct options *o)
 		case OPT_STORE:
 			o->store = optarg;
 			break;
+		case OPT_PARAMS:
+			ft__config_params(stdout);
+			exit(0);
 		case 'h':
 			usage(stdout);
 			exit(0);

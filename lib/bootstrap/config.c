@@ -1,6 +1,8 @@
 /* config.c: the communicator configuration: its checks, its versioned import, and the one file that reads the environment. */
 /* SPDX-License-Identifier: MIT */
 #include <ctype.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -99,50 +101,227 @@ int ft__parse_size(const char *s, size_t *out)
 	return 0;
 }
 
-static int env_int(const char *name, long lo, long hi, int *dst, char *errbuf, size_t errlen)
+/*
+ * Every FTCC_* variable, once: the field it sets, its kind and range, its
+ * default and what it means. config_from_env and ft__config_tp_env parse
+ * through it (the same checks and messages for all), ftcc-run --params
+ * prints it (ft__config_params), and test_config checks it against the
+ * README's table and tries every entry's bounds.
+ */
+enum var_kind {
+	V_BOOT,         /* read through the launcher's variables (bootstrap.c) */
+	V_STR,          /* a string of at most cap - 1 characters */
+	V_INT,          /* a decimal integer in [lo, hi] */
+	V_ENUM,         /* one of names: its index */
+	V_SIZE,         /* a size with K, M or G, in [lo, hi] */
+	V_LEVEL,        /* a log level: a name or 0..3 */
+};
+enum var_home { H_NONE, H_CFG, H_TP };
+
+/* The transports' knobs as parsed, before they become struct ft__tp_env. */
+struct tp_knobs {
+	int spin_us, tcp_buffer, max_msg, incarnation, wait, mr_local, guard, engine, link_ep;
+	char provider[64], ep[8], ckpt_dir[512];
+};
+
+struct var {
+	const char *name;
+	enum var_kind kind;
+	enum var_home home;
+	size_t off, cap;        /* the field, and a string field's size */
+	long lo, hi;
+	const char *const *names;
+	int nnames;
+	bool empty_unset;       /* "" reads as unset */
+	const char *def;        /* the default, as the README says it */
+	const char *help;
+};
+
+#define CFG_STR(f) H_CFG, offsetof(struct ft_config, f), sizeof(((struct ft_config *)0)->f)
+#define CFG_NUM(f) H_CFG, offsetof(struct ft_config, f), sizeof(((struct ft_config *)0)->f)
+#define TP_STR(f) H_TP, offsetof(struct tp_knobs, f), sizeof(((struct tp_knobs *)0)->f)
+#define TP_NUM(f) H_TP, offsetof(struct tp_knobs, f), sizeof(int)
+#define NAMES(a) a, (int)FT__ARRAY_SIZE(a)
+
+static const char *const policies[] = {"abort", "shrink", "rejoin"};
+static const char *const durabilities[] = {"none", "process", "host"};
+static const char *const levels[] = {"error", "warn", "info", "debug"};
+static const char *const waits[] = {"", "poll", "bell"};
+static const char *const bits[] = {"0", "1"};
+static const char *const engines[] = {"io_uring", "pwrite", "uring"};
+
+_Static_assert(sizeof(enum ft_policy) == sizeof(int) && sizeof(enum ft_durability) == sizeof(int),
+	       "enum fields are parsed as int");
+
+static const struct var vars[] = {
+	{"FTCC_RANK", V_BOOT, H_NONE, 0, 0, 0, 0, NULL, 0, false, "the launcher's",
+	 "this rank (else OMPI_COMM_WORLD_RANK, PMI_RANK)"},
+	{"FTCC_WORLD_SIZE", V_BOOT, H_NONE, 0, 0, 0, 0, NULL, 0, false, "the launcher's",
+	 "the number of ranks (else OMPI_COMM_WORLD_SIZE, PMI_SIZE)"},
+	{"FTCC_RENDEZVOUS", V_STR, CFG_STR(rendezvous), 0, 0, NULL, 0, false,
+	 "under mpirun: $TMPDIR/ftcc-<uid>", "rendezvous directory shared by the ranks"},
+	{"FTCC_JOB_ID", V_STR, CFG_STR(job_id), 0, 0, NULL, 0, false, "the launcher's job",
+	 "job identity, the same on every rank"},
+	{"FTCC_TOKEN", V_STR, CFG_STR(token), 0, 0, NULL, 0, false, "made and shared",
+	 "the job's secret, proved in every handshake, never sent"},
+	{"FTCC_TRANSPORT", V_STR, CFG_STR(transport), 0, 0, NULL, 0, false, "tcp", "tcp or fabric"},
+	{"FTCC_BIND_HOST", V_STR, CFG_STR(bind_host), 0, 0, NULL, 0, false, "chosen",
+	 "where to listen: an address, an interface name or a wildcard"},
+	{"FTCC_LOG_DIR", V_STR, CFG_STR(log_dir), 0, 0, NULL, 0, false, "/dev/shm/ftcc-log-<uid>",
+	 "pairwise logs' directory"},
+	{"FTCC_FAULT", V_STR, CFG_STR(fault), 0, 0, NULL, 0, false, "none",
+	 "failure injection points (README, FTCC_FAULT)"},
+	{"FTCC_TRACE", V_STR, CFG_STR(trace), 0, 0, NULL, 0, false, "none",
+	 "event trace file per rank, %r the rank"},
+	{"FTCC_MEMBERSHIP", V_STR, CFG_STR(membership), 0, 0, NULL, 0, false, "chosen",
+	 "file (rendezvous directory) or inband"},
+	{"FTCC_BOOTSTRAP", V_STR, CFG_STR(bootstrap), 0, 0, NULL, 0, false, "chosen",
+	 "in-band's first addresses: peers, store or pmix"},
+	{"FTCC_STORE", V_STR, CFG_STR(store), 0, 0, NULL, 0, false, "none",
+	 "host:port of the address store (ftcc-run --store)"},
+	{"FTCC_PEERS", V_STR, CFG_STR(peers), 0, 0, NULL, 0, false, "none",
+	 "host:port of every rank's membership listener, by rank, comma-separated"},
+	{"FTCC_AUTH", V_STR, CFG_STR(auth), 0, 0, NULL, 0, false, "unset",
+	 "none: run without a token, unauthenticated (warned once)"},
+	{"FTCC_POLICY", V_ENUM, CFG_NUM(policy), 0, 0, NAMES(policies), false, "abort",
+	 "what a failure does: abort, shrink or rejoin"},
+	{"FTCC_LOG_DURABILITY", V_ENUM, CFG_NUM(log_durability), 0, 0, NAMES(durabilities), false,
+	 "process", "pairwise logs: none, process (shared memory) or host (disk)"},
+	{"FTCC_LOG_LEVEL", V_LEVEL, CFG_NUM(log_level), 0, 3, NAMES(levels), false, "warn",
+	 "error, warn, info, debug or 0..3"},
+	{"FTCC_HEARTBEAT_MS", V_INT, CFG_NUM(heartbeat_ms), 1, 3600000, NULL, 0, false, "100",
+	 "failure detector's heartbeat"},
+	{"FTCC_DETECT_TIMEOUT_MS", V_INT, CFG_NUM(detect_timeout_ms), 1, 3600000, NULL, 0, false,
+	 "1000", "heartbeat silence that declares a neighbour (at least the heartbeat)"},
+	{"FTCC_REJOIN_TIMEOUT_MS", V_INT, CFG_NUM(rejoin_timeout_ms), 0, 3600000, NULL, 0, false,
+	 "30000", "rejoin: wait this long for a new incarnation before shrinking"},
+	{"FTCC_CONNECT_TIMEOUT_MS", V_INT, CFG_NUM(connect_timeout_ms), 1, 3600000, NULL, 0, false,
+	 "30000", "rendezvous and link set-up deadline"},
+	{"FTCC_OP_TIMEOUT_MS", V_INT, CFG_NUM(op_timeout_ms), 0, INT_MAX, NULL, 0, false, "0",
+	 "a collective with no progress this long fails (0: never)"},
+	{"FTCC_PIPELINE_DEPTH", V_INT, CFG_NUM(pipeline_depth), 1, 64, NULL, 0, false, "4",
+	 "staging slots per link"},
+	{"FTCC_CRC", V_INT, CFG_NUM(crc), 0, 1, NULL, 0, false, "0", "1: CRC32C on every data frame"},
+	{"FTCC_SEGMENT_BYTES", V_SIZE, CFG_NUM(segment_bytes), 4096, FT__FRAME_MAX_PAYLOAD, NULL, 0,
+	 false, "the transport's", "pipeline segment, 4K..64M"},
+	{"FTCC_SPIN_US", V_INT, TP_NUM(spin_us), 0, 10000000, NULL, 0, false, "1000 or 0",
+	 "poll this long before sleeping in the kernel"},
+	{"FTCC_TCP_BUFFER", V_INT, TP_NUM(tcp_buffer), 1, INT_MAX, NULL, 0, false, "autotuning",
+	 "SO_SNDBUF/SO_RCVBUF in bytes"},
+	{"FTCC_FABRIC_MAX_MSG", V_INT, TP_NUM(max_msg), 1, INT_MAX, NULL, 0, false, "the provider's",
+	 "largest libfabric message"},
+	{"FTCC_INCARNATION", V_INT, TP_NUM(incarnation), 0, INT_MAX, NULL, 0, false, "0",
+	 "set by ftcc-run: +1 per restart"},
+	{"FTCC_FABRIC_WAIT", V_ENUM, TP_NUM(wait), 0, 0, NAMES(waits), false, "chosen",
+	 "how libfabric ranks wait: poll or bell"},
+	{"FTCC_FABRIC_MR_LOCAL", V_ENUM, TP_NUM(mr_local), 0, 0, NAMES(bits), false, "0",
+	 "1: register memory even when the provider does not ask"},
+	{"FTCC_SHM_GUARD", V_ENUM, TP_NUM(guard), 0, 0, NAMES(bits), false, "1",
+	 "0: no guard thread freeing shm locks a killed rank held"},
+	{"FTCC_LOG_ENGINE", V_ENUM, TP_NUM(engine), 0, 0, NAMES(engines), false, "io_uring",
+	 "pwrite: logs and checkpoints without io_uring"},
+	{"FTCC_FABRIC_LINK_EP", V_ENUM, TP_NUM(link_ep), 0, 0, NAMES(bits), true, "chosen",
+	 "1: an endpoint per link, 0: one shared"},
+	{"FTCC_FABRIC_PROVIDER", V_STR, TP_STR(provider), 0, 0, NULL, 0, false, "FI_PROVIDER",
+	 "the libfabric provider"},
+	{"FTCC_FABRIC_EP", V_STR, TP_STR(ep), 0, 0, NULL, 0, false, "chosen",
+	 "the libfabric endpoint type: rdm or msg"},
+	{"FTCC_CKPT_DIR", V_STR, TP_STR(ckpt_dir), 0, 0, NULL, 0, false, "the log directory",
+	 "running checkpoints' directory"},
+};
+
+/* Parses variable v from the environment into base (the struct of its home);
+ * unset leaves the field as it is. */
+static int parse_var(const struct var *v, void *base, char *errbuf, size_t errlen)
 {
-	const char *s = getenv(name);
-	long v;
-
-	if (s == NULL)
-		return 0;
-	if (parse_long(s, lo, hi, &v) != 0)
-		return cfg_error(errbuf, errlen, "%s='%s': expected an integer in [%ld, %ld]", name,
-				 s, lo, hi);
-	*dst = (int)v;
-	return 0;
-}
-
-static int env_str(const char *name, char *dst, size_t cap, char *errbuf, size_t errlen)
-{
-	const char *s = getenv(name);
-
-	if (s == NULL)
-		return 0;
-	if (strlen(s) >= cap)
-		return cfg_error(errbuf, errlen, "%s is too long (at most %zu characters)", name,
-				 cap - 1);
-	memcpy(dst, s, strlen(s) + 1);
-	return 0;
-}
-
-static int env_enum(const char *name, const char *const *names, int n, int *dst, char *errbuf,
-		    size_t errlen)
-{
-	const char *s = getenv(name);
+	const char *s = getenv(v->name);
+	char *field = (char *)base + v->off;
 	char allowed[128] = "";
+	long n;
 
-	if (s == NULL)
+	if (s == NULL || (v->empty_unset && s[0] == '\0'))
 		return 0;
-	for (int i = 0; i < n; i++) {
-		if (strcmp(s, names[i]) == 0) {
-			*dst = i;
+	switch (v->kind) {
+	case V_STR:
+		if (strlen(s) >= v->cap)
+			return cfg_error(errbuf, errlen, "%s is too long (at most %zu characters)",
+					 v->name, v->cap - 1);
+		memcpy(field, s, strlen(s) + 1);
+		return 0;
+	case V_INT:
+		if (parse_long(s, v->lo, v->hi, &n) != 0)
+			return cfg_error(errbuf, errlen, "%s='%s': expected an integer in [%ld, %ld]",
+					 v->name, s, v->lo, v->hi);
+		*(int *)(void *)field = (int)n;
+		return 0;
+	case V_SIZE: {
+		size_t z;
+		if (ft__parse_size(s, &z) != 0 || z < (size_t)v->lo || z > (size_t)v->hi)
+			return cfg_error(errbuf, errlen, "%s='%s': expected a size from 4K to 64M",
+					 v->name, s);
+		*(size_t *)(void *)field = z;
+		return 0;
+	}
+	case V_LEVEL:
+		if (parse_long(s, v->lo, v->hi, &n) == 0) {
+			*(int *)(void *)field = (int)n;
 			return 0;
 		}
-		snprintf(allowed + strlen(allowed), sizeof(allowed) - strlen(allowed), "%s%s",
-			 i ? ", " : "", names[i]);
+		__attribute__((fallthrough)); /* a level's name */
+	case V_ENUM:
+		for (int i = 0; i < v->nnames; i++) {
+			if (strcmp(s, v->names[i]) == 0) {
+				*(int *)(void *)field = i;
+				return 0;
+			}
+			snprintf(allowed + strlen(allowed), sizeof(allowed) - strlen(allowed), "%s%s",
+				 i ? ", " : "", v->names[i]);
+		}
+		return cfg_error(errbuf, errlen, "%s='%s': expected one of %s", v->name, s, allowed);
+	case V_BOOT:
+		return 0;
 	}
-	return cfg_error(errbuf, errlen, "%s='%s': expected one of %s", name, s, allowed);
+	return 0;
+}
+
+/* Every variable of home into base, in the table's order; the first error wins. */
+static int parse_home(enum var_home home, void *base, char *errbuf, size_t errlen)
+{
+	int rc;
+
+	for (size_t i = 0; i < FT__ARRAY_SIZE(vars); i++)
+		if (vars[i].home == home && (rc = parse_var(&vars[i], base, errbuf, errlen)) != 0)
+			return rc;
+	return 0;
+}
+
+void ft__config_params(FILE *out)
+{
+	for (size_t i = 0; i < FT__ARRAY_SIZE(vars); i++) {
+		const char *s = getenv(vars[i].name);
+		/* the token is a secret: only whether it is set */
+		if (s != NULL && strcmp(vars[i].name, "FTCC_TOKEN") == 0)
+			s = "(set)";
+		fprintf(out, "%-24s %-28s default: %s; %s\n", vars[i].name,
+			s != NULL ? s : "(unset)", vars[i].def, vars[i].help);
+	}
+}
+
+size_t ft__config_var_count(void)
+{
+	return FT__ARRAY_SIZE(vars);
+}
+
+const char *ft__config_var_name(size_t i, long *lo, long *hi, int *kind)
+{
+	if (i >= FT__ARRAY_SIZE(vars))
+		return NULL;
+	*lo = vars[i].lo;
+	*hi = vars[i].hi;
+	*kind = vars[i].kind == V_INT ? 'i' : vars[i].kind == V_ENUM ? 'e' :
+		vars[i].kind == V_STR ? 's' : vars[i].kind == V_SIZE ? 'z' :
+		vars[i].kind == V_LEVEL ? 'l' : 'b';
+	return vars[i].name;
 }
 
 /*
@@ -184,14 +363,10 @@ static int config_membership(struct ft_config *cfg, char *errbuf, size_t errlen)
 
 static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 {
-	static const char *const policies[] = {"abort", "shrink", "rejoin"};
-	static const char *const durabilities[] = {"none", "process", "host"};
-	static const char *const levels[] = {"error", "warn", "info", "debug"};
 	struct ft_config init = FT_CONFIG_INIT;
 	struct ft__boot boot;
-	const char *s;
 	long v;
-	int rc, tmp;
+	int rc;
 
 	*cfg = init;
 	ft__boot_identity(process_env, NULL, &boot);
@@ -210,25 +385,7 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 				 boot.rank_var, boot.rank, cfg->world_size - 1);
 	cfg->rank = (int)v;
 
-	if ((rc = env_str("FTCC_RENDEZVOUS", cfg->rendezvous, sizeof(cfg->rendezvous), errbuf,
-			  errlen)) != 0 ||
-	    (rc = env_str("FTCC_JOB_ID", cfg->job_id, sizeof(cfg->job_id), errbuf, errlen)) != 0 ||
-	    (rc = env_str("FTCC_TOKEN", cfg->token, sizeof(cfg->token), errbuf, errlen)) != 0 ||
-	    (rc = env_str("FTCC_TRANSPORT", cfg->transport, sizeof(cfg->transport), errbuf,
-			  errlen)) != 0 ||
-	    (rc = env_str("FTCC_BIND_HOST", cfg->bind_host, sizeof(cfg->bind_host), errbuf,
-			  errlen)) != 0 ||
-	    (rc = env_str("FTCC_LOG_DIR", cfg->log_dir, sizeof(cfg->log_dir), errbuf, errlen)) !=
-		    0 ||
-	    (rc = env_str("FTCC_FAULT", cfg->fault, sizeof(cfg->fault), errbuf, errlen)) != 0 ||
-	    (rc = env_str("FTCC_TRACE", cfg->trace, sizeof(cfg->trace), errbuf, errlen)) != 0 ||
-	    (rc = env_str("FTCC_MEMBERSHIP", cfg->membership, sizeof(cfg->membership), errbuf,
-			  errlen)) != 0 ||
-	    (rc = env_str("FTCC_BOOTSTRAP", cfg->bootstrap, sizeof(cfg->bootstrap), errbuf,
-			  errlen)) != 0 ||
-	    (rc = env_str("FTCC_STORE", cfg->store, sizeof(cfg->store), errbuf, errlen)) != 0 ||
-	    (rc = env_str("FTCC_PEERS", cfg->peers, sizeof(cfg->peers), errbuf, errlen)) != 0 ||
-	    (rc = env_str("FTCC_AUTH", cfg->auth, sizeof(cfg->auth), errbuf, errlen)) != 0)
+	if ((rc = parse_home(H_CFG, cfg, errbuf, errlen)) != 0)
 		return rc;
 	if (cfg->auth[0] != '\0' && strcmp(cfg->auth, "none") != 0)
 		return cfg_error(errbuf, errlen, "FTCC_AUTH='%s': expected none (or unset)",
@@ -272,36 +429,6 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 		return cfg_error(errbuf, errlen, "FTCC_TRANSPORT='%s': expected tcp or fabric",
 				 cfg->transport);
 
-	tmp = (int)cfg->policy;
-	if ((rc = env_enum("FTCC_POLICY", policies, 3, &tmp, errbuf, errlen)) != 0)
-		return rc;
-	cfg->policy = (enum ft_policy)tmp;
-	tmp = (int)cfg->log_durability;
-	if ((rc = env_enum("FTCC_LOG_DURABILITY", durabilities, 3, &tmp, errbuf, errlen)) != 0)
-		return rc;
-	cfg->log_durability = (enum ft_durability)tmp;
-	s = getenv("FTCC_LOG_LEVEL");
-	if (s != NULL && parse_long(s, 0, 3, &v) == 0)
-		cfg->log_level = (int)v;
-	else if ((rc = env_enum("FTCC_LOG_LEVEL", levels, 4, &cfg->log_level, errbuf, errlen)) != 0)
-		return rc;
-
-	if ((rc = env_int("FTCC_HEARTBEAT_MS", 1, 3600000, &cfg->heartbeat_ms, errbuf, errlen)) ||
-	    (rc = env_int("FTCC_DETECT_TIMEOUT_MS", 1, 3600000, &cfg->detect_timeout_ms, errbuf,
-			  errlen)) ||
-	    (rc = env_int("FTCC_REJOIN_TIMEOUT_MS", 0, 3600000, &cfg->rejoin_timeout_ms, errbuf,
-			  errlen)) ||
-	    (rc = env_int("FTCC_CONNECT_TIMEOUT_MS", 1, 3600000, &cfg->connect_timeout_ms, errbuf,
-			  errlen)) ||
-	    (rc = env_int("FTCC_OP_TIMEOUT_MS", 0, INT_MAX, &cfg->op_timeout_ms, errbuf, errlen)) ||
-	    (rc = env_int("FTCC_PIPELINE_DEPTH", 1, 64, &cfg->pipeline_depth, errbuf, errlen)) ||
-	    (rc = env_int("FTCC_CRC", 0, 1, &cfg->crc, errbuf, errlen)))
-		return rc;
-	s = getenv("FTCC_SEGMENT_BYTES");
-	if (s != NULL && (ft__parse_size(s, &cfg->segment_bytes) != 0 ||
-			  cfg->segment_bytes < 4096 || cfg->segment_bytes > FT__FRAME_MAX_PAYLOAD))
-		return cfg_error(errbuf, errlen,
-				 "FTCC_SEGMENT_BYTES='%s': expected a size from 4K to 64M", s);
 	struct ft__fault fault;
 	char ferr[400];
 	if (ft__fault_parse(cfg->fault, &fault, ferr, sizeof(ferr)) != 0)
@@ -432,47 +559,30 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e)
 	e->world_size = cfg->world_size;
 	e->local_ranks = ft__boot_local_ranks(process_env, NULL);
 	ft__boot_launcher_addrs(process_env, NULL, e->launcher_addrs, sizeof(e->launcher_addrs));
-	static const char *const waits[] = {"", "poll", "bell"}, *const bits[] = {"0", "1"},
-			  *const engines[] = {"io_uring", "pwrite", "uring"};
-	int spin = -1, tcp_buffer = 0, max_msg = 0, link_ep = -1, mr_local = 0, guard = 1,
-	    engine = 0, rc;
+	struct tp_knobs k = {.spin_us = -1, .guard = 1, .link_ep = -1};
+	int rc;
 
 	/* every value checked (README: a malformed one is FT_ECONFIG, named) */
-	if ((rc = env_int("FTCC_SPIN_US", 0, 10000000, &spin, NULL, 0)) != 0 ||
-	    (rc = env_int("FTCC_TCP_BUFFER", 1, INT_MAX, &tcp_buffer, NULL, 0)) != 0 ||
-	    (rc = env_int("FTCC_FABRIC_MAX_MSG", 1, INT_MAX, &max_msg, NULL, 0)) != 0 ||
-	    (rc = env_int("FTCC_INCARNATION", 0, INT_MAX, &e->incarnation, NULL, 0)) != 0 ||
-	    (rc = env_enum("FTCC_FABRIC_WAIT", waits, 3, &e->fabric_wait, NULL, 0)) != 0 ||
-	    (rc = env_enum("FTCC_FABRIC_MR_LOCAL", bits, 2, &mr_local, NULL, 0)) != 0 ||
-	    (rc = env_enum("FTCC_SHM_GUARD", bits, 2, &guard, NULL, 0)) != 0 ||
-	    (rc = env_enum("FTCC_LOG_ENGINE", engines, 3, &engine, NULL, 0)) != 0)
+	if ((rc = parse_home(H_TP, &k, NULL, 0)) != 0)
 		return rc;
-	if ((s = getenv("FTCC_FABRIC_LINK_EP")) != NULL && s[0] != '\0' &&
-	    (rc = env_enum("FTCC_FABRIC_LINK_EP", bits, 2, &link_ep, NULL, 0)) != 0)
-		return rc;
-	e->spin_us = spin;
-	e->tcp_buffer = (size_t)tcp_buffer;
-	e->fabric_max_msg = (size_t)max_msg;
-	e->fabric_link_ep = link_ep;
-	e->fabric_mr_local = mr_local == 1;
-	e->shm_guard = guard == 1;
-	e->log_pwrite = engine == 1;
-	s = getenv("FTCC_FABRIC_PROVIDER");
-	if (s == NULL || s[0] == '\0')
-		s = getenv("FI_PROVIDER");
-	if (s != NULL && strlen(s) >= sizeof(e->fabric_provider))
+	e->spin_us = k.spin_us;
+	e->tcp_buffer = (size_t)k.tcp_buffer;
+	e->fabric_max_msg = (size_t)k.max_msg;
+	e->incarnation = k.incarnation;
+	e->fabric_wait = k.wait;
+	e->fabric_link_ep = k.link_ep;
+	e->fabric_mr_local = k.mr_local == 1;
+	e->shm_guard = k.guard == 1;
+	e->log_pwrite = k.engine == 1;
+	s = k.provider;
+	if (s[0] == '\0' && (s = getenv("FI_PROVIDER")) != NULL &&
+	    strlen(s) >= sizeof(e->fabric_provider))
 		return cfg_error(NULL, 0, "the libfabric provider name is too long (at most %zu "
 				 "characters)", sizeof(e->fabric_provider) - 1);
 	if (s != NULL)
 		snprintf(e->fabric_provider, sizeof(e->fabric_provider), "%s", s);
-	if ((rc = env_str("FTCC_FABRIC_EP", e->fabric_ep, sizeof(e->fabric_ep), NULL, 0)) != 0)
-		return rc;
-	if ((s = getenv("FTCC_CKPT_DIR")) != NULL) {
-		if (strlen(s) >= sizeof(e->ckpt_dir))
-			return cfg_error(NULL, 0, "FTCC_CKPT_DIR is too long (at most %zu characters)",
-					 sizeof(e->ckpt_dir) - 1);
-		snprintf(e->ckpt_dir, sizeof(e->ckpt_dir), "%s", s);
-	}
+	snprintf(e->fabric_ep, sizeof(e->fabric_ep), "%s", k.ep);
+	snprintf(e->ckpt_dir, sizeof(e->ckpt_dir), "%s", k.ckpt_dir);
 	/* process durability: shared memory (survives the process, and a
 	 * mapped page cache file on disk would be written back: 64 MiB per op);
 	 * host durability: the disk, under $TMPDIR */

@@ -4,6 +4,7 @@
 #define FTCC_CONFIG_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "ftcc.h"
 #include "transport.h"
@@ -19,5 +20,12 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e);
  * how long the kernel waits for a silent peer (README, "Dead hosts"). */
 void ft__config_data_link_timeouts(const struct ft_config *cfg, int *keepalive_ms,
 				   int *user_timeout_ms);
+/* The table of every FTCC_* variable (config.c): each with its value here, its default
+ * and what it means, a line each (ftcc-run --params). */
+void ft__config_params(FILE *out);
+/* The table's size, and entry i: its name (NULL past the end), its bounds and its kind
+ * ('i' integer, 'z' size, 'e' one of names, 'l' log level, 's' string, 'b' the launcher's). */
+size_t ft__config_var_count(void);
+const char *ft__config_var_name(size_t i, long *lo, long *hi, int *kind);
 
 #endif
