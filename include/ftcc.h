@@ -475,9 +475,13 @@ int ft_ckpt_enable(struct ft_comm *comm, const struct ft_ckpt_config *cfg);
  * is returned once (that round does not count; the previous copies stay). */
 int ft_ckpt_step(struct ft_comm *comm, uint64_t step);
 /* FT_CKPT_APP_PRIORITY: one score per block of sharded region `region`
- * (higher is saved first); read at the next round. */
+ * (higher is saved first), copied at the call and read at the next round;
+ * does not block. -FT_EINVAL: not enabled, no such sharded region of this
+ * rank, nblocks not the region's block count, score NULL or holding a NaN. */
 int ft_ckpt_priority(struct ft_comm *comm, int region, const double *score, size_t nblocks);
-/* Waits until every round started is written (and synced when sync). */
+/* Blocks until every round started is written (and synced when sync): at
+ * most as long as the disk takes. Returns once a failed write of a round
+ * (that round does not count), -FT_EINVAL when checkpoints are not enabled. */
 int ft_ckpt_flush(struct ft_comm *comm);
 
 /* What a restore cost. */
@@ -532,6 +536,8 @@ struct ft_ckpt_stats {
 	double copy_ms;         /* of it: copying, CRCs, submitting the writes */
 	double wait_ms;         /* waiting for earlier writes (ft_ckpt_step, ft_ckpt_flush) */
 };
+/* Copies the counters into *stats (all zero before ft_ckpt_enable); does not
+ * block. -FT_EINVAL for stats NULL, -FT_EFINALIZED after ft_finalize. */
 int ft_ckpt_stats_get(const struct ft_comm *comm, struct ft_ckpt_stats *stats);
 
 /*
@@ -561,6 +567,8 @@ struct ft_stats {
 				    * latest membership view after a failure, 0 if none */
 	double last_recovery_ms;   /* recovery time of the latest recovery */
 };
+/* Copies the counters into *stats; does not block. -FT_EINVAL for stats
+ * NULL, -FT_EFINALIZED after ft_finalize. */
 int ft_stats_get(const struct ft_comm *comm, struct ft_stats *stats);
 
 #ifdef __cplusplus
