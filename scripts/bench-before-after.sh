@@ -23,6 +23,7 @@ one() { # tree policy size: one ftbench run's median µs
 echo "| policy | size | before µs | after µs | before/after |"
 echo "|---|---|---|---|---|"
 for cfg in "abort 64M" "shrink 64M" "rejoin 64M" "abort 4K" "shrink 4K" "rejoin 4K"; do
+	# shellcheck disable=SC2086 # split on purpose: policy and size
 	set -- $cfg
 	b=$(mktemp) a=$(mktemp) i=0
 	while [ "$i" -lt "$R" ]; do
