@@ -22,6 +22,7 @@
 #include "ctl.h"
 #include "detect.h"
 #include "internal.h"
+#include "testutil.h"
 #include "membership.h"
 
 /*
@@ -993,25 +994,6 @@ Test(detect, stranger_closed_on_a_header_that_is_no_hello, .timeout = 60)
 	close_world();
 }
 
-static int peer_fd(int fd)
-{
-	struct sockaddr_storage a, b, c, d;
-	socklen_t la = sizeof(a), lb = sizeof(b);
-
-	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &la), 0);
-	cr_assert_eq(getpeername(fd, (struct sockaddr *)&b, &lb), 0);
-	for (int cand = 3; cand < 4096; cand++) {
-		socklen_t lc = sizeof(c), ld = sizeof(d);
-		if (cand == fd || getsockname(cand, (struct sockaddr *)&c, &lc) != 0 ||
-		    getpeername(cand, (struct sockaddr *)&d, &ld) != 0)
-			continue;
-		if (lc == lb && ld == la && memcmp(&c, &b, lc) == 0 && memcmp(&d, &a, ld) == 0)
-			return cand;
-	}
-	cr_assert_fail("no socket of this process is the other end of fd %d", fd);
-	return -1;
-}
-
 /* The detector's control links, connected and accepted, give up on a silent
  * peer at its detection timeout (sock.h: keepalive and TCP_USER_TIMEOUT). */
 Test(detect, links_follow_the_detect_timeout, .timeout = 60)
@@ -1030,7 +1012,7 @@ Test(detect, links_follow_the_detect_timeout, .timeout = 60)
 	} while (rc == 0 && ft__now_ms() < end);
 	cr_assert_eq(rc, 1, "no heartbeat from the detector (%s)", ft_err_name(rc));
 	for (int r = LEFT; r <= RIGHT; r += RIGHT - LEFT) {
-		int fd = peer_fd(w.ctl[r].links[w.link[r]].fd), v = -1;
+		int fd = tu_peer_fd(w.ctl[r].links[w.link[r]].fd), v = -1;
 		socklen_t l = sizeof(v);
 		cr_assert_eq(getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, &l), 0);
 		cr_expect_eq(v, 7000, "link with rank %d: user timeout %d", r, v);
@@ -1056,7 +1038,7 @@ Test(detect, undeliverable_messages_declare, .timeout = 120)
 
 	w.rcvbuf = 1;
 	start_world(1, 60000);
-	cr_assert_eq(setsockopt(peer_fd(w.ctl[RIGHT].links[w.link[RIGHT]].fd), SOL_SOCKET, SO_SNDBUF,
+	cr_assert_eq(setsockopt(tu_peer_fd(w.ctl[RIGHT].links[w.link[RIGHT]].fd), SOL_SOCKET, SO_SNDBUF,
 				&small, sizeof(small)), 0);
 	expect_notice(LEFT, right, 1, "right stopped reading");
 	close_world();

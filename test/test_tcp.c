@@ -22,6 +22,7 @@
 #include "ftcc.h"
 #include "transport.h"
 #include "internal.h"
+#include "testutil.h"
 #include "wire_test.h"
 
 #ifdef FTCC_HAVE_FABRIC
@@ -1335,26 +1336,6 @@ Test(tcp, hello_copy_raced_ahead_gets_no_link, .timeout = 30)
 	tp_close(rx);
 }
 
-/* The other end of fd, a socket of this process (same addresses, crossed). */
-static int peer_fd(int fd)
-{
-	struct sockaddr_storage a, b, c, d;
-	socklen_t la = sizeof(a), lb = sizeof(b);
-
-	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &la), 0);
-	cr_assert_eq(getpeername(fd, (struct sockaddr *)&b, &lb), 0);
-	for (int cand = 3; cand < 4096; cand++) {
-		socklen_t lc = sizeof(c), ld = sizeof(d);
-		if (cand == fd || getsockname(cand, (struct sockaddr *)&c, &lc) != 0 ||
-		    getpeername(cand, (struct sockaddr *)&d, &ld) != 0)
-			continue;
-		if (lc == lb && ld == la && memcmp(&c, &b, lc) == 0 && memcmp(&d, &a, ld) == 0)
-			return cand;
-	}
-	cr_assert_fail("no socket of this process is the other end of fd %d", fd);
-	return -1;
-}
-
 static void expect_liveness(int fd, int keepalive, int idle, int user_timeout, const char *what)
 {
 	int v;
@@ -1382,12 +1363,12 @@ Test(tcp, links_follow_the_timeouts, .timeout = 20)
 	rx = tp_open(0);
 	tx = tp_open(1);
 	raw = raw_peer(rx, &rl);
-	expect_liveness(peer_fd(raw), 1, 15, 30000, "accepted");
+	expect_liveness(tu_peer_fd(raw), 1, 15, 30000, "accepted");
 	cr_assert_eq(ft__sock_listen("test", "127.0.0.1", NULL, 4, &lfd, addr, sizeof(addr)), 0);
 	cr_assert_eq(tcp_ops()->connect(tx, addr, &h, WAIT_MS, &sl), 0);
 	fd = accept(lfd, NULL, NULL);
 	cr_assert_geq(fd, 0);
-	expect_liveness(peer_fd(fd), 1, 15, 30000, "connected");
+	expect_liveness(tu_peer_fd(fd), 1, 15, 30000, "connected");
 	close(fd);
 	close(raw);
 	tp_close(tx);
@@ -1398,7 +1379,7 @@ Test(tcp, links_follow_the_timeouts, .timeout = 20)
 	tp_user_timeout_ms = 0;
 	rx = tp_open(0);
 	raw = raw_peer(rx, &rl);
-	expect_liveness(peer_fd(raw), 1, 1, 0, "accepted, keepalive only");
+	expect_liveness(tu_peer_fd(raw), 1, 1, 0, "accepted, keepalive only");
 	close(raw);
 	tp_close(rx);
 	close(lfd);

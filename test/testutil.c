@@ -1,5 +1,7 @@
 /* testutil.c: run a function as N real rank processes under a deadline, for multi-process tests (testutil.h). */
 /* SPDX-License-Identifier: MIT */
+#include <criterion/criterion.h>
+
 #include "testutil.h"
 
 long tu_now_ms(void)
@@ -223,4 +225,23 @@ int tu_run(int n, long deadline_ms, tu_rank_fn fn, void *arg)
 	bad = tu_wait(&job, deadline_ms, NULL);
 	tu_job_cleanup(&job);
 	return bad;
+}
+
+int tu_peer_fd(int fd)
+{
+	struct sockaddr_storage a, b, c, d;
+	socklen_t la = sizeof(a), lb = sizeof(b);
+
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &la), 0);
+	cr_assert_eq(getpeername(fd, (struct sockaddr *)&b, &lb), 0);
+	for (int cand = 3; cand < 4096; cand++) {
+		socklen_t lc = sizeof(c), ld = sizeof(d);
+		if (cand == fd || getsockname(cand, (struct sockaddr *)&c, &lc) != 0 ||
+		    getpeername(cand, (struct sockaddr *)&d, &ld) != 0)
+			continue;
+		if (lc == lb && ld == la && memcmp(&c, &b, lc) == 0 && memcmp(&d, &a, ld) == 0)
+			return cand;
+	}
+	cr_assert_fail("no socket of this process is the other end of fd %d", fd);
+	return -1;
 }

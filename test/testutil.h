@@ -75,6 +75,11 @@ bool tu_wait_file(const char *path, long end_ms);
 /* Waits until every rank of job has passed ft_init; 0, or -1 at the deadline. */
 int tu_wait_ready(const struct tu_job *job, long deadline_ms);
 
+/* The other end of socket fd: a socket of this process with the same addresses,
+ * crossed (a test's own connection to a listener in this process). Fails the
+ * test when there is none. */
+int tu_peer_fd(int fd);
+
 /* Runs fn on n ranks; returns the number of failed or hung ranks. */
 int tu_run(int n, long deadline_ms, tu_rank_fn fn, void *arg);
 
