@@ -892,6 +892,32 @@ Test(launch, a_rank_dead_before_the_first_view_is_left_out, .timeout = 120)
 	}
 }
 
+/*
+ * Real processes, in-band membership under ftcc-run: ranks 0 and 1 of four
+ * stop at once (SIGSTOP: their links stay open, so the others declare them
+ * on silence, which is suspicion only) and are SIGKILLed 1.6 s later, before
+ * the survivors' settle waits out its force window. Ranks 2 and 3 are half
+ * of the view without its lowest rank: on their own word they cannot tell
+ * this from a partition, and both stopped with "no quorum" (checked by
+ * disabling the launcher's word). ftcc-run saw both die and marks them in
+ * its store; the coordinator asks it before it stops, and the two go on.
+ */
+Test(launch, deaths_the_launcher_saw_count_for_the_quorum, .timeout = 120)
+{
+	static char out[1 << 20];
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd),
+		 "FTCC_MEMBERSHIP=inband FTCC_POLICY=shrink FTCC_CONNECT_TIMEOUT_MS=20000 "
+		 "%s/ftcc-run -n 4 --tag --ignore-killed --timeout 60 --kill 0@1.0:STOP "
+		 "--kill 1@1.0:STOP --kill 0@2.6 --kill 1@2.6 %s/examples/train_steps 600 2000 5 -",
+		 build_dir(), build_dir());
+	cr_expect_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+	cr_expect_eq(count(out, "no quorum"), 0, "%s", out);
+	cr_expect_eq(count(out, "] model "), 2, "%s", out);
+	cr_expect_gt(count(out, " contributors 2\n"), 0, "%s", out);
+}
+
 static void need(const char *prog)
 {
 	char cmd[256];
