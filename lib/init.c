@@ -121,7 +121,13 @@ static bool comm_interrupted(void *arg)
 	return c->det != NULL && ft__det_pending(c->det);
 }
 
-/* FTCC_FAULT phase=init or connect: op 0's points inside ft_init. */
+static int ring_size(void *arg)
+{
+	return ((const struct ft_comm *)arg)->size;
+}
+
+/* FTCC_FAULT phase=init or connect: op 0's points inside ft_init (the
+ * others strike in the fault transport wrapped around the real one). */
 static void init_fault(struct ft_comm *c, enum ft__fault_phase phase)
 {
 	const struct ft__fault_pt *hit;
@@ -185,6 +191,8 @@ static int comm_join(struct ft_comm *c)
 	if (rc != 0)
 		return rc;
 	rc = c->tp_ops->open(&params, &c->tp);
+	if (rc == 0 && c->fault.armed)
+		rc = ft__fault_wrap(&c->fault, c->cfg.rank, ring_size, c, &c->tp_ops, &c->tp);
 	if (rc != 0)
 		return rc;
 	if (c->cfg.segment_bytes == 0)

@@ -284,6 +284,13 @@ struct ft__transport_ops {
 };
 
 const struct ft__transport_ops *ft__transport_lookup(const char *name);
+struct ft__fault;
+/* Puts the fault transport (transports/fault_transport.c) around ops and tp, which it
+ * then owns: FTCC_FAULT's points f strike where this rank's (original rank)
+ * frames are sent and received; ring_size(arg) is the current view's size.
+ * 0, or -FT_ENOMEM with ops and tp unchanged. */
+int ft__fault_wrap(struct ft__fault *f, int rank, int (*ring_size)(void *arg), void *arg,
+		   const struct ft__transport_ops **ops, struct ft__transport **tp);
 /* tcp: answers the challenges that came back to tp's connects, reporting
  * nothing (accept and progress do it themselves): for a test that holds
  * both ends of a link and accepts on one while the other waits. Not for

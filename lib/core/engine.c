@@ -51,83 +51,6 @@ static void send_broken(struct ft__coll *co, int err)
 	}
 }
 
-/*
- * FTCC_FAULT: fires when this rank is about to send segment seg of a step
- * (or, phase between, when the op starts). kill and hang do not return;
- * drop closes the data links with no word to the neighbours, as a cut
- * cable would, and fails the op here.
- */
-/*
- * Before a hang, the frames this rank already queued go out: a hung rank
- * stops at the point named, with what it sent before it on the wire, not
- * with a batch of earlier sends stuck in its own queue. Only their
- * completion or a broken link ends the wait, never a clock: this rank never
- * returns anyway, and with a deadline a rank descheduled past it hung with
- * a frame its neighbours need still queued (the earlier frames are the
- * point's premise). What the transport reports meanwhile is dropped.
- */
-static void flush_before_hang(struct ft__coll *co)
-{
-	struct ft_comm *c = co->c;
-	struct ft__tp_event ev[FT__EV_MAX];
-
-	while (co->send_done < co->send_posted) {
-		int nev = c->tp_ops->progress(c->tp, 10, ev, FT__EV_MAX);
-		if (nev < 0)
-			return;
-		for (int i = 0; i < nev; i++)
-			if (ev[i].type == FT__TP_SEND_DONE)
-				co->send_done++;
-			else if (ev[i].type == FT__TP_LINK_ERROR)
-				return;
-	}
-}
-
-static int inject_at(struct ft__coll *co, enum ft__fault_phase phase, uint32_t step, uint32_t seg,
-		     enum ft__fault_at at)
-{
-	struct ft_comm *c = co->c;
-
-	const struct ft__fault_pt *hit;
-
-	if (!c->fault.armed ||
-	    (hit = ft__fault_due(&c->fault, c->cfg.rank, c->generation, co->tmpl.op_seq, phase,
-				   step, seg, at)) == NULL)
-		return 0;
-	if (hit->action == FT__FAULT_HANG)
-		flush_before_hang(co);
-	ft__fault_act(hit);
-	if (c->send_link != NULL)
-		c->tp_ops->link_close(c->send_link);
-	if (c->recv_link != NULL)
-		c->tp_ops->link_close(c->recv_link);
-	c->send_link = c->recv_link = NULL;
-	return -FT_EPEERFAILED;
-}
-
-static int inject(struct ft__coll *co, enum ft__fault_phase phase, uint32_t step, uint32_t seg)
-{
-	return inject_at(co, phase, step, seg, FT__AT_SEND);
-}
-
-static enum ft__fault_phase send_phase(const struct ft__coll *co, uint32_t g, uint32_t *step)
-{
-	if (g > co->s.data_last) {
-		*step = g - co->s.data_last - 1;
-		return FT__PHASE_COMMIT;
-	}
-	if (co->kind == FT__COLL_BROADCAST) {
-		*step = g;
-		return FT__PHASE_BROADCAST;
-	}
-	if ((int)g < co->s.n - 1) {
-		*step = g;
-		return FT__PHASE_REDUCE_SCATTER;
-	}
-	*step = g - (uint32_t)(co->s.n - 1);
-	return FT__PHASE_ALLGATHER;
-}
-
 static int post_send(struct ft__coll *co, uint32_t g, uint32_t k, const char *base)
 {
 	struct ft_comm *c = co->c;
@@ -137,12 +60,6 @@ static int post_send(struct ft__coll *co, uint32_t g, uint32_t k, const char *ba
 
 	if (co->send_err != 0)
 		return 0; /* the receive side will tell why the ring broke */
-	if (c->fault.armed) {
-		uint32_t step;
-		enum ft__fault_phase phase = send_phase(co, g, &step);
-		if ((rc = inject(co, phase, step, k)) != 0)
-			return rc;
-	}
 	ft__frame_range(&co->s, g, ft__send_chunk(&co->s, g), k, &off, &len);
 	h.step = g;
 	h.seg = k;
@@ -161,13 +78,6 @@ static int post_send(struct ft__coll *co, uint32_t g, uint32_t k, const char *ba
 	}
 	co->send_posted++;
 	c->stats.bytes_sent += len;
-	if (c->fault.armed) {
-		/* sent, its record not yet written */
-		uint32_t step;
-		enum ft__fault_phase phase = send_phase(co, g, &step);
-		if ((rc = inject_at(co, phase, step, k, FT__AT_SENT)) != 0)
-			return rc;
-	}
 	if (co->hooks->frame_sent != NULL)
 		return co->hooks->frame_sent(co, &h, base + off);
 	return 0;
@@ -289,13 +199,6 @@ static int on_recv(struct ft__coll *co)
 		h.offset = off;
 		h.length = len;
 		if ((rc = co->hooks->frame_received(co, &h, at)) != 0)
-			return rc;
-	}
-	if (c->fault.armed) {
-		/* recorded, not yet reduced */
-		uint32_t step;
-		enum ft__fault_phase phase = send_phase(co, e.g, &step);
-		if ((rc = inject_at(co, phase, step, e.k, FT__AT_RECORDED)) != 0)
 			return rc;
 	}
 	if (e.slot >= 0) {
@@ -536,7 +439,6 @@ int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const stru
 		}
 		co->mine_saved = save != NULL || len == 0;
 	}
-	rc = inject(co, FT__PHASE_BETWEEN, 0, 0);
 	for (uint32_t s = 0; rc == 0 && s < ft__chunk_nseg(&co->s, ft__send_chunk(&co->s, g0)); s++)
 		rc = post_send(co, g0, s, ag ? co->dst : co->src);
 	return rc == 0 ? coll_run(co) : rc;
@@ -560,9 +462,6 @@ int ft__engine_broadcast(struct ft_comm *c, const struct ft__call *k, const stru
 	co->root_pos = ft__mod(c->rank - root, c->size);
 	co->s.data_last = 1;
 	co->last_step = a->commit ? 2 : 1;
-	rc = inject(co, FT__PHASE_BETWEEN, 0, 0);
-	if (rc != 0)
-		return rc;
 	if (co->root_pos == 0) {
 		/* The root sends everything and waits for the last rank's empty frame. */
 		co->rg = 1;
