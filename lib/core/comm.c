@@ -153,18 +153,6 @@ int ft__comm_load_view(struct ft_comm *c, struct ft__view *v)
 	return 0;
 }
 
-int ft__comm_adopt(struct ft_comm *c, struct ft__view *v)
-{
-	int rc;
-
-	ft__comm_abort_ring(c, -FT_EABORTED, c->op_seq);
-	rc = ft__comm_load_view(c, v);
-	ft__view_free(v);
-	if (rc == 0)
-		ft__det_adopted(c->det, c->generation, c->op_seq);
-	return rc;
-}
-
 int ft__comm_shown_size(const struct ft_comm *c)
 {
 	return c->shown.active ? c->shown.size : c->size;

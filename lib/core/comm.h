@@ -130,8 +130,6 @@ int ft__comm_connect_ring(struct ft_comm *c);
 void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq);
 /* Takes view v as the membership (dense ranks, addresses, rejoiners); takes v's members. */
 int ft__comm_load_view(struct ft_comm *c, struct ft__view *v);
-/* Makes view v (settled by the detector) the current membership; takes v's members. */
-int ft__comm_adopt(struct ft_comm *c, struct ft__view *v);
 
 /* The membership the caller sees (a shown one, else the current one). */
 int ft__comm_shown_size(const struct ft_comm *c);

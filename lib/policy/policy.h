@@ -60,26 +60,35 @@ extern const struct ft__policy ft__policy_shrink;
 extern const struct ft__policy ft__policy_rejoin;
 
 /*
- * Shrink's parts that rejoin runs too (policy_shrink.c). handover_ok: a
- * rank that returned the op may hand its kept result to the others (shrink's
- * small ops); rejoin runs every op with commit steps instead.
+ * The recovery sequence shrink and rejoin share (recover.c). handover_ok: a
+ * rank that returned the op may hand its kept result to the others
+ * (shrink's small ops); rejoin runs every op with commit steps instead.
  */
 /* A failure seen between calls: op run->seq runs on the next view. */
-int ft__shrink_between(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok);
+int ft__recover_between(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok);
+/* After a failed attempt whose input is safe: tears the ring down, waits for
+ * the next view, adopts and acknowledges it, hands a result over; says what
+ * the op does (FT__STANDS, FT__RETRY, an error) and accounts the recovery
+ * from t0. */
+int ft__recover_restart(struct ft_comm *c, const struct ft__call *k, const struct ft__coll *co,
+			int rc, struct ft__run *run, uint64_t t0, bool handover_ok);
+/* An attempt's error is a failure a recovering policy recovers from. */
+bool ft__recoverable(const struct ft_comm *c, int rc);
+/* The result_held hook: tells the detector this rank holds op's result. */
+int ft__recover_claim(struct ft__coll *co);
+/* Ops whose result a rank keeps, to hand over after a failure (not
+ * reduce-scatter, whose result differs on every rank, nor allgather: they
+ * run with commit steps, which need no hand-over of a block layout). */
+#define FT__KEEP_MAX ((size_t)64 << 10)
+bool ft__small_op(const struct ft__call *k);
+
+/* Shrink's input side, which rejoin uses too (policy_shrink.c). */
 /* Room in c->backup for an in-place input of k (when a restart may need it). */
 int ft__shrink_backup_alloc(struct ft_comm *c, const struct ft__call *k);
 /* After a failed in-place attempt: completes backup (what the attempt saved
  * there, and the rest of k->dst not yet overwritten) and makes k out of place from it. */
 void ft__shrink_backup_complete(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co,
 				void *backup);
-/* After a failed attempt whose input is safe: tears the ring down, waits for
- * the next view (ft__shrink_recover_view) and accounts the recovery from t0. */
-int ft__shrink_restart(struct ft_comm *c, const struct ft__call *k, const struct ft__coll *co,
-		       int rc, struct ft__run *run, uint64_t t0, bool handover_ok);
-/* Waits for the next view and says what op seq does on it (FT__STANDS, FT__RETRY, an error). */
-int ft__shrink_recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t seq, int suspect,
-			    bool handover_ok);
-
 /* The policy for cfg->policy. */
 const struct ft__policy *ft__policy_for(enum ft_policy p);
 

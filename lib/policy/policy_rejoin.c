@@ -194,7 +194,7 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 			       .op = (uint8_t)k->op, .in_place = k->in_place, .root = k->root,
 			       .count = k->count};
 	void *payload = NULL;
-	int rc = ft__shrink_between(c, k, run, false);
+	int rc = ft__recover_between(c, k, run, false);
 
 	if (rc != 0)
 		return rc;
@@ -291,8 +291,7 @@ static int rejoin_recover(struct ft_comm *c, struct ft__call *k, const struct ft
 
 	if (rc == -FT_EMISMATCH && c->det != NULL)
 		rc = newcomer_mismatch(c, run->seq);
-	if (c->det == NULL ||
-	    !(rc == -FT_EPEERFAILED || rc == -FT_EABORTED || ft__det_pending(c->det)))
+	if (!ft__recoverable(c, rc))
 		return rc;
 	t0 = ft__now_ns();
 	region_done(c);
@@ -309,7 +308,7 @@ static int rejoin_recover(struct ft_comm *c, struct ft__call *k, const struct ft
 		whole_region(c);
 	}
 	input_logged(c);
-	return ft__shrink_restart(c, k, co, rc, run, t0, false);
+	return ft__recover_restart(c, k, co, rc, run, t0, false);
 }
 
 /*

@@ -26,7 +26,7 @@
  * soon as it holds the whole result and keeps a copy of it (c->kept): if a
  * failure then leaves some survivors without it, those that returned it
  * (holders: their published next op is past it) hand it to the others by a
- * broadcast on the new ring, and the others return it, with the membership
+ * broadcast on the new ring (recover.c), and the others return it, with the membership
  * it was computed in shown until their next call (as the holders do). A
  * holder keeps its copy until it completes a later op (which every rank
  * then started, so every rank had the earlier one). A rank that finalizes
@@ -42,19 +42,10 @@
  * itself.
  */
 
-#define FT__KEEP_MAX ((size_t)64 << 10)
-
-/* (Not reduce-scatter, whose result differs on every rank, nor allgather:
- * they run with commit steps, which need no handover of a block layout.) */
-static bool small_op(const struct ft__call *k)
-{
-	return k->kind != FT__COLL_BROADCAST && k->blk == NULL && k->count * k->es <= FT__KEEP_MAX;
-}
-
 /* Ops that run without commit steps and whose result a holder keeps. */
 static bool kept_op(const struct ft_comm *c, const struct ft__call *k)
 {
-	return c->size >= 3 && small_op(k);
+	return c->size >= 3 && ft__small_op(k);
 }
 
 static void *save_input(struct ft__coll *co, size_t off, size_t len, struct ft__sum **sum)
@@ -67,21 +58,10 @@ static void *save_input(struct ft__coll *co, size_t off, size_t len, struct ft__
 		       : NULL;
 }
 
-static int claim(struct ft__coll *co)
-{
-	return ft__det_have_result(co->c->det, co->tmpl.op_seq);
-}
-
 static const struct ft__hooks shrink_hooks = {
 	.input_save_at = save_input,
-	.result_held = claim,
+	.result_held = ft__recover_claim,
 };
-
-static bool recoverable(struct ft_comm *c, int rc)
-{
-	return c->det != NULL &&
-	       (rc == -FT_EPEERFAILED || rc == -FT_EABORTED || ft__det_pending(c->det));
-}
 
 /*
  * After a failed first in-place attempt: the backup holds what was saved
@@ -121,189 +101,6 @@ void ft__shrink_backup_complete(struct ft_comm *c, struct ft__call *k, const str
 	k->in_place = false;
 }
 
-/*
- * The lowest member (dense rank order) that published a next op past op: a
- * holder of its result. A next op of op + 2 is a holder too: it returned op
- * (kept, no commit steps) while another rank still waited for op's last
- * frame, and then held the data of op + 1, an op with commit steps (a
- * broadcast) that it has not returned, for not every rank holds it. Nothing
- * further is reachable: a kept op + 1 needs every rank's input, so every
- * rank would have returned op.
- */
-static int find_holder(struct ft_comm *c, uint64_t op, int *holder)
-{
-	*holder = -1;
-	for (int i = 0; i < c->size; i++) {
-		struct ft__member m;
-		int rc = ft__mb_lookup(&c->mb, c->generation, c->members[i], &m);
-		if (rc != 0)
-			return rc;
-		if (m.next_op > op + 2) {
-			ft__error("rank %d published next op %llu, past op %llu + 2", c->members[i],
-				  (unsigned long long)m.next_op, (unsigned long long)op);
-			return -FT_EPROTO;
-		}
-		if (m.next_op > op && *holder < 0)
-			*holder = c->members[i];
-	}
-	return 0;
-}
-
-/*
- * The holder `root` hands op's result to every member of the new view:
- * ranks still inside op receive it into their own buffer, holders pass
- * their kept copy along. No commit: the set of holders only grows.
- */
-static int handover(struct ft_comm *c, const struct ft__call *k, uint64_t op, int root,
-		    bool inside, int *suspect)
-{
-	struct ft__call h = {.kind = FT__COLL_BROADCAST, .es = 1, .dtype = FT_UINT8, .root = root};
-	struct ft__attempt a = {.op_seq = op, .commit = false, .hooks = &shrink_hooks};
-	struct ft__coll co;
-	int rc;
-
-	h.dst = inside ? k->dst : c->kept;
-	h.count = inside ? k->count * k->es : c->kept_bytes;
-	ft__info("op %llu: rank %d hands its result to generation %u", (unsigned long long)op, root,
-		 c->generation);
-	memset(&co, 0, sizeof(co));
-	rc = ft__comm_connect_ring(c);
-	if (rc == 0)
-		rc = ft__engine_broadcast(c, &h, &a, &co);
-	/* a link that failed with no failure known: its peer is suspected */
-	if (rc == -FT_EPEERFAILED && co.fail_link != 0 && c->size > 1)
-		*suspect = c->members[ft__mod(c->rank + (co.fail_link == 1 ? -1 : 1), c->size)];
-	return rc;
-}
-
-/* The public membership stays that of the view the result was computed in until the next call. */
-static int defer_view(struct ft_comm *c, const struct ft__shown *old)
-{
-	ft__comm_show_current(c);
-	c->shown = *old;
-	c->shown.members = malloc((size_t)old->size * sizeof(int));
-	if (c->shown.members == NULL)
-		return -FT_ENOMEM;
-	memcpy(c->shown.members, old->members, (size_t)old->size * sizeof(int));
-	c->shown.active = true;
-	return 0;
-}
-
-/*
- * After a failure: waits for the detector's next view and decides what op
- * seq does: FT__STANDS (this rank holds its result), FT__RETRY (the view is
- * adopted; run op seq on it), or an error (-FT_EEXCLUDED when this rank
- * was left out). A link that failed with no failure known is declared
- * after a while (suspect: its peer).
- */
-int ft__shrink_recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t seq, int suspect,
-			    bool handover_ok)
-{
-	/* Never shorter than the detector's own way to a view: it forces a
-	 * settle after 2 x detect (plus, under rejoin, the wait for the lost
-	 * ranks to come back), and a coordinator may then need a connect
-	 * timeout. A shorter wait here left a communicator broken whose
-	 * detector was still on its way to a view (FTCC_CONNECT_TIMEOUT_MS
-	 * 5000 under rejoin: -FT_ETIMEDOUT after 7 s of a 30 s wait). */
-	int64_t wait64 = 2 * (int64_t)c->cfg.detect_timeout_ms + c->cfg.connect_timeout_ms +
-			 (c->cfg.policy == FT_POLICY_REJOIN ? c->cfg.rejoin_timeout_ms : 0);
-	int wait_ms = wait64 > INT_MAX ? INT_MAX : (int)wait64;
-	uint32_t after = c->generation;
-	struct ft__shown old = {.generation = c->generation, .size = c->size, .rank = c->rank,
-				.members = NULL};
-	struct ft__view v = {0};
-	int rc;
-
-	old.members = malloc((size_t)c->size * sizeof(int));
-	if (old.members == NULL)
-		return -FT_ENOMEM;
-	memcpy(old.members, c->members, (size_t)c->size * sizeof(int));
-	for (;;) {
-		uint64_t first;
-		int holder;
-		rc = ft__det_await(c->det, after,
-				   suspect >= 0 ? 2 * c->cfg.detect_timeout_ms : wait_ms, &v);
-		if (rc == -FT_ETIMEDOUT && suspect >= 0) {
-			/* known failed by now (a rejoin wait for it, say): nothing
-			 * to declare; the detector also declares nothing while it
-			 * recovers from another failure, which explains the link */
-			if (!ft__det_failed(c->det, suspect))
-				ft__det_suspect(c->det, suspect, false);
-			suspect = -1;
-			continue;
-		}
-		if (rc != 0)
-			break;
-		first = v.first_op;
-		if (seq < first) {
-			/* every survivor holds it (commit steps): the next call adopts v */
-			ft__view_free(&v);
-			rc = FT__STANDS;
-			break;
-		}
-		if (seq > first + 1 ||
-		    (seq == first + 1 && !(handover_ok && c->kept_valid && c->kept_seq == first))) {
-			ft__error("generation %u starts at op %llu, but this rank is at op %llu",
-				  v.generation, (unsigned long long)first, (unsigned long long)seq);
-			ft__view_free(&v);
-			rc = -FT_EPROTO;
-			break;
-		}
-		after = v.generation;
-		rc = ft__comm_adopt(c, &v);
-		if (rc == -FT_EEXCLUDED || rc == -FT_ENOMEM || rc == -FT_ECORRUPT)
-			break;
-		if (rc != 0)
-			continue; /* a member of the view is gone already: wait for the next */
-		holder = -1;
-		rc = handover_ok ? find_holder(c, first, &holder) : 0;
-		/* -FT_EPEERFAILED: a member left before its record was read (as
-		 * in ft__comm_adopt): wait for the next view, not fail the call
-		 * (make tsan, two ranks killed at once: the second died between
-		 * its view settling and this rank loading it) */
-		if (rc == -FT_EPEERFAILED)
-			continue;
-		if (rc != 0)
-			break;
-		if (seq == first && (holder < 0 || !small_op(k))) {
-			/* nobody returned it (a holder of an op with commit steps
-			 * is still inside it): it runs again */
-			rc = FT__RETRY;
-			break;
-		}
-		rc = handover(c, k, first, holder, seq == first, &suspect);
-		if (rc == 0) {
-			rc = seq == first ? defer_view(c, &old) : 0;
-			if (rc == 0)
-				rc = seq == first ? FT__STANDS : FT__RETRY;
-			break;
-		}
-		if (!recoverable(c, rc))
-			break;
-		ft__comm_abort_ring(c, -FT_EABORTED, first);
-	}
-	free(old.members);
-	return rc;
-}
-
-int ft__shrink_between(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok)
-{
-	int rc;
-
-	if (c->det != NULL && ft__det_pending(c->det)) {
-		/* a failure seen between calls: this op runs on the next view */
-		uint64_t t0 = ft__now_ns();
-		rc = ft__shrink_recover_view(c, k, run->seq, -1, handover_ok);
-		if (rc == FT__STANDS)
-			rc = -FT_EPROTO;
-		if (rc != 0)
-			return rc;
-		c->stats.recoveries++;
-		run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
-	}
-	return 0;
-}
-
 int ft__shrink_backup_alloc(struct ft_comm *c, const struct ft__call *k)
 {
 	size_t bytes = k->count * k->es;
@@ -325,7 +122,7 @@ int ft__shrink_backup_alloc(struct ft_comm *c, const struct ft__call *k)
 
 static int shrink_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *run)
 {
-	int rc = ft__shrink_between(c, k, run, true);
+	int rc = ft__recover_between(c, k, run, true);
 
 	return rc != 0 ? rc : ft__shrink_backup_alloc(c, k);
 }
@@ -336,30 +133,12 @@ static void shrink_attempt(const struct ft_comm *c, const struct ft__call *k, st
 	a->hooks = c->det != NULL ? &shrink_hooks : NULL;
 }
 
-int ft__shrink_restart(struct ft_comm *c, const struct ft__call *k, const struct ft__coll *co,
-		       int rc, struct ft__run *run, uint64_t t0, bool handover_ok)
-{
-	int suspect = -1, v;
-
-	if (rc == -FT_EPEERFAILED && co->fail_link != 0 && c->size > 1)
-		suspect = c->members[ft__mod(c->rank + (co->fail_link == 1 ? -1 : 1), c->size)];
-	ft__comm_abort_ring(c, -FT_EABORTED, run->seq);
-	v = ft__shrink_recover_view(c, k, run->seq, suspect, handover_ok);
-	run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
-	if (v >= 0)
-		c->stats.recoveries++;
-	if (v == FT__RETRY)
-		ft__info("op %llu restarts on generation %u with %d ranks",
-			 (unsigned long long)run->seq, c->generation, c->size);
-	return v;
-}
-
 static int shrink_recover(struct ft_comm *c, struct ft__call *k, const struct ft__coll *co, int rc,
 			  struct ft__run *run)
 {
 	uint64_t t0;
 
-	if (!recoverable(c, rc))
+	if (!ft__recoverable(c, rc))
 		return rc;
 	if (co->claimed && kept_op(c, k)) {
 		/* the whole result is here: return it; a survivor without it
@@ -369,14 +148,14 @@ static int shrink_recover(struct ft_comm *c, struct ft__call *k, const struct ft
 	}
 	t0 = ft__now_ns();
 	ft__shrink_backup_complete(c, k, co, c->backup);
-	return ft__shrink_restart(c, k, co, rc, run, t0, true);
+	return ft__recover_restart(c, k, co, rc, run, t0, true);
 }
 
 static void shrink_end(struct ft_comm *c, const struct ft__call *k, int rc, const struct ft__run *run)
 {
 	size_t bytes = k->count * k->es;
 
-	if (c->det == NULL || rc != 0 || !small_op(k))
+	if (c->det == NULL || rc != 0 || !ft__small_op(k))
 		return;
 	if (c->kept_cap < bytes) {
 		void *p = realloc(c->kept, bytes);

@@ -1,0 +1,289 @@
+/* recover.c: the recovery sequence shrink and rejoin share: tear the ring down, await the next view, adopt it, acknowledge it, hand over, reconnect. */
+/* SPDX-License-Identifier: MIT */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "policy.h"
+
+/*
+ * How a failure reaches this file. The detector's thread (lib/membership/
+ * detect.c) learns of it (a broken control link, heartbeat silence, a
+ * peer's notice), settles the next view with the other survivors and raises
+ * its pending flag. The engine returns from the op it runs: its data link
+ * broke, or it saw the flag when it woke. The driver (lib/core/collective.c)
+ * hands the failed attempt to the policy's recover, which saves what a
+ * rerun needs (the input: policy_shrink.c, policy_rejoin.c) and calls
+ * ft__recover_restart. A failure seen between calls comes here from the
+ * policy's begin, through ft__recover_between.
+ *
+ * The sequence, in recover_view below, top to bottom:
+ *
+ *   1. tear down: abort frames to the ring's neighbours, links closed;
+ *   2. await the next view (ft__det_await); a link that broke with no
+ *      failure known gets its peer suspected after a while, so that the
+ *      detector settles a view at all;
+ *   3. judge the view against the op this rank is in: the survivors all
+ *      returned it (it stands), or they are one op behind or ahead of it
+ *      (a rank that returned a small op hands it over), or the view is of
+ *      no use (this rank left out, too far apart);
+ *   4. adopt it: the new dense ranks and the members' addresses
+ *      (ft__comm_load_view; the policy's view_loaded runs there);
+ *   5. acknowledge it to the detector (ft__det_adopted): the op this rank
+ *      publishes as its next if another member fails;
+ *   6. hand over: a member that returned the op broadcasts its result on
+ *      the new ring to those that did not;
+ *   7. reconnect: the hand-over links the new ring; otherwise the driver's
+ *      next attempt does (ft__comm_connect_ring), and the op runs again.
+ *
+ * A member that fails during 4 to 6 sends the loop back to 2 for the view
+ * after.
+ */
+
+/* The peer of the link an attempt failed on (co->fail_link: 1 receive, 2
+ * send), or -1 when it failed otherwise. */
+static int link_peer(const struct ft_comm *c, const struct ft__coll *co, int rc)
+{
+	if (rc != -FT_EPEERFAILED || co->fail_link == 0 || c->size < 2)
+		return -1;
+	return c->members[ft__mod(c->rank + (co->fail_link == 1 ? -1 : 1), c->size)];
+}
+
+bool ft__recoverable(const struct ft_comm *c, int rc)
+{
+	return c->det != NULL &&
+	       (rc == -FT_EPEERFAILED || rc == -FT_EABORTED || ft__det_pending(c->det));
+}
+
+bool ft__small_op(const struct ft__call *k)
+{
+	return k->kind != FT__COLL_BROADCAST && k->blk == NULL && k->count * k->es <= FT__KEEP_MAX;
+}
+
+int ft__recover_claim(struct ft__coll *co)
+{
+	return ft__det_have_result(co->c->det, co->tmpl.op_seq);
+}
+
+static const struct ft__hooks handover_hooks = {
+	.result_held = ft__recover_claim,
+};
+
+/*
+ * The lowest member (dense rank order) that published a next op past op: a
+ * holder of its result. A next op of op + 2 is a holder too: it returned op
+ * (kept, no commit steps) while another rank still waited for op's last
+ * frame, and then held the data of op + 1, an op with commit steps (a
+ * broadcast) that it has not returned, for not every rank holds it. Nothing
+ * further is reachable: a kept op + 1 needs every rank's input, so every
+ * rank would have returned op.
+ */
+static int find_holder(struct ft_comm *c, uint64_t op, int *holder)
+{
+	*holder = -1;
+	for (int i = 0; i < c->size; i++) {
+		struct ft__member m;
+		int rc = ft__mb_lookup(&c->mb, c->generation, c->members[i], &m);
+		if (rc != 0)
+			return rc;
+		if (m.next_op > op + 2) {
+			ft__error("rank %d published next op %llu, past op %llu + 2", c->members[i],
+				  (unsigned long long)m.next_op, (unsigned long long)op);
+			return -FT_EPROTO;
+		}
+		if (m.next_op > op && *holder < 0)
+			*holder = c->members[i];
+	}
+	return 0;
+}
+
+/*
+ * The holder `root` hands op's result to every member of the new view:
+ * ranks still inside op receive it into their own buffer, holders pass
+ * their kept copy along. No commit: the set of holders only grows. Links
+ * the new ring first (step 7 of the sequence, for this path).
+ */
+static int handover(struct ft_comm *c, const struct ft__call *k, uint64_t op, int root,
+		    bool inside, int *suspect)
+{
+	struct ft__call h = {.kind = FT__COLL_BROADCAST, .es = 1, .dtype = FT_UINT8, .root = root};
+	struct ft__attempt a = {.op_seq = op, .commit = false, .hooks = &handover_hooks};
+	struct ft__coll co;
+	int rc;
+
+	h.dst = inside ? k->dst : c->kept;
+	h.count = inside ? k->count * k->es : c->kept_bytes;
+	ft__info("op %llu: rank %d hands its result to generation %u", (unsigned long long)op, root,
+		 c->generation);
+	memset(&co, 0, sizeof(co));
+	rc = ft__comm_connect_ring(c);
+	if (rc == 0)
+		rc = ft__engine_broadcast(c, &h, &a, &co);
+	if (link_peer(c, &co, rc) >= 0)
+		*suspect = link_peer(c, &co, rc);
+	return rc;
+}
+
+/* The public membership stays that of the view the result was computed in until the next call. */
+static int defer_view(struct ft_comm *c, const struct ft__shown *old)
+{
+	ft__comm_show_current(c);
+	c->shown = *old;
+	c->shown.members = malloc((size_t)old->size * sizeof(int));
+	if (c->shown.members == NULL)
+		return -FT_ENOMEM;
+	memcpy(c->shown.members, old->members, (size_t)old->size * sizeof(int));
+	c->shown.active = true;
+	return 0;
+}
+
+/* How long a view may take: never shorter than the detector's own way to
+ * one. It forces a settle after 2 x detect (plus, under rejoin, the wait for
+ * the lost ranks to come back), and a coordinator may then need a connect
+ * timeout. A shorter wait here left a communicator broken whose detector
+ * was still on its way to a view (FTCC_CONNECT_TIMEOUT_MS 5000 under
+ * rejoin: -FT_ETIMEDOUT after 7 s of a 30 s wait). */
+static int view_wait_ms(const struct ft_comm *c)
+{
+	int64_t ms = 2 * (int64_t)c->cfg.detect_timeout_ms + c->cfg.connect_timeout_ms +
+		     (c->cfg.policy == FT_POLICY_REJOIN ? c->cfg.rejoin_timeout_ms : 0);
+
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+/*
+ * Steps 2 to 7: waits for the detector's next view and decides what op seq
+ * does on it: FT__STANDS (this rank holds its result), FT__RETRY (the view is
+ * adopted; run op seq on it), or an error (-FT_EEXCLUDED when this rank
+ * was left out). suspect: the peer of a link that failed with no failure
+ * known, declared if no view comes within 2 x detect.
+ */
+static int recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t seq, int suspect,
+			bool handover_ok)
+{
+	uint32_t after = c->generation;
+	struct ft__shown old = {.generation = c->generation, .size = c->size, .rank = c->rank,
+				.members = NULL};
+	struct ft__view v = {0};
+	int rc;
+
+	old.members = malloc((size_t)c->size * sizeof(int));
+	if (old.members == NULL)
+		return -FT_ENOMEM;
+	memcpy(old.members, c->members, (size_t)c->size * sizeof(int));
+	for (;;) {
+		uint64_t first;
+		int holder;
+
+		/* 2. await */
+		rc = ft__det_await(c->det, after,
+				   suspect >= 0 ? 2 * c->cfg.detect_timeout_ms : view_wait_ms(c), &v);
+		if (rc == -FT_ETIMEDOUT && suspect >= 0) {
+			/* known failed by now (a rejoin wait for it, say): nothing
+			 * to declare; the detector also declares nothing while it
+			 * recovers from another failure, which explains the link */
+			if (!ft__det_failed(c->det, suspect))
+				ft__det_suspect(c->det, suspect, false);
+			suspect = -1;
+			continue;
+		}
+		if (rc != 0)
+			break;
+
+		/* 3. judge */
+		first = v.first_op;
+		if (seq < first) {
+			/* every survivor holds it (commit steps): the next call adopts v */
+			ft__view_free(&v);
+			rc = FT__STANDS;
+			break;
+		}
+		if (seq > first + 1 ||
+		    (seq == first + 1 && !(handover_ok && c->kept_valid && c->kept_seq == first))) {
+			ft__error("generation %u starts at op %llu, but this rank is at op %llu",
+				  v.generation, (unsigned long long)first, (unsigned long long)seq);
+			ft__view_free(&v);
+			rc = -FT_EPROTO;
+			break;
+		}
+
+		/* 4. adopt (the links of the view before, if a hand-over made any, go) */
+		after = v.generation;
+		ft__comm_abort_ring(c, -FT_EABORTED, c->op_seq);
+		rc = ft__comm_load_view(c, &v);
+		ft__view_free(&v);
+		if (rc == -FT_EEXCLUDED || rc == -FT_ENOMEM || rc == -FT_ECORRUPT)
+			break;
+		if (rc != 0)
+			continue; /* a member of the view is gone already: wait for the next */
+
+		/* 5. acknowledge */
+		ft__det_adopted(c->det, c->generation, c->op_seq);
+
+		/* 6. hand over */
+		holder = -1;
+		rc = handover_ok ? find_holder(c, first, &holder) : 0;
+		/* -FT_EPEERFAILED: a member left before its record was read (as
+		 * in ft__comm_load_view): wait for the next view, not fail the
+		 * call (make tsan, two ranks killed at once: the second died
+		 * between its view settling and this rank loading it) */
+		if (rc == -FT_EPEERFAILED)
+			continue;
+		if (rc != 0)
+			break;
+		if (seq == first && (holder < 0 || !ft__small_op(k))) {
+			/* nobody returned it (a holder of an op with commit steps
+			 * is still inside it): 7. the driver reconnects and runs it again */
+			rc = FT__RETRY;
+			break;
+		}
+		rc = handover(c, k, first, holder, seq == first, &suspect);
+		if (rc == 0) {
+			rc = seq == first ? defer_view(c, &old) : 0;
+			if (rc == 0)
+				rc = seq == first ? FT__STANDS : FT__RETRY;
+			break;
+		}
+		if (!ft__recoverable(c, rc))
+			break;
+		ft__comm_abort_ring(c, -FT_EABORTED, first);
+	}
+	free(old.members);
+	return rc;
+}
+
+int ft__recover_restart(struct ft_comm *c, const struct ft__call *k, const struct ft__coll *co,
+			int rc, struct ft__run *run, uint64_t t0, bool handover_ok)
+{
+	int suspect = link_peer(c, co, rc), v;
+
+	/* 1. tear down */
+	ft__comm_abort_ring(c, -FT_EABORTED, run->seq);
+	v = recover_view(c, k, run->seq, suspect, handover_ok);
+	run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
+	if (v >= 0)
+		c->stats.recoveries++;
+	if (v == FT__RETRY)
+		ft__info("op %llu restarts on generation %u with %d ranks",
+			 (unsigned long long)run->seq, c->generation, c->size);
+	return v;
+}
+
+int ft__recover_between(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok)
+{
+	int rc;
+
+	if (c->det != NULL && ft__det_pending(c->det)) {
+		/* a failure seen between calls: this op runs on the next view */
+		uint64_t t0 = ft__now_ns();
+		rc = recover_view(c, k, run->seq, -1, handover_ok);
+		if (rc == FT__STANDS)
+			rc = -FT_EPROTO;
+		if (rc != 0)
+			return rc;
+		c->stats.recoveries++;
+		run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
+	}
+	return 0;
+}
