@@ -192,6 +192,8 @@ $(B)/gloo_bench: bench/gloo_bench.cc bench/bench_common.h
 	$(CXX) $(CXXFLAGS) -std=c++17 -Wall -Wextra -o $@ $< -lgloo -lpthread
 $(B)/mpi_bench: bench/mpi_bench.c bench/bench_common.h
 	mpicc.openmpi $(ALL_CFLAGS) -o $@ $<
+$(B)/tcp_ring: bench/tcp_ring.c bench/bench_common.h
+	$(CC) $(ALL_CFLAGS) -o $@ $<
 
 # Criterion tests: test/test_*.c (the rank programs beside them link no Criterion)
 TEST_PROG_CFLAGS := -Wno-missing-prototypes
@@ -358,7 +360,7 @@ bench: all
 bench-torch: all torch
 	@scripts/bench-torch.sh $(B)
 
-bench-compare: all $(B)/gloo_bench $(B)/mpi_bench
+bench-compare: all $(B)/gloo_bench $(B)/mpi_bench $(B)/tcp_ring
 	@scripts/bench-compare.sh $(B)
 
 # The reliability campaign (scripts/campaign.py): CAMPAIGN_TRIALS (default

@@ -44,7 +44,12 @@ enum bench_dtype {
 };
 enum bench_op { BENCH_SUM, BENCH_PROD, BENCH_MIN, BENCH_MAX, BENCH_AVG, BENCH_OP_COUNT };
 
+/* The collective timed: SIZE is always the whole vector (allreduce's count;
+ * reduce-scatter's input, n blocks of SIZE/n; allgather's output, n blocks). */
+enum bench_coll { BENCH_ALLREDUCE, BENCH_REDUCE_SCATTER, BENCH_ALLGATHER };
+
 struct bench_opts {
+	enum bench_coll coll;
 	size_t min_bytes;
 	size_t max_bytes;
 	int iters;              /* 0: adapt to the message size */
@@ -180,10 +185,36 @@ static inline const char *bench_format_size(size_t bytes, char *buf, size_t len)
 	return buf;
 }
 
+static inline const char *bench_coll_name(enum bench_coll c)
+{
+	return c == BENCH_REDUCE_SCATTER ? "reduce_scatter"
+	       : c == BENCH_ALLGATHER	 ? "allgather"
+					 : "allreduce";
+}
+
+static inline int bench_coll_parse(const char *s, enum bench_coll *out)
+{
+	for (int c = BENCH_ALLREDUCE; c <= BENCH_ALLGATHER; c++)
+		if (strcmp(s, bench_coll_name((enum bench_coll)c)) == 0) {
+			*out = (enum bench_coll)c;
+			return 0;
+		}
+	return -1;
+}
+
+/* Elements per rank's block of a reduce-scatter or allgather of count
+ * elements in all (the vector is cut in ranks equal blocks; a remainder is
+ * left out, so that every implementation moves the same bytes). */
+static inline size_t bench_block(size_t count, int ranks)
+{
+	return ranks > 0 ? count / (size_t)ranks : 0;
+}
+
 static inline void bench_usage(FILE *f, const char *prog)
 {
 	fprintf(f,
-		"usage: %s [--min SIZE] [--max SIZE] [--iters K] [--warmup W]\n"
+		"usage: %s [--coll allreduce|reduce_scatter|allgather] [--min SIZE] [--max SIZE]\n"
+		"          [--iters K] [--warmup W]\n"
 		"          [--dtype float32|float64|float16|bfloat16|int32|int64|uint8]\n"
 		"          [--op sum|prod|min|max|avg] [--in-place] [--csv FILE] [--label NAME] [--check]\n"
 		"  SIZE in bytes, suffixes K, M, G (binary); sizes run over powers of 2 from --min\n"
@@ -196,6 +227,7 @@ static inline void bench_usage(FILE *f, const char *prog)
 static inline void bench_opts_init(struct bench_opts *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->coll = BENCH_ALLREDUCE;
 	o->min_bytes = (size_t)4 << 10;
 	o->max_bytes = (size_t)256 << 20;
 	o->iters = 0;
@@ -239,7 +271,9 @@ static inline int bench_parse_args(int argc, char **argv, struct bench_opts *o, 
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int bad = 0, takes_value = 1;
 
-		if (strcmp(a, "--min") == 0)
+		if (strcmp(a, "--coll") == 0)
+			bad = v == NULL ? -1 : bench_coll_parse(v, &o->coll);
+		else if (strcmp(a, "--min") == 0)
 			bad = bench_parse_size(v, &o->min_bytes);
 		else if (strcmp(a, "--max") == 0)
 			bad = bench_parse_size(v, &o->max_bytes);
@@ -281,6 +315,11 @@ static inline int bench_parse_args(int argc, char **argv, struct bench_opts *o, 
 		}
 		if (takes_value)
 			i++;
+	}
+	if (o->check && o->coll != BENCH_ALLREDUCE) {
+		if (verbose)
+			fprintf(stderr, "%s: --check verifies allreduce only\n", prog);
+		return -1;
 	}
 	if (o->min_bytes == 0 || o->max_bytes < o->min_bytes) {
 		if (verbose)
@@ -356,9 +395,13 @@ static inline double bench_median(const double *sorted, size_t n)
 }
 
 /* Ring allreduce moves 2(n-1)/n of the buffer per rank; 0 for one rank. */
-static inline double bench_busbw_factor(int ranks)
+/* Bus bandwidth per algorithm bandwidth: what each rank moves on the ring's
+ * busiest link, per byte of the vector (an allreduce runs both halves). */
+static inline double bench_busbw_factor(enum bench_coll coll, int ranks)
 {
-	return ranks > 1 ? 2.0 * (double)(ranks - 1) / (double)ranks : 0.0;
+	double half = ranks > 1 ? (double)(ranks - 1) / (double)ranks : 0.0;
+
+	return coll == BENCH_ALLREDUCE ? 2.0 * half : half;
 }
 
 /*
@@ -366,7 +409,7 @@ static inline double bench_busbw_factor(int ranks)
  * Sorts `times` in place.
  */
 static inline void bench_summarize(double *times, int iters, size_t bytes, size_t count,
-				   int ranks, struct bench_result *r)
+				   int ranks, enum bench_coll coll, struct bench_result *r)
 {
 	double med;
 
@@ -379,14 +422,14 @@ static inline void bench_summarize(double *times, int iters, size_t bytes, size_
 	r->p10_us = bench_percentile(times, (size_t)iters, 10.0) * 1e6;
 	r->p90_us = bench_percentile(times, (size_t)iters, 90.0) * 1e6;
 	r->algbw_gbps = med > 0 ? (double)bytes / med / 1e9 : 0.0;
-	r->busbw_gbps = r->algbw_gbps * bench_busbw_factor(ranks);
+	r->busbw_gbps = r->algbw_gbps * bench_busbw_factor(coll, ranks);
 }
 
 static inline void bench_print_header(FILE *f, const char *impl, const char *transport, int ranks,
 				      const struct bench_opts *o)
 {
-	fprintf(f, "# impl=%s transport=%s ranks=%d dtype=%s op=%s %s check=%s\n", impl, transport,
-		ranks, bench_dtype_name(o->dtype), bench_op_name(o->op),
+	fprintf(f, "# impl=%s transport=%s coll=%s ranks=%d dtype=%s op=%s %s check=%s\n", impl,
+		transport, bench_coll_name(o->coll), ranks, bench_dtype_name(o->dtype), bench_op_name(o->op),
 		o->in_place ? "in-place" : "out-of-place", o->check ? "yes" : "no");
 	fprintf(f, "# %8s %12s %6s %11s %11s %11s %11s %11s %5s\n", "size", "count", "iters",
 		"median_us", "p10_us", "p90_us", "algbw_GBps", "busbw_GBps", "check");

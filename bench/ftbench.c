@@ -1,11 +1,11 @@
-/* ftbench.c: allreduce latency and bandwidth of ftcc over message sizes, through the public API only. */
+/* ftbench.c: allreduce (reduce-scatter, allgather) latency and bandwidth of ftcc over message sizes, through the public API only. */
 /* SPDX-License-Identifier: MIT */
 
 /*
  * Run under the launcher: ftcc-run -n N build/ftbench [options] (see
  * bench_common.h for the options and the timing method). Rank 0 prints the
  * table and appends the CSV rows; every rank reports its own errors.
- * The timed loop contains nothing but ft_allreduce calls and clock reads:
+ * The timed loop contains nothing but the collective's calls and clock reads:
  * the barrier comes before it and the max-over-ranks reduction after it.
  */
 
@@ -77,6 +77,24 @@ static int check_size(const struct bench_ctx *c, void *sendbuf, void *recvbuf, s
 	return 0;
 }
 
+/* One timed call of the collective --coll names, on count elements in all. */
+static int one_call(const struct bench_ctx *c, const void *src, void *recvbuf, size_t count)
+{
+	const struct bench_opts *o = c->opts;
+	size_t block = bench_block(count, c->ranks);
+
+	switch (o->coll) {
+	case BENCH_REDUCE_SCATTER:
+		return ft_reduce_scatter(c->comm, src, recvbuf, block, (enum ft_dtype)o->dtype,
+					 (enum ft_op)o->op, NULL);
+	case BENCH_ALLGATHER:
+		return ft_allgather(c->comm, src, recvbuf, block, (enum ft_dtype)o->dtype, NULL);
+	default:
+		return ft_allreduce(c->comm, src, recvbuf, count, (enum ft_dtype)o->dtype,
+				    (enum ft_op)o->op, NULL);
+	}
+}
+
 static int run_size(const struct bench_ctx *c, size_t bytes)
 {
 	const struct bench_opts *o = c->opts;
@@ -118,10 +136,9 @@ static int run_size(const struct bench_ctx *c, size_t bytes)
 		bench_fill(sendbuf, count, o->dtype, o->op, c->rank);
 
 	for (i = 0; i < warmup; i++) {
-		err = ft_allreduce(c->comm, src, recvbuf, count, (enum ft_dtype)o->dtype,
-				   (enum ft_op)o->op, NULL);
+		err = one_call(c, src, recvbuf, count);
 		if (err != 0) {
-			ft_fail(c, "ft_allreduce (warm-up)", bytes, err);
+			ft_fail(c, "the collective (warm-up)", bytes, err);
 			goto out_free;
 		}
 	}
@@ -133,11 +150,10 @@ static int run_size(const struct bench_ctx *c, size_t bytes)
 	for (i = 0; i < iters; i++) {
 		double t0 = bench_now();
 
-		err = ft_allreduce(c->comm, src, recvbuf, count, (enum ft_dtype)o->dtype,
-				   (enum ft_op)o->op, NULL);
+		err = one_call(c, src, recvbuf, count);
 		times[i] = bench_now() - t0;
 		if (err != 0) {
-			ft_fail(c, "ft_allreduce", bytes, err);
+			ft_fail(c, "the collective", bytes, err);
 			goto out_free;
 		}
 	}
@@ -146,7 +162,7 @@ static int run_size(const struct bench_ctx *c, size_t bytes)
 		ft_fail(c, "ft_allreduce (times max)", bytes, err);
 		goto out_free;
 	}
-	bench_summarize(times, iters, bytes, count, c->ranks, &res);
+	bench_summarize(times, iters, bytes, count, c->ranks, c->opts->coll, &res);
 	if (c->rank == 0) {
 		bench_print_row(stdout, &res, o->check);
 		if (o->csv != NULL) {

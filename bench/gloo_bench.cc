@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 // gloo_bench.cc: the ftbench measurement (same flags, table and CSV) with Gloo's ring allreduce over TCP.
 
+// --coll reduce_scatter runs gloo::ReduceScatterHalvingDoubling (Gloo has no
+// ring reduce-scatter), in place over the whole vector, after a copy of the
+// input when out of place; --coll allgather runs gloo::allgather (a ring).
+//
 // Runs under ftcc-run: rank, world size and a fresh rendezvous directory come
 // from FTCC_RANK, FTCC_WORLD_SIZE and FTCC_RENDEZVOUS; Gloo's FileStore
 // rendezvous lives in that directory. Uses the "new style" collectives
@@ -18,7 +22,11 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
+#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/reduce_scatter.h>
 #include <gloo/barrier.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -174,6 +182,51 @@ void check_size(const std::shared_ptr<gloo::Context> &ctx, const struct bench_op
 				 std::to_string(static_cast<long long>(nbad)) + " wrong elements over all ranks");
 }
 
+// The reduce-scatter or allgather of a vector of count elements of type T
+// (block elements per rank), as one callable for the timed loop.
+template <typename T>
+std::function<void()> half_ring(const std::shared_ptr<gloo::Context> &ctx, const struct bench_opts &o,
+				void *send, void *recv, size_t count, size_t block)
+{
+	T *out = static_cast<T *>(recv);
+	size_t bytes = block * static_cast<size_t>(ctx->size) * sizeof(T);
+
+	(void)count;
+	if (o.coll == BENCH_ALLGATHER) {
+		auto opts = std::make_shared<gloo::AllgatherOptions>(ctx);
+		if (!o.in_place)
+			opts->setInput(static_cast<T *>(send), block);
+		opts->setOutput(out, block * static_cast<size_t>(ctx->size));
+		opts->setTag(kTagBench);
+		return [opts] { gloo::allgather(*opts); };
+	}
+	if (o.op != BENCH_SUM)
+		throw BenchError("gloo_bench: reduce_scatter with op sum only");
+	auto rs = std::make_shared<gloo::ReduceScatterHalvingDoubling<T>>(
+		ctx, std::vector<T *>{out}, static_cast<int>(block * static_cast<size_t>(ctx->size)),
+		std::vector<int>(static_cast<size_t>(ctx->size), static_cast<int>(block)));
+	if (o.in_place)
+		return [rs] { rs->run(); };
+	return [rs, out, send, bytes] {
+		std::memcpy(out, send, bytes);
+		rs->run();
+	};
+}
+
+std::function<void()> half_ring_for(const std::shared_ptr<gloo::Context> &ctx, const struct bench_opts &o,
+				    void *send, void *recv, size_t count)
+{
+	size_t block = bench_block(count, ctx->size);
+
+	switch (o.dtype) {
+	case BENCH_FLOAT32: return half_ring<float>(ctx, o, send, recv, count, block);
+	case BENCH_FLOAT64: return half_ring<double>(ctx, o, send, recv, count, block);
+	case BENCH_INT32: return half_ring<int32_t>(ctx, o, send, recv, count, block);
+	case BENCH_INT64: return half_ring<int64_t>(ctx, o, send, recv, count, block);
+	default: throw BenchError("gloo_bench: reduce_scatter and allgather take float32, float64, int32, int64");
+	}
+}
+
 void run_size(const std::shared_ptr<gloo::Context> &ctx, const struct bench_opts &o, const char *impl,
 	      size_t bytes, ReduceFn fn)
 {
@@ -205,18 +258,21 @@ void run_size(const std::shared_ptr<gloo::Context> &ctx, const struct bench_opts
 	set_buffers(opts, o.dtype, sp, recv.p, count);
 	opts.setReduceFunction(fn);
 	opts.setTag(kTagBench);
+	std::function<void()> call = [&opts] { gloo::allreduce(opts); };
+	if (o.coll != BENCH_ALLREDUCE)
+		call = half_ring_for(ctx, o, sp, recv.p, count);
 
 	for (int i = 0; i < warmup; i++)
-		gloo::allreduce(opts);
+		call();
 	barrier(ctx);
 	for (int i = 0; i < iters; i++) {
 		double t0 = bench_now();
 
-		gloo::allreduce(opts);
+		call();
 		times[static_cast<size_t>(i)] = bench_now() - t0;
 	}
 	allreduce_meta(ctx, times.data(), times.size(), &gloo::max<double>);
-	bench_summarize(times.data(), iters, bytes, count, ctx->size, &res);
+	bench_summarize(times.data(), iters, bytes, count, ctx->size, o.coll, &res);
 	if (ctx->rank == 0) {
 		bench_print_row(stdout, &res, o.check);
 		if (o.csv != nullptr) {

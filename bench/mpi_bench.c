@@ -113,6 +113,21 @@ static int check_size(const struct bench_ctx *c, void *sendbuf, void *recvbuf, i
 	return MPI_SUCCESS;
 }
 
+/* One timed call of the collective --coll names, on count elements in all. */
+static int one_call(const struct bench_ctx *c, const void *src, void *recvbuf, int count)
+{
+	int block = (int)bench_block((size_t)count, c->ranks);
+
+	switch (c->opts->coll) {
+	case BENCH_REDUCE_SCATTER:
+		return MPI_Reduce_scatter_block(src, recvbuf, block, c->type, c->op, MPI_COMM_WORLD);
+	case BENCH_ALLGATHER:
+		return MPI_Allgather(src, block, c->type, recvbuf, block, c->type, MPI_COMM_WORLD);
+	default:
+		return MPI_Allreduce(src, recvbuf, count, c->type, c->op, MPI_COMM_WORLD);
+	}
+}
+
 static int run_size(const struct bench_ctx *c, size_t bytes)
 {
 	const struct bench_opts *o = c->opts;
@@ -155,9 +170,9 @@ static int run_size(const struct bench_ctx *c, size_t bytes)
 		bench_fill(sendbuf, count, o->dtype, o->op, c->rank);
 
 	for (i = 0; i < warmup; i++) {
-		err = MPI_Allreduce(src, recvbuf, (int)count, c->type, c->op, MPI_COMM_WORLD);
+		err = one_call(c, src, recvbuf, (int)count);
 		if (err != MPI_SUCCESS) {
-			mpi_fail(c, "MPI_Allreduce (warm-up)", bytes, err);
+			mpi_fail(c, "the collective (warm-up)", bytes, err);
 			goto out_free;
 		}
 	}
@@ -169,10 +184,10 @@ static int run_size(const struct bench_ctx *c, size_t bytes)
 	for (i = 0; i < iters; i++) {
 		double t0 = bench_now();
 
-		err = MPI_Allreduce(src, recvbuf, (int)count, c->type, c->op, MPI_COMM_WORLD);
+		err = one_call(c, src, recvbuf, (int)count);
 		times[i] = bench_now() - t0;
 		if (err != MPI_SUCCESS) {
-			mpi_fail(c, "MPI_Allreduce", bytes, err);
+			mpi_fail(c, "the collective", bytes, err);
 			goto out_free;
 		}
 	}
@@ -181,7 +196,7 @@ static int run_size(const struct bench_ctx *c, size_t bytes)
 		mpi_fail(c, "MPI_Allreduce (times max)", bytes, err);
 		goto out_free;
 	}
-	bench_summarize(times, iters, bytes, count, c->ranks, &res);
+	bench_summarize(times, iters, bytes, count, c->ranks, c->opts->coll, &res);
 	if (c->rank == 0) {
 		bench_print_row(stdout, &res, o->check);
 		if (o->csv != NULL) {

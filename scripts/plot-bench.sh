@@ -4,8 +4,9 @@
 #
 # usage: scripts/plot-bench.sh [CSV...]
 #   default CSVs: bench-results/compare.csv and bench-results/ftbench.csv (those that exist).
-#   Each CSV (impl,transport,ranks,bytes,median_us,algbw_GBps,busbw_GBps) gives one PNG per
-#   world size, next to the CSV: <name>-n<ranks>.png, one line per impl.
+#   Each CSV ([coll,]impl,transport,ranks,bytes,median_us,algbw_GBps,busbw_GBps) gives one
+#   PNG per collective and world size, next to the CSV: <name>-n<ranks>.png for allreduce,
+#   <name>-<coll>-n<ranks>.png for the others, one line per impl.
 set -eu
 
 command -v gnuplot >/dev/null || { echo "plot-bench: gnuplot not found (apt-get install gnuplot-nox)" >&2; exit 1; }
@@ -32,22 +33,24 @@ import csv, os, sys
 src, tmp = sys.argv[1], sys.argv[2]
 data = {}
 for r in csv.DictReader(open(src)):
-    data.setdefault((int(r["ranks"]), r["impl"]), []).append(
+    coll = r.get("coll") or "allreduce"
+    data.setdefault((coll, int(r["ranks"]), r["impl"]), []).append(
         (int(r["bytes"]), float(r["busbw_GBps"]), float(r["median_us"])))
-for i, ((n, impl), pts) in enumerate(sorted(data.items())):
+for i, ((coll, n, impl), pts) in enumerate(sorted(data.items())):
     path = os.path.join(tmp, "d%d.dat" % i)
     with open(path, "w") as f:
         for b, bw, us in sorted(pts):
             f.write("%d %.6f %.3f\n" % (b, bw, us))
-    print(n, impl, path)
+    print("%s-n%d" % (coll, n), impl, path)
 EOF
-	awk '{ print $1 }' "$tmp/index" | sort -un | while read -r n; do
-		png=$base-n$n.png
-		plots=$(awk -v n="$n" '$1 == n { printf "%s\"%s\" using 1:2 with linespoints title \"%s\"", sep, $3, $2; sep = ", " }' "$tmp/index")
+	awk '{ print $1 }' "$tmp/index" | sort -u | while read -r cn; do
+		coll=${cn%-n*} n=${cn##*-n}
+		if [ "$coll" = allreduce ]; then png=$base-n$n.png; else png=$base-$coll-n$n.png; fi
+		plots=$(awk -v k="$cn" '$1 == k { printf "%s\"%s\" using 1:2 with linespoints title \"%s\"", sep, $3, $2; sep = ", " }' "$tmp/index")
 		gnuplot <<EOF
 set terminal $TERM_SPEC
 set output "$png"
-set title "allreduce bus bandwidth, $n ranks ($(basename "$csv"))"
+set title "$coll bus bandwidth, $n ranks ($(basename "$csv"))"
 set xlabel "message size (bytes)"
 set ylabel "busbw (GB/s)"
 set logscale x 2
