@@ -220,6 +220,13 @@ static int comm_join(struct ft_comm *c)
 		};
 		if ((rc = ft__det_create(&dp, &c->det)) != 0)
 			return rc;
+		/* an op waiting on its peers ends the moment a failure is known
+		 * (without it, at the engine's next tick) */
+		if (c->tp_ops->size > offsetof(struct ft__transport_ops, watch_fd) &&
+		    c->tp_ops->watch_fd != NULL &&
+		    c->tp_ops->watch_fd(c->tp, ft__det_wake_fd(c->det)) != 0)
+			ft__info("init: the transport cannot watch the detector; ops learn of a "
+				 "failure on their tick");
 		snprintf(me.ctrl, sizeof(me.ctrl), "%s", ft__det_addr(c->det));
 	}
 	if (c->cfg.policy == FT_POLICY_REJOIN) {

@@ -21,6 +21,8 @@
 #      FTCC_COMPARE_SIZES   message sizes, the whole vector (default "4K 64K 1M 4M 64M")
 #      FTCC_COMPARE_RANKS   world sizes (default "2 4 8")
 #      FTCC_COMPARE_ROUNDS  rounds R (default 3)
+#      FTCC_COMPARE_IMPLS   implementations (default "ftcc-tcp tcp-ring gloo openmpi-tcp
+#                           openmpi-shm")
 #      FTCC_COMPARE_FABRIC=1  add ftcc over libfabric (FI_PROVIDER=shm and
 #                           "tcp;ofi_rxm") when the build has the fabric transport
 #      FTCC_COMPARE_ARGS    flags for every driver (default "--in-place"; "" runs
@@ -62,7 +64,7 @@ for f in ftcc-run ftbench gloo_bench mpi_bench tcp_ring; do
 done
 command -v "$MPIRUN" >/dev/null || { echo "bench-compare: $MPIRUN not found" >&2; exit 1; }
 
-IMPLS="ftcc-tcp tcp-ring gloo openmpi-tcp openmpi-shm"
+IMPLS=${FTCC_COMPARE_IMPLS:-ftcc-tcp tcp-ring gloo openmpi-tcp openmpi-shm}
 if [ "${FTCC_COMPARE_FABRIC:-0}" = 1 ]; then
 	# The Makefile compiles transports/fabric/ only when pkg-config finds libfabric.
 	if [ -f "$B/libftcc.a" ] && nm "$B/libftcc.a" 2>/dev/null | grep -q ' D ft__fabric_ops$'; then

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/eventfd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,5 +231,36 @@ Test(fabric_rdm, strangers_hellos_never_push_out_a_neighbours, .timeout = 60)
 	cr_assert_eq(rc, 0, "the neighbour's link was lost: %s", ft_err_name(rc));
 	cr_expect_eq(got.from_rank, 1);
 	fops->close(rx);
+}
+/* As over TCP (test_tcp.c): a watched fd ends progress's wait at once while
+ * it is readable, through shm's back-off poll. */
+Test(fabric_rdm, a_watched_fd_ends_the_wait, .timeout = 30)
+{
+	const struct ft__transport_ops *fops = ft__transport_lookup("fabric");
+	struct ft__transport *tp;
+	struct ft__tp_event ev[4];
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	uint64_t one = 1;
+	int64_t t0;
+
+	if (fops == NULL || system("fi_info -p shm >/dev/null 2>&1") != 0) {
+		fprintf(stderr, "SKIPPED: no libfabric shm provider\n");
+		cr_skip_test("no libfabric shm provider");
+	}
+	setenv("FI_PROVIDER", "shm", 1);
+	tp = fab_tp_open(0, TOKEN);
+	cr_assert(efd >= 0);
+	cr_assert_eq(fops->watch_fd(tp, efd), 0);
+	t0 = ft__now_ms();
+	cr_expect_eq(fops->progress(tp, 300, ev, 4), 0);
+	cr_expect_geq(ft__now_ms() - t0, 250, "returned before its timeout with the fd quiet");
+	cr_assert_eq(write(efd, &one, sizeof(one)), (ssize_t)sizeof(one));
+	for (int i = 0; i < 3; i++) {
+		t0 = ft__now_ms();
+		cr_expect_eq(fops->progress(tp, 5000, ev, 4), 0);
+		cr_expect_lt(ft__now_ms() - t0, 1000, "waited with the watched fd readable");
+	}
+	fops->close(tp);
+	close(efd);
 }
 #endif

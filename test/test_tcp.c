@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/eventfd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,6 +302,31 @@ static void roundtrip(struct pair *p, size_t len, unsigned seed)
 	cr_expect_eq(memcmp(src, dst, len), 0, "%zu B frame arrived altered", len);
 	free(src);
 	free(dst);
+}
+
+/* A watched fd ends progress's wait at once while it is readable, and only
+ * then: the detector's wake fd, which ends an op's wait on its peers. */
+Test(tcp, a_watched_fd_ends_the_wait, .timeout = 20)
+{
+	struct ft__transport *tp = tp_open(0);
+	struct ft__tp_event ev[4];
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	uint64_t one = 1;
+	int64_t t0;
+
+	cr_assert(efd >= 0);
+	cr_assert_eq(tcp_ops()->watch_fd(tp, efd), 0);
+	t0 = ft__now_ms();
+	cr_expect_eq(tcp_ops()->progress(tp, 300, ev, 4), 0);
+	cr_expect_geq(ft__now_ms() - t0, 250, "returned before its timeout with the fd quiet");
+	cr_assert_eq(write(efd, &one, sizeof(one)), (ssize_t)sizeof(one));
+	for (int i = 0; i < 3; i++) {
+		t0 = ft__now_ms();
+		cr_expect_eq(tcp_ops()->progress(tp, 5000, ev, 4), 0);
+		cr_expect_lt(ft__now_ms() - t0, 1000, "waited with the watched fd readable");
+	}
+	tp_close(tp);
+	close(efd);
 }
 
 Test(tcp, frames_delivered_intact, .timeout = 20)

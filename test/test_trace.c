@@ -288,6 +288,11 @@ Test(trace, job_losing_a_rank, .timeout = 120)
 			  "the view without rank 3 in %s", path);
 		cr_assert_geq(count(text, "\"name\":\"recovery\""), 1, "%s", path);
 		cr_assert(strstr(text, "\"failed\":[3],\"generation\":1,"), "%s", path);
+		/* seen failing once in four make test runs, never alone: the
+		 * whole trace goes to the log when it does */
+		if (!strstr(text, "\"generation\":1,\"contributors\":3,\"rc\":0"))
+			fprintf(stderr, "test_trace: no op on generation 1 in %s:\n%s\n", path,
+				text);
 		cr_assert(strstr(text, "\"generation\":1,\"contributors\":3,\"rc\":0"),
 			  "ops on the new view in %s", path);
 		cr_assert(strstr(text, "\"name\":\"finalize\""), "%s", path);

@@ -1,5 +1,6 @@
 /* fault_transport.c: a transport that wraps another and makes FTCC_FAULT's points strike where frames are sent and received. */
 /* SPDX-License-Identifier: MIT */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -449,6 +450,13 @@ static size_t fault_segment_bytes(struct ft__transport *tp)
 	return tp->ops->segment_bytes != NULL ? tp->ops->segment_bytes(tp->inner) : 0;
 }
 
+static int fault_watch_fd(struct ft__transport *tp, int fd)
+{
+	return tp->ops->size > offsetof(struct ft__transport_ops, watch_fd) && tp->ops->watch_fd != NULL
+		       ? tp->ops->watch_fd(tp->inner, fd)
+		       : -FT_ENOSYS;
+}
+
 static const struct ft__transport_ops fault_ops = {
 	.size = sizeof(struct ft__transport_ops),
 	.name = "fault",
@@ -463,4 +471,5 @@ static const struct ft__transport_ops fault_ops = {
 	.link_close = fault_link_close,
 	.close = fault_close,
 	.segment_bytes = fault_segment_bytes,
+	.watch_fd = fault_watch_fd,
 };

@@ -281,6 +281,12 @@ struct ft__transport_ops {
 	/* Optional (NULL: the engine's default of 256 KiB): the pipeline segment
 	 * size this transport moves best, used when the configuration leaves it 0. */
 	size_t (*segment_bytes)(struct ft__transport *tp);
+	/* Optional (NULL: a failure reaches a waiting op on the engine's tick):
+	 * progress also returns, with no event, as soon as fd is readable (and
+	 * again while it stays so): the detector's wake fd, so that an op waiting
+	 * on peers learns of a failure at once. One fd; the caller keeps it open
+	 * until close. 0 or a negative FT_E* code. */
+	int (*watch_fd)(struct ft__transport *tp, int fd);
 };
 
 const struct ft__transport_ops *ft__transport_lookup(const char *name);

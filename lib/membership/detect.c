@@ -256,7 +256,7 @@ static void go_out(struct ft__det *d, int err, const char *why)
 		d->excluded = true;
 	else if (d->fatal == 0)
 		d->fatal = err;
-	atomic_store(&d->pending, true);
+	ft__det_raise(d);
 	pthread_cond_broadcast(&d->cond);
 	unlock(d);
 	d->target = 0;
@@ -276,7 +276,7 @@ static void start_recovery(struct ft__det *d)
 	lock(d);
 	d->recovering = true;
 	d->frozen = true;
-	atomic_store(&d->pending, true);
+	ft__det_raise(d);
 	unlock(d);
 }
 

@@ -39,6 +39,9 @@ void ft__det_destroy(struct ft__det *d);
 
 /* True once a failure is known that the main thread has not yet recovered from. */
 bool ft__det_pending(struct ft__det *d);
+/* An eventfd readable exactly while ft__det_pending is true: a wait that
+ * watches it ends the moment a failure is known. */
+int ft__det_wake_fd(const struct ft__det *d);
 /* Whether original rank orig is in the failed set (it only grows). */
 bool ft__det_failed(struct ft__det *d, int orig);
 /* The main thread holds the whole result of op seq: 0, or -FT_EPEERFAILED when

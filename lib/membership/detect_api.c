@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	d->p.token = d->token;
 	d->p.data_addr = d->data_addr;
 	d->cmd[0] = d->cmd[1] = -1;
+	d->wake_fd = -1;
 	d->suspect = -1;
 	d->reading = -1;
 	d->left = d->right = d->left_ci = d->right_ci = -1;
@@ -76,6 +78,11 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	}
 	ft__fd_own(d->cmd[0]);
 	ft__fd_own(d->cmd[1]);
+	if ((d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		ft__det_destroy(d);
+		return -FT_ENOMEM;
+	}
+	ft__fd_own(d->wake_fd);
 	d->ctl_opened = true;
 	rc = ft__ctl_open(&d->ctl, &cp);
 	if (rc == 0 && (d->owe = calloc((size_t)d->ctl.nlinks, sizeof(bool))) == NULL)
@@ -90,6 +97,22 @@ fail_pthread:
 	ft__error("detector: cannot make its lock: %s", strerror(rc));
 	ft__det_destroy(d);
 	return pthread_error(rc);
+}
+
+int ft__det_wake_fd(const struct ft__det *d)
+{
+	return d->wake_fd;
+}
+
+/* Under the lock: pending and the wake fd's readiness change together. */
+void ft__det_raise(struct ft__det *d)
+{
+	uint64_t one = 1;
+
+	if (!atomic_load(&d->pending) && write(d->wake_fd, &one, sizeof(one)) < 0) {
+		/* an eventfd's counter cannot overflow from ones: cannot fail */
+	}
+	atomic_store(&d->pending, true);
 }
 
 const char *ft__det_addr(const struct ft__det *d)
@@ -139,6 +162,8 @@ void ft__det_destroy(struct ft__det *d)
 		ft__fd_close(d->cmd[0]);
 	if (d->cmd[1] >= 0)
 		ft__fd_close(d->cmd[1]);
+	if (d->wake_fd >= 0)
+		ft__fd_close(d->wake_fd);
 	if (d->lock_made)
 		pthread_mutex_destroy(&d->lock);
 	if (d->cond_made)
@@ -224,8 +249,12 @@ void ft__det_adopted(struct ft__det *d, uint32_t gen, uint64_t next_op)
 	lock(d);
 	d->next_op = next_op;
 	if (!d->recovering && !d->excluded && d->ready.generation == gen) {
+		uint64_t v;
 		d->frozen = false;
 		atomic_store(&d->pending, false);
+		if (read(d->wake_fd, &v, sizeof(v)) < 0) {
+			/* cannot fail: ft__det_raise wrote when it set pending */
+		}
 	}
 	unlock(d);
 }

@@ -25,6 +25,7 @@ struct ft__det {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	atomic_bool pending;
+	int wake_fd;                    /* eventfd: readable while pending (the engine's wait watches it) */
 	/* under lock */
 	bool frozen, recovering, excluded, stop;
 	int fatal;
@@ -73,5 +74,7 @@ static inline void unlock(struct ft__det *d)
 /* detect.c: the detector thread, and the control ring of a view (before the thread starts, then on it) */
 void *ft__det_main(void *arg);
 void ft__det_rewire(struct ft__det *d);
+/* detect_api.c: sets pending (under the lock) and makes the wake fd readable. */
+void ft__det_raise(struct ft__det *d);
 
 #endif

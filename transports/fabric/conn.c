@@ -631,7 +631,7 @@ int ft__fab_accept(struct ft__transport *tp, const struct ft__hello *expect, int
 		if (tp->interrupted != NULL && tp->interrupted(tp->interrupt_arg))
 			return -FT_EABORTED;
 		ft__fab_wait(tp, tp->interrupted != NULL && ft__ms_left(deadline) > 20
-			     ? 20 : ft__ms_left(deadline));
+			     ? 20 : ft__ms_left(deadline), false);
 	}
 	if (!tp->msg) { /* MSG: its answer went out with the challenge */
 		ft__hello_ack_seal(&l->m.ack_tx, l->m.hello.hello.nonce, NULL, 0, tp->token);

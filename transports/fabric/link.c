@@ -483,7 +483,7 @@ void ft__fab_link_shutdown(struct ft__link *l, bool notify, int wait_ms)
 	}
 	while ((l->user_rx > 0 || (!l->dead && ctl_sends_out(l))) && ft__ms_left(deadline) > 0)
 		if (ft__fab_drive(tp) == 0)
-			ft__fab_wait(tp, ft__ms_left(deadline));
+			ft__fab_wait(tp, ft__ms_left(deadline), false);
 	if (l->user_rx > 0)
 		ft__warn("fabric: %u receives from rank %d still held by the provider after close",
 			 l->user_rx, l->peer);
@@ -560,7 +560,7 @@ void ft__fab_link_abort(struct ft__link *l, const struct ft__frame *abort_frame)
 		       (l->want[C_ABORT] || l->cx[C_ABORT].posted)) {
 			advance_send(l);
 			if (ft__fab_drive(tp) == 0 && (l->want[C_ABORT] || l->cx[C_ABORT].posted))
-				ft__fab_wait(tp, ft__ms_left(deadline));
+				ft__fab_wait(tp, ft__ms_left(deadline), false);
 		}
 	}
 	ft__fab_link_shutdown(l, true, ft__ms_left(deadline));

@@ -51,6 +51,7 @@ static int cq_open(struct ft__transport *tp, bool want_fd)
 	int rc = -FI_ENOSYS;
 
 	tp->cq_fd = -1;
+	tp->watch_fd = -1;
 	for (int fmt = 0; fmt < 2; fmt++) {
 		for (int fd = want_fd ? 1 : 0; fd >= 0; fd--) {
 			memset(&ca, 0, sizeof(ca));
@@ -452,6 +453,12 @@ static size_t fab_segment_bytes(struct ft__transport *tp)
 	return strcmp(tp->prov, "shm") == 0 && !tp->sar ? (size_t)256 << 10 : (size_t)1 << 20;
 }
 
+static int fab_watch_fd(struct ft__transport *tp, int fd)
+{
+	tp->watch_fd = fd;
+	return 0;
+}
+
 const struct ft__transport_ops ft__fabric_ops = {
 	.size = sizeof(struct ft__transport_ops),
 	.name = "fabric",
@@ -466,4 +473,5 @@ const struct ft__transport_ops ft__fabric_ops = {
 	.link_close = fab_link_close,
 	.close = fab_close,
 	.segment_bytes = fab_segment_bytes,
+	.watch_fd = fab_watch_fd,
 };

@@ -156,10 +156,14 @@ static void bell_sleep(struct ft__transport *tp, int ms)
  * Blocks up to ms (-1: the cap) until the provider may have something: on
  * its wait fds after fi_trywait says nothing is pending, on its bell when
  * every peer rings it, else a back-off sleep. The pidfds of local peers wake
- * us too.
+ * us too, and with watch the watched fd (progress's waits only: the others
+ * wait for their own ends, and would spin on it). Returns whether the
+ * watched fd is readable. (The bell's sleep does not watch it: its
+ * FAB_LIVENESS_MS bounds the delay.)
  */
-void ft__fab_wait(struct ft__transport *tp, int ms)
+bool ft__fab_wait(struct ft__transport *tp, int ms, bool watch)
 {
+	int wi = -1;
 	struct pollfd pfd[64];
 	int n = 0, np, rc;
 	int64_t d = next_deadline(tp);
@@ -174,15 +178,19 @@ void ft__fab_wait(struct ft__transport *tp, int ms)
 	}
 	if (tp->cq_fd < 0 && ms != 0 && bell_covers(tp)) {
 		bell_sleep(tp, ms);
-		return;
+		return false;
 	}
 	if (tp->cq_fd >= 0) {
 		struct fid *fids[2] = {&tp->cq->fid, tp->eq != NULL ? &tp->eq->fid : NULL};
 		if (fi_trywait(tp->fabric, fids, tp->eq != NULL ? 2 : 1) != FI_SUCCESS)
-			return;
+			return false;
 		pfd[n++] = (struct pollfd){.fd = tp->cq_fd, .events = POLLIN};
 		if (tp->eq_fd >= 0)
 			pfd[n++] = (struct pollfd){.fd = tp->eq_fd, .events = POLLIN};
+	}
+	if (watch && tp->watch_fd >= 0) {
+		wi = n;
+		pfd[n++] = (struct pollfd){.fd = tp->watch_fd, .events = POLLIN};
 	}
 	np = n;
 	for (struct ft__link *l = tp->links; l != NULL && n < 64; l = l->next)
@@ -192,9 +200,9 @@ void ft__fab_wait(struct ft__transport *tp, int ms)
 		rc = poll(pfd, (nfds_t)n, ms < 0 || ms > FAB_WAIT_CAP_MS ? FAB_WAIT_CAP_MS : ms);
 	} else {
 		long us;
-		if (ft__fab_sar_yield(tp)) {
+		if (ft__fab_sar_yield(tp) || ft__now_ns() - tp->active_ns < FAB_YIELD_NS) {
 			sched_yield();
-			return;
+			return false;
 		}
 		tp->idle_us = tp->idle_us == 0 ? FAB_POLL_MIN_US
 					       : (tp->idle_us * 2 > FAB_POLL_MAX_US ? FAB_POLL_MAX_US
@@ -208,6 +216,7 @@ void ft__fab_wait(struct ft__transport *tp, int ms)
 		for (int i = np; i < n; i++)
 			if (pfd[i].revents != 0)
 				tp->next_liveness = 0;
+	return rc > 0 && wi >= 0 && pfd[wi].revents != 0;
 }
 
 int ft__fab_progress(struct ft__transport *tp, int timeout_ms, struct ft__tp_event *ev, int max)
@@ -222,6 +231,7 @@ int ft__fab_progress(struct ft__transport *tp, int timeout_ms, struct ft__tp_eve
 			return 0;
 		if (timeout_ms > 0 && ft__ms_left(deadline) == 0)
 			return 0;
-		ft__fab_wait(tp, timeout_ms < 0 ? -1 : ft__ms_left(deadline));
+		if (ft__fab_wait(tp, timeout_ms < 0 ? -1 : ft__ms_left(deadline), true))
+			return 0; /* the watched fd: a failure is known */
 	}
 }

@@ -374,6 +374,8 @@ static void harvest(struct ft__transport *tp, int timeout_ms)
 
 	for (int i = 0; i < k; i++) {
 		struct ft__link *l = eev[i].data.ptr;
+		if (l == NULL)
+			continue; /* the watched fd: the wait ends, that is all */
 		if (eev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
 			l->can_read = true;
 		if (eev[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
@@ -492,6 +494,14 @@ static void tcp_close(struct ft__transport *tp)
 	free(tp);
 }
 
+/* Level-triggered, unlike the links: readable, it ends every wait. */
+static int tcp_watch_fd(struct ft__transport *tp, int fd)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+
+	return epoll_ctl(tp->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? 0 : -FT_EIO;
+}
+
 const struct ft__transport_ops ft__tcp_ops = {
 	.size = sizeof(struct ft__transport_ops),
 	.name = "tcp",
@@ -505,4 +515,5 @@ const struct ft__transport_ops ft__tcp_ops = {
 	.link_abort = tcp_link_abort,
 	.link_close = tcp_link_close,
 	.close = tcp_close,
+	.watch_fd = tcp_watch_fd,
 };
