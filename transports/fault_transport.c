@@ -337,39 +337,38 @@ static int fault_post_recv(struct ft__link *l, const struct ft__frame *expect, v
 	return 0;
 }
 
-/* An event from the real transport, told in the wrapper's links; true when
- * it completed the receive of a recorded point's frame. */
-static bool pass_up(struct ft__transport *tp, struct ft__tp_event *e)
+/* An event from the real transport, told in the wrapper's links and
+ * counted; the recorded point whose frame's receive it completed, or NULL. */
+static const struct ft__fault_pt *pass_up(struct ft__transport *tp, struct ft__tp_event *e)
 {
 	struct ft__link *l = outer_of(tp, e->link);
 
 	if (l == NULL)
-		return false;
+		return NULL;
 	e->link = l;
 	switch (e->type) {
 	case FT__TP_SEND_DONE:
 		if (l->sends > 0)
 			l->sends--;
-		return false;
+		return NULL;
 	case FT__TP_LINK_ERROR:
 		l->sends = 0;
 		l->rq_len = 0;
-		return false;
+		return NULL;
 	case FT__TP_RECV_DONE:
 		if (l->rq_len == 0)
-			return false;
+			return NULL;
 		struct fault_expect x = l->rq[l->rq_head];
 		l->rq_head = (l->rq_head + 1) % l->rq_cap;
 		l->rq_len--;
 		if (e->status != 0 || l->kind != FT__LINK_DATA)
-			return false;
+			return NULL;
 		uint32_t step;
 		enum ft__fault_phase phase = phase_of(x.kind, x.step, tp->ring_size(tp->arg), &step);
-		tp->pending = ft__fault_due(tp->fault, tp->rank, x.generation, x.op_seq, phase, step,
-					    x.seg, FT__AT_RECORDED);
-		return tp->pending != NULL;
+		return ft__fault_due(tp->fault, tp->rank, x.generation, x.op_seq, phase, step, x.seg,
+				     FT__AT_RECORDED);
 	default:
-		return false;
+		return NULL;
 	}
 }
 
@@ -401,16 +400,17 @@ static int fault_progress(struct ft__transport *tp, int timeout_ms, struct ft__t
 	if ((nev = tp->ops->progress(tp->inner, timeout_ms, ev, max_ev)) <= 0)
 		return nev;
 	for (int i = 0; i < nev; i++) {
-		if (!pass_up(tp, &ev[i]))
+		if ((tp->pending = pass_up(tp, &ev[i])) == NULL)
 			continue;
 		/* the recorded point strikes at the next call: what came
-		 * behind its frame waits for the call after that */
+		 * behind its frame waits for the call after that (counted
+		 * now; a second point among them would strike after the
+		 * first, which ends the process or the links, so it is moot) */
 		for (int j = i + 1; j < nev; j++) {
-			struct ft__tp_event e = ev[j];
-			if (outer_of(tp, e.link) == NULL)
-				continue;
-			e.link = outer_of(tp, e.link);
-			tp->stash[(tp->stash_head + tp->stash_len++) % FAULT_STASH] = e;
+			if (outer_of(tp, ev[j].link) == NULL)
+				continue; /* not a link of ours: cannot be */
+			(void)pass_up(tp, &ev[j]);
+			tp->stash[(tp->stash_head + tp->stash_len++) % FAULT_STASH] = ev[j];
 		}
 		return i + 1;
 	}
