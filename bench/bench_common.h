@@ -187,9 +187,9 @@ static inline const char *bench_format_size(size_t bytes, char *buf, size_t len)
 
 static inline const char *bench_coll_name(enum bench_coll c)
 {
-	return c == BENCH_REDUCE_SCATTER ? "reduce_scatter"
-	       : c == BENCH_ALLGATHER	 ? "allgather"
-					 : "allreduce";
+	static const char *const names[] = {"allreduce", "reduce_scatter", "allgather"};
+
+	return names[c];
 }
 
 static inline int bench_coll_parse(const char *s, enum bench_coll *out)

@@ -179,20 +179,28 @@ static int op_start(struct ft__transport *tp, const struct ft__frame *h)
 	return hit != NULL ? act(tp, hit) : 0;
 }
 
-static struct ft__link *wrap_link(struct ft__transport *tp, struct ft__link *inner, int kind,
-				  int peer)
+/* A link the real transport made (rc 0: inner) becomes one of ours in *out;
+ * without memory for it, the real one is closed. */
+static int wrap_link(struct ft__transport *tp, int rc, struct ft__link *inner, int kind, int peer,
+		     struct ft__link **out)
 {
-	struct ft__link *l = calloc(1, sizeof(*l));
+	struct ft__link *l;
 
-	if (l == NULL)
-		return NULL;
+	*out = NULL;
+	if (rc != 0)
+		return rc;
+	if ((l = calloc(1, sizeof(*l))) == NULL) {
+		tp->ops->link_close(inner);
+		return -FT_ENOMEM;
+	}
 	l->inner = inner;
 	l->tp = tp;
 	l->kind = kind;
 	l->peer = peer;
 	l->next = tp->links;
 	tp->links = l;
-	return l;
+	*out = l;
+	return 0;
 }
 
 static void unwrap_link(struct ft__link *l, struct ft__transport *tp)
@@ -255,33 +263,21 @@ static int fault_local_addr(struct ft__transport *tp, char *buf, size_t len)
 static int fault_connect(struct ft__transport *tp, const char *addr, const struct ft__hello *hello,
 			 int timeout_ms, struct ft__link **out)
 {
-	struct ft__link *inner;
+	struct ft__link *inner = NULL;
 	int rc = tp->ops->connect(tp->inner, addr, hello, timeout_ms, &inner);
 
-	*out = NULL;
-	if (rc != 0)
-		return rc;
-	if ((*out = wrap_link(tp, inner, hello->kind, hello->to_rank)) == NULL) {
-		tp->ops->link_close(inner);
-		return -FT_ENOMEM;
-	}
-	return 0;
+	return wrap_link(tp, rc, inner, hello->kind, hello->to_rank, out);
 }
 
 static int fault_accept(struct ft__transport *tp, const struct ft__hello *expect, int timeout_ms,
 			struct ft__link **out, struct ft__hello *got)
 {
-	struct ft__link *inner;
+	struct ft__link *inner = NULL;
 	int rc = tp->ops->accept(tp->inner, expect, timeout_ms, &inner, got);
 
-	*out = NULL;
-	if (rc != 0)
-		return rc;
-	if ((*out = wrap_link(tp, inner, got->kind, got->from_rank)) == NULL) {
-		tp->ops->link_close(inner);
-		return -FT_ENOMEM;
-	}
-	return 0;
+	/* got is filled only when rc is 0; wrap_link reads kind and peer only then */
+	return wrap_link(tp, rc, inner, rc == 0 ? got->kind : 0, rc == 0 ? got->from_rank : -1,
+			 out);
 }
 
 static int fault_post_send(struct ft__link *l, const struct ft__frame *hdr, const void *buf,

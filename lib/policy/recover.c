@@ -120,8 +120,10 @@ static int handover(struct ft_comm *c, const struct ft__call *k, uint64_t op, in
 	rc = ft__comm_connect_ring(c);
 	if (rc == 0)
 		rc = ft__engine_broadcast(c, &h, &a, &co);
-	if (link_peer(c, &co, rc) >= 0)
-		*suspect = link_peer(c, &co, rc);
+	int peer = link_peer(c, &co, rc);
+
+	if (peer >= 0)
+		*suspect = peer;
 	return rc;
 }
 
