@@ -1,4 +1,4 @@
-/* train_rejoin.c: data-parallel training that survives a killed and restarted rank exactly (train_rejoin [STEPS] [COUNT] [PAUSE_MS] [rs|ag]). */
+/* train_rejoin.c: data-parallel training that survives a killed and restarted rank exactly (train_rejoin [STEPS] [COUNT] [PAUSE_MS] [rs|ag|oop]). */
 /* SPDX-License-Identifier: MIT */
 #include <ftcc.h>
 #include <stdint.h>
@@ -21,7 +21,10 @@
  * ft_reduce_scatter in place instead, and prints the digest of this rank's
  * block (different on every rank); with "ag", each rank's COUNT gradients
  * are gathered with ft_allgather in place, and the digest is the whole
- * buffer's. The model then stays as it is.
+ * buffer's. The model then stays as it is. With "oop", the allreduce is
+ * out of place: the gradients stay, the sum lands in a buffer of its own,
+ * and the gradients are overwritten at once (a log must hold its own copy
+ * of the input).
  */
 
 static uint64_t fnv(const void *p, size_t n)
@@ -49,9 +52,10 @@ int main(int argc, char **argv)
 	size_t count = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : 65536;
 	int pause_ms = argc > 3 ? atoi(argv[3]) : 5;
 	struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
-	int rs = argc > 4 && strcmp(argv[4], "rs") == 0, ag = argc > 4 && strcmp(argv[4], "ag") == 0;
+	const char *coll = argc > 4 ? argv[4] : "";
+	int rs = strcmp(coll, "rs") == 0, ag = strcmp(coll, "ag") == 0, oop = strcmp(coll, "oop") == 0;
 	struct ft_comm *comm;
-	float *model, *grad;
+	float *model, *grad, *sum;
 	uint64_t next;
 	size_t total = count;
 	int rc, me, back;
@@ -71,7 +75,8 @@ int main(int argc, char **argv)
 	if (rs || ag)
 		total = count * (size_t)ft_size(comm);
 	grad = malloc(total * sizeof(float));
-	if (grad == NULL)
+	sum = oop ? malloc(count * sizeof(float)) : grad;
+	if (grad == NULL || sum == NULL)
 		return 1;
 	me = ft_orig_rank(comm, ft_rank(comm));
 	if ((rc = ft_state_register(comm, model, count * sizeof(float), FT_STATE_REPLICATED)) != 0 ||
@@ -99,14 +104,18 @@ int main(int argc, char **argv)
 			digested = total;
 			rc = ft_allgather(comm, FT_IN_PLACE, grad, count, FT_FLOAT32, &info);
 		} else {
-			rc = ft_allreduce(comm, FT_IN_PLACE, grad, count, FT_FLOAT32, FT_SUM, &info);
+			result = sum;
+			rc = ft_allreduce(comm, oop ? grad : FT_IN_PLACE, sum, count, FT_FLOAT32, FT_SUM,
+					  &info);
+			if (oop)
+				memset(grad, 0xa5, count * sizeof(float));
 		}
 		if (rc != 0) {
 			fprintf(stderr, "step %d: %s\n", step, ft_strerror(rc));
 			return 1;
 		}
 		for (size_t j = 0; j < count && !rs && !ag; j++)
-			model[j] -= 0.01f * grad[j];
+			model[j] -= 0.01f * sum[j];
 		printf("op %llu digest %016llx contributors %d\n", (unsigned long long)info.op_seq,
 		       (unsigned long long)fnv(result, digested * sizeof(float)), info.contributors);
 		if (pause_ms > 0)
@@ -115,6 +124,8 @@ int main(int argc, char **argv)
 	printf("model %016llx\n", (unsigned long long)fnv(model, count * sizeof(float)));
 	rc = ft_finalize(comm);
 	free(model);
+	if (oop)
+		free(sum);
 	free(grad);
 	return rc == 0 ? 0 : 1;
 }

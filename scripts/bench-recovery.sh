@@ -5,6 +5,9 @@
 # usage: scripts/bench-recovery.sh BUILD_DIR
 # env:   FTCC_RECOVERY_TRIALS   trials per row (default 10)
 #        FTCC_OVERHEAD_ROUNDS   interleaved abort/shrink rounds (default 15; 4 KiB times are bimodal here)
+#        FTCC_OVERHEAD_CONFIGS  the overhead rows, each "ranks size in|out [host]", separated by
+#                               commas (default: every row below)
+#        FTCC_RECOVERY_PARTS    which parts run: "overhead rejoin kill" (default all three)
 # 1. Overhead: ftbench under FTCC_POLICY=abort (the vanilla ring), =shrink
 #    (detector, commit steps or kept results, the in-place input saved) and
 #    =rejoin (pairwise logs, durability process; a last row durability host)
@@ -39,7 +42,12 @@ echo "== $R interleaved rounds, median of the per-round medians (µs); float32 s
 echo "== rejoin: pairwise logs on, durability process (shared memory); 'host': synced to disk"
 echo "| ranks | size | placement | abort µs | shrink µs | rejoin µs | shrink/abort | rejoin/abort |"
 echo "|---|---|---|---|---|---|---|---|"
-for cfg in "4 64M in" "4 4K in" "2 4K in" "8 64M in" "4 64M out" "4 64M in host"; do
+CONFIGS=${FTCC_OVERHEAD_CONFIGS:-4 64M in,4 4K in,2 4K in,8 64M in,4 64M out,4 64M in host}
+PARTS=${FTCC_RECOVERY_PARTS:-overhead rejoin kill}
+part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+
+part overhead && IFS=, && for cfg in $CONFIGS; do
+	unset IFS
 	set -- $cfg
 	a=$(mktemp); s=$(mktemp); j=$(mktemp)
 	i=0
@@ -61,6 +69,7 @@ for cfg in "4 64M in" "4 4K in" "2 4K in" "8 64M in" "4 64M out" "4 64M in host"
 	rm -f "$a" "$s" "$j"
 done
 
+part rejoin && {
 echo
 echo "== exact rejoin, 4 ranks, 64 MiB float32 in place, TCP, $T trials per row (ms, median and max):"
 echo "== from the new incarnation's ft_init start, and from the kill, to the interrupted op"
@@ -122,7 +131,9 @@ for row in "rank=1,op=5,phase=allgather,step=1,seg=2|replay from its log" \
 	echo "| $label | $path | $mi (max $xi) | ${mk} (max ${xk:-nan}) | $mo |"
 	rm -f "$res"
 done
+}
 
+part kill || exit 0
 echo
 echo "== failures: $T trials per row (times from the signal, CLOCK_MONOTONIC)"
 "$B/recovery_bench" -n 8 -s 4096 -t "$T"

@@ -19,6 +19,7 @@
 #   COLL=rs       the job reduce-scatters (train_rejoin's "rs"): each rank's
 #                 digests are its own block's, compared rank by rank;
 #   COLL=ag       the job allgathers (train_rejoin's "ag");
+#   COLL=oop      the job's allreduce is out of place (train_rejoin's "oop");
 #   PROG=train_steps  that example instead (steps of one to three collectives
 #                 of different kinds, resumed mid-step): STEPS is its steps,
 #                 and the ops are those its failure-free run printed.

@@ -36,6 +36,10 @@ step "tcp n=6 large" env TRIALS="$(few 2 "$mode")" REJOIN_PAUSE_MS=0 "$C" "$B" 6
 step "tcp n=4 two kills" env REJOIN_PAUSE_MS=10 TRIALS="$(few 2 "$mode")" KILLS=2 "$C" "$B" 4 20 100000
 step "tcp n=4 pwrite engine" env TRIALS="$(few 2 "$mode")" FTCC_LOG_ENGINE=pwrite REJOIN_PAUSE_MS=0 \
 	"$C" "$B" 4 8 1000000
+# out of place: the input is logged from the caller's buffer as it is reduced
+step "tcp n=4 large out of place" env COLL=oop TRIALS="$(few 2 "$mode")" REJOIN_PAUSE_MS=0 \
+	FAULTS="rank=2,op=3,phase=allgather,step=1,seg=3|rank=1,op=4,phase=reduce_scatter,step=2,seg=1,at=recorded" \
+	"$C" "$B" 4 8 1000000
 step "tcp n=3 durability host" env TRIALS=1 FTCC_LOG_DURABILITY=host "$C" "$B" 3 20 100000
 # 2. libfabric
 for prov in shm "tcp;ofi_rxm"; do

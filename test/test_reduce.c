@@ -959,57 +959,85 @@ Test(reduce, accum_save_is_accum_plus_a_copy)
 
 /* The fused save-and-sum kernels give the check value ft__sum_update gives,
  * the same saved input and the same result, at every alignment and length,
- * and continue a sum begun elsewhere. */
-Test(reduce, accum_save_sum_matches)
+ * in place and out of place, and continue a sum begun elsewhere; so does
+ * ft__copy_stream_sum, at every byte alignment of its destination. */
+Test(reduce, combine_save_sum_matches)
 {
 	enum ft_dtype types[] = {FT_FLOAT32, FT_FLOAT64};
 
 	for (size_t t = 0; t < 2; t++) {
 		size_t es = ft_dtype_size(types[t]);
-		ft__accum_save_sum_fn fused = ft__reduce_accum_save_sum(types[t], FT_SUM);
+		ft__combine_save_sum_fn fused = ft__reduce_combine_save_sum(types[t], FT_SUM);
 		ft__accum_save_fn plain = ft__reduce_accum_save(types[t], FT_SUM);
 		if (fused == NULL) {
 			cr_log_warn("no fused save-and-sum kernel on this CPU (no AVX2): skipped");
-			return;
+			break;
 		}
 		for (size_t n = 0; n < 100; n += 7) {
-			for (size_t shift = 0; shift < 4; shift++) {
+			for (size_t shift = 0; shift < 8; shift++) {
+				bool in_place = shift < 4;
+				size_t sh = shift % 4;
 				unsigned char *d1 = malloc(n * es + 64), *d2 = malloc(n * es + 64);
-				unsigned char *src = malloc(n * es + 64);
+				unsigned char *src = malloc(n * es + 64), *in = malloc(n * es + 64);
 				unsigned char *s1 = malloc(n * es + 64), *s2 = malloc(n * es + 64);
-				cr_assert(d1 && d2 && src && s1 && s2);
+				cr_assert(d1 && d2 && src && in && s1 && s2);
 				for (size_t i = 0; i < n * es + 64; i++) {
-					d1[i] = d2[i] = (unsigned char)(i * 37 + shift);
+					d1[i] = d2[i] = (unsigned char)(i * 37 + sh);
 					src[i] = (unsigned char)(i * 11);
 				}
 				/* the same inputs as floats: sane values, no NaN pitfalls */
 				for (size_t i = 0; i < n; i++) {
 					if (es == 4) {
 						float v = (float)i * 0.5f, w = (float)i * 0.25f;
-						memcpy(d1 + shift * es + i * es, &v, 4);
+						memcpy(d1 + sh * es + i * es, &v, 4);
 						memcpy(src + i * es, &w, 4);
 					} else {
 						double v = (double)i * 0.5, w = (double)i * 0.25;
-						memcpy(d1 + shift * es + i * es, &v, 8);
+						memcpy(d1 + sh * es + i * es, &v, 8);
 						memcpy(src + i * es, &w, 8);
 					}
 				}
 				memcpy(d2, d1, n * es + 64);
+				memcpy(in, d1, n * es + 64);
 				struct ft__sum a, b;
 				ft__sum_init(&a);
 				ft__sum_init(&b);
 				/* a sum begun over 12 other bytes, as a chunk before */
 				ft__sum_update(&a, "0123456789ab", 12);
 				ft__sum_update(&b, "0123456789ab", 12);
-				ft__sum_update(&b, d2 + shift * es, n * es);
-				fused(d1 + shift * es, src, s1 + shift * es, n, &a);
-				plain(d2 + shift * es, src, s2 + shift * es, n);
-				cr_assert_eq(ft__sum_final(&a), ft__sum_final(&b), "dtype %d n %zu shift %zu",
-					     types[t], n, shift);
-				cr_assert_eq(memcmp(d1 + shift * es, d2 + shift * es, n * es), 0);
-				cr_assert_eq(memcmp(s1 + shift * es, s2 + shift * es, n * es), 0);
-				free(d1), free(d2), free(src), free(s1), free(s2);
+				ft__sum_update(&b, d2 + sh * es, n * es);
+				if (in_place) {
+					fused(d1 + sh * es, d1 + sh * es, src, s1 + sh * es, n, &a);
+				} else {
+					memset(d1, 0xee, n * es + 64); /* out: nothing of the input */
+					fused(d1 + sh * es, in + sh * es, src, s1 + sh * es, n, &a);
+					cr_assert_eq(memcmp(in, d2, n * es + 64), 0, "the input is untouched");
+				}
+				plain(d2 + sh * es, src, s2 + sh * es, n);
+				cr_assert_eq(ft__sum_final(&a), ft__sum_final(&b),
+					     "dtype %d n %zu shift %zu", types[t], n, shift);
+				cr_assert_eq(memcmp(d1 + sh * es, d2 + sh * es, n * es), 0);
+				cr_assert_eq(memcmp(s1 + sh * es, s2 + sh * es, n * es), 0);
+				free(d1), free(d2), free(src), free(in), free(s1), free(s2);
 			}
+		}
+	}
+	for (size_t n = 0; n < 300; n += 13) {
+		for (size_t sh = 0; sh < 8; sh++) {
+			unsigned char src[400];
+			_Alignas(32) unsigned char d[400];
+			for (size_t i = 0; i < sizeof(src); i++)
+				src[i] = (unsigned char)(i * 29 + n);
+			memset(d, 0, sizeof(d));
+			struct ft__sum a, b;
+			ft__sum_init(&a);
+			ft__sum_init(&b);
+			ft__sum_update(&a, "0123", 4);
+			ft__sum_update(&b, "0123", 4);
+			ft__copy_stream_sum(d + sh, src, n, &a);
+			ft__sum_update(&b, src, n);
+			cr_assert_eq(ft__sum_final(&a), ft__sum_final(&b), "n %zu shift %zu", n, sh);
+			cr_assert_eq(memcmp(d + sh, src, n), 0, "n %zu shift %zu", n, sh);
 		}
 	}
 	/* the check value sees a flipped bit and a swap of two words */

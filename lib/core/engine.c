@@ -209,10 +209,11 @@ static int on_recv(struct ft__coll *co)
 		void *save = co->hooks->input_save_at != NULL
 				     ? co->hooks->input_save_at(co, off, len, &sum)
 				     : NULL;
-		if (co->in_place) {
-			if (save != NULL && sum != NULL && co->accum_save_sum != NULL) {
-				co->accum_save_sum(co->dst + off, slot, save, n, sum);
-			} else if (save != NULL) {
+		const char *in = co->in_place ? co->dst + off : co->src + off;
+		if (save != NULL && sum != NULL && co->combine_save_sum != NULL) {
+			co->combine_save_sum(co->dst + off, in, slot, save, n, sum);
+		} else if (co->in_place) {
+			if (save != NULL) {
 				if (sum != NULL)
 					ft__sum_update(sum, co->dst + off, len);
 				co->accum_save(co->dst + off, slot, save, n);
@@ -221,11 +222,8 @@ static int on_recv(struct ft__coll *co)
 			}
 		} else {
 			/* out of place the input stays; a policy that logs it copies it */
-			if (save != NULL) {
-				if (sum != NULL)
-					ft__sum_update(sum, co->src + off, len);
-				ft__copy_stream(save, co->src + off, len);
-			}
+			if (save != NULL)
+				ft__copy_stream_sum(save, co->src + off, len, sum);
 			co->combine(co->dst + off, co->src + off, slot, n);
 		}
 		co->staged_done++;
@@ -389,7 +387,7 @@ static int coll_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__c
 		       (co->accum_save = ft__reduce_accum_save(k->dtype, k->op)) == NULL))
 		return -FT_EINVAL;
 	if (!bcast)
-		co->accum_save_sum = ft__reduce_accum_save_sum(k->dtype, k->op);
+		co->combine_save_sum = ft__reduce_combine_save_sum(k->dtype, k->op);
 	return 0;
 }
 
@@ -432,11 +430,8 @@ int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const stru
 		size_t len = ft__chunk_len(&co->s, mine) * k->es;
 		struct ft__sum *sum = NULL;
 		void *save = len > 0 ? co->hooks->input_save_at(co, lo, len, &sum) : NULL;
-		if (save != NULL) {
-			if (sum != NULL)
-				ft__sum_update(sum, co->src + lo, len);
-			ft__copy_stream(save, co->src + lo, len);
-		}
+		if (save != NULL)
+			ft__copy_stream_sum(save, co->src + lo, len, sum);
 		co->mine_saved = save != NULL || len == 0;
 	}
 	for (uint32_t s = 0; rc == 0 && s < ft__chunk_nseg(&co->s, ft__send_chunk(&co->s, g0)); s++)

@@ -95,7 +95,7 @@ struct ft__coll {
 	ft__combine_fn combine;
 	ft__accum_fn accum;
 	ft__accum_save_fn accum_save;
-	ft__accum_save_sum_fn accum_save_sum;   /* NULL: sum apart */
+	ft__combine_save_sum_fn combine_save_sum; /* NULL: sum apart */
 	int root_pos;
 	uint32_t last_step;     /* commit steps after s.data_last, if any */
 	size_t data_total, data_done;   /* data frames this rank receives */

@@ -374,68 +374,146 @@ uint32_t ft__sum_final(const struct ft__sum *s)
 
 #ifdef FT__X86
 /*
- * The float32 and float64 sums with save and check value in one pass: the
- * vector of input words already loaded for the save is added into the
- * sum's lanes. The vector body starts wherever the scalar head reached
- * (save aligned), so its lane k is the region's lane (start + k) mod 8: the
- * accumulators are rotated in and out. W: words per element (1 or 2).
+ * The check value's eight lanes held in two vectors, rotated so that vector
+ * lane k is the region's lane (idx + k) mod 8, idx the region's next word:
+ * a vector body that starts wherever a scalar head left off (its stores
+ * aligned) adds whole vectors of words straight in. idx advances by 8 per
+ * vector, so the rotation stays the same until the lanes go back.
+ */
+__attribute__((target("avx2"))) static void lanes_in(const struct ft__sum *s, size_t idx,
+						     __m256i *va, __m256i *vb)
+{
+	uint32_t ta[8], tb[8];
+
+	for (size_t k = 0; k < 8; k++) {
+		ta[k] = s->a[(idx + k) & 7];
+		tb[k] = s->b[(idx + k) & 7];
+	}
+	*va = _mm256_loadu_si256((const __m256i *)(const void *)ta);
+	*vb = _mm256_loadu_si256((const __m256i *)(const void *)tb);
+}
+
+__attribute__((target("avx2"))) static void lanes_out(struct ft__sum *s, size_t idx, __m256i va,
+						      __m256i vb)
+{
+	uint32_t ta[8], tb[8];
+
+	_mm256_storeu_si256((__m256i *)(void *)ta, va);
+	_mm256_storeu_si256((__m256i *)(void *)tb, vb);
+	for (size_t k = 0; k < 8; k++) {
+		s->a[(idx + k) & 7] = ta[k];
+		s->b[(idx + k) & 7] = tb[k];
+	}
+}
+
+/*
+ * The float32 and float64 sums with save and check value in one pass: each
+ * vector of the input is loaded once, streamed to save, added into the
+ * sum's lanes and summed with the received operand into out. In place, out
+ * is in; every element is loaded before it is stored. WPE: words per
+ * element (1 or 2).
  */
 /* One element of the scalar head or tail: its words into the sum, saved, summed. */
 #define FT__SAVE_SUM_ONE(T, WPE)                                   \
 	do {                                                       \
-		memcpy(w, dst + i, sizeof(T));                     \
+		T x = in[i];                                       \
+		memcpy(w, &x, sizeof(T));                          \
 		for (int k = 0; k < (WPE); k++)                    \
 			sum_word(sum, idx++, w[k]);                \
-		save[i] = dst[i];                                  \
-		dst[i] = dst[i] + src[i];                          \
+		save[i] = x;                                       \
+		out[i] = x + other[i];                             \
 	} while (0)
 #define FT__SUM_SAVE_SUM_AVX2(name, T, V, E, WPE, LOADU, STREAM, STOREU, ADD, CAST)              \
-	__attribute__((target("avx2"))) static void name(void *restrict dst_,                    \
-							 const void *restrict src_,               \
+	__attribute__((target("avx2"))) static void name(void *out_, const void *in_,            \
+							 const void *restrict other_,             \
 							 void *restrict save_, size_t n,          \
 							 struct ft__sum *sum)                     \
 	{                                                                                         \
-		T *dst = dst_;                                                                    \
-		const T *src = src_;                                                              \
+		T *out = out_;                                                                    \
+		const T *in = in_;                                                                \
+		const T *other = other_;                                                          \
 		T *save = save_;                                                                  \
 		size_t i = 0, idx = (size_t)(sum->n / 4);                                         \
-		uint32_t w[WPE], ta[8], tb[8];                                                    \
+		uint32_t w[WPE];                                                                  \
 		for (; i < n && ((uintptr_t)(save + i) & 31) != 0; i++)                           \
 			FT__SAVE_SUM_ONE(T, WPE);                                                 \
 		if (i + (E) <= n) {                                                               \
-			size_t r = idx & 7;                                                       \
-			for (int k = 0; k < 8; k++) {                                             \
-				ta[k] = sum->a[(r + (size_t)k) & 7];                              \
-				tb[k] = sum->b[(r + (size_t)k) & 7];                              \
-			}                                                                         \
-			__m256i va = _mm256_loadu_si256((const __m256i *)ta);                     \
-			__m256i vb = _mm256_loadu_si256((const __m256i *)tb);                     \
+			size_t at = idx;                                                          \
+			__m256i va, vb;                                                           \
+			lanes_in(sum, at, &va, &vb);                                              \
 			for (; i + (E) <= n; i += (E), idx += 8) {                                \
-				V x = LOADU(dst + i);                                             \
+				V x = LOADU(in + i);                                              \
 				STREAM(save + i, x);                                              \
 				va = _mm256_add_epi32(va, CAST(x));                               \
 				vb = _mm256_add_epi32(vb, va);                                    \
-				STOREU(dst + i, ADD(x, LOADU(src + i)));                          \
+				STOREU(out + i, ADD(x, LOADU(other + i)));                        \
 			}                                                                         \
-			_mm256_storeu_si256((__m256i *)ta, va);                                   \
-			_mm256_storeu_si256((__m256i *)tb, vb);                                   \
-			for (int k = 0; k < 8; k++) {                                             \
-				sum->a[(r + (size_t)k) & 7] = ta[k];                              \
-				sum->b[(r + (size_t)k) & 7] = tb[k];                              \
-			}                                                                         \
+			lanes_out(sum, at, va, vb);                                               \
 		}                                                                                 \
 		for (; i < n; i++)                                                                \
 			FT__SAVE_SUM_ONE(T, WPE);                                                 \
 		sum->n += n * sizeof(T);                                                          \
 		_mm_sfence();                                                                     \
 	}
-FT__SUM_SAVE_SUM_AVX2(accum_save_sum_f32_avx2, float, __m256, 8, 1, _mm256_loadu_ps,
+FT__SUM_SAVE_SUM_AVX2(combine_save_sum_f32_avx2, float, __m256, 8, 1, _mm256_loadu_ps,
 		      _mm256_stream_ps, _mm256_storeu_ps, _mm256_add_ps, _mm256_castps_si256)
-FT__SUM_SAVE_SUM_AVX2(accum_save_sum_f64_avx2, double, __m256d, 4, 2, _mm256_loadu_pd,
+FT__SUM_SAVE_SUM_AVX2(combine_save_sum_f64_avx2, double, __m256d, 4, 2, _mm256_loadu_pd,
 		      _mm256_stream_pd, _mm256_storeu_pd, _mm256_add_pd, _mm256_castpd_si256)
 #undef FT__SUM_SAVE_SUM_AVX2
 #undef FT__SAVE_SUM_ONE
+
+/* ft__copy_stream_sum's one pass, over n words: dst 4-byte aligned, the sum at a whole word. */
+__attribute__((target("avx2"))) static void copy_sum_avx2(uint32_t *restrict dst,
+							  const uint32_t *restrict src, size_t n,
+							  struct ft__sum *sum)
+{
+	size_t i = 0, idx = (size_t)(sum->n / 4);
+	uint32_t w;
+
+	for (; i < n && ((uintptr_t)(dst + i) & 31) != 0; i++, idx++) {
+		memcpy(&w, src + i, 4);
+		sum_word(sum, idx, w);
+		dst[i] = w;
+	}
+	if (i + 8 <= n) {
+		size_t at = idx;
+		__m256i va, vb;
+		lanes_in(sum, at, &va, &vb);
+		for (; i + 8 <= n; i += 8, idx += 8) {
+			__m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(src + i));
+			_mm256_stream_si256((__m256i *)(void *)(dst + i), x);
+			va = _mm256_add_epi32(va, x);
+			vb = _mm256_add_epi32(vb, va);
+		}
+		lanes_out(sum, at, va, vb);
+	}
+	for (; i < n; i++, idx++) {
+		memcpy(&w, src + i, 4);
+		sum_word(sum, idx, w);
+		dst[i] = w;
+	}
+	sum->n += n * 4;
+	_mm_sfence();
+}
 #endif
+
+void ft__copy_stream_sum(void *restrict dst, const void *restrict src, size_t n,
+			 struct ft__sum *sum)
+{
+	if (sum == NULL) {
+		ft__copy_stream(dst, src, n);
+		return;
+	}
+#ifdef FT__X86
+	if (((uintptr_t)dst & 3) == 0 && (n & 3) == 0 && (sum->n & 3) == 0 &&
+	    __builtin_cpu_supports("avx2")) {
+		copy_sum_avx2(dst, src, n / 4, sum);
+		return;
+	}
+#endif
+	ft__sum_update(sum, src, n);
+	ft__copy_stream(dst, src, n);
+}
 
 #ifdef FT__X86
 /* The AVX2 sum kernels apply: 32 (float32), 64 (float64), else 0. */
@@ -448,12 +526,12 @@ static int avx2_sum(enum ft_dtype dtype, enum ft_op op)
 }
 #endif
 
-ft__accum_save_sum_fn ft__reduce_accum_save_sum(enum ft_dtype dtype, enum ft_op op)
+ft__combine_save_sum_fn ft__reduce_combine_save_sum(enum ft_dtype dtype, enum ft_op op)
 {
 #ifdef FT__X86
 	int w = avx2_sum(dtype, op);
 	if (w != 0)
-		return w == 32 ? accum_save_sum_f32_avx2 : accum_save_sum_f64_avx2;
+		return w == 32 ? combine_save_sum_f32_avx2 : combine_save_sum_f64_avx2;
 #endif
 	(void)dtype;
 	(void)op;

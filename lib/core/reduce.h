@@ -55,14 +55,16 @@ void ft__sum_update(struct ft__sum *s, const void *p, size_t len);
 uint32_t ft__sum_final(const struct ft__sum *s);
 
 /*
- * accum_save that also sums (ft__sum, from its start) the input it saves:
- * dst, src, save as accum_save; sum holds the region's sum so far, and dst
- * is the region's next word. NULL where no such kernel exists (then sum
- * the input with ft__sum_update before accum_save).
+ * out[i] = in[i] op other[i], having written in[i] to save[i] with
+ * streaming stores and added it to sum (ft__sum, from its start; in is the
+ * region's next word): the logged input saved, checked and reduced in one
+ * pass that reads it once. out may be in (in place); other and save
+ * overlap nothing. NULL where no such kernel exists (then sum and save the
+ * input with ft__copy_stream_sum before the reduction).
  */
-typedef void (*ft__accum_save_sum_fn)(void *restrict dst, const void *restrict src,
-				      void *restrict save, size_t n, struct ft__sum *sum);
-ft__accum_save_sum_fn ft__reduce_accum_save_sum(enum ft_dtype dtype, enum ft_op op);
+typedef void (*ft__combine_save_sum_fn)(void *out, const void *in, const void *restrict other,
+					void *restrict save, size_t n, struct ft__sum *sum);
+ft__combine_save_sum_fn ft__reduce_combine_save_sum(enum ft_dtype dtype, enum ft_op op);
 
 /*
  * The kernels for (dtype, op); either output pointer may be NULL. FT_AVG
@@ -85,6 +87,12 @@ void ft__reduce_scale(void *buf, size_t n, enum ft_dtype dtype, size_t divisor);
  * neither evicts the data being reduced nor reads its destination first.
  */
 void ft__copy_stream(void *restrict dst, const void *restrict src, size_t n);
+
+/* ft__copy_stream that also adds the bytes it copies to sum (n a multiple of
+ * 4 but for a region's last chunk), in one pass where it can; sum NULL:
+ * just the copy. */
+void ft__copy_stream_sum(void *restrict dst, const void *restrict src, size_t n,
+			 struct ft__sum *sum);
 
 /*
  * IEEE binary16 and bfloat16 <-> float32. Widening is exact (NaN payloads
