@@ -50,7 +50,9 @@ extern "C" {
 	XX(ROOTFAILED, FT_ERR_BASE + 10, "the root of the broadcast failed")             \
 	XX(ABORTED, FT_ERR_BASE + 11, "collective aborted by a peer")                    \
 	XX(PARTITIONED, FT_ERR_BASE + 12,                                                \
-	   "this rank's side of a network partition has no quorum: it stopped")
+	   "this rank's side of a network partition has no quorum: it stopped")          \
+	XX(ENDED, FT_ERR_BASE + 13,                                                      \
+	   "the job has ended: every other rank finalized")
 
 enum ft_error {
 #define FT__ERR_ENUM(name, value, msg) FT_E##name = (value),
@@ -201,6 +203,10 @@ struct ft_op_info {
  * descriptors are the exception: README, "Children forked after ft_init".)
  *
  * cfg NULL: configuration from the environment.
+ *
+ * A new incarnation (FTCC_INCARNATION > 0) of a rank whose job has ended
+ * without it (every other rank finalized) fails at once with -FT_EENDED
+ * (file rendezvous: README, "Exact rejoin").
  */
 int ft_init(const struct ft_config *cfg, struct ft_comm **comm);
 /*

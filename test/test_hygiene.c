@@ -111,14 +111,84 @@ static void shrink_only(struct ft_config *cfg, int rank)
 	cfg->policy = FT_POLICY_SHRINK;
 }
 
-/* A clean end after a shrink leaves nothing of the job in the rendezvous
- * (the departure markers once stayed, and with them the job directory). */
-Test(hygiene, shrunk_job_leaves_no_rendezvous, .timeout = 120)
+/* A few allreduces. */
+static int run_few(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	int64_t v = rank;
+
+	(void)n;
+	(void)arg;
+	for (int i = 0; i < 3; i++)
+		if (ft_allreduce(comm, FT_IN_PLACE, &v, 1, FT_INT64, FT_SUM, NULL) != 0)
+			return 2;
+	return 0;
+}
+
+/* Starts rank r of job as a new process of incarnation inc (ft_init, a
+ * barrier, ft_finalize); returns ft_init's result, and its time in *ms. */
+static int start_again(struct tu_job *job, int r, int inc, int64_t *ms)
+{
+	int64_t t0 = tu_now_ms();
+	pid_t pid = fork();
+	int st;
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct ft_config cfg;
+		struct ft_comm *comm = NULL;
+		char v[16];
+		snprintf(v, sizeof(v), "%d", inc);
+		setenv("FTCC_INCARNATION", v, 1);
+		tu_config(job, r, &cfg);
+		cfg.policy = FT_POLICY_SHRINK;
+		cfg.connect_timeout_ms = 20000;
+		int rc = ft_init(&cfg, &comm);
+		if (rc == 0)
+			rc = ft_barrier(comm) == 0 && ft_finalize(comm) == 0 ? 0 : 1;
+		_exit(rc == -FT_EENDED ? 3 : rc == 0 ? 0 : 1);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	*ms = tu_now_ms() - t0;
+	cr_assert(WIFEXITED(st), "rank %d did not exit", r);
+	return WEXITSTATUS(st) == 3 ? -FT_EENDED : WEXITSTATUS(st) == 0 ? 0 : -FT_EIO;
+}
+
+/* Whether dir holds exactly one entry, name. */
+static bool dir_is_only(const char *dir, const char *name)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int others = 0, found = 0;
+
+	if (d == NULL)
+		return false;
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (strcmp(e->d_name, name) == 0)
+			found++;
+		else
+			others++;
+	}
+	closedir(d);
+	return found == 1 && others == 0;
+}
+
+/*
+ * A clean end after a shrink leaves nothing of the job in the rendezvous
+ * (the departure markers once stayed, and with them the job directory) but
+ * its end marker: the lost rank, started again as a new incarnation once
+ * the job is over, fails ft_init at once with FT_EENDED (it once waited out
+ * its connect timeout). A new run with the same job id starts as ever,
+ * removes the marker, and its clean end (nobody lost) leaves nothing.
+ */
+Test(hygiene, shrunk_job_leaves_only_its_end, .timeout = 120)
 {
 	struct tu_job job;
 	int killed[4] = {0, 0, 1, 0};
 	char jobdir[400], path[400];
 	struct stat st;
+	int64_t ms;
 
 	tu_job_init(&job, 4);
 	for (int r = 0; r < 4; r++)
@@ -130,7 +200,19 @@ Test(hygiene, shrunk_job_leaves_no_rendezvous, .timeout = 120)
 	kill(job.pids[2], SIGKILL);
 	cr_assert_eq(tu_wait(&job, 60000, killed), 0, "a survivor failed");
 	snprintf(jobdir, sizeof(jobdir), "%s/%s", job.dir, job.job_id);
-	cr_expect_neq(stat(jobdir, &st), 0, "the job's directory %s stayed", jobdir);
+	cr_expect(dir_is_only(jobdir, "ended"), "the job's directory %s holds more than its end",
+		  jobdir);
+	cr_expect_eq(start_again(&job, 2, 1, &ms), -FT_EENDED,
+		     "the lost rank, started again, did not learn that the job ended");
+	cr_expect_lt(ms, 5000, "the lost rank took %lld ms to learn that the job ended",
+		     (long long)ms);
+	/* a new run with the same id: every rank of incarnation 0 */
+	struct tu_job again = job;
+	again.nspawned = 0;
+	for (int r = 0; r < 4; r++)
+		tu_spawn(&again, r, run_few, NULL, shrink_only);
+	cr_assert_eq(tu_wait(&again, 60000, NULL), 0, "a new run with the same job id failed");
+	cr_expect_neq(stat(jobdir, &st), 0, "the new run's clean end left %s", jobdir);
 	tu_job_cleanup(&job);
 }
 

@@ -24,7 +24,11 @@
  * last field 1 for a new incarnation asking back, absent or 0 otherwise), and
  * <root>/<job>/gen-<g>/view ("ftcc-view 2 gen G size N writer PID HOST nonce
  * X first K members r0 r1 ..."), created exclusively by the coordinator:
- * whoever creates it first settles generation g. Files are written under a
+ * whoever creates it first settles generation g. <root>/<job>/ended
+ * ("ftcc-ended X", X the run's nonce): the job ended with a rank that never
+ * finalized (it died), whose new incarnation would otherwise wait for a job
+ * that is over; it is all the last rank to leave keeps of the job, and a
+ * new run with the same id removes it. Files are written under a
  * temporary name and renamed, so a reader sees a whole file or none. Entries
  * written by a process of this host that no longer exists are stale (a
  * crashed earlier job with the same id) and are ignored, so a reused job id
@@ -44,6 +48,7 @@
 #define HOST_MAX 256
 #define MEMBER_FILE_MAX (FT__ADDR_MAX + FT__CTRL_MAX + HOST_MAX + 64)
 #define LEFT_FILE_MAX 96
+#define ENDED_FILE "ended"
 
 struct mbf {
 	char dir[600];          /* <root>/<job> */
@@ -216,6 +221,29 @@ static int lock_take(struct mbf *r, const char *path)
 	return 0;
 }
 
+static bool other_alive(const struct mbf *r);
+
+/* Whether the job this new incarnation belongs to is over: its end marker
+ * (path) is whole, and no other rank of the job lives. */
+static bool job_ended(const struct mbf *r, const char *path)
+{
+	char buf[64];
+	struct ft__scan s;
+	uint64_t nonce;
+	bool cut;
+	int n = read_file(path, buf, sizeof(buf), &cut);
+
+	if (n < 0 || cut)
+		return false;
+	s = (struct ft__scan){.p = buf, .end = buf + n, .first = true};
+	if (!ft__scan_keyword(&s, "ftcc-ended") || !ft__scan_num(&s, 16, 0, UINT64_MAX, &nonce) ||
+	    !ft__scan_at_end(&s)) {
+		ft__warn("rendezvous: %s is malformed: ignored", path);
+		return false;
+	}
+	return !other_alive(r);
+}
+
 static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
 {
 	struct mbf *r = calloc(1, sizeof(*r));
@@ -247,6 +275,14 @@ static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	rc = lock_take(r, path);
 	if (rc != 0)
 		return rc;
+	snprintf(path, sizeof(path), "%s/" ENDED_FILE, r->dir);
+	if (r->incarnation == 0) {
+		(void)unlink(path); /* a new run of this job id */
+	} else if (job_ended(r, path)) {
+		ft__error("rendezvous: the job in %s has ended (every other rank finalized): this "
+			  "new incarnation of rank %d has no job to rejoin", r->dir, r->rank);
+		return -FT_EENDED;
+	}
 	return 0;
 }
 
@@ -856,13 +892,17 @@ static void empty_dir(const char *dir, int depth)
  * unlinks its own lock file before it looks, so whichever looks last finds
  * no lock held and removes it (two that look at once both remove: harmless).
  * While any rank of the job lives (holds its lock), everything stays: a
- * settle in progress reads the departure markers.
+ * settle in progress reads the departure markers. When a rank of the job
+ * never finalized (it died and was not back), the end marker stays, so that
+ * a new incarnation of it started later learns at once that the job is
+ * over (ft_init: -FT_EENDED), instead of waiting for its connect timeout.
  */
 static void remove_job_if_last(const struct mbf *r)
 {
 	DIR *d = opendir(r->dir);
 	struct dirent *e;
 	char path[1100];
+	bool lost = false;
 	int orig;
 
 	if (d == NULL)
@@ -875,7 +915,15 @@ static void remove_job_if_last(const struct mbf *r)
 		}
 	}
 	closedir(d);
+	for (int i = 0; i < r->world_size && r->nonce != 0; i++)
+		lost |= departed(r, i) != 1;
 	empty_dir(r->dir, 0);
+	if (lost) {
+		char text[64];
+		snprintf(text, sizeof(text), "ftcc-ended %llx\n", (unsigned long long)r->nonce);
+		if (write_atomic(r->dir, ENDED_FILE, text, 0) == 0)
+			return;
+	}
 	rmdir(r->dir);
 }
 
