@@ -208,8 +208,8 @@ static int do_send(struct ft__link *l, struct ft__tp_event *ev, int max)
 	return nev;
 }
 
-/* Reads more input, at most cap bytes, into the inbound buffer (after compacting it). */
-int ft__tcp_fill_inbuf(struct ft__link *l, size_t cap)
+/* Reads more input into the inbound buffer (after compacting it). */
+int ft__tcp_fill_inbuf(struct ft__link *l)
 {
 	ssize_t n;
 
@@ -222,9 +222,7 @@ int ft__tcp_fill_inbuf(struct ft__link *l, size_t cap)
 	}
 	if (l->in_end == TCP_INBUF || !l->can_read || l->eof)
 		return 0;
-	if (cap > TCP_INBUF - l->in_end)
-		cap = TCP_INBUF - l->in_end;
-	n = recv(l->fd, l->in + l->in_end, cap, 0);
+	n = recv(l->fd, l->in + l->in_end, TCP_INBUF - l->in_end, 0);
 	if (n > 0) {
 		l->in_end += (size_t)n;
 		return 1;
@@ -252,11 +250,12 @@ static void set_lowat(struct ft__link *l, size_t want)
 }
 
 /*
- * A frame large enough that its payload should not pass through the
- * inbound buffer: around one, reads take a header's bytes into the buffer
- * and no more (the next frame's payload would otherwise be copied out of
- * it: 7% of a 64 MiB allgather's time). Smaller frames are read many at a
- * time, into the buffer, one system call for several.
+ * A frame large enough that the next one is likely large too: the read that
+ * finishes its payload takes only the next header into the inbound buffer,
+ * so that the next payload is read straight into place (the next frame's
+ * payload was copied out of the buffer: 7% of a 64 MiB allgather's time).
+ * After smaller frames, reads take whatever is there, several frames in
+ * one system call.
  */
 static bool bulk(size_t payload)
 {
@@ -345,12 +344,8 @@ static int do_recv(struct ft__link *l, struct ft__tp_event *ev, int max)
 			ft__tcp_link_fail(l, -FT_EPROTO);
 			break;
 		}
-		/* Need more input: of a large frame, only its header here (its
-		 * payload then goes straight into place) */
-		size_t cap = TCP_INBUF;
-		if (l->rq.len > 0 && !l->have_rhdr && bulk(queue_at(&l->rq, 0)->hdr.length))
-			cap = sizeof(l->rhdr) - avail;
-		if (!ft__tcp_fill_inbuf(l, cap)) {
+		/* Need more input. */
+		if (!ft__tcp_fill_inbuf(l)) {
 			if (l->eof && !l->error && l->in_end == l->in_start)
 				ft__tcp_link_fail(l, -FT_EPEERFAILED);
 			break;

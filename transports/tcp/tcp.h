@@ -102,7 +102,7 @@ void ft__tcp_take_answer(struct ft__link *l);
 void ft__tcp_send_proof(struct ft__link *l);
 
 /* tcp.c: the data path the handshake shares */
-int ft__tcp_fill_inbuf(struct ft__link *l, size_t cap);
+int ft__tcp_fill_inbuf(struct ft__link *l);
 void ft__tcp_link_fail(struct ft__link *l, int err);
 
 #endif

@@ -190,7 +190,7 @@ void ft__tcp_take_answer(struct ft__link *l)
 
 	while (l->need_ack && !l->error) {
 		if (l->in_end - l->in_start < sizeof(ack)) {
-			if (!ft__tcp_fill_inbuf(l, TCP_INBUF)) {
+			if (!ft__tcp_fill_inbuf(l)) {
 				if (l->eof && !l->error)
 					ft__tcp_link_fail(l, -FT_EPEERFAILED);
 				return;
