@@ -16,10 +16,14 @@
 #                 fallback): never a digest that differs at N contributors;
 #   WRAP=cmd      run each rank as `cmd train_rejoin ...` (tests corrupting logs);
 #   RUN_ARGS=...  ftcc-run options instead of --restart;
+#   REJOIN_KEEP=dir  a failing run's output (and the failure-free one) is copied there;
 #   COLL=rs       the job reduce-scatters (train_rejoin's "rs"): each rank's
 #                 digests are its own block's, compared rank by rank;
 #   COLL=ag       the job allgathers (train_rejoin's "ag");
 #   COLL=oop      the job's allreduce is out of place (train_rejoin's "oop");
+#   COLL=zero     each step reduce-scatters, updates the rank's shard and
+#                 allgathers it (train_rejoin's "zero"): only the allgathers
+#                 print a digest;
 #   PROG=train_steps  that example instead (steps of one to three collectives
 #                 of different kinds, resumed mid-step): STEPS is its steps,
 #                 and the ops are those its failure-free run printed.
@@ -67,8 +71,8 @@ dur=$((($(date +%s%N) - t0) / 1000000))
 init=$(sed -n 's/^\[[0-9]*\.[0-9]* +\([0-9.]*\)s\] op 1 digest.*/\1/p' "$tmp/ref" | sort -g | tail -1 |
 	awk '{printf "%d", $1 * 1000}')
 [ -n "$init" ] || init=300
-# the last op: train_steps runs more ops than steps
-[ "$PROG" != train_rejoin ] &&
+# the last op: train_steps and train_rejoin's zero run more ops than steps
+{ [ "$PROG" != train_rejoin ] || [ "$COLL" = zero ]; } &&
 	KEYS=$(ops "$tmp/ref" | cut -d' ' -f1 | sort -u | wc -l) &&
 	LASTOP=$(ops "$tmp/ref" | cut -d' ' -f1 | sort -n | tail -1)
 last=$(sed -n "s/^\[[0-9]*\.[0-9]* +\([0-9.]*\)s\] op ${LASTOP:-$STEPS} digest.*/\1/p" "$tmp/ref" | sort -g | head -1 |
@@ -115,7 +119,7 @@ check() { # name out rc need_rejoin
 		# mode every op must be at N contributors
 		wrong=$(awk -v n="$N" -v mode="$MODE" 'NR==FNR {r[$1]=$2; next}
 			($3 == n && r[$1] != $2) || (mode == "exact" && $3 != n) || $3 > n' \
-			"$tmp/ref.ops" "$out.ops" | head -3 | tr '\n' ';')
+			"$tmp/ref.ops" "$out.ops" | sort -n | head -3 | tr '\n' ';')
 		[ -n "$wrong" ] && bad="wrong op results: $wrong"
 		lossy=$(awk -v n="$N" '$3 < n' "$out.ops" | wc -l)
 		survivors=$(models "$out" | awk '{print $1}' | sort -u | wc -l)
@@ -135,6 +139,8 @@ check() { # name out rc need_rejoin
 	fi
 	if [ -n "$bad" ]; then
 		echo "FAIL ($label) $name: $bad"
+		# REJOIN_KEEP=dir: the failing run's output is kept there
+		[ -n "${REJOIN_KEEP:-}" ] && mkdir -p "$REJOIN_KEEP" && cp "$out" "$tmp/ref" "$REJOIN_KEEP/"
 		grep -v " digest " "$out" | tail -40
 		fails=$((fails + 1))
 	else

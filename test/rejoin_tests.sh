@@ -82,6 +82,19 @@ step "tcp n=4 reduce-scatter" env COLL=rs TRIALS="$(few 2 "$mode")" FAULTS="$R" 
 A="rank=2,op=3,phase=allgather,step=1,seg=0|rank=1,op=5,phase=commit,step=0"
 A="$A|rank=0,op=4,phase=allgather,step=0,seg=0,at=recorded"
 step "tcp n=4 allgather" env COLL=ag TRIALS=1 FAULTS="$A" REJOIN_PAUSE_MS=10 "$C" "$B" 4 20 50000
+# a sharded optimizer's step (train_rejoin zero: reduce-scatter, update the
+# rank's block, allgather it): killed inside the allgather, whose input its
+# new incarnation cannot compute again, it replays it from its log (wrong
+# models without the replay); killed in the reduce-scatter, its application
+# runs it again
+Z="rank=2,op=4,phase=allgather,step=1,seg=0|rank=1,op=6,phase=commit,step=0"
+Z="$Z|rank=0,op=8,phase=allgather,step=0,seg=0,at=recorded|rank=3,op=10,phase=allgather,step=2,seg=0"
+Z="$Z|rank=1,op=5,phase=reduce_scatter,step=1,seg=0"
+step "tcp n=4 sharded step: allgather replayed" env COLL=zero FAULTS="$Z" REJOIN_PAUSE_MS=10 \
+	"$C" "$B" 4 12 50000
+step "tcp n=3 sharded step, large: allgather replayed" env COLL=zero REJOIN_PAUSE_MS=0 \
+	FAULTS="rank=1,op=4,phase=allgather,step=0,seg=2|rank=2,op=6,phase=allgather,step=1,seg=5,at=sent" \
+	"$C" "$B" 3 6 2000000
 # steps of one to three collectives of different kinds (examples/train_steps:
 # SGD with momentum, a broadcast every 7th step, a MAX every 11th), 5 ranks,
 # random outside kills: a newcomer resumes where the job stands, mid-step

@@ -189,9 +189,9 @@ FT__EXPORT int ft_broadcast(struct ft_comm *c, void *buf, size_t bytes, int root
  * place (it never overwrites that block, so it stays the input of any
  * restart; memmove: sendbuf may overlap recvbuf).
  */
-static int blocks_call(struct ft_comm *c, enum ft__coll_kind kind, const void *sendbuf,
-		       void *recvbuf, size_t count, enum ft_dtype dtype, enum ft_op op,
-		       struct ft_op_info *info)
+int ft__blocks_call(struct ft_comm *c, enum ft__coll_kind kind, const void *sendbuf,
+		    void *recvbuf, size_t count, enum ft_dtype dtype, enum ft_op op,
+		    struct ft_op_info *info)
 {
 	size_t es = ft_dtype_size(dtype);
 	struct ft__blocks b;
@@ -227,7 +227,7 @@ static int reduce_scatter_call(struct ft_comm *c, const void *sendbuf, void *rec
 			       size_t recvcount, enum ft_dtype dtype, enum ft_op op,
 			       struct ft_op_info *info)
 {
-	return blocks_call(c, FT__COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, info);
+	return ft__blocks_call(c, FT__COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, info);
 }
 
 FT__EXPORT int ft_reduce_scatter(struct ft_comm *c, const void *sendbuf, void *recvbuf,
@@ -240,7 +240,7 @@ FT__EXPORT int ft_reduce_scatter(struct ft_comm *c, const void *sendbuf, void *r
 static int allgather_call(struct ft_comm *c, const void *sendbuf, void *recvbuf,
 			  size_t sendcount, enum ft_dtype dtype, struct ft_op_info *info)
 {
-	return blocks_call(c, FT__COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, FT_SUM, info);
+	return ft__blocks_call(c, FT__COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, FT_SUM, info);
 }
 
 FT__EXPORT int ft_allgather(struct ft_comm *c, const void *sendbuf, void *recvbuf,

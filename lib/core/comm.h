@@ -78,6 +78,7 @@ struct ft_comm {
 	struct ft__logreg *regs;        /* regions of it saved so far, with their CRCs */
 	size_t nreg, reg_cap, saved_bytes;
 	bool input_logged, input_whole;
+	bool input_now;                 /* its INPUT written at once, whatever its size */
 	bool log_dead;                  /* the log failed in this op: closed at the next */
 	struct ft__sum sum;             /* check value of the region being saved */
 	bool sum_pending;

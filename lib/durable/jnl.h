@@ -163,6 +163,10 @@ int ft__jnl_frame(struct ft__jnl *l, int type, uint32_t gen, uint32_t step, uint
  * instead.
  */
 int ft__jnl_input(struct ft__jnl *l, const struct ft__logreg *regs, size_t nreg);
+/* The same, and returns only once it is written, whatever the durability
+ * (a submitted write dies with the process that made it, when the kernel
+ * had not run it yet): for an op whose input only the log can give back. */
+int ft__jnl_input_written(struct ft__jnl *l, const struct ft__logreg *regs, size_t nreg);
 /* The same, queued with the op's other records (submitted with END or when
  * the batch fills), not submitted now: for small ops, where a submission
  * per record is what logging costs. Durability host: as ft__jnl_input. */

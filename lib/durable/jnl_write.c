@@ -487,6 +487,16 @@ int ft__jnl_frame(struct ft__jnl *l, int type, uint32_t gen, uint32_t step, uint
 	return rec_queue(l, &h, NULL, 0);
 }
 
+int ft__jnl_input_written(struct ft__jnl *l, const struct ft__logreg *regs, size_t nreg)
+{
+	int rc = ft__jnl_input(l, regs, nreg);
+
+	if (rc < 0 || l->sync)
+		return rc;
+	rc = slot_wait(l, l->slot);
+	return rc < 0 ? rc : l->slots[l->slot].err;
+}
+
 int ft__jnl_input_queued(struct ft__jnl *l, const struct ft__logreg *regs, size_t nreg)
 {
 	struct ft__logrec h;

@@ -95,4 +95,10 @@ const struct ft__policy *ft__policy_for(enum ft_policy p);
 /* Runs a collective to its end under c's policy (collective.c). */
 int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info *info);
 
+/* Runs a reduce-scatter or an allgather as ft_reduce_scatter and
+ * ft_allgather do, count elements per block (collective.c). */
+int ft__blocks_call(struct ft_comm *c, enum ft__coll_kind kind, const void *sendbuf,
+		    void *recvbuf, size_t count, enum ft_dtype dtype, enum ft_op op,
+		    struct ft_op_info *info);
+
 #endif

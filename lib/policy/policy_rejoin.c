@@ -84,9 +84,14 @@ static void input_logged(struct ft_comm *c)
 	region_done(c);
 	c->input_logged = true;
 	/* a large op's INPUT goes out at once (a death in its allgather can
-	 * then be replayed); a small op's with END, one submission per op */
-	rc = c->payload_bytes >= FT__INPUT_NOW ? ft__jnl_input(c->plog, c->regs, c->nreg)
-					       : ft__jnl_input_queued(c->plog, c->regs, c->nreg);
+	 * then be replayed); a small op's with END, one submission per op;
+	 * an allgather's is written before the op sends a frame (its
+	 * application may not be able to compute its input again: the shard
+	 * a reduce-scatter and an update made; a write only submitted dies
+	 * with the process when io_uring's worker had not run it) */
+	rc = c->input_now ? ft__jnl_input_written(c->plog, c->regs, c->nreg)
+	     : c->payload_bytes >= FT__INPUT_NOW ? ft__jnl_input(c->plog, c->regs, c->nreg)
+						 : ft__jnl_input_queued(c->plog, c->regs, c->nreg);
 	if (rc != 0)
 		log_off(c, rc, "writing an input record");
 }
@@ -205,6 +210,7 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 	}
 	c->nreg = c->saved_bytes = 0;
 	c->input_logged = c->input_whole = c->sum_pending = false;
+	c->input_now = k->kind == FT__COLL_ALLGATHER;
 	c->payload = NULL;
 	c->payload_bytes = 0;
 	if (c->replaying) {
@@ -214,11 +220,21 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 	}
 	if (c->plog != NULL) {
 		/* a broadcast's input is the root's buffer; other ranks need none;
-		 * reduce-scatter and allgather are not replayed (ft__rejoin_join):
-		 * their input is not logged, their frames are */
+		 * an allgather's, the caller's own block (root: the blocks); a
+		 * reduce-scatter is not replayed (ft__rejoin_join): its input is
+		 * not logged, its frames are */
 		size_t logged = bytes;
-		if ((k->kind == FT__COLL_BROADCAST && k->root != c->cfg.rank) || k->blk != NULL)
+		const char *in = NULL;
+		if (k->kind == FT__COLL_BROADCAST) {
+			logged = k->root == c->cfg.rank ? bytes : 0;
+			in = k->dst;
+		} else if (k->kind == FT__COLL_REDUCE_SCATTER) {
 			logged = 0;
+		} else if (k->kind == FT__COLL_ALLGATHER) {
+			logged = bytes / (size_t)k->blk->n;
+			in = (const char *)k->dst + (size_t)k->blk->me * logged;
+			op.root = k->blk->n;
+		}
 		rc = ft__jnl_begin_bytes(c->plog, run->seq, c->generation, &op, logged, &payload);
 		if (rc != 0) {
 			log_off(c, rc, "starting an op's log");
@@ -228,9 +244,12 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 		} else {
 			c->payload = logged > 0 ? payload : NULL;
 			c->payload_bytes = logged;
-			if (k->kind == FT__COLL_BROADCAST && logged > 0) {
-				memcpy(payload, k->dst, logged);
-				rc = add_region(c, 0, logged, ft__jnl_sum(payload, logged));
+			if (in != NULL && logged > 0) {
+				/* saved and checked in one pass, before any frame */
+				struct ft__sum sum;
+				ft__sum_init(&sum);
+				ft__copy_stream_sum(payload, in, logged, &sum);
+				rc = add_region(c, 0, logged, ft__sum_final(&sum));
 				if (rc != 0)
 					return rc;
 			}
@@ -239,7 +258,7 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 		}
 	}
 	/* without a logged input an in-place restart needs shrink's backup */
-	return c->plog == NULL || k->blk != NULL ? ft__shrink_backup_alloc(c, k) : 0;
+	return c->plog == NULL || c->payload == NULL ? ft__shrink_backup_alloc(c, k) : 0;
 }
 
 static void rejoin_attempt(const struct ft_comm *c, const struct ft__call *k, struct ft__attempt *a)
@@ -536,16 +555,28 @@ static int replay(struct ft_comm *c, const char *dir, uint64_t f, const struct f
 	struct ft__logop op = *logged;
 	struct ft_op_info info;
 	uint64_t seq = f;
-	size_t es, bytes;
+	size_t es, bytes, out_bytes;
 	void *in = NULL, *out = NULL;
-	bool logged_in;
+	bool logged_in, blocks = op.kind == FT__COLL_ALLGATHER;
 	int rc = 0, fd = -1, ofd = -1;
 
 	es = op.kind == FT__COLL_BROADCAST ? 1 : ft_dtype_size((enum ft_dtype)op.dtype);
 	if (es == 0 || op.count > SIZE_MAX / 8)
 		return -FT_ECORRUPT;
 	bytes = op.kind == FT__COLL_BARRIER ? 0 : (size_t)op.count * es;
-	logged_in = bytes > 0 && (op.kind == FT__COLL_ALLREDUCE ||
+	out_bytes = bytes;
+	if (blocks) {
+		/* the blocks the call began with are those of this view: the
+		 * rejoin brought the same members back */
+		if (op.root != c->size || op.count % (size_t)c->size != 0) {
+			ft__error("rejoin: op %llu was an allgather of %d blocks; this view has %d "
+				  "members: it cannot be replayed", (unsigned long long)f, op.root,
+				  c->size);
+			return -FT_EPROTO;
+		}
+		bytes /= (size_t)c->size; /* its input: the own block */
+	}
+	logged_in = bytes > 0 && (op.kind == FT__COLL_ALLREDUCE || blocks ||
 				  (op.kind == FT__COLL_BROADCAST && op.root == c->cfg.rank));
 	if (logged_in) {
 		struct stat st;
@@ -559,10 +590,10 @@ static int replay(struct ft_comm *c, const char *dir, uint64_t f, const struct f
 		}
 	}
 	in = map_whole(fd, bytes, false);
-	ofd = bytes > 0 ? other_payload(c, dir, seq, bytes) : -1;
-	out = map_whole(ofd, bytes, true);
+	ofd = out_bytes > 0 ? other_payload(c, dir, seq, out_bytes) : -1;
+	out = map_whole(ofd, out_bytes, true);
 	if (out == NULL && ofd >= 0)
-		out = map_whole(-1, bytes, true);
+		out = map_whole(-1, out_bytes, true);
 	if (in == NULL || out == NULL) {
 		rc = -FT_ENOMEM;
 		goto out;
@@ -582,12 +613,16 @@ static int replay(struct ft_comm *c, const char *dir, uint64_t f, const struct f
 	}
 	ft__info("rejoin: replaying op %llu (%s, %zu bytes) from the log",
 		 (unsigned long long)f, k.kind == FT__COLL_ALLREDUCE ? "allreduce"
-					: k.kind == FT__COLL_BROADCAST ? "broadcast" : "barrier",
+					: k.kind == FT__COLL_BROADCAST ? "broadcast"
+					: k.kind == FT__COLL_ALLGATHER ? "allgather" : "barrier",
 		 bytes);
 	c->op_seq = f;
 	c->replaying = true;
 	uint64_t t0 = ft__now_ns();
-	rc = ft__collective_run(c, &k, &info);
+	/* an allgather out of place, from the logged own block */
+	rc = blocks ? ft__blocks_call(c, k.kind, in, out, op.count / (size_t)c->size, k.dtype, k.op,
+				      &info)
+		    : ft__collective_run(c, &k, &info);
 	c->replaying = false;
 	if (rc == 0)
 		ft__info("rejoin: op %llu done on generation %u with %d contributors",
@@ -600,7 +635,7 @@ out:
 	if (in != NULL)
 		munmap(in, bytes ? bytes : 1);
 	if (out != NULL)
-		munmap(out, bytes ? bytes : 1);
+		munmap(out, out_bytes ? out_bytes : 1);
 	if (fd >= 0)
 		ft__fd_close(fd);
 	if (ofd >= 0)
@@ -641,15 +676,19 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 				 rc == -ENOENT ? "no input recorded" : ft_strerror(rc));
 	}
 	/* the first op it can take part in: its application's next, or the
-	 * logged one it can replay (one less); 0 says none. Reduce-scatter and
-	 * allgather are not replayed from the log (their input is not in it,
-	 * and a replay would need the block layout the call began with): when
-	 * the last logged op is one, the newcomer asks for it, not past it,
-	 * and its application runs the interrupted op (any op up to the
-	 * survivors' first is taken back that way), with the same ring and the
-	 * same inputs: bit-identical all the same. */
+	 * logged one it can replay (one less); 0 says none. An allgather is
+	 * replayed over the blocks of the view it began in, which the rejoin
+	 * brings back (a replay over another view fails): its input may be
+	 * what the application cannot compute again (the shard a
+	 * reduce-scatter and an update made). A reduce-scatter is not: its
+	 * application needs its result (a replay here would throw it away)
+	 * and can compute its input again (gradients). When the last logged op
+	 * is one, the newcomer asks for it, not past it, and its application
+	 * runs the interrupted op (any op up to the survivors' first is taken
+	 * back that way), with the same ring and the same inputs:
+	 * bit-identical all the same. */
 	replayable = have && (op.kind == FT__COLL_ALLREDUCE || op.kind == FT__COLL_BROADCAST ||
-			      op.kind == FT__COLL_BARRIER);
+			      op.kind == FT__COLL_BARRIER || op.kind == FT__COLL_ALLGATHER);
 	me->next_op = replayable ? last + 1 : have ? last : 0;
 	me->rejoining = true;
 	ft__info("rejoin: a new incarnation of rank %d asks back into generation %u (log: %s)",
