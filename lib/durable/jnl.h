@@ -92,7 +92,7 @@ struct ft__logfile {
 
 struct ft__logop {
 	uint8_t kind, dtype, op, in_place;      /* enum ft__coll_kind, ft_dtype, ft_op */
-	int32_t root;
+	int32_t root;                          /* a broadcast's root; an allgather's blocks */
 	uint64_t count;
 };
 
