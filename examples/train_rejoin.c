@@ -59,7 +59,7 @@ static float sample(uint64_t *s)
 }
 
 /* "zero": op 2s + 1 is step s's reduce-scatter, op 2s + 2 its allgather;
- * next, the first op this process runs. */
+ * next, the first op this process runs. 0, or 1 when an op failed. */
 static int zero_steps(struct ft_comm *comm, float *model, float *grad, size_t block, int steps,
 		      int pause_ms, uint64_t next)
 {
@@ -94,11 +94,7 @@ static int zero_steps(struct ft_comm *comm, float *model, float *grad, size_t bl
 		if (pause_ms > 0)
 			nanosleep(&pause, NULL);
 	}
-	printf("model %016llx\n", (unsigned long long)fnv(model, total * sizeof(float)));
-	rc = ft_finalize(comm);
-	free(model);
-	free(grad);
-	return rc == 0 ? 0 : 1;
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -146,11 +142,11 @@ int main(int argc, char **argv)
 	if (back == 1)
 		printf("rank %d rejoined: the job stands at op %llu; model %016llx\n", me,
 		       (unsigned long long)next, (unsigned long long)fnv(model, count * sizeof(float)));
-	if (zero)
-		return zero_steps(comm, model, grad, total / (size_t)ft_size(comm), steps, pause_ms,
-				  back == 1 ? next : 1);
-	/* op 0 is ft_init's barrier: step s is op s + 1 */
-	for (int step = back == 1 ? (int)next - 1 : 0; step < steps; step++) {
+	if (zero && zero_steps(comm, model, grad, total / (size_t)ft_size(comm), steps, pause_ms,
+			       back == 1 ? next : 1) != 0)
+		return 1;
+	/* op 0 is ft_init's barrier: step s is op s + 1 (zero: done above) */
+	for (int step = zero ? steps : back == 1 ? (int)next - 1 : 0; step < steps; step++) {
 		struct ft_op_info info;
 		uint64_t seed = ((uint64_t)me << 32 | (uint64_t)step) * 0x9e3779b97f4a7c15ull + 1;
 		const float *result = grad;
