@@ -83,15 +83,16 @@ static void input_logged(struct ft_comm *c)
 		return;
 	region_done(c);
 	c->input_logged = true;
-	/* a large op's INPUT goes out at once (a death in its allgather can
-	 * then be replayed); a small op's with END, one submission per op;
-	 * an allgather's is written before the op sends a frame (its
-	 * application may not be able to compute its input again: the shard
-	 * a reduce-scatter and an update made; a write only submitted dies
-	 * with the process when io_uring's worker had not run it) */
-	rc = c->input_now ? ft__jnl_input_written(c->plog, c->regs, c->nreg)
-	     : c->payload_bytes >= FT__INPUT_NOW ? ft__jnl_input(c->plog, c->regs, c->nreg)
-						 : ft__jnl_input_queued(c->plog, c->regs, c->nreg);
+	/* a large op's INPUT is written at once, and waited for (a death in
+	 * its allgather can then be replayed: a write only submitted dies with
+	 * the process when io_uring's worker had not run it; the wait is a
+	 * fraction of a millisecond against the op's); so is an allgather's,
+	 * before the op sends a frame (its application may not be able to
+	 * compute its input again: the shard a reduce-scatter and an update
+	 * made); a small op's goes with END, one submission per op */
+	rc = c->input_now || c->payload_bytes >= FT__INPUT_NOW
+		     ? ft__jnl_input_written(c->plog, c->regs, c->nreg)
+		     : ft__jnl_input_queued(c->plog, c->regs, c->nreg);
 	if (rc != 0)
 		log_off(c, rc, "writing an input record");
 }
