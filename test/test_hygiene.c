@@ -124,9 +124,39 @@ static int run_few(struct ft_comm *comm, int rank, int n, void *arg)
 	return 0;
 }
 
+/* Allreduces until <dir>/stop exists (30 s at most). */
+static int run_until_stop(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	char path[400];
+	int64_t v;
+
+	(void)n;
+	snprintf(path, sizeof(path), "%s/stop", (const char *)arg);
+	for (int64_t t0 = tu_now_ms(); access(path, F_OK) != 0;) {
+		v = rank;
+		if (ft_allreduce(comm, FT_IN_PLACE, &v, 1, FT_INT64, FT_SUM, NULL) != 0)
+			return 2;
+		if (tu_now_ms() - t0 > 30000)
+			return 3;
+		tu_sleep_ms(2);
+	}
+	return 0;
+}
+
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	cr_assert_not_null(f, "%s", path);
+	fputs(text, f);
+	fclose(f);
+}
+
 /* Starts rank r of job as a new process of incarnation inc (ft_init, a
- * barrier, ft_finalize); returns ft_init's result, and its time in *ms. */
-static int start_again(struct tu_job *job, int r, int inc, int64_t *ms)
+ * barrier, ft_finalize; connect timeout timeout_ms); returns -FT_EENDED
+ * when ft_init failed with it, 0 when all went well, -FT_EIO otherwise;
+ * and its time in *ms. */
+static int start_again(struct tu_job *job, int r, int inc, int timeout_ms, int64_t *ms)
 {
 	int64_t t0 = tu_now_ms();
 	pid_t pid = fork();
@@ -141,7 +171,7 @@ static int start_again(struct tu_job *job, int r, int inc, int64_t *ms)
 		setenv("FTCC_INCARNATION", v, 1);
 		tu_config(job, r, &cfg);
 		cfg.policy = FT_POLICY_SHRINK;
-		cfg.connect_timeout_ms = 20000;
+		cfg.connect_timeout_ms = timeout_ms;
 		int rc = ft_init(&cfg, &comm);
 		if (rc == 0)
 			rc = ft_barrier(comm) == 0 && ft_finalize(comm) == 0 ? 0 : 1;
@@ -186,7 +216,7 @@ Test(hygiene, shrunk_job_leaves_only_its_end, .timeout = 120)
 {
 	struct tu_job job;
 	int killed[4] = {0, 0, 1, 0};
-	char jobdir[400], path[400];
+	char jobdir[400], path[600];
 	struct stat st;
 	int64_t ms;
 
@@ -202,10 +232,17 @@ Test(hygiene, shrunk_job_leaves_only_its_end, .timeout = 120)
 	snprintf(jobdir, sizeof(jobdir), "%s/%s", job.dir, job.job_id);
 	cr_expect(dir_is_only(jobdir, "ended"), "the job's directory %s holds more than its end",
 		  jobdir);
-	cr_expect_eq(start_again(&job, 2, 1, &ms), -FT_EENDED,
+	cr_expect_eq(start_again(&job, 2, 1, 20000, &ms), -FT_EENDED,
 		     "the lost rank, started again, did not learn that the job ended");
 	cr_expect_lt(ms, 5000, "the lost rank took %lld ms to learn that the job ended",
 		     (long long)ms);
+	/* the marker replaced by garbage: ignored (with a warning), the new
+	 * incarnation waits for its job until its connect timeout as before */
+	snprintf(path, sizeof(path), "%s/ended", jobdir);
+	write_text(path, "ftcc-ended zz\x01 trailing\n");
+	cr_expect_neq(start_again(&job, 2, 1, 2000, &ms), -FT_EENDED,
+		      "a malformed end marker was believed");
+	cr_expect_geq(ms, 1500, "the new incarnation gave up before its connect timeout");
 	/* a new run with the same id: every rank of incarnation 0 */
 	struct tu_job again = job;
 	again.nspawned = 0;
@@ -213,6 +250,36 @@ Test(hygiene, shrunk_job_leaves_only_its_end, .timeout = 120)
 		tu_spawn(&again, r, run_few, NULL, shrink_only);
 	cr_assert_eq(tu_wait(&again, 60000, NULL), 0, "a new run with the same job id failed");
 	cr_expect_neq(stat(jobdir, &st), 0, "the new run's clean end left %s", jobdir);
+	tu_job_cleanup(&job);
+}
+
+/*
+ * The end marker is in a shared directory: anyone who can write there can
+ * forge it. A well-formed one written while the job lives fails no one: a
+ * new incarnation takes its word only when no rank of the job lives (this
+ * one, under shrink, is told that the job went on without it), and the
+ * job's ranks finish. (A malformed one: shrunk_job_leaves_only_its_end.)
+ */
+Test(hygiene, forged_end_marker_fails_no_one, .timeout = 120)
+{
+	struct tu_job job;
+	int killed[4] = {0, 0, 1, 0};
+	char jobdir[400], path[600];
+	int64_t ms;
+
+	tu_job_init(&job, 4);
+	snprintf(jobdir, sizeof(jobdir), "%s/%s", job.dir, job.job_id);
+	for (int r = 0; r < 4; r++)
+		tu_spawn(&job, r, run_until_stop, job.dir, shrink_only);
+	cr_assert_eq(tu_wait_ready(&job, 30000), 0, "ranks not ready");
+	kill(job.pids[2], SIGKILL);
+	snprintf(path, sizeof(path), "%s/ended", jobdir);
+	write_text(path, "ftcc-ended 1234abcd\n");
+	cr_expect_neq(start_again(&job, 2, 1, 3000, &ms), -FT_EENDED,
+		      "a forged end marker ended a new incarnation while its job lived");
+	snprintf(path, sizeof(path), "%s/stop", job.dir);
+	write_text(path, "");
+	cr_assert_eq(tu_wait(&job, 60000, killed), 0, "a healthy rank was lost");
 	tu_job_cleanup(&job);
 }
 
