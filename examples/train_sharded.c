@@ -18,7 +18,10 @@
  * step it was saved at). Every rank ends with "shard ok" when its shard is
  * exactly what a run without failures holds. "late" as the fourth
  * argument: a rejoined rank enables checkpoints after ft_state_sync (its
- * shard comes back in ft_ckpt_enable then).
+ * shard comes back in ft_ckpt_enable then). Started with FTCC_CKPT_FROM
+ * set to an export of an earlier run's checkpoint (ftcc-ckpt export), it
+ * checks the shard it starts from the same way, and goes on from the step
+ * of the export's newest block.
  */
 
 static float val(int rank, uint64_t step, size_t j)
@@ -39,6 +42,7 @@ int main(int argc, char **argv)
 	float model[16] = {0}, grad[16];
 	float *shard;
 	uint64_t next;
+	uint64_t base = 0;
 	int rc, me, back, start;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -63,23 +67,36 @@ int main(int argc, char **argv)
 	if ((rc = ft_state_register(comm, model, sizeof(model), FT_STATE_REPLICATED)) < 0 ||
 	    (rc = ft_state_register(comm, shard, count * sizeof(float),
 				    FT_STATE_SHARDED | FT_STATE_DTYPE(FT_FLOAT32))) < 0 ||
+	    (rc = ft_state_register(comm, &base, sizeof(base), FT_STATE_REPLICATED)) < 0 ||
 	    (!(late && back == 1) && (rc = ft_ckpt_enable(comm, &ck)) != 0) ||
 	    (rc = ft_state_sync(comm)) != 0 ||
 	    (late && back == 1 && (rc = ft_ckpt_enable(comm, &ck)) != 0)) {
 		fprintf(stderr, "state: %s\n", ft_strerror(rc));
 		return 1;
 	}
-	/* op 0 is ft_init's barrier, op 1 ft_ckpt_enable's agreement: step s is
-	 * op s + 2 (asked after enable: a rank back before the others enabled
-	 * took part in it) */
+	/* op 0 is ft_init's barrier, op 1 ft_ckpt_enable's agreement: step
+	 * base + s is op s + 2 (asked after enable: a rank back before the
+	 * others enabled took part in it). base is the step this run started
+	 * at: 0, or the step of the exported checkpoint its shards started
+	 * from (FTCC_CKPT_FROM); replicated, so a rank back later gets it with
+	 * the survivors' state. A rank back at op 2 or sooner read the export
+	 * itself, as the others did. */
 	ft_rejoined(comm, &next);
-	start = back == 1 ? (int)next - 2 : 0;
-	if (back == 1) {
+	memset(&ri, 0, sizeof(ri));
+	rc = ft_state_restored(comm, &ri);
+	if (rc != 0 && rc != -FT_ENOSYS) {
+		fprintf(stderr, "restore: %s\n", ft_strerror(rc));
+		return 1;
+	}
+	if (back == 1 && next > 2) {
+		start = (int)(base + next - 2);
+	} else {
+		base = rc == 0 ? ri.ckpt_step : 0;
+		start = (int)base;
+	}
+	if (back == 1 || rc == 0) {
 		size_t bb = 0, nb = 0, bad = 0;
-		/* -FT_ENOSYS: back before the job's checkpoints began, nothing to restore */
-		memset(&ri, 0, sizeof(ri));
-		if (((rc = ft_state_restored(comm, &ri)) != 0 && rc != -FT_ENOSYS) ||
-		    (rc = ft_ckpt_blocks(comm, 1, me, &nb, &bb, NULL)) != 0) {
+		if ((rc = ft_ckpt_blocks(comm, 1, me, &nb, &bb, NULL)) != 0) {
 			fprintf(stderr, "restore: %s\n", ft_strerror(rc));
 			return 1;
 		}
@@ -92,8 +109,9 @@ int main(int argc, char **argv)
 			for (size_t j = j0; j < j1 && j < count; j++)
 				bad += shard[j] != val(me, (uint64_t)s, j);
 		}
-		printf("rank %d rejoined at op %llu: restored %s: %zu blocks, steps %llu..%llu, "
+		printf("rank %d %s at op %llu: restored %s: %zu blocks, steps %llu..%llu, "
 		       "now %llu, perturbation %.3g (exact %d), pls %.4f\n", me,
+		       back == 1 ? "rejoined" : "started from an export",
 		       (unsigned long long)next, bad ? "BAD" : "ok", ri.blocks,
 		       (unsigned long long)ri.oldest_step, (unsigned long long)ri.ckpt_step,
 		       (unsigned long long)ri.now_step, ri.perturbation, ri.exact, ri.pls);

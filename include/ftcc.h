@@ -443,13 +443,15 @@ struct ft_ckpt_config {
 	char dir[FT_PATH_MAX];          /* "" = FTCC_CKPT_DIR, else the log directory */
 	uint64_t seed;                  /* FT_CKPT_RANDOM */
 	int sync;                       /* 1: fdatasync before a round counts (host crashes) */
+	char from[FT_PATH_MAX];         /* an exported checkpoint (ftcc-ckpt export) to start
+					 * the shards from; "" = FTCC_CKPT_FROM, else none */
 };
 
 #define FT_CKPT_CONFIG_INIT                                                              \
 	{                                                                                \
 		.struct_size = sizeof(struct ft_ckpt_config), .strategy = FT_CKPT_PRIORITY, \
 		.block_bytes = 0, .fraction = 0.125, .interval = 1, .dir = "", .seed = 1,   \
-		.sync = 0                                                                  \
+		.sync = 0, .from = ""                                                      \
 	}
 
 /*
@@ -470,6 +472,20 @@ struct ft_ckpt_config {
  * as it is); if not (it was killed inside ft_init or before their
  * ft_ckpt_enable), it takes part in their agreement like everyone, and has
  * nothing to restore.
+ *
+ * Starting a new run from an earlier run's checkpoint: `ftcc-ckpt export
+ * DIR/JOB OUT` writes each rank's newest valid copy of every block to OUT,
+ * bound to no run; with from = OUT (or FTCC_CKPT_FROM=OUT), a run that is
+ * not a rejoin reads its rank's export into its sharded regions here,
+ * after the agreement (which also checks that every member starts from an
+ * export or none does), and ft_state_restored says what came back (its
+ * ckpt_step is the step to go on from). The export must be of the same
+ * world size and the same sharded regions (number, dtype, bytes, in
+ * order): else -FT_EMISMATCH on every member; a member whose export is
+ * missing or corrupt gets -FT_EIO or -FT_ECORRUPT, the others
+ * -FT_EMISMATCH; on any error no region is touched. A rank restarted
+ * (rejoin) before the run's first round counted takes its shards from the
+ * export too. The run's own checkpoint goes to its own directory, as ever.
  */
 int ft_ckpt_enable(struct ft_comm *comm, const struct ft_ckpt_config *cfg);
 /* End of training step `step` (increasing): every interval-th call selects

@@ -1038,6 +1038,14 @@ Test(ckpt, ftcc_ckpt_exit_codes, .timeout = 30)
 	cr_assert_eq(tool(args), 0);
 	snprintf(args, sizeof(args), "'%s' 0", jdir);
 	cr_assert_eq(tool(args), 0);
+	snprintf(args, sizeof(args), "export '%s' '%s/e' 0", jdir, base);
+	cr_assert_eq(tool(args), 0);
+	snprintf(args, sizeof(args), "'%s/e'", base);
+	cr_assert_eq(tool(args), 0, "the export verifies");
+	snprintf(args, sizeof(args), "export '%s/nothing-here' '%s/e'", base, base);
+	cr_assert_eq(tool(args), 2);
+	snprintf(args, sizeof(args), "export '%s'", jdir);
+	cr_assert_eq(tool(args), 2, "export without OUT");
 	newest_path(path, sizeof(path));
 	orig = slurp(path, &len);
 	orig[2 * TSTRIDE + FT__CKPT_HDR + 9] ^= 4;
@@ -1050,6 +1058,245 @@ Test(ckpt, ftcc_ckpt_exit_codes, .timeout = 30)
 	cr_assert_eq(tool(args), 2, "a rank without a journal");
 	cr_assert_eq(tool(""), 2);
 	free(orig);
+	rm_base();
+}
+
+/* ---- an export: a new run's shards start from an earlier run's checkpoint ---- */
+
+/* A new one-rank run's enable with from = dir; the shard must stay as it was on an error. */
+static int seeded_enable(struct ft_comm *c, const char *dir, enum ft_ckpt_strategy s, size_t bb)
+{
+	struct ft_ckpt_config k = ckcfg(s, bb, 0.25);
+
+	snprintf(k.from, sizeof(k.from), "%s", dir);
+	return ft_ckpt_enable(c, &k);
+}
+
+Test(ckpt, export_seeds_a_new_run, .timeout = 60)
+{
+	enum { BB = 4096, N = 12 * BB / 4 + 100 }; /* 13 blocks, the last one short */
+	static float st[N], want[N];
+	struct ft_restore_info ri0, ri;
+	struct ft__ckpt_image img;
+	char src[FT_NAME_MAX + 300], exp[400];
+	uint64_t blocks, bytes, step;
+	char why[256];
+	struct ft_comm *c = open1();
+	struct ft_ckpt_config k = ckcfg(FT_CKPT_PRIORITY, BB, 0.25);
+
+	/* a partial checkpoint: the blocks' newest copies come from different steps */
+	fill(st, N, 1);
+	cr_assert_eq(ft_state_register(c, st, sizeof(st), FT_STATE_SHARDED | FT_STATE_DTYPE(FT_FLOAT32)), 0);
+	cr_assert_eq(ft_ckpt_enable(c, &k), 0);
+	for (uint64_t t = 1; t <= 6; t++) {
+		for (size_t i = (t * 1500) % N; i < N; i += 7)
+			st[i] += (float)t * 3.0f + (float)(i % 5);
+		cr_assert_eq(ft_ckpt_step(c, t), 0);
+	}
+	cr_assert_eq(ft_ckpt_flush(c), 0);
+	cr_assert_eq(ft_ckpt_restore(c, 0, 0, 0, 13, want, 0, &ri0), 0);
+	cr_assert_lt(ri0.oldest_step, ri0.ckpt_step, "the test wants blocks of several steps");
+	cr_assert_eq(ft_finalize(c), 0);
+	snprintf(src, sizeof(src), "%s", jdir);
+	snprintf(exp, sizeof(exp), "%s/exported", base);
+	cr_assert_eq(ft__ckpt_export(src, 0, exp, &blocks, &bytes, &step, why, sizeof(why)), 0, "%s",
+		     why);
+	cr_assert_eq(blocks, 13);
+	cr_assert_eq(bytes, sizeof(st));
+	cr_assert_eq(step, ri0.ckpt_step);
+	cr_assert_eq(ft__ckpt_verify(exp, 0, NULL, false), 0);
+
+	/* a new run (another job, its own nonce) starts from it */
+	c = open1();
+	memset(st, 0, sizeof(st));
+	cr_assert_eq(ft_state_register(c, st, sizeof(st), FT_STATE_SHARDED | FT_STATE_DTYPE(FT_FLOAT32)), 0);
+	cr_assert_eq(ft_state_restored(c, &ri), -FT_ENOSYS);
+	cr_assert_eq(seeded_enable(c, exp, FT_CKPT_PRIORITY, BB), 0);
+	cr_assert_eq(memcmp(st, want, sizeof(st)), 0, "the shard is not the export's");
+	cr_assert_eq(ft_state_restored(c, &ri), 0);
+	cr_assert_eq(ri.blocks, 13);
+	cr_assert_eq(ri.bytes, sizeof(st));
+	cr_assert_eq(ri.ckpt_step, ri0.ckpt_step);
+	cr_assert_eq(ri.oldest_step, ri0.oldest_step);
+	/* its own checkpoint goes on in its own directory, a running one */
+	st[5] += 1;
+	cr_assert_eq(ft_ckpt_step(c, ri.ckpt_step + 1), 0);
+	cr_assert_eq(ft_ckpt_flush(c), 0);
+	cr_assert_eq(ft__ckpt_image_open(jdir, 0, &img), 0);
+	cr_assert_neq(img.head.interval, 0);
+	cr_assert_eq(img.last_round, 1);
+	ft__ckpt_image_free(&img);
+	cr_assert_eq(ft_finalize(c), 0);
+	cr_assert_eq(ft__ckpt_image_open(exp, 0, &img), 0);
+	cr_assert_eq(img.head.interval, 0, "the export is still an export");
+	ft__ckpt_image_free(&img);
+	cr_assert_eq(ft__ckpt_verify(exp, 0, NULL, false), 0);
+	rm_base();
+}
+
+Test(ckpt, export_refusals, .timeout = 60)
+{
+	static float st[TBYTES / 4], A[TBYTES / 4], B[TBYTES / 4], out[TBYTES / 4];
+	static float keep[TBYTES / 4], small[TBYTES / 8];
+	char src[FT_NAME_MAX + 300], exp[400], bad[400], path[600], other[FT_PATH_MAX];
+	uint64_t blocks, bytes, step;
+	size_t len;
+	char why[256], *buf;
+	struct ft_comm *c = two_rounds(st, A, B);
+
+	cr_assert_eq(ft_finalize(c), 0);
+	snprintf(src, sizeof(src), "%s", jdir);
+	snprintf(exp, sizeof(exp), "%s/exported", base);
+	snprintf(bad, sizeof(bad), "%s/bad-export", base);
+	/* block 2's newest copy flipped: the export takes its older one */
+	newest_path(path, sizeof(path));
+	buf = slurp(path, &len);
+	buf[2 * TSTRIDE + FT__CKPT_HDR + 9] ^= 4;
+	put_back(path, buf, len);
+	free(buf);
+	cr_assert_eq(ft__ckpt_export(src, 0, exp, &blocks, &bytes, &step, why, sizeof(why)), 0, "%s",
+		     why);
+	cr_assert_eq(step, 2);
+	/* block 5 with no valid copy at all: nothing of rank 0 is exported */
+	for (int s = 0; s < 2; s++) {
+		cr_assert_eq(ft__ckpt_path(path, sizeof(path), src, 0, 0, s), 0);
+		buf = slurp(path, &len);
+		buf[5 * TSTRIDE + FT__CKPT_HDR + 3] ^= 1;
+		put_back(path, buf, len);
+		free(buf);
+	}
+	cr_assert_eq(ft__ckpt_export(src, 0, bad, &blocks, &bytes, &step, why, sizeof(why)),
+		     -FT_ECORRUPT);
+	cr_assert_not_null(strstr(why, "block 5"), "why: %s", why);
+	cr_assert_eq(ft__ckpt_path(path, sizeof(path), bad, 0, -1, 0), 0);
+	cr_assert_neq(access(path, F_OK), 0, "a journal of a failed export was left");
+	cr_assert_eq(ft__ckpt_export(src, 3, bad, &blocks, &bytes, &step, why, sizeof(why)), -FT_EIO);
+
+	/* a new run: refused starts leave the shard as the application set it */
+	c = open1();
+	fill(st, TBYTES / 4, 9);
+	memcpy(keep, st, sizeof(keep));
+	cr_assert_eq(ft_state_register(c, st, TBYTES, FT_STATE_SHARDED | FT_STATE_DTYPE(FT_FLOAT32)), 0);
+	cr_assert_eq(seeded_enable(c, src, FT_CKPT_FULL, TB), -FT_ECORRUPT, "a run's checkpoint, not an export");
+	snprintf(other, sizeof(other), "%s/nothing-here", base);
+	cr_assert_eq(seeded_enable(c, other, FT_CKPT_FULL, TB), -FT_EIO);
+	cr_assert_eq(memcmp(st, keep, sizeof(keep)), 0);
+	/* a flipped byte in the export */
+	cr_assert_eq(ft__ckpt_path(path, sizeof(path), exp, 0, 0, 0), 0);
+	buf = slurp(path, &len);
+	buf[6 * TSTRIDE + FT__CKPT_HDR + 1] ^= 2;
+	put_back(path, buf, len);
+	cr_assert_eq(seeded_enable(c, exp, FT_CKPT_FULL, TB), -FT_ECORRUPT);
+	cr_assert_eq(memcmp(st, keep, sizeof(keep)), 0);
+	buf[6 * TSTRIDE + FT__CKPT_HDR + 1] ^= 2;
+	put_back(path, buf, len);
+	free(buf);
+	/* the run's own directory is the export's (an export of the export):
+	 * refused, the export untouched */
+	snprintf(other, sizeof(other), "%s", jdir);
+	cr_assert_eq(ft__ckpt_export(exp, 0, other, &blocks, &bytes, &step, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(seeded_enable(c, other, FT_CKPT_FULL, TB), -FT_EINVAL);
+	cr_assert_eq(memcmp(st, keep, sizeof(keep)), 0);
+	cr_assert_eq(ft__ckpt_verify(other, 0, NULL, false), 0);
+	snprintf(path, sizeof(path), "rm -r '%s'", other);
+	cr_assert_eq(system(path), 0);
+	/* and the good one: block 2 from step 1, the others from step 2 */
+	cr_assert_eq(seeded_enable(c, exp, FT_CKPT_FULL, TB), 0);
+	memcpy(out, B, sizeof(out));
+	memcpy((char *)out + 2 * TB, (char *)A + 2 * TB, TB);
+	cr_assert_eq(memcmp(st, out, sizeof(out)), 0);
+	cr_assert_eq(ft_finalize(c), 0);
+
+	/* another geometry: every other size is refused */
+	c = open1();
+	fill(small, TBYTES / 8, 4);
+	cr_assert_eq(ft_state_register(c, small, sizeof(small), FT_STATE_SHARDED | FT_STATE_DTYPE(FT_FLOAT32)), 0);
+	cr_assert_eq(seeded_enable(c, exp, FT_CKPT_FULL, TB), -FT_EMISMATCH);
+	cr_assert_eq(ft_finalize(c), 0);
+	rm_base();
+}
+
+/* Three ranks: the source run, then new runs from its export. */
+static int run_seed_source(struct ft_comm *c, int rank, int n, void *arg)
+{
+	static float st[3000];
+	struct ft_ckpt_config k = FT_CKPT_CONFIG_INIT;
+
+	(void)n;
+	snprintf(k.dir, sizeof(k.dir), "%s/src", (const char *)arg);
+	for (size_t i = 0; i < 3000; i++)
+		st[i] = (float)(rank * 100000 + (int)i);
+	if (ft_state_register(c, st, sizeof(st), FT_STATE_SHARDED) != 0 ||
+	    ft_ckpt_enable(c, &k) != 0 || ft_ckpt_step(c, 7) != 0 || ft_ckpt_flush(c) != 0)
+		return 1;
+	return ft_barrier(c) != 0;
+}
+
+static int run_seed_mismatch(struct ft_comm *c, int rank, int n, void *arg)
+{
+	static float st[3000];
+	struct ft_ckpt_config k = FT_CKPT_CONFIG_INIT;
+	struct ft_restore_info ri;
+	int rc, bad = 0;
+
+	(void)n;
+	snprintf(k.dir, sizeof(k.dir), "%s/run", (const char *)arg);
+	for (size_t i = 0; i < 3000; i++)
+		st[i] = -1;
+	if (ft_state_register(c, st, sizeof(st), FT_STATE_SHARDED) != 0)
+		return 1;
+	/* rank 1 has no export in "part" */
+	snprintf(k.from, sizeof(k.from), "%s/part", (const char *)arg);
+	rc = ft_ckpt_enable(c, &k);
+	if (rc != (rank == 1 ? -FT_EIO : -FT_EMISMATCH)) {
+		fprintf(stderr, "rank %d: a missing export on rank 1: %s\n", rank, ft_err_name(rc));
+		bad |= 2;
+	}
+	/* rank 2 starts afresh while the others start from the export */
+	snprintf(k.from, sizeof(k.from), "%s", rank == 2 ? "" : (const char *)arg);
+	if (rank != 2)
+		snprintf(k.from, sizeof(k.from), "%s/all", (const char *)arg);
+	if ((rc = ft_ckpt_enable(c, &k)) != -FT_EMISMATCH) {
+		fprintf(stderr, "rank %d: rank 2 without an export: %s\n", rank, ft_err_name(rc));
+		bad |= 4;
+	}
+	for (size_t i = 0; i < 3000; i++)
+		bad |= st[i] != -1 ? 8 : 0;
+	snprintf(k.from, sizeof(k.from), "%s/all", (const char *)arg);
+	if ((rc = ft_ckpt_enable(c, &k)) != 0 || ft_state_restored(c, &ri) != 0 ||
+	    ri.ckpt_step != 7) {
+		fprintf(stderr, "rank %d: from the export: %s\n", rank, ft_err_name(rc));
+		bad |= 16;
+	}
+	for (size_t i = 0; i < 3000; i++)
+		bad |= st[i] != (float)(rank * 100000 + (int)i) ? 32 : 0;
+	return bad | (ft_barrier(c) != 0 ? 64 : 0);
+}
+
+Test(ckpt, export_start_mismatch_on_every_rank, .timeout = 60)
+{
+	char pat[400], dst[400];
+	uint64_t blocks, bytes, step;
+	char why[256];
+	glob_t g;
+
+	mk_base();
+	cr_assert_eq(tu_run(3, 40000, run_seed_source, base), 0);
+	snprintf(pat, sizeof(pat), "%s/src/*", base);
+	cr_assert_eq(glob(pat, 0, NULL, &g), 0);
+	cr_assert_eq(g.gl_pathc, 1);
+	for (int r = 0; r < 3; r++) {
+		snprintf(dst, sizeof(dst), "%s/all", base);
+		cr_assert_eq(ft__ckpt_export(g.gl_pathv[0], r, dst, &blocks, &bytes, &step, why,
+					     sizeof(why)), 0, "%s", why);
+		snprintf(dst, sizeof(dst), "%s/part", base);
+		if (r != 1)
+			cr_assert_eq(ft__ckpt_export(g.gl_pathv[0], r, dst, &blocks, &bytes, &step, why,
+						     sizeof(why)), 0, "%s", why);
+	}
+	globfree(&g);
+	cr_assert_eq(tu_run(3, 40000, run_seed_mismatch, base), 0);
 	rm_base();
 }
 
@@ -1152,7 +1399,7 @@ static int run_with_outside_kill(const char *cmd, int r, const char *label)
 
 /* outside: the rank to kill from outside once it is stepping (run_with_outside_kill), or -1. */
 static void run_sharded(const char *env, const char *run_args, const char *fault, int steps,
-			int outside, const char *late, const char *label)
+			int outside, const char *late, const char *label, int want_restored)
 {
 	const char *b = getenv("FTCC_BUILD_DIR");
 	char cmd[2048], out[512], line[512];
@@ -1179,14 +1426,16 @@ static void run_sharded(const char *env, const char *run_args, const char *fault
 		bad += strstr(line, "BAD") != NULL || strstr(line, "DIFFERENT") != NULL;
 	}
 	fclose(f);
-	if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0 && restored == 1 && shard_ok == 3 && bad == 0)) {
+	if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0 && restored == want_restored && shard_ok == 3 &&
+	      bad == 0)) {
 		snprintf(cmd, sizeof(cmd), "tail -30 '%s' 1>&2", out);
 		if (system(cmd) != 0)
 			fprintf(stderr, "(no output)\n");
 	}
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: job status %d", label, st);
 	cr_assert_eq(bad, 0, "%s", label);
-	cr_assert_eq(restored, 1, "%s: the restarted rank restored its shard", label);
+	cr_assert_eq(restored, want_restored, "%s: the restarted rank (and, from an export, every "
+		     "rank) restored its shard", label);
 	cr_assert_eq(shard_ok, 3, "%s: every shard exact at the end", label);
 	/* the checkpoints of all three (one of them written by two incarnations) check */
 	snprintf(cmd, sizeof(cmd), "%s/ftcc-ckpt %s/ck/* >/dev/null 2>&1", b, base);
@@ -1197,19 +1446,19 @@ static void run_sharded(const char *env, const char *run_args, const char *fault
 
 Test(ckpt_rejoin, killed_rank_restores_its_shard, .timeout = 120)
 {
-	run_sharded("", "--restart", "rank=1,op=30,action=kill", 60, -1, "", "kill at op 30");
+	run_sharded("", "--restart", "rank=1,op=30,action=kill", 60, -1, "", "kill at op 30", 1);
 }
 
 Test(ckpt_rejoin, enabled_after_sync, .timeout = 120)
 {
-	run_sharded("", "--restart", "rank=2,op=20,action=kill", 40, -1, "late", "enable after sync");
+	run_sharded("", "--restart", "rank=2,op=20,action=kill", 40, -1, "late", "enable after sync", 1);
 }
 
 Test(ckpt_rejoin, outside_kill, .timeout = 120)
 {
 	/* the kill lands once rank 2 is stepping, at a moment the library does
 	 * not choose, with 500 steps of at least 5 ms still to run */
-	run_sharded("", "--restart", "", 500, 2, "", "outside kill");
+	run_sharded("", "--restart", "", 500, 2, "", "outside kill", 1);
 }
 
 Test(ckpt_rejoin, killed_before_the_job_checkpoints, .timeout = 200)
@@ -1217,9 +1466,58 @@ Test(ckpt_rejoin, killed_before_the_job_checkpoints, .timeout = 200)
 	/* killed in ft_init's barrier, and in ft_ckpt_enable's agreement: the
 	 * new incarnation takes part in the agreement (nothing to restore) */
 	run_sharded("", "--restart", "rank=1,op=0,phase=between", 30, -1, "",
-		    "kill in ft_init's barrier");
+		    "kill in ft_init's barrier", 1);
 	run_sharded("", "--restart", "rank=2,op=1,phase=between", 30, -1, "",
-		    "kill in ft_ckpt_enable");
+		    "kill in ft_ckpt_enable", 1);
+}
+
+/* An export of a 3-rank train_sharded run of `steps` steps, made with the
+ * tool into a directory of its own (*tmp, to remove): *out. */
+static void make_export(char *tmp, size_t tcap, char *out, size_t ocap, int steps)
+{
+	const char *b = getenv("FTCC_BUILD_DIR"), *t = getenv("TMPDIR");
+	char cmd[2048], args[1200];
+	int st;
+
+	b = b != NULL && *b ? b : "build";
+	snprintf(cmd, sizeof(cmd), "%s/examples/train_sharded", b);
+	if (access(cmd, X_OK) != 0)
+		cr_skip_test("%s is not built", cmd);
+	snprintf(tmp, tcap, "%s/ftcc-exp-XXXXXX", t != NULL && *t ? t : "/tmp");
+	cr_assert_not_null(mkdtemp(tmp));
+	snprintf(cmd, sizeof(cmd),
+		 "FTCC_JOB_ID=src-%d FTCC_CKPT_DIR='%s/ck' FTCC_LOG_LEVEL=1 timeout 60 "
+		 "%s/ftcc-run -n 3 %s/examples/train_sharded %d 20000 1 >'%s/out.txt' 2>&1",
+		 (int)getpid(), tmp, b, b, steps, tmp);
+	st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the source job: status %d", st);
+	snprintf(out, ocap, "%s/exp", tmp);
+	snprintf(args, sizeof(args), "export '%s/ck/src-%d' '%s'", tmp, (int)getpid(), out);
+	cr_assert_eq(tool(args), 0, "ftcc-ckpt %s", args);
+	snprintf(args, sizeof(args), "'%s'", out);
+	cr_assert_eq(tool(args), 0, "the export verifies");
+}
+
+/*
+ * A new run from an export (3 ranks, rejoin): every first incarnation
+ * starts its shard from it and goes on from its step; a rank killed in
+ * ft_ckpt_enable's agreement or in the first step (before the run's own
+ * first round) takes the export too; one killed from outside later takes
+ * the run's own checkpoint. Every shard exact at the end.
+ */
+Test(ckpt_rejoin, new_run_from_an_export, .timeout = 200)
+{
+	char tmp[300], exp[400], env[600], cmd[700];
+
+	make_export(tmp, sizeof(tmp), exp, sizeof(exp), 20);
+	snprintf(env, sizeof(env), "FTCC_CKPT_FROM='%s'", exp);
+	run_sharded(env, "--restart", "rank=1,op=1,phase=between", 40, -1, "",
+		    "from an export: kill in ft_ckpt_enable", 3);
+	run_sharded(env, "--restart", "rank=2,op=2,action=kill", 40, -1, "",
+		    "from an export: kill in the first step", 4);
+	run_sharded(env, "--restart", "", 500, 1, "", "from an export: outside kill", 4);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+	cr_assert_eq(system(cmd), 0);
 }
 
 /* The same over libfabric: an injected kill and one from outside. */
@@ -1240,16 +1538,16 @@ Test(ckpt_rejoin, fabric_tcp_kills, .timeout = 200)
 {
 	fabric_or_skip("tcp;ofi_rxm");
 	run_sharded("FTCC_TRANSPORT=fabric FI_PROVIDER='tcp;ofi_rxm'", "--restart",
-		    "rank=1,op=30,action=kill", 60, -1, "", "fabric tcp: kill at op 30");
+		    "rank=1,op=30,action=kill", 60, -1, "", "fabric tcp: kill at op 30", 1);
 	run_sharded("FTCC_TRANSPORT=fabric FI_PROVIDER='tcp;ofi_rxm'", "--restart", "", 500, 0, "",
-		    "fabric tcp: outside kill");
+		    "fabric tcp: outside kill", 1);
 }
 
 Test(ckpt_rejoin, fabric_shm_kill, .timeout = 120)
 {
 	fabric_or_skip("shm");
 	run_sharded("FTCC_TRANSPORT=fabric FI_PROVIDER=shm", "--restart", "", 500, 1, "",
-		    "fabric shm: outside kill");
+		    "fabric shm: outside kill", 1);
 }
 
 /* A HEAD of a few hundred bytes naming more blocks than a checkpoint may have

@@ -1,7 +1,8 @@
-/* ftcc-ckpt.c: lists a checkpoint directory's rounds and blocks and verifies every committed block copy. */
+/* ftcc-ckpt.c: lists a checkpoint directory's rounds and blocks, verifies every committed block copy, exports a checkpoint a new run can start from. */
 /* SPDX-License-Identifier: MIT */
 #include <dirent.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +15,17 @@ enum { OK = 0, BAD = 1, FAILED = 2 };
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: ftcc-ckpt [-v] DIR [RANK...]\n"
+		   "       ftcc-ckpt export DIR OUT [RANK...]\n"
 		   "DIR is a job's checkpoint directory (<dir>/<job id>, holding ck-r<R>.jnl and\n"
 		   "ck-r<R>-g<I>-<a|b>.dat). For each rank (default: every journal in DIR) prints\n"
 		   "its geometry and rounds, and checks the copy of every block that the journal\n"
 		   "says is committed; a bad copy is named (region, block, slot a/b, round) with\n"
 		   "why. -v: every copy. Exit: 0 all good, 1 a committed copy is torn or corrupt\n"
-		   "(or the journal's tail does not check), 2 usage or I/O error.\n");
+		   "(or the journal's tail does not check), 2 usage or I/O error.\n"
+		   "export: writes each rank's newest valid copy of every block to OUT (made if\n"
+		   "missing), bound to no run: a new run starts its shards from it with\n"
+		   "FTCC_CKPT_FROM=OUT (or ft_ckpt_config.from). Exit: 0 every rank exported, 1 a\n"
+		   "block of a rank has no valid copy (that rank is not exported), 2 usage or I/O.\n");
 }
 
 static int check(const char *dir, int rank, bool verbose)
@@ -34,25 +40,27 @@ static int check(const char *dir, int rank, bool verbose)
 	return rc == -FT_ECORRUPT ? BAD : FAILED;
 }
 
-int main(int argc, char **argv)
+static int export(const char *dir, const char *out, int rank)
 {
-	bool verbose = false;
-	int i = 1, worst = OK, found = 0;
-	const char *dir;
+	uint64_t blocks, bytes, step;
+	char why[512] = "";
+	int rc = ft__ckpt_export(dir, rank, out, &blocks, &bytes, &step, why, sizeof(why));
 
-	if (i < argc && strcmp(argv[i], "-v") == 0) {
-		verbose = true;
-		i++;
-	}
-	if (i < argc && (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)) {
-		usage(stdout);
+	if (rc == 0) {
+		printf("rank %d: exported %llu blocks, %llu bytes, newest from step %llu\n", rank,
+		       (unsigned long long)blocks, (unsigned long long)bytes,
+		       (unsigned long long)step);
 		return OK;
 	}
-	if (i >= argc) {
-		usage(stderr);
-		return FAILED;
-	}
-	dir = argv[i++];
+	printf("rank %d: not exported: %s (%s)\n", rank, why[0] ? why : "?", ft_strerror(rc));
+	return rc == -FT_ECORRUPT ? BAD : FAILED;
+}
+
+/* Runs the action on the ranks named in argv[i..], else on every journal in dir. */
+static int each_rank(int argc, char **argv, int i, const char *dir, const char *out, bool verbose)
+{
+	int worst = OK, found = 0;
+
 	if (i < argc) {
 		for (; i < argc; i++) {
 			char *end;
@@ -62,7 +70,7 @@ int main(int argc, char **argv)
 				usage(stderr);
 				return FAILED;
 			}
-			rc = check(dir, (int)r, verbose);
+			rc = out != NULL ? export(dir, out, (int)r) : check(dir, (int)r, verbose);
 			worst = rc > worst ? rc : worst;
 		}
 		return worst;
@@ -77,7 +85,7 @@ int main(int argc, char **argv)
 		int r, n = 0;
 		if (sscanf(e->d_name, "ck-r%d.jnl%n", &r, &n) != 1 || e->d_name[n] != '\0' || r < 0)
 			continue;
-		int rc = check(dir, r, verbose);
+		int rc = out != NULL ? export(dir, out, r) : check(dir, r, verbose);
 		worst = rc > worst ? rc : worst;
 		found++;
 	}
@@ -87,4 +95,31 @@ int main(int argc, char **argv)
 		return FAILED;
 	}
 	return worst;
+}
+
+int main(int argc, char **argv)
+{
+	bool verbose = false;
+	int i = 1;
+
+	if (i < argc && strcmp(argv[i], "export") == 0) {
+		if (argc < 4) {
+			usage(stderr);
+			return FAILED;
+		}
+		return each_rank(argc, argv, 4, argv[2], argv[3], false);
+	}
+	if (i < argc && strcmp(argv[i], "-v") == 0) {
+		verbose = true;
+		i++;
+	}
+	if (i < argc && (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)) {
+		usage(stdout);
+		return OK;
+	}
+	if (i >= argc) {
+		usage(stderr);
+		return FAILED;
+	}
+	return each_rank(argc, argv, i + 1, argv[i], NULL, verbose);
 }

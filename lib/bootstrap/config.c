@@ -121,7 +121,7 @@ enum var_home { H_NONE, H_CFG, H_TP };
 /* The transports' knobs as parsed, before they become struct ft__tp_env. */
 struct tp_knobs {
 	int spin_us, tcp_buffer, max_msg, incarnation, wait, mr_local, guard, engine, link_ep;
-	char provider[64], ep[8], ckpt_dir[512];
+	char provider[64], ep[8], ckpt_dir[512], ckpt_from[512];
 };
 
 struct var {
@@ -228,6 +228,8 @@ static const struct var vars[] = {
 	 "the libfabric endpoint type: rdm or msg"},
 	{"FTCC_CKPT_DIR", V_STR, TP_STR(ckpt_dir), 0, 0, NULL, 0, false, "the log directory",
 	 "running checkpoints' directory"},
+	{"FTCC_CKPT_FROM", V_STR, TP_STR(ckpt_from), 0, 0, NULL, 0, false, "none",
+	 "an exported checkpoint (ftcc-ckpt export) the shards start from"},
 };
 
 /* Parses variable v from the environment into base (the struct of its home);
@@ -583,6 +585,7 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e)
 		snprintf(e->fabric_provider, sizeof(e->fabric_provider), "%s", s);
 	snprintf(e->fabric_ep, sizeof(e->fabric_ep), "%s", k.ep);
 	snprintf(e->ckpt_dir, sizeof(e->ckpt_dir), "%s", k.ckpt_dir);
+	snprintf(e->ckpt_from, sizeof(e->ckpt_from), "%s", k.ckpt_from);
 	/* process durability: shared memory (survives the process, and a
 	 * mapped page cache file on disk would be written back: 64 MiB per op);
 	 * host durability: the disk, under $TMPDIR */

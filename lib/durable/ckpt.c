@@ -67,6 +67,13 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 
 	*resumed = false;
 	rc = ft__ckpt_image_open(ck->dir, ck->rank, &old);
+	if (old.regs != NULL && old.head.interval == 0) {
+		/* a new run's own files would overwrite the export it may start from */
+		ft__error("ckpt: %s holds an exported checkpoint: a run's checkpoints go elsewhere",
+			  ck->dir);
+		ft__ckpt_image_free(&old);
+		return -FT_EINVAL;
+	}
 	bool ours = old.regs != NULL && old.head.job_hash == ck->img.head.job_hash &&
 		    old.head.nonce == ck->img.head.nonce && old.head.rank == ck->rank;
 	same = ours && old.head.block_bytes == ck->img.head.block_bytes && old.nregs == ck->nreg &&
@@ -129,7 +136,7 @@ static int open_files(struct ft_comm *c, struct ft__ckpt *ck, bool *resumed)
 	size_t len;
 	if (ftruncate(ck->jfd, 0) < 0)
 		return -errno;
-	if ((rc = ft__ckpt_build_journal(ck, false, &buf, &len)) < 0)
+	if ((rc = ft__ckpt_build_journal(&ck->img, false, &buf, &len)) < 0)
 		return rc;
 	rc = ft__write_all(ck->jfd, buf, len, 0);
 	free(buf);
@@ -148,14 +155,14 @@ static int restore_own(struct ft_comm *c);
  * member's shard bytes sit at its original rank's place, to be summed.
  */
 static int agree(struct ft_comm *c, const struct ft_ckpt_config *k, int bad, size_t nsharded,
-		 uint64_t bytes, uint64_t *total)
+		 uint64_t bytes, bool seeding, int seed_rc, uint64_t *total)
 {
-	enum { N = 5 };
-	size_t n = 2 * N + 1 + (size_t)c->cfg.world_size;
+	enum { N = 6 };
+	size_t n = 2 * N + 2 + (size_t)c->cfg.world_size;
 	int64_t *v = calloc(n, sizeof(*v));
 	int64_t mine[N] = {k->strategy, k->interval, (int64_t)k->block_bytes,
 			   k->strategy == FT_CKPT_FULL ? 0 : (int64_t)llround(k->fraction * 1e9),
-			   (int64_t)nsharded};
+			   (int64_t)nsharded, seeding};
 	int rc;
 
 	if (v == NULL)
@@ -165,11 +172,12 @@ static int agree(struct ft_comm *c, const struct ft_ckpt_config *k, int bad, siz
 		v[N + i] = bad ? 0 : -mine[i];
 	}
 	v[2 * N] = bad;
-	v[2 * N + 1 + c->cfg.rank] = (int64_t)bytes;
+	v[2 * N + 1] = seed_rc != 0;
+	v[2 * N + 2 + c->cfg.rank] = (int64_t)bytes;
 	rc = ft_allreduce(c, FT_IN_PLACE, v, n, FT_INT64, FT_MAX, NULL);
 	*total = 0;
 	for (int r = 0; rc == 0 && r < c->cfg.world_size; r++)
-		*total += (uint64_t)v[2 * N + 1 + r];
+		*total += (uint64_t)v[2 * N + 2 + r];
 	if (rc == 0 && !bad && v[2 * N] != 0) {
 		ft__error("ckpt: another member passed a bad ft_ckpt_config");
 		rc = -FT_EMISMATCH;
@@ -178,15 +186,48 @@ static int agree(struct ft_comm *c, const struct ft_ckpt_config *k, int bad, siz
 		if (v[i] != -v[N + i]) {
 			ft__error("ckpt: members disagree on the checkpoint configuration (%s)",
 				  (const char *[]){"strategy", "interval", "block size", "fraction",
-						   "sharded regions"}[i]);
+						   "sharded regions", "starting from an export"}[i]);
 			rc = -FT_EMISMATCH;
 		}
+	if (rc == 0 && !bad && seed_rc == 0 && v[2 * N + 1] != 0) {
+		ft__error("ckpt: another member could not read its exported checkpoint");
+		rc = -FT_EMISMATCH;
+	}
 	free(v);
 	if (rc != 0)
 		return rc;
 	if (bad)
 		return -FT_EINVAL;
-	return 0;
+	return seed_rc;
+}
+
+/* ft_ckpt_config.from, else FTCC_CKPT_FROM; "" none. */
+static const char *seed_dir(const struct ft_comm *c, const struct ft_ckpt_config *k)
+{
+	return k->from[0] != '\0' ? k->from : c->tp_env.ckpt_from;
+}
+
+/*
+ * This rank's export in dir into bufs (one per sharded region, registered
+ * order): what ft_ckpt_enable starts a new run's shards from, and what a
+ * rank restarted before the run's first round counted takes.
+ */
+static int seed_read(struct ft_comm *c, const char *dir, char *const *bufs,
+		     struct ft_restore_info *info)
+{
+	struct ft__ckpt_shape shape[FT__STATE_MAX];
+	size_t n = 0;
+
+	for (int i = 0; i < c->nstate; i++)
+		if (c->state[i].flags & FT_STATE_SHARDED)
+			shape[n++] = (struct ft__ckpt_shape){c->state[i].dtype, c->state[i].bytes};
+	return ft__ckpt_seed_read(dir, c->cfg.rank, c->cfg.world_size, shape, n, bufs, info);
+}
+
+static void free_bufs(char **bufs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(bufs[i]);
 }
 
 #define CKCFG_SIZE_MIN (offsetof(struct ft_ckpt_config, sync) + sizeof(int))
@@ -198,7 +239,9 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	uint64_t bytes = 0, total = 0, nblocks = 0;
 	size_t nsharded = 0;
 	bool resumed, local;
-	int rc = ft__comm_check(c), bad = 0;
+	char *seed[FT__STATE_MAX] = {NULL};
+	struct ft_restore_info sinfo;
+	int rc = ft__comm_check(c), bad = 0, seed_rc = 0;
 
 	if (rc != 0)
 		return rc;
@@ -214,7 +257,7 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 		k.block_bytes = CK_DEFAULT_BLOCK;
 	if ((unsigned)k.strategy >= FT_CKPT_STRATEGY_COUNT || k.interval < 1 ||
 	    k.block_bytes > ((size_t)1 << 30) || (k.sync != 0 && k.sync != 1) ||
-	    memchr(k.dir, 0, sizeof(k.dir)) == NULL ||
+	    memchr(k.dir, 0, sizeof(k.dir)) == NULL || memchr(k.from, 0, sizeof(k.from)) == NULL ||
 	    (k.strategy != FT_CKPT_FULL && !(k.fraction > 0 && k.fraction <= 1)))
 		bad = 1;
 	for (int i = 0; i < c->nstate; i++) {
@@ -243,8 +286,22 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	 * has nothing of its own to restore. */
 	local = c->rejoined && !(c->state_received && !c->ckpt_hint_on);
 	if (!local) {
-		if ((rc = agree(c, &k, bad, nsharded, bytes, &total)) != 0)
+		/* read aside: the regions change only once every member read its export */
+		bool seeding = !bad && seed_dir(c, &k)[0] != '\0';
+		for (size_t i = 0; seeding && seed_rc == 0 && i < nsharded; i++) {
+			size_t have = 0;
+			for (int j = 0, m = 0; j < c->nstate; j++)
+				if ((c->state[j].flags & FT_STATE_SHARDED) && m++ == (int)i)
+					have = c->state[j].bytes;
+			if ((seed[i] = malloc(have ? have : 1)) == NULL)
+				seed_rc = -FT_ENOMEM;
+		}
+		if (seeding && seed_rc == 0)
+			seed_rc = seed_read(c, seed_dir(c, &k), seed, &sinfo);
+		if ((rc = agree(c, &k, bad, nsharded, bytes, seeding, seed_rc, &total)) != 0) {
+			free_bufs(seed, nsharded);
 			return rc;
+		}
 	} else if (bad) {
 		return -FT_EINVAL;
 	}
@@ -286,12 +343,16 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 		ck->img.first[ck->nreg] = ck->nblocks;
 		ck->img.fd[ck->nreg][0] = ck->img.fd[ck->nreg][1] = -1;
 		ck->nblocks += g->nblocks;
-		g->saved = malloc(s->bytes ? s->bytes : 1);
-		if (g->saved == NULL) {
+		if (seed[ck->nreg] != NULL) {
+			/* the export is the saved copy the first round measures from */
+			g->saved = seed[ck->nreg];
+			seed[ck->nreg] = NULL;
+		} else if ((g->saved = malloc(s->bytes ? s->bytes : 1)) == NULL) {
 			rc = -FT_ENOMEM;
 			goto err_free;
+		} else {
+			memcpy(g->saved, s->ptr, s->bytes);
 		}
-		memcpy(g->saved, s->ptr, s->bytes);
 		ck->nreg++;
 	}
 	ck->img.nregs = ck->nreg;
@@ -339,6 +400,15 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	ft__aio_init(&ck->aio, qd, !c->tp_env.log_pwrite, "ckpt");
 	ck->aio_ok = true;
 	c->ckpt = ck;
+	if (!local && seed_dir(c, &k)[0] != '\0') {
+		for (size_t i = 0; i < ck->nreg; i++)
+			memcpy(ck->reg[i].ptr, ck->reg[i].saved, ck->reg[i].bytes);
+		ck->rinfo = sinfo;
+		ck->restored = true;
+		ft__info("ckpt: rank %d's shards start from the export in %s: %zu blocks, steps "
+			 "%llu..%llu", c->cfg.rank, seed_dir(c, &k), sinfo.blocks,
+			 (unsigned long long)sinfo.oldest_step, (unsigned long long)sinfo.ckpt_step);
+	}
 	ft__info("ckpt: %zu sharded regions, %zu blocks of %zu bytes in %s (%s)%s", ck->nreg,
 		 ck->nblocks, k.block_bytes, ck->dir, ft__aio_engine_name(&ck->aio),
 		 ck->restore_due ? "; restored from the earlier incarnation's" : "");
@@ -347,6 +417,7 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	return 0;
 
 err_free:
+	free_bufs(seed, nsharded);
 	ck_free(ck);
 	return rc;
 }
@@ -616,6 +687,24 @@ static int restore_own(struct ft_comm *c)
 	int rc = 0;
 
 	memset(&sum, 0, sizeof(sum));
+	if (ck->img.last_round == 0 && seed_dir(c, &ck->cfg)[0] != '\0') {
+		/* the run started from an export and this rank's earlier
+		 * incarnation died before its first round counted: the export
+		 * is its newest state (read into the saved copies, then copied) */
+		char *bufs[FT__STATE_MAX];
+		for (size_t i = 0; i < ck->nreg; i++)
+			bufs[i] = ck->reg[i].saved;
+		rc = seed_read(c, seed_dir(c, &ck->cfg), bufs, &sum);
+		for (size_t i = 0; i < ck->nreg; i++)
+			memcpy(rc == 0 ? ck->reg[i].ptr : ck->reg[i].saved,
+			       rc == 0 ? ck->reg[i].saved : ck->reg[i].ptr, ck->reg[i].bytes);
+		sum.now_step = now_step(c);
+		ck->rinfo = sum;
+		ck->restored = rc == 0;
+		ck->restore_due = false;
+		ck->restore_rc = rc;
+		return rc;
+	}
 	if (ck->img.last_round == 0) {
 		/* the earlier incarnation died before its first round counted (in
 		 * ft_init, say): there is nothing to restore; the shards stay as

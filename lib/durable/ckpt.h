@@ -84,10 +84,11 @@ struct ft__ckpt_jrec {
 
 struct ft__ckpt_jhead {
 	uint64_t job_hash;      /* ft__jnl_job_hash(job id) */
-	uint64_t nonce;         /* the job run's (ft_comm job_nonce) */
+	uint64_t nonce;         /* the job run's (ft_comm job_nonce); 0 in an export */
 	int32_t rank, world_size;
 	uint64_t block_bytes;
-	uint32_t strategy, interval;
+	uint32_t strategy;
+	uint32_t interval;      /* >= 1; 0: an exported checkpoint (ckpt_seed.c), no run's */
 	double fraction;
 	uint64_t total_bytes;   /* shard bytes of every member, at ft_ckpt_enable */
 	uint64_t seed;
@@ -173,6 +174,40 @@ int ft__ckpt_read_block(const struct ft__ckpt_image *img, size_t reg, size_t blo
  * error); -FT_EIO: no journal.
  */
 int ft__ckpt_verify(const char *dir, int rank, void *out /* FILE * */, bool verbose);
+
+/* A journal of img: HEAD, then (snap) a SNAP of its table (allocated, *out). */
+int ft__ckpt_build_journal(const struct ft__ckpt_image *img, bool snap, char **out, size_t *len);
+/* *h = *what (slot, region, len, block, round, step, job_hash, rank), then
+ * magic, version and the CRC over the head and len bytes of data. */
+void ft__ckpt_copy_seal(struct ft__ckpt_copy *h, const struct ft__ckpt_copy *what, const void *data);
+
+/*
+ * Exports rank's checkpoint in src (a job's checkpoint directory) to dst
+ * (made if missing): its newest valid copy of every block, bound to no run
+ * (ckpt_seed.c). 0 with *blocks, *bytes and *step (the newest block's
+ * step); -FT_EIO no journal of rank in src, or dst cannot be written (why
+ * says which); -FT_ECORRUPT a block has no valid copy or the HEAD does not
+ * check (why names it). Nothing of rank's is left in dst on an error.
+ */
+int ft__ckpt_export(const char *src, int rank, const char *dst, uint64_t *blocks, uint64_t *bytes,
+		    uint64_t *step, char *why, size_t whylen);
+
+/* A sharded region as a seed must match it: dtype and bytes. */
+struct ft__ckpt_shape {
+	unsigned dtype;
+	size_t bytes;
+};
+/*
+ * Reads rank's export in dir (of a job of world_size ranks) into bufs[i]
+ * (shape[i].bytes each) for the n sharded regions, in order. 0 with info
+ * (blocks, bytes, ckpt_step, oldest_step, the perturbation estimate);
+ * -FT_EIO no export of rank in dir; -FT_ECORRUPT not an export, or a block
+ * without a valid copy; -FT_EMISMATCH another world size or other regions.
+ * Any byte of the files is safe input; bufs may hold garbage on an error.
+ */
+int ft__ckpt_seed_read(const char *dir, int rank, int world_size,
+		       const struct ft__ckpt_shape *shape, size_t n, char *const *bufs,
+		       struct ft_restore_info *info);
 
 struct ft_comm;
 /* Finishes the writes in flight and frees the checkpointer (ft_finalize). */

@@ -153,13 +153,13 @@ static struct ft__ckpt_jrec rec_head(int type, size_t len, uint64_t round, uint6
 	return h;
 }
 
-/* HEAD, then (snap) a SNAP of the committed table: a whole journal. */
-int ft__ckpt_build_journal(const struct ft__ckpt *ck, bool snap, char **out, size_t *len)
+/* HEAD, then (snap) a SNAP of the committed table: a whole journal of img. */
+int ft__ckpt_build_journal(const struct ft__ckpt_image *img, bool snap, char **out, size_t *len)
 {
 	size_t hl = sizeof(struct ft__ckpt_jrec) + sizeof(struct ft__ckpt_jhead) +
-		    ck->nreg * sizeof(struct ft__ckpt_jregion);
-	size_t res = ck->img.resid != NULL ? ck->nblocks : 0;
-	size_t sl = snap ? sizeof(struct ft__ckpt_jrec) + ck->nblocks * sizeof(struct ft__ckpt_jsnap) +
+		    img->nregs * sizeof(struct ft__ckpt_jregion);
+	size_t res = img->resid != NULL ? img->nblocks : 0;
+	size_t sl = snap ? sizeof(struct ft__ckpt_jrec) + img->nblocks * sizeof(struct ft__ckpt_jsnap) +
 				   ((res * sizeof(float) + 7) & ~(size_t)7)
 			 : 0;
 	char *buf = calloc(1, hl + sl);
@@ -169,25 +169,35 @@ int ft__ckpt_build_journal(const struct ft__ckpt *ck, bool snap, char **out, siz
 		free(buf);
 		return -FT_ENOMEM;
 	}
-	h = rec_head(FT__CKPT_JHEAD, hl, 0, 0, ck->nreg, 0);
+	h = rec_head(FT__CKPT_JHEAD, hl, 0, 0, img->nregs, 0);
 	memcpy(buf, &h, sizeof(h));
-	memcpy(buf + sizeof(h), &ck->img.head, sizeof(ck->img.head));
-	memcpy(buf + sizeof(h) + sizeof(ck->img.head), ck->img.regs,
-	       ck->nreg * sizeof(struct ft__ckpt_jregion));
+	memcpy(buf + sizeof(h), &img->head, sizeof(img->head));
+	memcpy(buf + sizeof(h) + sizeof(img->head), img->regs,
+	       img->nregs * sizeof(struct ft__ckpt_jregion));
 	rec_seal(buf, hl);
 	if (snap) {
 		char *p = buf + hl;
-		h = rec_head(FT__CKPT_JSNAP, sl, ck->img.last_round, ck->img.last_step, ck->nblocks, res);
+		h = rec_head(FT__CKPT_JSNAP, sl, img->last_round, img->last_step, img->nblocks, res);
 		memcpy(p, &h, sizeof(h));
-		memcpy(p + sizeof(h), ck->img.tab, ck->nblocks * sizeof(struct ft__ckpt_jsnap));
+		memcpy(p + sizeof(h), img->tab, img->nblocks * sizeof(struct ft__ckpt_jsnap));
 		if (res)
-			memcpy(p + sizeof(h) + ck->nblocks * sizeof(struct ft__ckpt_jsnap), ck->img.resid,
+			memcpy(p + sizeof(h) + img->nblocks * sizeof(struct ft__ckpt_jsnap), img->resid,
 			       res * sizeof(float));
 		rec_seal(p, sl);
 	}
 	*out = buf;
 	*len = hl + sl;
 	return 0;
+}
+
+void ft__ckpt_copy_seal(struct ft__ckpt_copy *h, const struct ft__ckpt_copy *what, const void *data)
+{
+	*h = *what;
+	h->magic = FT__CKPT_MAGIC;
+	h->version = FT__CKPT_VERSION;
+	h->pad[0] = h->pad[1] = 0;
+	h->crc = 0;
+	h->crc = ft__crc32c(ft__crc32c(0, h, sizeof(*h)), data, h->len);
 }
 
 /*
@@ -202,7 +212,7 @@ static void compact(struct ft__ckpt *ck)
 	size_t len;
 	int fd;
 
-	if (ft__ckpt_build_journal(ck, true, &buf, &len) != 0)
+	if (ft__ckpt_build_journal(&ck->img, true, &buf, &len) != 0)
 		return;
 	if (ft__ckpt_path(path, sizeof(path), ck->dir, ck->rank, -1, 0) != 0) {
 		free(buf);
@@ -570,18 +580,12 @@ int ft__ckpt_start_round(struct ft__ckpt *ck, uint64_t step)
 		len = block_len(g, b, bb);
 		r->slot[i] = t->round[1] > t->round[0] ? 0 : 1; /* not the newest */
 		memcpy(g->saved + off, g->ptr + off, len);
-		memset(h, 0, sizeof(*h));
-		h->magic = FT__CKPT_MAGIC;
-		h->version = FT__CKPT_VERSION;
-		h->slot = r->slot[i];
-		h->region = (uint32_t)g->index;
-		h->len = (uint32_t)len;
-		h->block = b;
-		h->round = r->round;
-		h->step = step;
-		h->job_hash = job_hash;
-		h->rank = ck->rank;
-		h->crc = ft__crc32c(ft__crc32c(0, h, sizeof(*h)), g->saved + off, len);
+		ft__ckpt_copy_seal(h, &(struct ft__ckpt_copy){.slot = r->slot[i],
+							    .region = (uint32_t)g->index,
+							    .len = (uint32_t)len, .block = b,
+							    .round = r->round, .step = step,
+							    .job_hash = job_hash, .rank = ck->rank},
+				   g->saved + off);
 		ck->pend[gb] = r->round;
 		ck->st.blocks++;
 		ck->st.bytes += len;

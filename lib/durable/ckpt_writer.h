@@ -85,7 +85,6 @@ static inline double ms_since(uint64_t t0)
 /* ckpt_round.c: rounds, and the helpers the API shares with them */
 double ft__ckpt_dist2(const void *a, const void *b, size_t len, unsigned dt);
 int ft__ckpt_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_t cap);
-int ft__ckpt_build_journal(const struct ft__ckpt *ck, bool snap, char **out, size_t *len);
 int ft__ckpt_start_round(struct ft__ckpt *ck, uint64_t step);
 int ft__ckpt_progress(struct ft__ckpt *ck);
 int ft__ckpt_wait_done(struct ft__ckpt *ck, uint64_t upto);
