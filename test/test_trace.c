@@ -258,6 +258,21 @@ static int ops(struct ft_comm *comm, int rank, int n, void *arg)
 	return 0;
 }
 
+/*
+ * A recovery names rank 3 and reaches generation 1, in one record or in two:
+ * a rank that already held the whole result of the op it learned of the
+ * failure in (rank 3 took part in op KILL_AT, then died; under load a
+ * survivor can still be inside that op) lets it stand on generation 0, and
+ * that record takes the failure; its next call adopts generation 1 in a
+ * second record, with no failure declared since.
+ */
+static bool recovery_names_3(const char *text)
+{
+	return strstr(text, "\"failed\":[3],\"generation\":1,") != NULL ||
+	       (strstr(text, "\"failed\":[3],\"generation\":0,\"rc\":1,\"outcome\":\"stands\"") &&
+		strstr(text, "\"failed\":[],\"generation\":1,\"rc\":0,\"outcome\":\"retry\""));
+}
+
 Test(trace, job_losing_a_rank, .timeout = 120)
 {
 	struct tu_job job;
@@ -276,10 +291,8 @@ Test(trace, job_losing_a_rank, .timeout = 120)
 		snprintf(path, sizeof(path), "%s/job.%d.json", dir, r);
 		text = slurp(path);
 		cr_assert_not_null(text, "no trace %s", path);
-		/* seen failing twice in many make test runs, never alone (once no
-		 * op on generation 1, once no recovery naming rank 3 on it): the
-		 * whole trace goes to the log when a check below would fail */
-		if (!strstr(text, "\"failed\":[3],\"generation\":1,") ||
+		/* the whole trace goes to the log when a check below would fail */
+		if (!recovery_names_3(text) ||
 		    !strstr(text, "\"generation\":1,\"contributors\":3,\"rc\":0") ||
 		    !strstr(text, "\"generation\":1,\"size\":3,\"members\":[0,1,2]") ||
 		    count(text, "\"args\":{\"rank\":3,") != 1)
@@ -295,7 +308,7 @@ Test(trace, job_losing_a_rank, .timeout = 120)
 		cr_assert(strstr(text, "\"generation\":1,\"size\":3,\"members\":[0,1,2]"),
 			  "the view without rank 3 in %s", path);
 		cr_assert_geq(count(text, "\"name\":\"recovery\""), 1, "%s", path);
-		cr_assert(strstr(text, "\"failed\":[3],\"generation\":1,"), "%s", path);
+		cr_assert(recovery_names_3(text), "no recovery naming rank 3 in %s", path);
 		cr_assert(strstr(text, "\"generation\":1,\"contributors\":3,\"rc\":0"),
 			  "ops on the new view in %s", path);
 		cr_assert(strstr(text, "\"name\":\"finalize\""), "%s", path);
