@@ -73,6 +73,36 @@ Test(bootstrap, mpich, .timeout = 10)
 	cr_expect_null(b.size, "a missing size is reported by the caller, naming PMI_SIZE");
 }
 
+Test(bootstrap, slurm_step, .timeout = 10)
+{
+	const char *srun[] = {"SLURM_PROCID=3", "SLURM_STEP_NUM_TASKS=8", "SLURM_JOB_ID=12",
+			      "SLURM_STEP_ID=0", NULL};
+	const char *pmi2[] = {"SLURM_PROCID=3", "SLURM_STEP_NUM_TASKS=8", "PMI_RANK=3", "PMI_SIZE=8",
+			      NULL};
+	const char *hydra[] = {"SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "PMI_RANK=5", "PMI_SIZE=8",
+			       NULL};
+	const char *batch[] = {"SLURM_PROCID=0", "SLURM_NTASKS=4", "SLURM_JOB_ID=12", NULL};
+	const char *ompi[] = {"SLURM_PROCID=0", "SLURM_STEP_NUM_TASKS=1", "OMPI_COMM_WORLD_RANK=6",
+			      "OMPI_COMM_WORLD_SIZE=8", NULL};
+	char id[128];
+	struct ft__boot b = identity(srun);
+
+	cr_expect_eq(b.launcher, FT__LAUNCHER_SLURM);
+	cr_expect_str_eq(b.rank, "3");
+	cr_expect_str_eq(b.size, "8");
+	ft__boot_job_id(&b, table, (void *)srun, id, sizeof(id));
+	cr_expect_str_eq(id, "slurm-12.0");
+	b = identity(pmi2);
+	cr_expect_eq(b.launcher, FT__LAUNCHER_SLURM, "srun's PMI2 gives the same rank and size");
+	b = identity(hydra);
+	cr_expect_eq(b.launcher, FT__LAUNCHER_MPICH, "Hydra's proxies started by srun: the ranks are Hydra's");
+	cr_expect_str_eq(b.rank, "5");
+	b = identity(batch);
+	cr_expect_eq(b.launcher, FT__LAUNCHER_NONE, "a batch script is no step's task");
+	b = identity(ompi);
+	cr_expect_eq(b.launcher, FT__LAUNCHER_OMPI, "mpirun inside an allocation");
+}
+
 Test(bootstrap, job_ids, .timeout = 10)
 {
 	const char *ompi[] = {"OMPI_COMM_WORLD_RANK=0", "OMPI_MCA_ess_base_jobid=77", NULL};
@@ -108,6 +138,23 @@ Test(bootstrap, local_ranks, .timeout = 10)
 	cr_expect_eq(ft__boot_local_ranks(table, (void *)mpich), 3);
 	cr_expect_eq(ft__boot_local_ranks(table, (void *)both), 4, "Open MPI's first");
 	cr_expect_eq(ft__boot_local_ranks(table, (void *)junk), 0, "no usable value: not known");
+	{
+		const char *tpn = "SLURM_STEP_TASKS_PER_NODE=3(x2),1,2(x3)";
+		const char *n0[] = {tpn, "SLURM_NODEID=0", NULL}, *n1[] = {tpn, "SLURM_NODEID=1", NULL};
+		const char *n2[] = {tpn, "SLURM_NODEID=2", NULL}, *n5[] = {tpn, "SLURM_NODEID=5", NULL};
+		const char *n6[] = {tpn, "SLURM_NODEID=6", NULL};
+		const char *bad1[] = {"SLURM_STEP_TASKS_PER_NODE=2(x", "SLURM_NODEID=0", NULL};
+		const char *bad2[] = {"SLURM_STEP_TASKS_PER_NODE=2;3", "SLURM_NODEID=1", NULL};
+		const char *bad3[] = {"SLURM_STEP_TASKS_PER_NODE=2", "SLURM_NODEID=-1", NULL};
+		cr_expect_eq(ft__boot_local_ranks(table, (void *)n0), 3);
+		cr_expect_eq(ft__boot_local_ranks(table, (void *)n1), 3);
+		cr_expect_eq(ft__boot_local_ranks(table, (void *)n2), 1);
+		cr_expect_eq(ft__boot_local_ranks(table, (void *)n5), 2);
+		cr_expect_eq(ft__boot_local_ranks(table, (void *)n6), 0, "past the list: not known");
+		cr_expect_eq(ft__boot_local_ranks(table, (void *)bad1), 0);
+		cr_expect_eq(ft__boot_local_ranks(table, (void *)bad2), 0);
+		cr_expect_eq(ft__boot_local_ranks(table, (void *)bad3), 0);
+	}
 }
 
 Test(bootstrap, launcher_addrs, .timeout = 10)
@@ -129,6 +176,11 @@ Test(bootstrap, launcher_addrs, .timeout = 10)
 	cr_expect_str_eq(a, "", "nothing usable: nothing");
 	ft__boot_launcher_addrs(table, (void *)none, a, sizeof(a));
 	cr_expect_str_eq(a, "");
+	{
+		const char *srun[] = {"SLURM_SRUN_COMM_HOST=10.75.6.1", "SLURM_SRUN_COMM_PORT=42005", NULL};
+		ft__boot_launcher_addrs(table, (void *)srun, a, sizeof(a));
+		cr_expect_str_eq(a, "10.75.6.1:42005", "srun's");
+	}
 	ft__boot_launcher_addrs(table, (void *)hnp, tiny, sizeof(tiny));
 	cr_expect_str_eq(tiny, "10.1.2.1:53433", "what does not fit is left out whole");
 }

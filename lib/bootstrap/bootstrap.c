@@ -1,4 +1,4 @@
-/* bootstrap.c: the launchers ftcc knows (ftcc-run, Open MPI, MPICH's Hydra) and what each tells a rank. */
+/* bootstrap.c: the launchers ftcc knows (ftcc-run, Open MPI, Slurm's srun, MPICH's Hydra) and what each tells a rank. */
 /* SPDX-License-Identifier: MIT */
 #include <stdbool.h>
 #include <stdio.h>
@@ -7,6 +7,22 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+
+static bool same(const char *a, const char *b)
+{
+	return a != NULL && b != NULL && strcmp(a, b) == 0;
+}
+
+/* A task of an srun step, with no other PMI's rank and size (srun's PMI2 gives the same). */
+static bool slurm_step(ft__env_fn *env, void *arg)
+{
+	const char *rank = env("SLURM_PROCID", arg), *size = env("SLURM_STEP_NUM_TASKS", arg);
+
+	if (rank == NULL || size == NULL)
+		return false;
+	return env("PMI_RANK", arg) == NULL ||
+	       (same(env("PMI_RANK", arg), rank) && same(env("PMI_SIZE", arg), size));
+}
 
 void ft__boot_identity(ft__env_fn *env, void *arg, struct ft__boot *b)
 {
@@ -18,6 +34,9 @@ void ft__boot_identity(ft__env_fn *env, void *arg, struct ft__boot *b)
 		*b = (struct ft__boot){.launcher = FT__LAUNCHER_OMPI,
 				       .rank_var = "OMPI_COMM_WORLD_RANK",
 				       .size_var = "OMPI_COMM_WORLD_SIZE"};
+	else if (ftcc == NULL && slurm_step(env, arg))
+		*b = (struct ft__boot){.launcher = FT__LAUNCHER_SLURM, .rank_var = "SLURM_PROCID",
+				       .size_var = "SLURM_STEP_NUM_TASKS"};
 	else if (ftcc == NULL && env("PMI_RANK", arg) != NULL)
 		*b = (struct ft__boot){.launcher = FT__LAUNCHER_MPICH, .rank_var = "PMI_RANK",
 				       .size_var = "PMI_SIZE"};
@@ -62,6 +81,14 @@ void ft__boot_job_id(const struct ft__boot *b, ft__env_fn *env, void *arg, char 
 {
 	const char *id = env("PMIX_NAMESPACE", arg);
 
+	if (b->launcher == FT__LAUNCHER_SLURM) {
+		const char *job = env("SLURM_JOB_ID", arg), *step = env("SLURM_STEP_ID", arg);
+		if (job != NULL && step != NULL && cap > 0)
+			snprintf(dst, cap, "slurm-%s.%s", job, step);
+		else if (cap > 0)
+			dst[0] = '\0';
+		return;
+	}
 	if (id == NULL)
 		id = env("OMPI_MCA_ess_base_jobid", arg);
 	if (id != NULL)
@@ -72,14 +99,51 @@ void ft__boot_job_id(const struct ft__boot *b, ft__env_fn *env, void *arg, char 
 		dst[0] = '\0';
 }
 
+/*
+ * Tasks on node `node` per a Slurm task count list ("2(x3),1": two tasks
+ * on each of three nodes, then one): 0 when the list does not say.
+ */
+static int slurm_tasks_on(const char *list, long node)
+{
+	const char *p = list;
+
+	while (p != NULL && *p != '\0' && node >= 0) {
+		char *end;
+		long tasks = strtol(p, &end, 10), times = 1;
+		if (end == p || tasks < 1 || tasks > (1L << 20))
+			return 0;
+		p = end;
+		if (strncmp(p, "(x", 2) == 0) {
+			times = strtol(p + 2, &end, 10);
+			if (end == p + 2 || *end != ')' || times < 1)
+				return 0;
+			p = end + 1;
+		}
+		if (node < times)
+			return (int)tasks;
+		node -= times;
+		if (*p != ',' && *p != '\0')
+			return 0;
+		p += *p == ',';
+	}
+	return 0;
+}
+
 int ft__boot_local_ranks(ft__env_fn *env, void *arg)
 {
 	static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+	const char *tpn = env("SLURM_STEP_TASKS_PER_NODE", arg), *node = env("SLURM_NODEID", arg);
 
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
 		const char *s = env(vars[i], arg);
 		if (s != NULL && atoi(s) > 0)
 			return atoi(s);
+	}
+	if (tpn != NULL && node != NULL) {
+		char *end;
+		long n = strtol(node, &end, 10);
+		if (end != node && *end == '\0' && n >= 0)
+			return slurm_tasks_on(tpn, n);
 	}
 	return 0;
 }
@@ -133,9 +197,13 @@ void ft__boot_launcher_addrs(ft__env_fn *env, void *arg, char *dst, size_t cap)
 {
 	static const char *const vars[] = {"OMPI_MCA_orte_hnp_uri", "OMPI_MCA_orte_local_daemon_uri"};
 
+	const char *srun = env("SLURM_SRUN_COMM_HOST", arg), *port = env("SLURM_SRUN_COMM_PORT", arg);
+
 	if (cap == 0)
 		return;
 	dst[0] = '\0';
+	if (srun != NULL && port != NULL)
+		add_addr(dst, cap, srun, strlen(srun), port, strlen(port));
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]) && dst[0] == '\0'; i++) {
 		const char *uri = env(vars[i], arg);
 		if (uri != NULL)

@@ -11,6 +11,13 @@
  *   Open MPI (mpirun):    OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
  *                         OMPI_COMM_WORLD_LOCAL_SIZE; job: PMIX_NAMESPACE,
  *                         else OMPI_MCA_ess_base_jobid
+ *   Slurm (srun):         SLURM_PROCID, SLURM_STEP_NUM_TASKS (set for a
+ *                         step's tasks only, not a batch script),
+ *                         SLURM_STEP_TASKS_PER_NODE with SLURM_NODEID; job:
+ *                         "slurm-<SLURM_JOB_ID>.<SLURM_STEP_ID>". Ahead of
+ *                         MPICH's variables when srun's PMI2 sets them too
+ *                         (the same rank and size), behind them when they
+ *                         differ (Hydra's proxies started by srun)
  *   MPICH (Hydra):        PMI_RANK, PMI_SIZE, MPI_LOCALNRANKS; job: none
  *                         exported, so the pid of the hydra_pmi_proxy above
  *                         this process
@@ -29,7 +36,8 @@ enum ft__launcher {
 	FT__LAUNCHER_NONE,      /* nothing set: FTCC_* are asked for */
 	FT__LAUNCHER_FTCC,      /* FTCC_RANK set: ftcc-run, a user, or a script */
 	FT__LAUNCHER_OMPI,
-	FT__LAUNCHER_MPICH
+	FT__LAUNCHER_MPICH,
+	FT__LAUNCHER_SLURM
 };
 
 struct ft__boot {
@@ -40,7 +48,7 @@ struct ft__boot {
 
 /* Which launcher started this rank, and where its rank and size are. */
 void ft__boot_identity(ft__env_fn *env, void *arg, struct ft__boot *b);
-/* The job id the launcher implies ("ompi-<id>", "hydra-<pid>"), or ""; an
+/* The job id the launcher implies ("ompi-<id>", "slurm-<job>.<step>", "hydra-<pid>"), or ""; an
  * MPICH job id is found by walking up /proc to the proxy. */
 void ft__boot_job_id(const struct ft__boot *b, ft__env_fn *env, void *arg, char *dst,
 		     size_t cap);
@@ -49,7 +57,8 @@ int ft__boot_local_ranks(ft__env_fn *env, void *arg);
 /*
  * Where the launcher's own process listens, as comma-separated host:port
  * into dst ("" when not known): a rank that routes toward it finds the
- * interface that reaches the other hosts. Open MPI: mpirun's (the HNP's)
+ * interface that reaches the other hosts. Slurm: srun's
+ * (SLURM_SRUN_COMM_HOST:SLURM_SRUN_COMM_PORT). Open MPI: mpirun's (the HNP's)
  * out-of-band address, OMPI_MCA_orte_hnp_uri ("JOB.VPID;tcp://A,B:PORT;
  * tcp6://[C]:PORT"), else the local daemon's (OMPI_MCA_orte_local_daemon_uri,
  * which is this host's own address on that interface).

@@ -155,9 +155,9 @@ _Static_assert(sizeof(enum ft_policy) == sizeof(int) && sizeof(enum ft_durabilit
 
 static const struct var vars[] = {
 	{"FTCC_RANK", V_BOOT, H_NONE, 0, 0, 0, 0, NULL, 0, false, "the launcher's",
-	 "this rank (else OMPI_COMM_WORLD_RANK, PMI_RANK)"},
+	 "this rank (else OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)"},
 	{"FTCC_WORLD_SIZE", V_BOOT, H_NONE, 0, 0, 0, 0, NULL, 0, false, "the launcher's",
-	 "the number of ranks (else OMPI_COMM_WORLD_SIZE, PMI_SIZE)"},
+	 "the number of ranks (else OMPI_COMM_WORLD_SIZE, SLURM_STEP_NUM_TASKS, PMI_SIZE)"},
 	{"FTCC_RENDEZVOUS", V_STR, CFG_STR(rendezvous), 0, 0, NULL, 0, false,
 	 "under mpirun: $TMPDIR/ftcc-<uid>", "rendezvous directory shared by the ranks"},
 	{"FTCC_JOB_ID", V_STR, CFG_STR(job_id), 0, 0, NULL, 0, false, "the launcher's job",
@@ -392,12 +392,15 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 	if (cfg->auth[0] != '\0' && strcmp(cfg->auth, "none") != 0)
 		return cfg_error(errbuf, errlen, "FTCC_AUTH='%s': expected none (or unset)",
 				 cfg->auth);
-	/* Open MPI across several hosts with no rendezvous named: in-band
-	 * membership, first addresses from PMIx (README, "Across hosts") */
+	/* Open MPI, or srun with its PMIx (--mpi=pmix), across several hosts
+	 * with no rendezvous named: in-band membership, first addresses from
+	 * PMIx (README, "Across hosts") */
 	int local = ft__boot_local_ranks(process_env, NULL);
+	bool pmix_launcher = boot.launcher == FT__LAUNCHER_OMPI ||
+			     (boot.launcher == FT__LAUNCHER_SLURM &&
+			      process_env("PMIX_NAMESPACE", NULL) != NULL);
 	if (cfg->membership[0] == '\0' && cfg->rendezvous[0] == '\0' && cfg->peers[0] == '\0' &&
-	    cfg->store[0] == '\0' && boot.launcher == FT__LAUNCHER_OMPI && local > 0 &&
-	    local < cfg->world_size) {
+	    cfg->store[0] == '\0' && pmix_launcher && local > 0 && local < cfg->world_size) {
 		snprintf(cfg->membership, sizeof(cfg->membership), "inband");
 		if (cfg->bootstrap[0] == '\0')
 			snprintf(cfg->bootstrap, sizeof(cfg->bootstrap), "pmix");
@@ -408,7 +411,8 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 	/* Under a launcher with no rendezvous given, ranks on one host meet in a
 	 * per-user directory under a job id derived from the launcher's identity. */
 	if (cfg->rendezvous[0] == '\0' && strcmp(cfg->membership, "file") == 0 &&
-	    (boot.launcher == FT__LAUNCHER_OMPI || boot.launcher == FT__LAUNCHER_MPICH))
+	    (boot.launcher == FT__LAUNCHER_OMPI || boot.launcher == FT__LAUNCHER_MPICH ||
+	     boot.launcher == FT__LAUNCHER_SLURM))
 		per_user_dir(cfg->rendezvous, sizeof(cfg->rendezvous), "ftcc");
 	if (cfg->job_id[0] == '\0') {
 		ft__boot_job_id(&boot, process_env, NULL, cfg->job_id, sizeof(cfg->job_id));
