@@ -116,9 +116,12 @@ TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
 # forks a child after ft_init (test_fork).
 MPICC_OPENMPI := $(shell command -v mpicc.openmpi 2>/dev/null)
 TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mpi) \
-	$(B)/test/fork_rank
+	$(B)/test/fork_rank $(B)/test/tsan_rank $(B)/test/part_rank
+# Slurm for the Slurm tests (slurm-test, and their run in make test): the
+# controller, the node daemon, srun, and munge for their authentication.
+SLURM_PKGS := slurmctld slurmd slurm-client munge
 
-.PHONY: all lib tools torch deps-torch torch-demo examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools torch deps-torch torch-demo examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test slurm-test install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(EXPERIMENTS) $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
 
 lib: $(STATIC) $(SHARED)
@@ -378,9 +381,18 @@ rejoin-campaign: all
 	test/rejoin_tests.sh $(B) campaign
 
 # ftcc across hosts made of network namespaces (root; SKIPPED otherwise):
-# mpirun over 4 hosts x 2 ranks, tcp and libfabric, a whole host killed.
+# mpirun over 4 hosts x 2 ranks, tcp and libfabric, a whole host killed;
+# then the same hosts under a real Slurm cluster (slurm-test).
 cluster-test: all $(B)/test/tsan_rank $(B)/test/part_rank
 	test/cluster/cluster_test.sh $(B)
+	$(MAKE) slurm-test
+
+# ftcc under Slurm's srun on a Slurm cluster of namespace hosts (slurmctld,
+# a slurmd per host, munge): the matrix, a host killed, rejoin on a spare
+# host, a partition. SLURM_TRIALS=10 repeats the matrix, kill and rejoin.
+slurm-test: all $(B)/test/tsan_rank $(B)/test/part_rank
+	scripts/deps.sh $(SLURM_PKGS)
+	test/cluster/slurm_test.sh $(B)
 
 # Failure detection and recovery times; shrink-policy overhead against abort.
 bench-recovery: all

@@ -106,6 +106,14 @@ if ls "$B"/python/ftcc/_C*.so >/dev/null 2>&1; then
 else
 	echo "== SKIPPED: torch_backend: $B/python/ftcc not built (Debian's PyTorch missing: make deps-torch)"
 fi
+# Slurm: srun jobs on a real Slurm cluster of network-namespace hosts
+# (test/cluster/slurm_test.sh: the collectives matrix, a host killed under
+# shrink, exact rejoin on a spare host, a partition); it says SKIPPED and
+# why when it cannot run here (not root, no namespaces, no Slurm).
+if [ -x "$B/test/part_rank" ] && [ -x "$B/test/tsan_rank" ]; then
+	item slurm 600 sh -c '"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
+		"$(dirname "$0")"/../test/cluster/slurm_test.sh "$B"
+fi
 fuzz_replays
 for t in "$@"; do
 	item "$t" 900 "$t" --jobs "$JOBS" --short-filename
