@@ -213,6 +213,7 @@ rejoin_row() { # TRIAL
 part_row() {
 	d="part: srun --no-kill, shrink, in-band (PMIx): the switch split 1,2 | 3,4 mid-job"
 	t0=$(date +%s) st=0
+	# shellcheck disable=SC2016
 	run_in FTCC_POLICY=shrink FTCC_DETECT_TIMEOUT_MS=1000 PART_OUT="$C" \
 		srun --no-kill -N4 -n8 -w h1,h2,h3,h4 --mpi=pmix sh -c \
 		'"$0" "$@" >"$PART_OUT.r$SLURM_PROCID" 2>&1; echo "exit $?" >>"$PART_OUT.r$SLURM_PROCID"' \
