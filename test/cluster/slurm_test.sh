@@ -30,8 +30,12 @@
 #                    FTCC_INCARNATION=1); every op any incarnation prints
 #                    has the digest of a failure-free srun run of the same
 #                    job, and every rank ends with its model. The time from
-#                    the kill to the interrupted op returning on the
-#                    survivors is printed;
+#                    the replacement's srun start to its end is printed;
+#   rejoin-nolog     the same with each host's log directory its own: the
+#                    replacements find no log on host 5 and rejoin through
+#                    the application (train_rejoin recomputes the
+#                    interrupted op's input from the model a survivor
+#                    sends), still exact;
 #   part             srun --no-kill --mpi=pmix, shrink, in-band: the switch
 #                    split 1,2 | 3,4 mid-job (test/part_rank, each rank's
 #                    lines to a file of its own): hosts 1 and 2 go on with 4
@@ -48,7 +52,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 NETNS=$HERE/netns.sh
 SLURM=$HERE/slurm.sh
 DEADLINE=${SLURM_DEADLINE:-60}
-ROWS=${SLURM_ROWS:-matrix-pmix matrix-file kill rejoin part}
+ROWS=${SLURM_ROWS:-matrix-pmix matrix-file kill rejoin rejoin-nolog part}
 TRIALS=${SLURM_TRIALS:-1}
 
 for p in slurmctld slurmd srun munged; do
@@ -172,12 +176,20 @@ rejoin_ref() {
 		[ "$(models "$OUT" | wc -l)" -eq 8 ] && [ "$(echo "$REF_MODEL" | wc -l)" -eq 1 ] && ok=0
 	verdict $ok "" "exit $st, $(wc -l <"$REF_OPS") op lines, models: $(echo "$REF_MODEL" | tr '\n' ' ')"
 }
-rejoin_row() { # TRIAL
-	d="rejoin: srun --no-kill, host 4 killed, ranks 6 and 7 started again on host 5"
+# RANKS: each rank's log directory is FTCC_LOG_DIR, or, LOGS=local, a
+# directory of its host's own (no log reaches another host)
+# shellcheck disable=SC2016
+RANK_LOGS='[ "$LOGS" = local ] && FTCC_LOG_DIR=$FTCC_LOG_DIR-$(hostname); export FTCC_LOG_DIR; exec "$0" "$@"'
+rejoin_row() { # TRIAL LOGS(shared|local)
+	if [ "$2" = shared ]; then
+		d="rejoin: srun --no-kill, host 4 killed, ranks 6 and 7 started again on host 5 (logs on a shared file system)"
+	else
+		d="rejoin-nolog: the same, each host's logs its own (the replacement has none: the application path)"
+	fi
 	t0=$(date +%s) st=0 st2=0
-	job=rj$$-$1
-	rejoin_env "$job" srun --no-kill -N4 -n8 -w h1,h2,h3,h4 --mpi=none --label \
-		"$B/examples/train_rejoin" "$STEPS" 100000 5 >"$OUT" 2>&1 &
+	job=rj$$-$1-$2
+	rejoin_env "$job" LOGS="$2" srun --no-kill -N4 -n8 -w h1,h2,h3,h4 --mpi=none --label \
+		sh -c "$RANK_LOGS" "$B/examples/train_rejoin" "$STEPS" 100000 5 >"$OUT" 2>&1 &
 	main=$!
 	# a random op between 20 and 119 once every rank runs
 	at=$((20 + $(od -An -N2 -tu2 /dev/urandom) % 100))
@@ -185,9 +197,9 @@ rejoin_row() { # TRIAL
 	"$NETNS" "$C" kill 4
 	k=$(now_ms)
 	# shellcheck disable=SC2016
-	rejoin_env "$job" srun -w h5 -N1 -n2 --mpi=none --label sh -c \
-		'FTCC_RANK=$((6 + SLURM_PROCID)) FTCC_WORLD_SIZE=8 FTCC_INCARNATION=1 exec "$0" "$@"' \
-		"$B/examples/train_rejoin" "$STEPS" 100000 5 >"$OUT.new" 2>&1 || st2=$?
+	rejoin_env "$job" LOGS="$2" srun -w h5 -N1 -n2 --mpi=none --label sh -c \
+		'FTCC_RANK=$((6 + SLURM_PROCID)) FTCC_WORLD_SIZE=8 FTCC_INCARNATION=1 exec sh -c "$0" "$@"' \
+		"$RANK_LOGS" "$B/examples/train_rejoin" "$STEPS" 100000 5 >"$OUT.new" 2>&1 || st2=$?
 	e=$(now_ms)
 	wait_lines "$OUT" ": model " 6 "$DEADLINE"
 	end_job "$main"
@@ -202,6 +214,12 @@ rejoin_row() { # TRIAL
 	! models "$OUT" | grep -qv "^$REF_MODEL$" || why="$why; a model differs from the failure-free one"
 	[ "$(grep -c "rejoined: the job stands" "$OUT.new" || true)" -eq 2 ] || why="$why; ranks 6 and 7 did not both rejoin"
 	[ "$st" -eq 0 ] && [ "$st2" -eq 0 ] || why="$why; slurmd $st, the restarted ranks' srun exit $st2"
+	nolog=$(grep -c "no usable log" "$OUT.new" || true)
+	if [ "$2" = local ] && [ "$nolog" -ne 2 ]; then
+		why="$why; the replacements found a log on host 5 ($nolog of 2 said none)"
+	elif [ "$2" = shared ] && [ "$nolog" -ne 0 ]; then
+		why="$why; the replacements found no log on the shared file system"
+	fi
 	stood=$(sed -n 's/.*rejoined: the job stands at op \([0-9]*\).*/\1/p' "$OUT.new" | head -1)
 	rm -f "$OUT.new"
 	ok=1
@@ -261,7 +279,7 @@ part_row() {
 }
 
 echo "== Slurm $(run_in srun --version | cut -d' ' -f2): 5 namespace hosts (4 x 2 ranks, host 5 spare), srun from host 1"
-want rejoin && rejoin_ref
+{ want rejoin || want rejoin-nolog; } && rejoin_ref
 i=0
 while [ "$i" -lt "$TRIALS" ]; do
 	if want matrix-pmix; then
@@ -282,7 +300,8 @@ while [ "$i" -lt "$TRIALS" ]; do
 			"$B/examples/allreduce_check" 100003 5
 	fi
 	want kill && kill_row
-	want rejoin && rejoin_row "$i"
+	want rejoin && rejoin_row "$i" shared
+	want rejoin-nolog && rejoin_row "$i" local
 	i=$((i + 1))
 done
 want part && part_row
