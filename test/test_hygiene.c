@@ -259,6 +259,10 @@ Test(hygiene, shrunk_job_leaves_only_its_end, .timeout = 120)
  * new incarnation takes its word only when no rank of the job lives (this
  * one, under shrink, is told that the job went on without it), and the
  * job's ranks finish. (A malformed one: shrunk_job_leaves_only_its_end.)
+ * The incarnation sent away leaves no departure record (it never
+ * finalized), so the job's end keeps the real marker, and a third
+ * incarnation started then gets -FT_EENDED at once (it once waited its
+ * connect timeout: the sent-away one had marked rank 2 departed).
  */
 Test(hygiene, forged_end_marker_fails_no_one, .timeout = 120)
 {
@@ -280,6 +284,12 @@ Test(hygiene, forged_end_marker_fails_no_one, .timeout = 120)
 	snprintf(path, sizeof(path), "%s/stop", job.dir);
 	write_text(path, "");
 	cr_assert_eq(tu_wait(&job, 60000, killed), 0, "a healthy rank was lost");
+	/* the job ended without rank 2 (its second incarnation was sent away):
+	 * a third one learns so at once, from the real marker */
+	cr_expect(dir_is_only(jobdir, "ended"), "the ended job's directory holds more (or nothing)");
+	cr_expect_eq(start_again(&job, 2, 2, 20000, &ms), -FT_EENDED,
+		     "a rank started after its job ended (after an incarnation sent away)");
+	cr_expect_lt(ms, 5000, "-FT_EENDED took %lld ms", (long long)ms);
 	tu_job_cleanup(&job);
 }
 
