@@ -192,6 +192,7 @@ Test(ckpt, unmakeable_dir_is_a_named_error, .timeout = 30)
 	cr_expect_str_neq(ft_err_name(rc), "FT_E?", "ft_ckpt_enable returned %d, no FT_E code", rc);
 	cr_expect_str_neq(ft_strerror(rc), "unknown error");
 	cr_assert_eq(ft_finalize(c), 0);
+	rm_base(); /* open1 made it (empty): it stayed in $TMPDIR after every run */
 }
 
 Test(ckpt, steps_reap_without_waiting, .timeout = 30)
