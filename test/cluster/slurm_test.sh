@@ -67,7 +67,7 @@ SHARED=$C.shared
 cleanup() {
 	if [ -f "$C/cluster" ]; then "$SLURM" "$C" stop >/dev/null 2>&1 || true; fi
 	"$NETNS" "$C" destroy || true
-	rm -rf "$OUT" "$C" "$SHARED"
+	rm -rf "$OUT" "$OUT.new" "$C" "$C".r? "$C.ref.ops" "$SHARED"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
