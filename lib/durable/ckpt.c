@@ -307,8 +307,10 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	}
 
 	ck = calloc(1, sizeof(*ck));
-	if (ck == NULL)
+	if (ck == NULL) {
+		free_bufs(seed, nsharded);
 		return -FT_ENOMEM;
+	}
 	ck->jfd = -1;
 	ck->cfg = k;
 	ck->rank = c->cfg.rank;

@@ -187,7 +187,8 @@ void ft__ckpt_copy_seal(struct ft__ckpt_copy *h, const struct ft__ckpt_copy *wha
  * (ckpt_seed.c). 0 with *blocks, *bytes and *step (the newest block's
  * step); -FT_EIO no journal of rank in src, or dst cannot be written (why
  * says which); -FT_ECORRUPT a block has no valid copy or the HEAD does not
- * check (why names it). Nothing of rank's is left in dst on an error.
+ * check (why names it). On an error dst holds rank's earlier export
+ * whole, or no journal of rank (nothing a reader believes).
  */
 int ft__ckpt_export(const char *src, int rank, const char *dst, uint64_t *blocks, uint64_t *bytes,
 		    uint64_t *step, char *why, size_t whylen);

@@ -26,10 +26,10 @@
  * journal of HEAD + SNAP whose HEAD says nonce 0 and interval 0: no run's
  * (a running checkpoint's interval is at least 1), so no run continues it,
  * and a run reads it only when told to (ft_ckpt_config.from). The files
- * are written under temporary names, synced, and renamed, the journal
- * last: a crash mid-export leaves that rank's previous export or a
- * journal whose copies do not match it (refused by the reader, never
- * half-believed).
+ * are written under temporary names and synced; then an earlier export's
+ * journal is removed, the copies renamed into place, and the journal
+ * last: a crash mid-export leaves that rank's previous export whole, or
+ * no journal (nothing believed), or the new export whole.
  */
 
 static void say(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -167,7 +167,13 @@ int ft__ckpt_export(const char *src, int rank, const char *dst, uint64_t *blocks
 		rc = -FT_EIO;
 		goto out_files;
 	}
-	/* the copies first, then the journal that names them */
+	/* an earlier export's journal goes first (it would vouch for copies
+	 * of the same rounds), then the copies, then the journal naming them */
+	if (unlink(j.path) != 0 && errno != ENOENT) {
+		say(why, whylen, "cannot replace %s: %s", j.path, strerror(errno));
+		rc = -FT_EIO;
+		goto out_files;
+	}
 	for (size_t i = 0; i < nf; i++)
 		for (int s = 0; s < 2; s++) {
 			rc = sync_close(f[i][s].fd);
