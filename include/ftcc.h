@@ -483,9 +483,12 @@ struct ft_ckpt_config {
  * world size and the same sharded regions (number, dtype, bytes, in
  * order): else -FT_EMISMATCH on every member; a member whose export is
  * missing or corrupt gets -FT_EIO or -FT_ECORRUPT, the others
- * -FT_EMISMATCH; on any error no region is touched. A rank restarted
- * (rejoin) before the run's first round counted takes its shards from the
- * export too. The run's own checkpoint goes to its own directory, as ever.
+ * -FT_EMISMATCH; on any of these no region is touched. A checkpoint
+ * directory holding an export is -FT_EINVAL (the others -FT_EMISMATCH).
+ * What fails after the agreement (no memory, this rank's own files) is
+ * this rank's alone. A rank restarted (rejoin) before the run's first
+ * round counted takes its shards from the export too. The run's own
+ * checkpoint goes to its own directory, as ever.
  */
 int ft_ckpt_enable(struct ft_comm *comm, const struct ft_ckpt_config *cfg);
 /* End of training step `step` (increasing): every interval-th call selects

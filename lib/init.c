@@ -18,12 +18,14 @@ static int comm_release(struct ft_comm *c)
 
 	/* Without the depart marker, a settle in progress waits for this rank
 	 * until it forces (2 x the detect timeout) instead of at once. A new
-	 * incarnation whose ft_init failed (the job went on without it:
-	 * FT_EEXCLUDED; or its rejoin timed out) leaves none: it is no
-	 * candidate of any settle (the job's view left it out, and an awaited
-	 * rank is waited for by its rejoining record alone), and its rank did
+	 * incarnation whose ft_init failed leaves none, because its rank did
 	 * not finalize, which the job's end marker must say (a later
-	 * incarnation then learns at once that the job ended: FT_EENDED). */
+	 * incarnation then learns at once that the job ended: FT_EENDED).
+	 * Sent away (FT_EEXCLUDED, a rejoin that timed out), it is no
+	 * candidate of any settle: the view left it out, and an awaited rank
+	 * is waited for by its rejoining record alone. Failing after it was
+	 * taken in (its replay, the first barrier), it costs the survivors'
+	 * next settle that wait: a delay, never a lost rank. */
 	bool leaves = c->finalizing || c->tp_env.incarnation == 0;
 	if (c->det != NULL && leaves && (rc = ft__mb_depart(&c->mb, c->op_seq)) != 0)
 		ft__error("cannot record this rank's departure: the survivors' next view waits "

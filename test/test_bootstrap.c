@@ -139,13 +139,18 @@ Test(bootstrap, local_ranks, .timeout = 10)
 	cr_expect_eq(ft__boot_local_ranks(table, (void *)both), 4, "Open MPI's first");
 	cr_expect_eq(ft__boot_local_ranks(table, (void *)junk), 0, "no usable value: not known");
 	{
+#define STEP "SLURM_PROCID=0", "SLURM_STEP_NUM_TASKS=13"
 		const char *tpn = "SLURM_STEP_TASKS_PER_NODE=3(x2),1,2(x3)";
-		const char *n0[] = {tpn, "SLURM_NODEID=0", NULL}, *n1[] = {tpn, "SLURM_NODEID=1", NULL};
-		const char *n2[] = {tpn, "SLURM_NODEID=2", NULL}, *n5[] = {tpn, "SLURM_NODEID=5", NULL};
-		const char *n6[] = {tpn, "SLURM_NODEID=6", NULL};
-		const char *bad1[] = {"SLURM_STEP_TASKS_PER_NODE=2(x", "SLURM_NODEID=0", NULL};
-		const char *bad2[] = {"SLURM_STEP_TASKS_PER_NODE=2;3", "SLURM_NODEID=1", NULL};
-		const char *bad3[] = {"SLURM_STEP_TASKS_PER_NODE=2", "SLURM_NODEID=-1", NULL};
+		const char *n0[] = {STEP, tpn, "SLURM_NODEID=0", NULL};
+		const char *n1[] = {STEP, tpn, "SLURM_NODEID=1", NULL};
+		const char *n2[] = {STEP, tpn, "SLURM_NODEID=2", NULL};
+		const char *n5[] = {STEP, tpn, "SLURM_NODEID=5", NULL};
+		const char *n6[] = {STEP, tpn, "SLURM_NODEID=6", NULL};
+		const char *bad1[] = {STEP, "SLURM_STEP_TASKS_PER_NODE=2(x", "SLURM_NODEID=0", NULL};
+		const char *bad2[] = {STEP, "SLURM_STEP_TASKS_PER_NODE=2;3", "SLURM_NODEID=1", NULL};
+		const char *bad3[] = {STEP, "SLURM_STEP_TASKS_PER_NODE=2", "SLURM_NODEID=-1", NULL};
+		/* ftcc-run started from a shell of an srun step: its ranks are not srun's */
+		const char *shell[] = {STEP, tpn, "SLURM_NODEID=0", "FTCC_RANK=2", NULL};
 		cr_expect_eq(ft__boot_local_ranks(table, (void *)n0), 3);
 		cr_expect_eq(ft__boot_local_ranks(table, (void *)n1), 3);
 		cr_expect_eq(ft__boot_local_ranks(table, (void *)n2), 1);
@@ -154,6 +159,8 @@ Test(bootstrap, local_ranks, .timeout = 10)
 		cr_expect_eq(ft__boot_local_ranks(table, (void *)bad1), 0);
 		cr_expect_eq(ft__boot_local_ranks(table, (void *)bad2), 0);
 		cr_expect_eq(ft__boot_local_ranks(table, (void *)bad3), 0);
+		cr_expect_eq(ft__boot_local_ranks(table, (void *)shell), 0, "srun's counts for ftcc-run's ranks");
+#undef STEP
 	}
 }
 
@@ -177,9 +184,16 @@ Test(bootstrap, launcher_addrs, .timeout = 10)
 	ft__boot_launcher_addrs(table, (void *)none, a, sizeof(a));
 	cr_expect_str_eq(a, "");
 	{
-		const char *srun[] = {"SLURM_SRUN_COMM_HOST=10.75.6.1", "SLURM_SRUN_COMM_PORT=42005", NULL};
+		const char *srun[] = {"SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2",
+				      "SLURM_SRUN_COMM_HOST=10.75.6.1", "SLURM_SRUN_COMM_PORT=42005", NULL};
+		const char *in_shell[] = {"SLURM_PROCID=0", "SLURM_STEP_NUM_TASKS=1",
+					  "SLURM_SRUN_COMM_HOST=10.75.6.1", "SLURM_SRUN_COMM_PORT=42005",
+					  "OMPI_MCA_orte_local_daemon_uri=1.1;tcp://10.1.2.2:51413",
+					  "OMPI_COMM_WORLD_RANK=3", NULL};
 		ft__boot_launcher_addrs(table, (void *)srun, a, sizeof(a));
 		cr_expect_str_eq(a, "10.75.6.1:42005", "srun's");
+		ft__boot_launcher_addrs(table, (void *)in_shell, a, sizeof(a));
+		cr_expect_str_eq(a, "10.1.2.2:51413", "mpirun's in an srun shell, not srun's");
 	}
 	ft__boot_launcher_addrs(table, (void *)hnp, tiny, sizeof(tiny));
 	cr_expect_str_eq(tiny, "10.1.2.1:53433", "what does not fit is left out whole");

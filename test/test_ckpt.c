@@ -1172,6 +1172,25 @@ Test(ckpt, export_refusals, .timeout = 60)
 	cr_assert_eq(ft__ckpt_path(path, sizeof(path), bad, 0, -1, 0), 0);
 	cr_assert_neq(access(path, F_OK), 0, "a journal of a failed export was left");
 	cr_assert_eq(ft__ckpt_export(src, 3, bad, &blocks, &bytes, &step, why, sizeof(why)), -FT_EIO);
+	/* never over a run's checkpoint, nor into its source, nor from a misnamed journal */
+	cr_assert_eq(ft__ckpt_export(exp, 0, src, &blocks, &bytes, &step, why, sizeof(why)),
+		     -FT_EINVAL, "an export over a run's checkpoint");
+	cr_assert_eq(ft__ckpt_export(exp, 0, exp, &blocks, &bytes, &step, why, sizeof(why)),
+		     -FT_EINVAL, "an export into its source");
+	{
+		char from[700], to[700];
+		cr_assert_eq(ft__ckpt_path(from, sizeof(from), exp, 0, -1, 0), 0);
+		cr_assert_eq(ft__ckpt_path(to, sizeof(to), exp, 1, -1, 0), 0);
+		buf = slurp(from, &len);
+		int fd = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		cr_assert_geq(fd, 0);
+		cr_assert_eq(write(fd, buf, len), (ssize_t)len);
+		close(fd);
+		free(buf);
+		cr_assert_eq(ft__ckpt_export(exp, 1, bad, &blocks, &bytes, &step, why, sizeof(why)),
+			     -FT_ECORRUPT, "rank 1's journal names rank 0");
+		unlink(to);
+	}
 
 	/* a new run: refused starts leave the shard as the application set it */
 	c = open1();

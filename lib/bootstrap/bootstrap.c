@@ -132,7 +132,12 @@ static int slurm_tasks_on(const char *list, long node)
 int ft__boot_local_ranks(ft__env_fn *env, void *arg)
 {
 	static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
-	const char *tpn = env("SLURM_STEP_TASKS_PER_NODE", arg), *node = env("SLURM_NODEID", arg);
+	/* a shell of an srun step (srun --pty bash) hands its SLURM_* to
+	 * ftcc-run's or mpirun's ranks too: they are read for srun's tasks only */
+	bool slurm = env("FTCC_RANK", arg) == NULL && env("OMPI_COMM_WORLD_RANK", arg) == NULL &&
+		     slurm_step(env, arg);
+	const char *tpn = slurm ? env("SLURM_STEP_TASKS_PER_NODE", arg) : NULL;
+	const char *node = slurm ? env("SLURM_NODEID", arg) : NULL;
 
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
 		const char *s = env(vars[i], arg);
@@ -197,7 +202,10 @@ void ft__boot_launcher_addrs(ft__env_fn *env, void *arg, char *dst, size_t cap)
 {
 	static const char *const vars[] = {"OMPI_MCA_orte_hnp_uri", "OMPI_MCA_orte_local_daemon_uri"};
 
-	const char *srun = env("SLURM_SRUN_COMM_HOST", arg), *port = env("SLURM_SRUN_COMM_PORT", arg);
+	bool slurm = env("FTCC_RANK", arg) == NULL && env("OMPI_COMM_WORLD_RANK", arg) == NULL &&
+		     slurm_step(env, arg);
+	const char *srun = slurm ? env("SLURM_SRUN_COMM_HOST", arg) : NULL;
+	const char *port = slurm ? env("SLURM_SRUN_COMM_PORT", arg) : NULL;
 
 	if (cap == 0)
 		return;

@@ -224,6 +224,25 @@ static int seed_read(struct ft_comm *c, const char *dir, char *const *bufs,
 	return ft__ckpt_seed_read(dir, c->cfg.rank, c->cfg.world_size, shape, n, bufs, info);
 }
 
+/* Whether this rank's checkpoint directory holds an export (or cannot be named):
+ * the run's own files would overwrite what it may start from (open_files). */
+static bool holds_export(struct ft_comm *c, const struct ft_ckpt_config *k)
+{
+	struct ft__ckpt_image old;
+	char dir[PATH_MAX];
+	bool is;
+
+	if (ft__ckpt_dir(c, k->dir, dir, sizeof(dir)) < 0)
+		return true;
+	(void)ft__ckpt_image_open(dir, c->cfg.rank, &old);
+	is = old.regs != NULL && old.head.interval == 0;
+	ft__ckpt_image_free(&old);
+	if (is)
+		ft__error("ckpt: %s holds an exported checkpoint: a run's checkpoints go elsewhere",
+			  dir);
+	return is;
+}
+
 static void free_bufs(char **bufs, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -285,6 +304,10 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	 * ft_init or before enabling, so it takes part in their agreement, and
 	 * has nothing of its own to restore. */
 	local = c->rejoined && !(c->state_received && !c->ckpt_hint_on);
+	if (!local && !bad && nsharded > 0 && holds_export(c, &k)) {
+		/* said in the agreement: every member fails, none starts from an export */
+		bad = 1;
+	}
 	if (!local) {
 		/* read aside: the regions change only once every member read its export */
 		bool seeding = !bad && seed_dir(c, &k)[0] != '\0';
@@ -387,6 +410,7 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 				  ft_strerror(rc));
 			goto err_free;
 		}
+		ck->resumed = resumed;
 		if (local) {
 			ck->total = c->ckpt_hint_total != 0 ? c->ckpt_hint_total
 				    : resumed		    ? ck->img.head.total_bytes
@@ -689,11 +713,16 @@ static int restore_own(struct ft_comm *c)
 	int rc = 0;
 
 	memset(&sum, 0, sizeof(sum));
-	if (ck->img.last_round == 0 && seed_dir(c, &ck->cfg)[0] != '\0') {
+	if (ck->img.last_round == 0 && ck->resumed && seed_dir(c, &ck->cfg)[0] != '\0') {
 		/* the run started from an export and this rank's earlier
-		 * incarnation died before its first round counted: the export
-		 * is its newest state (read into the saved copies, then copied) */
+		 * incarnation died before its first round counted (its journal
+		 * is here, with no round: not a host without its checkpoint,
+		 * which takes the path below): the export is its newest state
+		 * (read into the saved copies, once no round writes from them,
+		 * then copied) */
 		char *bufs[FT__STATE_MAX];
+		if ((rc = ft__ckpt_wait_done(ck, ck->round)) < 0)
+			return rc;
 		for (size_t i = 0; i < ck->nreg; i++)
 			bufs[i] = ck->reg[i].saved;
 		rc = seed_read(c, seed_dir(c, &ck->cfg), bufs, &sum);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -63,6 +64,32 @@ static int open_tmp(const char *path, char *tmp, size_t cap)
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	ft__fd_own(fd);
 	return fd < 0 ? -errno : fd;
+}
+
+/*
+ * dst may take rank's export: it is not src, and holds no journal of rank
+ * or an export's (a run's running checkpoint there is never overwritten).
+ */
+static int dst_replaceable(const char *src, const char *dst, int rank, char *why, size_t whylen)
+{
+	struct ft__ckpt_image old;
+	struct stat a, b;
+	int rc;
+
+	if (stat(src, &a) == 0 && stat(dst, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+		say(why, whylen, "the export would overwrite its source");
+		return -FT_EINVAL;
+	}
+	rc = ft__ckpt_image_open(dst, rank, &old);
+	if (rc == -FT_EIO) {
+		ft__ckpt_image_free(&old);
+		return 0;
+	}
+	rc = old.regs == NULL || (old.head.interval == 0 && old.head.nonce == 0) ? 0 : -FT_EINVAL;
+	ft__ckpt_image_free(&old);
+	if (rc < 0)
+		say(why, whylen, "%s holds a run's checkpoint of rank %d: not overwritten", dst, rank);
+	return rc;
 }
 
 struct exp_file {
@@ -128,12 +155,21 @@ int ft__ckpt_export(const char *src, int rank, const char *dst, uint64_t *blocks
 
 	*blocks = *bytes = *step = 0;
 	rc = ft__ckpt_image_open(src, rank, &img);
-	if (img.regs == NULL) {
+	if (img.regs == NULL || (rc != 0 && rc != -FT_ECORRUPT)) {
+		/* a torn tail (ECORRUPT with a table) is an uncommitted round: exported without it */
 		say(why, whylen, "%s", rc == -FT_EIO ? "no checkpoint journal"
 				       : img.tail_why != NULL ? img.tail_why
 							       : ft_strerror(rc));
+		ft__ckpt_image_free(&img);
 		return rc == 0 ? -FT_ECORRUPT : rc;
 	}
+	if (img.head.rank != rank) {
+		say(why, whylen, "the journal of rank %d names rank %d", rank, img.head.rank);
+		rc = -FT_ECORRUPT;
+		goto out_img;
+	}
+	if ((rc = dst_replaceable(src, dst, rank, why, whylen)) < 0)
+		goto out_img;
 	if ((rc = ft__mkdir_p(dst)) < 0) {
 		say(why, whylen, "cannot make %s: %s", dst, ft_strerror(rc));
 		rc = -FT_EIO;
@@ -186,6 +222,13 @@ int ft__ckpt_export(const char *src, int rank, const char *dst, uint64_t *blocks
 				goto out_files;
 			}
 		}
+	{
+		/* the copies' names are on disk before the journal's */
+		int dfd = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		ft__fd_own(dfd);
+		if (dfd >= 0)
+			(void)sync_close(dfd);
+	}
 	rc = sync_close(j.fd);
 	j.fd = -1;
 	if (rc == 0 && rename(j.tmp, j.path) != 0)
@@ -234,13 +277,14 @@ int ft__ckpt_seed_read(const char *dir, int rank, int world_size,
 
 	memset(info, 0, sizeof(*info));
 	rc = ft__ckpt_image_open(dir, rank, &img);
-	if (img.regs == NULL) {
+	if (img.regs == NULL || (rc != 0 && rc != -FT_ECORRUPT)) {
+		ft__ckpt_image_free(&img);
 		if (rc == -FT_EIO)
 			ft__error("ckpt: no exported checkpoint of rank %d in %s", rank, dir);
 		else
 			ft__error("ckpt: the exported checkpoint of rank %d in %s does not check: %s",
 				  rank, dir, img.tail_why != NULL ? img.tail_why : ft_strerror(rc));
-		return rc == -FT_EIO ? rc : -FT_ECORRUPT;
+		return rc == -FT_EIO || rc == -FT_ENOMEM ? rc : -FT_ECORRUPT;
 	}
 	if (img.head.interval != 0 || img.head.nonce != 0 || img.head.rank != rank ||
 	    img.tail_why != NULL) {

@@ -72,6 +72,7 @@ struct ft__ckpt {
 	bool aio_ok;
 	int err;                        /* to return once */
 	bool restore_due, restored;
+	bool resumed;                   /* this run's journal of this rank was found here */
 	int restore_rc;
 	struct ft_restore_info rinfo;
 	struct ft_ckpt_stats st;
