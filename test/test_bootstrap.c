@@ -149,8 +149,13 @@ Test(bootstrap, local_ranks, .timeout = 10)
 		const char *bad1[] = {STEP, "SLURM_STEP_TASKS_PER_NODE=2(x", "SLURM_NODEID=0", NULL};
 		const char *bad2[] = {STEP, "SLURM_STEP_TASKS_PER_NODE=2;3", "SLURM_NODEID=1", NULL};
 		const char *bad3[] = {STEP, "SLURM_STEP_TASKS_PER_NODE=2", "SLURM_NODEID=-1", NULL};
-		/* ftcc-run started from a shell of an srun step: its ranks are not srun's */
-		const char *shell[] = {STEP, tpn, "SLURM_NODEID=0", "FTCC_RANK=2", NULL};
+		/* a replacement started by srun with its rank given by hand: the
+		 * step's tasks on its node are on its host all the same */
+		const char *by_hand[] = {STEP, tpn, "SLURM_NODEID=2", "FTCC_RANK=6", NULL};
+		/* mpirun's ranks in an srun shell: Open MPI's count */
+		const char *ompi[] = {STEP, tpn, "SLURM_NODEID=0", "OMPI_COMM_WORLD_RANK=2",
+				      "OMPI_COMM_WORLD_LOCAL_SIZE=4", NULL};
+		const char *ompi_none[] = {STEP, tpn, "SLURM_NODEID=0", "OMPI_COMM_WORLD_RANK=2", NULL};
 		cr_expect_eq(ft__boot_local_ranks(table, (void *)n0), 3);
 		cr_expect_eq(ft__boot_local_ranks(table, (void *)n1), 3);
 		cr_expect_eq(ft__boot_local_ranks(table, (void *)n2), 1);
@@ -159,7 +164,10 @@ Test(bootstrap, local_ranks, .timeout = 10)
 		cr_expect_eq(ft__boot_local_ranks(table, (void *)bad1), 0);
 		cr_expect_eq(ft__boot_local_ranks(table, (void *)bad2), 0);
 		cr_expect_eq(ft__boot_local_ranks(table, (void *)bad3), 0);
-		cr_expect_eq(ft__boot_local_ranks(table, (void *)shell), 0, "srun's counts for ftcc-run's ranks");
+		cr_expect_eq(ft__boot_local_ranks(table, (void *)by_hand), 1);
+		cr_expect_eq(ft__boot_local_ranks(table, (void *)ompi), 4);
+		cr_expect_eq(ft__boot_local_ranks(table, (void *)ompi_none), 0,
+			     "srun's count is not mpirun's ranks'");
 #undef STEP
 	}
 }

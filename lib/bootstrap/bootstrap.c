@@ -132,10 +132,14 @@ static int slurm_tasks_on(const char *list, long node)
 int ft__boot_local_ranks(ft__env_fn *env, void *arg)
 {
 	static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
-	/* a shell of an srun step (srun --pty bash) hands its SLURM_* to
-	 * ftcc-run's or mpirun's ranks too: they are read for srun's tasks only */
-	bool slurm = env("FTCC_RANK", arg) == NULL && env("OMPI_COMM_WORLD_RANK", arg) == NULL &&
-		     slurm_step(env, arg);
+	/* read in an srun task, also one given FTCC_RANK by hand (a
+	 * replacement started by srun: the step's tasks on its node are on its
+	 * host); not for mpirun's ranks started from an srun shell (Open MPI's
+	 * own count came first above). ftcc-run's ranks in such a shell take
+	 * the shell's count (1): they then publish an address other hosts
+	 * reach, never loopback, which works, only without the one-host fast
+	 * paths. */
+	bool slurm = env("OMPI_COMM_WORLD_RANK", arg) == NULL && slurm_step(env, arg);
 	const char *tpn = slurm ? env("SLURM_STEP_TASKS_PER_NODE", arg) : NULL;
 	const char *node = slurm ? env("SLURM_NODEID", arg) : NULL;
 
@@ -202,8 +206,7 @@ void ft__boot_launcher_addrs(ft__env_fn *env, void *arg, char *dst, size_t cap)
 {
 	static const char *const vars[] = {"OMPI_MCA_orte_hnp_uri", "OMPI_MCA_orte_local_daemon_uri"};
 
-	bool slurm = env("FTCC_RANK", arg) == NULL && env("OMPI_COMM_WORLD_RANK", arg) == NULL &&
-		     slurm_step(env, arg);
+	bool slurm = env("OMPI_COMM_WORLD_RANK", arg) == NULL && slurm_step(env, arg);
 	const char *srun = slurm ? env("SLURM_SRUN_COMM_HOST", arg) : NULL;
 	const char *port = slurm ? env("SLURM_SRUN_COMM_PORT", arg) : NULL;
 
