@@ -311,12 +311,10 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	if (!local) {
 		/* read aside: the regions change only once every member read its export */
 		bool seeding = !bad && seed_dir(c, &k)[0] != '\0';
-		for (size_t i = 0; seeding && seed_rc == 0 && i < nsharded; i++) {
-			size_t have = 0;
-			for (int j = 0, m = 0; j < c->nstate; j++)
-				if ((c->state[j].flags & FT_STATE_SHARDED) && m++ == (int)i)
-					have = c->state[j].bytes;
-			if ((seed[i] = malloc(have ? have : 1)) == NULL)
+		for (int j = 0, m = 0; seeding && seed_rc == 0 && j < c->nstate; j++) {
+			size_t have = c->state[j].bytes;
+			if ((c->state[j].flags & FT_STATE_SHARDED) &&
+			    (seed[m++] = malloc(have ? have : 1)) == NULL)
 				seed_rc = -FT_ENOMEM;
 		}
 		if (seeding && seed_rc == 0)

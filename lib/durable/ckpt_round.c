@@ -233,14 +233,8 @@ static void compact(struct ft__ckpt *ck)
 		free(buf);
 		return;
 	}
-	if (ck->cfg.sync) {
-		int dfd = open(ck->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		ft__fd_own(dfd);
-		if (dfd >= 0) {
-			fsync(dfd);
-			ft__fd_close(dfd);
-		}
-	}
+	if (ck->cfg.sync)
+		ft__fsync_dir(ck->dir);
 	free(buf);
 	ft__fd_close(ck->jfd);
 	ck->jfd = fd;

@@ -97,6 +97,20 @@ struct exp_file {
 	int fd;
 };
 
+/* f's written file synced, closed and renamed to its name: 0 or -FT_EIO (why says). */
+static int put_in_place(struct exp_file *f, char *why, size_t whylen)
+{
+	int rc = sync_close(f->fd);
+
+	f->fd = -1;
+	if (rc == 0 && rename(f->tmp, f->path) != 0)
+		rc = -errno;
+	if (rc == 0)
+		return 0;
+	say(why, whylen, "cannot write %s: %s", f->path, strerror(-rc));
+	return -FT_EIO;
+}
+
 /* One region's slot files: a holds the copies, b is empty (the format has two). */
 static int export_region(const struct ft__ckpt_image *src, size_t p, const char *dst,
 			 struct exp_file f[2], struct ft__ckpt_jsnap *tab, char *buf,
@@ -211,39 +225,15 @@ int ft__ckpt_export(const char *src, int rank, const char *dst, uint64_t *blocks
 		goto out_files;
 	}
 	for (size_t i = 0; i < nf; i++)
-		for (int s = 0; s < 2; s++) {
-			rc = sync_close(f[i][s].fd);
-			f[i][s].fd = -1;
-			if (rc == 0 && rename(f[i][s].tmp, f[i][s].path) != 0)
-				rc = -errno;
-			if (rc < 0) {
-				say(why, whylen, "cannot write %s: %s", f[i][s].path, strerror(-rc));
-				rc = -FT_EIO;
-				goto out_files;
-			}
-		}
-	{
-		/* the copies' names are on disk before the journal's */
-		int dfd = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		ft__fd_own(dfd);
-		if (dfd >= 0)
-			(void)sync_close(dfd);
+		for (int s = 0; s < 2 && rc == 0; s++)
+			rc = put_in_place(&f[i][s], why, whylen);
+	if (rc == 0) {
+		ft__fsync_dir(dst); /* the copies' names are on disk before the journal's */
+		rc = put_in_place(&j, why, whylen);
 	}
-	rc = sync_close(j.fd);
-	j.fd = -1;
-	if (rc == 0 && rename(j.tmp, j.path) != 0)
-		rc = -errno;
-	if (rc < 0) {
-		say(why, whylen, "cannot write %s: %s", j.path, strerror(-rc));
-		rc = -FT_EIO;
+	if (rc < 0)
 		goto out_files;
-	}
-	{
-		int dfd = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		ft__fd_own(dfd);
-		if (dfd >= 0)
-			(void)sync_close(dfd);
-	}
+	ft__fsync_dir(dst);
 	rc = 0;
 out_files:
 	for (size_t i = 0; i < nf; i++)

@@ -1,11 +1,13 @@
 /* file.c: the check that a per-user directory in a shared place is this user's alone. */
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdreg.h"
 #include "file.h"
 #include "internal.h"
 
@@ -66,6 +68,17 @@ int ft__mkdir_p(const char *dir)
 			break;
 	}
 	return 0;
+}
+
+void ft__fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	ft__fd_own(fd);
+	if (fd >= 0) {
+		(void)fsync(fd);
+		ft__fd_close(fd);
+	}
 }
 
 /* Whole buffers at an offset (file.h). */

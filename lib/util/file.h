@@ -1,4 +1,4 @@
-/* file.h: per-user directories the library makes in shared places (/tmp, /dev/shm), checked private; the one mkdir -p and the one whole write. */
+/* file.h: per-user directories the library makes in shared places (/tmp, /dev/shm), checked private; the one mkdir -p, the one whole write, the one directory sync. */
 /* SPDX-License-Identifier: MIT */
 #ifndef FTCC_FILE_H
 #define FTCC_FILE_H
@@ -30,5 +30,9 @@ int ft__mkdir_p(const char *dir);
 /* Writes all len bytes of buf at offset off of fd (pwrite may be cut
  * short or interrupted). 0, -errno, or -FT_EIO when nothing was written. */
 int ft__write_all(int fd, const void *buf, size_t len, uint64_t off);
+
+/* Syncs directory dir, so that the names renamed into it are on disk.
+ * Best effort: a directory that cannot be opened is left as it is. */
+void ft__fsync_dir(const char *dir);
 
 #endif
