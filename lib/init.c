@@ -342,6 +342,9 @@ static int init_call(const struct ft_config *cfg, struct ft_comm **comm)
 	c->policy = ft__policy_for(c->cfg.policy);
 	c->magic = FT__COMM_MAGIC;
 	(void)ft__trace_open(c->cfg.trace, c->cfg.rank, &c->trace); /* it warns; the job runs untraced */
+	char args[48];
+	snprintf(args, sizeof(args), "{\"incarnation\":%d}", c->tp_env.incarnation);
+	ft__trace_instant(c->trace, "init", args);
 	if (c->cfg.world_size == 1) {
 		if (c->cfg.segment_bytes == 0)
 			c->cfg.segment_bytes = default_segment(c);

@@ -605,7 +605,8 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 				return 0;
 			}
 			if (h.magic != CTL_MAGIC || sizeof(h) + h.len > ctl->msg_cap ||
-			    (h.type == FT__CTL_NOTICE && h.len % sizeof(int32_t) != 0))
+			    (h.type == FT__CTL_NOTICE && h.len % sizeof(int32_t) != 0) ||
+			    (h.type == FT__CTL_GROW && h.len != sizeof(uint64_t)))
 				return -FT_EPROTO;
 			if (l->have >= sizeof(h) + h.len) {
 				const unsigned char *p = l->in + sizeof(h);

@@ -79,6 +79,7 @@ enum ft__ctl_type {
 	FT__CTL_HELLO = 1, FT__CTL_HB, FT__CTL_NOTICE, FT__CTL_BYE,
 	FT__CTL_ACK,    /* the answer to a hello; ctl.c's own, never returned */
 	FT__CTL_PROOF,  /* the answer to an ACK's challenge; ctl.c's own, never returned */
+	FT__CTL_GROW,   /* detect.c: the view grows back before op (8 bytes) */
 	/* in-band membership (member_inband.c) */
 	FT__CTL_MB_COLLECT = 16, FT__CTL_MB_RECORD, FT__CTL_MB_PROPOSE, FT__CTL_MB_ACCEPT,
 	FT__CTL_MB_NACK, FT__CTL_MB_BOOK, FT__CTL_MB_COMMIT, FT__CTL_MB_NOQUORUM

@@ -57,6 +57,31 @@
  *   meantime is followed at once by the next generation.
  * - The main thread learns through a flag it checks while it waits (and a
  *   condition variable when it waits for the view); it adopts the view itself.
+ *
+ * Growing back (rejoin policy). A view short of ranks takes new
+ * incarnations of the missing ones in at an op boundary every member agrees
+ * on, without a failure and without stopping an op every member began:
+ *
+ * - A newcomer publishes as rejoining for generation g + 1 (g the latest
+ *   view, which leaves it out) and waits (ft__rejoin_join).
+ * - The coordinator's main thread, at the start of op s of generation g,
+ *   finds it there and plans the grow before op B = s + 1: this detector
+ *   sends GROW(g, B) both ways around the control ring; each rank keeps it
+ *   and forwards what is new to it once.
+ * - Each main thread, at the start of op B, finds the plan (ft__det_grow_due)
+ *   and asks for generation g + 1 instead of running B: its detector
+ *   publishes B as its next op, and every settle of this detector takes
+ *   the live rejoining records of non-members in, as awaited ranks.
+ * - No member can have begun B: the coordinator planned before it took
+ *   part in op s, and B begins only after s ends everywhere. A GROW that
+ *   arrives after its main thread began B all the same (a neighbour's link
+ *   was slow) starts the recovery at once: B is then stopped on a rank whose
+ *   peers wait for the grow anyway, and runs again on the new view.
+ * - A grow alone never forces a settle after the timeouts: a member that
+ *   computes long before op B is waited for as op B would wait for it (a
+ *   dead one is detected, and that is a failure, whose settle may force).
+ *   The plan and the begun op share the lock, so that either the main
+ *   thread sees the plan at B, or the detector sees B begun.
  */
 
 /* Why a neighbour is failed when its kernel closed its control link: the
@@ -182,6 +207,28 @@ static void send_failed_set(struct ft__det *d, int i)
 		send_failed(d, i, "it cannot take a failure notice");
 }
 
+/* The grow planned for this generation, on link i (a neighbour that joined
+ * the ring after it went out may have missed it). */
+static void send_grow(struct ft__det *d, int i)
+{
+	uint64_t at;
+
+	lock(d);
+	at = d->grow_gen == d->gen ? d->grow_at : 0;
+	unlock(d);
+	if (at != 0 && !d->ctl.links[i].connecting &&
+	    ft__ctl_send(&d->ctl, i, FT__CTL_GROW, d->gen, &at, sizeof(at)) != 0)
+		send_failed(d, i, "it cannot take a grow notice");
+}
+
+/* What a neighbour that just connected needs to know. */
+static void greet(struct ft__det *d, int i)
+{
+	send_failed_set(d, i);
+	if (d->ctl.links[i].fd >= 0 && !d->out)
+		send_grow(d, i);
+}
+
 /*
  * Opens the control link to the right neighbour without waiting (the
  * detector never blocks: its heartbeats must go out meanwhile); the failed
@@ -305,7 +352,7 @@ void ft__det_rewire(struct ft__det *d)
 			link_close(d, i);
 		} else if (l->gen == d->gen && l->peer == d->left) {
 			d->left_ci = i;
-			send_failed_set(d, i);
+			greet(d, i);
 		}
 	}
 	d->right_retry_ms = d->right_busy_ms = 0;
@@ -355,9 +402,27 @@ static void adopt_view(struct ft__det *d, struct ft__view *v)
 		 (unsigned long long)v->first_op);
 	ft__trace_view(d->p.trace, d->gen, d->members, d->size);
 	d->target = 0;
+	d->growing = false;
 	if (stale_member)
 		start_recovery(d);
 	ft__det_rewire(d);
+}
+
+/* Adds to back (nback of FT__BACK_MAX used) every rank outside this view
+ * whose new incarnation asks, live, to be taken into the generation being
+ * settled; returns the new count. Its record is there before it is
+ * awaited: a newcomer that died since is simply not taken. */
+static int newcomers(struct ft__det *d, int *back, int nback)
+{
+	if (d->size >= d->p.world_size)
+		return nback;
+	for (int r = 0; r < d->p.world_size && nback < FT__BACK_MAX; r++) {
+		struct ft__member m;
+		if (!in_list(d->members, d->size, r) &&
+		    ft__mb_lookup(d->p.mb, d->target, r, &m) == 0 && m.rejoining)
+			back[nback++] = r;
+	}
+	return nback;
 }
 
 static void recovery_step(struct ft__det *d)
@@ -378,29 +443,33 @@ static void recovery_step(struct ft__det *d)
 			return; /* tried again on the next turn of the loop */
 		d->published = true;
 	}
-	cand = malloc(2 * (size_t)d->size * sizeof(int));
+	cand = malloc(((size_t)d->size + FT__BACK_MAX) * sizeof(int));
 	if (cand == NULL)
 		return;
 	/* rejoin: the failed members of this view are awaited back (back[])
 	 * until rejoin_timeout_ms; then the view settles as under shrink */
-	bool await = d->p.rejoin && since < d->p.rejoin_timeout_ms;
+	bool await = d->p.rejoin && since < d->p.rejoin_timeout_ms, lost = false;
 	int64_t force_ms = 2 * (int64_t)d->p.detect_timeout_ms + d->p.settle_delay_ms +
 			   (d->p.rejoin ? d->p.rejoin_timeout_ms : 0);
 	int *back = cand + d->size, nback = 0;
 	lock(d);
 	for (int i = 0; i < d->size; i++) {
+		lost |= d->failed[d->members[i]];
 		if (!d->failed[d->members[i]])
 			cand[n++] = d->members[i];
 		else if (await && nback < FT__BACK_MAX)
 			back[nback++] = d->members[i];
 	}
 	unlock(d);
+	if (d->p.rejoin)
+		nback = newcomers(d, back, nback);
 	if (n > 0 && cand[0] == d->p.rank && since < d->p.settle_delay_ms) {
 		free(cand);
 		return;
 	}
-	rc = ft__mb_try_settle_back(d->p.mb, d->target, cand, n, back, nback, since >= force_ms,
-				    &v);
+	/* a grow alone waits for every member (see "Growing back") */
+	bool force = since >= force_ms && (lost || !d->growing);
+	rc = ft__mb_try_settle_back(d->p.mb, d->target, cand, n, back, nback, force, &v);
 	free(cand);
 	if (rc == 1) {
 		adopt_view(d, &v);
@@ -411,6 +480,7 @@ static void recovery_step(struct ft__det *d)
 		pthread_cond_broadcast(&d->cond);
 		unlock(d);
 		d->target = 0;
+		d->growing = false;
 		if (rc == -FT_EPARTITIONED) {
 			/* the other side goes on: this rank takes no further part */
 			d->out = true;
@@ -544,7 +614,64 @@ static void on_hello(struct ft__det *d, int i, const struct ft__ctl_msg *m)
 		if (d->left_ci >= 0 && d->left_ci != i)
 			link_close(d, d->left_ci);
 		d->left_ci = i;
-		send_failed_set(d, i);
+		greet(d, i);
+	}
+}
+
+/*
+ * A grow of generation gen before op at: kept, and passed on around the
+ * ring (from: the link it came on, -1 this rank's own plan) when it is new
+ * here. Its main thread already inside op at or later (it began it before
+ * the news came): the recovery starts now.
+ */
+static void grow_planned(struct ft__det *d, uint32_t gen, uint64_t at, int from)
+{
+	bool news, now;
+
+	lock(d);
+	news = d->grow_gen != gen || d->grow_at != at;
+	d->grow_gen = gen;
+	d->grow_at = at;
+	now = news && gen == d->gen && d->begun >= at;
+	unlock(d);
+	if (!news || gen != d->gen)
+		return;
+	ft__info("detector: generation %u grows back before op %llu", gen, (unsigned long long)at);
+	if (d->left_ci >= 0 && d->left_ci != from)
+		send_grow(d, d->left_ci);
+	if (d->right_ci >= 0 && d->right_ci != from && !d->out)
+		send_grow(d, d->right_ci);
+	if (now && !d->out) {
+		d->growing = true;
+		start_recovery(d);
+	}
+}
+
+/* The main thread's 'g': its own plan to send, or its op at the grow. */
+static void grow_cmd(struct ft__det *d)
+{
+	uint32_t gen;
+	uint64_t at;
+	bool send, now;
+
+	lock(d);
+	gen = d->grow_gen;
+	at = d->grow_at;
+	send = d->grow_send;
+	now = d->grow_now && gen == d->gen;
+	d->grow_send = d->grow_now = false;
+	unlock(d);
+	if (send && gen == d->gen) {
+		if (d->left_ci >= 0)
+			send_grow(d, d->left_ci);
+		if (d->right_ci >= 0 && !d->out)
+			send_grow(d, d->right_ci);
+	}
+	if (now && !d->out) {
+		ft__info("detector: the main thread is at op %llu: generation %u grows back",
+			 (unsigned long long)at, gen + 1);
+		d->growing = true;
+		start_recovery(d);
 	}
 }
 
@@ -570,6 +697,13 @@ static void on_msg(struct ft__det *d, int i, const struct ft__ctl_msg *m, bool f
 			memcpy(r, m->payload + k * sizeof(int32_t), c * sizeof(int32_t));
 			declare_at(d, r, (int)c, m->gen, why, false);
 		}
+		break;
+	}
+	case FT__CTL_GROW: {
+		uint64_t at;
+		memcpy(&at, m->payload, sizeof(at)); /* ctl.c checked its length */
+		if (m->gen >= d->gen && at != 0)
+			grow_planned(d, m->gen, at, i);
 		break;
 	}
 	case FT__CTL_BYE:
@@ -667,7 +801,7 @@ static void read_msgs(struct ft__det *d, int i)
 			return;
 		if (rc >= 0 && d->owe[i] && !d->ctl.links[i].connecting) {
 			d->owe[i] = false; /* a direct notice waited for the connect */
-			send_failed_set(d, i);
+			greet(d, i);
 		}
 		if (rc <= 0 || d->ctl.links[i].fd < 0)
 			break;
@@ -874,6 +1008,7 @@ void *ft__det_main(void *arg)
 			unlock(d);
 			if (stop)
 				break;
+			grow_cmd(d);
 			/* a data link to a rank whose token differs: auth_judge
 			 * decides; one that closed during a recovery is explained
 			 * by the failure being recovered from (its peer aborted its

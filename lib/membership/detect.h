@@ -61,6 +61,16 @@ void ft__det_adopted(struct ft__det *d, uint32_t gen, uint64_t next_op);
  * explains the link) and the main thread is not sure (sure: orig is gone
  * from the view's records, or sent away). */
 void ft__det_suspect(struct ft__det *d, int orig, bool sure);
+/*
+ * Growing back (detect.c, "Growing back"). ft__det_grow_plan: the
+ * coordinator of generation gen found a new incarnation waiting: the view
+ * grows before op at, and every member is told. ft__det_grow_due: the main
+ * thread of generation gen begins op seq; true when the view grows first
+ * (the detector now settles the next generation, ft__det_await returns
+ * it), false when op seq runs as it is.
+ */
+void ft__det_grow_plan(struct ft__det *d, uint32_t gen, uint64_t at);
+bool ft__det_grow_due(struct ft__det *d, uint32_t gen, uint64_t seq);
 /* Monotonic ns at which this rank first knew of its latest failure, and at
  * which it last settled on a new view (0: none). */
 void ft__det_times(struct ft__det *d, uint64_t *known_ns, uint64_t *settled_ns);

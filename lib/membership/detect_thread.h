@@ -17,7 +17,7 @@ struct ft__det {
 	char job_id[FT_NAME_MAX], token[FT_NAME_MAX], data_addr[FT__ADDR_MAX];
 	struct ft__ctl ctl;
 	bool ctl_opened;
-	int cmd[2];             /* main thread -> detector: 's' stop, 'x' suspect */
+	int cmd[2];             /* main thread -> detector: 's' stop, 'x' suspect, 'g' grow */
 	pthread_t thread;
 	bool started;
 	bool lock_made, cond_made;
@@ -37,6 +37,13 @@ struct ft__det {
 	int suspect;
 	bool suspect_sure;
 	uint64_t known_ns, settled_ns;
+	/* growing back (detect.c, "Growing back"): generation grow_gen takes
+	 * new incarnations in before op grow_at (0: none planned); begun: the
+	 * op the main thread began last in it; grow_send: the plan is this
+	 * rank's, to go out; grow_now: the main thread is at grow_at */
+	uint32_t grow_gen;
+	uint64_t grow_at, begun;
+	bool grow_send, grow_now;
 
 	/* detector thread only */
 	uint32_t gen;
@@ -52,6 +59,7 @@ struct ft__det {
 	uint32_t target;        /* generation being settled, 0 none */
 	int64_t recover_ms;
 	bool published;
+	bool growing;           /* the recovery under way takes newcomers in (no failure needed) */
 	bool out;               /* excluded: only waits to be stopped */
 	bool proven;            /* some control link passed both hellos' proofs */
 	uint8_t *auth;          /* by original rank: AUTH_* seen with it */

@@ -66,6 +66,9 @@ extern const struct ft__policy ft__policy_rejoin;
  */
 /* A failure seen between calls: op run->seq runs on the next view. */
 int ft__recover_between(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok);
+/* Growing back (rejoin), at the start of op run->seq: 0 (the op runs on the
+ * current view, grown or not), or the error that ends the call. */
+int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run);
 /* After a failed attempt whose input is safe: tears the ring down, waits for
  * the next view, adopts and acknowledges it, hands a result over; says what
  * the op does (FT__STANDS, FT__RETRY, an error) and accounts the recovery

@@ -202,6 +202,8 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 	void *payload = NULL;
 	int rc = ft__recover_between(c, k, run, false);
 
+	if (rc == 0)
+		rc = ft__recover_grow(c, k, run);
 	if (rc != 0)
 		return rc;
 	if (c->log_dead) {
@@ -644,6 +646,73 @@ out:
 	return rc;
 }
 
+/*
+ * Publishes me into generation target and waits until a view takes this
+ * rank in (0, *v). A view that settles without it (the job recovered from
+ * something else, or took the newcomers it had seen) leaves it asking for
+ * the one after: the survivors' next op boundary takes it (growing back,
+ * detect.c), unless its log is ahead of the job (not of this run:
+ * -FT_EEXCLUDED). -FT_EENDED when no other rank of the job lives any more,
+ * -FT_ETIMEDOUT at deadline.
+ */
+static int wait_taken(struct ft_comm *c, const struct ft__member *me, uint32_t target,
+		      int64_t deadline, struct ft__view *v)
+{
+	int64_t alive_ms = ft__now_ms();
+	int rc;
+
+	for (;;) {
+		char args[80];
+		if ((rc = ft__mb_publish(&c->mb, target, me)) != 0)
+			return rc;
+		snprintf(args, sizeof(args), "{\"generation\":%u,\"next_op\":%llu}", target,
+			 (unsigned long long)me->next_op);
+		ft__trace_instant(c->trace, "asks back", args);
+		for (;;) {
+			struct timespec ts = {0, 2000000};
+			rc = ft__mb_try_settle(&c->mb, target, NULL, 0, false, v);
+			if (rc != 0)
+				break;
+			if (ft__now_ms() >= deadline) {
+				rc = -FT_ETIMEDOUT;
+				break;
+			}
+			if (ft__now_ms() - alive_ms >= 250) {
+				struct ft__view latest = {0};
+				alive_ms = ft__now_ms();
+				rc = ft__mb_resume(&c->mb, &latest);
+				if (rc == 0) {
+					ft__error("rejoin: no other rank of the job lives any more: "
+						  "rank %d has no job to come back to", c->cfg.rank);
+					return -FT_EENDED;
+				}
+				if (rc == 1)
+					ft__view_free(&latest);
+				rc = 0;
+			}
+			nanosleep(&ts, NULL);
+		}
+		if (rc < 0) {
+			ft__error("rejoin: generation %u never settled: %s", target, ft_strerror(rc));
+			return rc;
+		}
+		if (in_view(v, c->cfg.rank))
+			return 0;
+		if (me->next_op > v->first_op + 1) {
+			ft__error("rejoin: generation %u settled without rank %d, whose log is ahead "
+				  "of the job (op %llu against %llu): the job goes on without it",
+				  target, c->cfg.rank, (unsigned long long)me->next_op,
+				  (unsigned long long)v->first_op);
+			ft__view_free(v);
+			return -FT_EEXCLUDED;
+		}
+		ft__info("rejoin: generation %u settled without rank %d: it asks for the next one",
+			 target, c->cfg.rank);
+		target = v->generation + 1;
+		ft__view_free(v);
+	}
+}
+
 int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *latest)
 {
 	char dir[FT_PATH_MAX + FT_NAME_MAX + 2], job[FT_NAME_MAX + 20];
@@ -656,12 +725,9 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 	int rc;
 
 	c->job_nonce = latest->nonce;
-	if (!in_view(latest, c->cfg.rank)) {
-		ft__error("rejoin: the job went on without rank %d (generation %u): it cannot come "
-			  "back", c->cfg.rank, latest->generation);
-		ft__view_free(latest);
-		return -FT_EEXCLUDED;
-	}
+	if (!in_view(latest, c->cfg.rank))
+		ft__info("rejoin: the job went on without rank %d (generation %u): it asks to be "
+			 "taken back at the job's next op", c->cfg.rank, latest->generation);
 	ft__view_free(latest);
 	log_dir(c, dir, sizeof(dir));
 	log_job(c, job, sizeof(job));
@@ -694,31 +760,10 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 	me->rejoining = true;
 	ft__info("rejoin: a new incarnation of rank %d asks back into generation %u (log: %s)",
 		 c->cfg.rank, target, have ? "whole" : "none");
-	if ((rc = ft__mb_publish(&c->mb, target, me)) != 0)
-		return rc;
 	deadline = ft__now_ms() + c->cfg.rejoin_timeout_ms + 2 * c->cfg.detect_timeout_ms +
 		   c->cfg.connect_timeout_ms;
-	for (;;) {
-		struct timespec ts = {0, 2000000};
-		rc = ft__mb_try_settle(&c->mb, target, NULL, 0, false, &v);
-		if (rc != 0)
-			break;
-		if (ft__now_ms() >= deadline) {
-			rc = -FT_ETIMEDOUT;
-			break;
-		}
-		nanosleep(&ts, NULL);
-	}
-	if (rc < 0) {
-		ft__error("rejoin: generation %u never settled: %s", target, ft_strerror(rc));
+	if ((rc = wait_taken(c, me, target, deadline, &v)) != 0)
 		return rc;
-	}
-	if (!in_view(&v, c->cfg.rank)) {
-		ft__error("rejoin: generation %u settled without rank %d: the job goes on without it",
-			  target, c->cfg.rank);
-		ft__view_free(&v);
-		return -FT_EEXCLUDED;
-	}
 	first = v.first_op;
 	if ((rc = ft__comm_load_view(c, &v)) != 0) {
 		ft__view_free(&v);

@@ -162,7 +162,7 @@ static int view_wait_ms(const struct ft_comm *c)
  * known, declared if no view comes within 2 x detect.
  */
 static int recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t seq, int suspect,
-			bool handover_ok)
+			bool handover_ok, int wait_ms)
 {
 	uint32_t after = c->generation;
 	struct ft__shown old = {.generation = c->generation, .size = c->size, .rank = c->rank,
@@ -180,7 +180,7 @@ static int recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t se
 
 		/* 2. await */
 		rc = ft__det_await(c->det, after,
-				   suspect >= 0 ? 2 * c->cfg.detect_timeout_ms : view_wait_ms(c), &v);
+				   suspect >= 0 ? 2 * c->cfg.detect_timeout_ms : wait_ms, &v);
 		if (rc == -FT_ETIMEDOUT && suspect >= 0) {
 			/* known failed by now (a rejoin wait for it, say): nothing
 			 * to declare; the detector also declares nothing while it
@@ -262,7 +262,7 @@ int ft__recover_restart(struct ft_comm *c, const struct ft__call *k, const struc
 
 	/* 1. tear down */
 	ft__comm_abort_ring(c, -FT_EABORTED, run->seq);
-	v = recover_view(c, k, run->seq, suspect, handover_ok);
+	v = recover_view(c, k, run->seq, suspect, handover_ok, view_wait_ms(c));
 	run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
 	if (v >= 0)
 		c->stats.recoveries++;
@@ -279,7 +279,7 @@ int ft__recover_between(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 	if (c->det != NULL && ft__det_pending(c->det)) {
 		/* a failure seen between calls: this op runs on the next view */
 		uint64_t t0 = ft__now_ns();
-		rc = recover_view(c, k, run->seq, -1, handover_ok);
+		rc = recover_view(c, k, run->seq, -1, handover_ok, view_wait_ms(c));
 		if (rc == FT__STANDS)
 			rc = -FT_EPROTO;
 		if (rc != 0)
@@ -287,5 +287,58 @@ int ft__recover_between(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 		c->stats.recoveries++;
 		run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
 	}
+	return 0;
+}
+
+/* Whether a new incarnation of a rank outside this view waits to be taken
+ * into the next generation, and can take part from op at (its application
+ * runs it, or its log replays at - 1: the settle's own rule). */
+static bool newcomer_waiting(struct ft_comm *c, uint64_t at)
+{
+	for (int r = 0, i = 0; r < c->cfg.world_size; r++) {
+		struct ft__member m;
+		if (i < c->size && c->members[i] == r) {
+			i++;
+			continue;
+		}
+		if (ft__mb_lookup(&c->mb, c->generation + 1, r, &m) == 0 && m.rejoining &&
+		    m.next_op <= at + 1)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Growing back (lib/membership/detect.c, "Growing back"), at the start of
+ * op seq of a view short of ranks: the coordinator plans the grow before
+ * the next op when a newcomer waits; at the op planned, every member
+ * settles the next view with the newcomers in, then runs the op on it.
+ * The wait for that view is the op's own wait for its peers (op_timeout_ms,
+ * or as long as they live): a member may still compute before this op.
+ */
+int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run)
+{
+	uint64_t t0;
+	int rc;
+
+	if (c->det == NULL || c->size >= c->cfg.world_size)
+		return 0;
+	if (ft__det_grow_due(c->det, c->generation, run->seq)) {
+		t0 = ft__now_ns();
+		ft__info("op %llu: generation %u grows back first", (unsigned long long)run->seq,
+			 c->generation);
+		rc = recover_view(c, k, run->seq, -1, false,
+				  c->cfg.op_timeout_ms > 0 ? c->cfg.op_timeout_ms : INT_MAX);
+		if (rc == FT__STANDS)
+			rc = -FT_EPROTO;
+		if (rc != 0)
+			return rc;
+		c->stats.recoveries++;
+		run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
+		if (c->size >= c->cfg.world_size)
+			return 0;
+	}
+	if (c->members[0] == c->cfg.rank && newcomer_waiting(c, run->seq + 1))
+		ft__det_grow_plan(c->det, c->generation, run->seq + 1);
 	return 0;
 }

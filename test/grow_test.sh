@@ -1,0 +1,175 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# grow_test.sh BUILD_DIR: a job that shrank grows back (README, "Growing back").
+#
+# Each row runs an example under ftcc-run (FTCC_POLICY=rejoin,
+# FTCC_REJOIN_TIMEOUT_MS=0: the survivors go on at once), SIGKILLs ranks
+# from outside at a random moment, waits until the survivors run without
+# them, and then starts new incarnations of those ranks by hand (as a
+# scheduler would, later), with the job's rendezvous, id and token. Checks:
+#   - every process exits 0 before the deadline (a hang is a failure);
+#   - every rank, newcomers included, ends with the same model, and every
+#     op a newcomer ran has the survivors' digest for that op;
+#   - the job's last op has every rank in it (contributors == N);
+#   - from the traces (FTCC_TRACE): the survivors ran at most 2 ops short
+#     of ranks that ended after the last newcomer's ft_init began.
+# Rows with a twist: a newcomer SIGKILLed while it waits to be taken in (the
+# job goes on without it, and later takes its next incarnation); a survivor
+# SIGKILLed as the newcomers arrive; steps of several collectives, resumed
+# mid-step (train_steps); tcp;ofi_rxm.
+set -u
+B=${1:?usage: grow_test.sh BUILD_DIR}
+PY=/usr/bin/python3
+DEADLINE=${GROW_DEADLINE:-90}
+TRIALS=${GROW_TRIALS:-1}
+[ -x "$PY" ] || PY=python3
+tmp=$(mktemp -d /tmp/ftcc-grow.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null; [ -n "${GROW_KEEP:-}" ] || rm -rf "$tmp"' EXIT
+fails=0 rows=0 ran=0
+
+say() { printf '%s\n' "$*"; }
+
+# ops FILE...: "op digest" of every op line, without prefixes
+ops() { sed -n 's/^\(\[[^]]*\] \)\{0,1\}op \([0-9]*\) digest \([0-9a-f]*\) .*$/\2 \3/p' "$@"; }
+
+# wait_for FILE PATTERN SECONDS
+wait_for() {
+	local end=$((SECONDS + $3))
+	while ! grep -q -- "$2" "$1" 2>/dev/null; do
+		[ $SECONDS -ge $end ] && return 1
+		sleep 0.05
+	done
+}
+
+# row NAME N PROG "ARGS" "KILLED" [TWIST]
+# TWIST: newcomer-dies (the first newcomer is SIGKILLed while it waits, and
+# started again), survivor-dies (rank 1 SIGKILLed as the newcomers start).
+row() {
+	if [ -n "$only" ] && [ "$only" != $((rows + 1)) ]; then rows=$((rows + 1)); return; fi
+	ran=$((ran + 1))
+	local name=$1 n=$2 prog=$3 args=$4 killed=$5 twist=${6:-} d rc=0 why=""
+	rows=$((rows + 1))
+	d=$tmp/$rows
+	mkdir -p "$d/rv" "$d/trace"
+	export FTCC_RENDEZVOUS=$d/rv FTCC_JOB_ID=grow-$rows-$$ FTCC_POLICY=rejoin
+	export FTCC_REJOIN_TIMEOUT_MS=0 FTCC_LOG_DIR=$d/logs FTCC_LOG_LEVEL=2
+	FTCC_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+	export FTCC_TOKEN
+	local at kills=""
+	at=$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", 0.4 + rand() * 0.8 }')
+	for r in $killed; do kills="$kills --kill $r@$at"; done
+	# shellcheck disable=SC2086
+	FTCC_TRACE="$d/trace/rank%r.json" timeout "$DEADLINE" "$B/ftcc-run" -n "$n" --ignore-killed \
+		$kills "$B/examples/$prog" $args >"$d/surv.out" 2>&1 &
+	local sp=$! short=$((n - $(echo "$killed" | wc -w)))
+	if ! wait_for "$d/surv.out" "contributors $short\$" 30; then
+		why="the survivors never ran without the killed ranks"
+	fi
+	local pids="" first=1
+	for r in $killed; do
+		if [ -z "$why" ] && [ "$twist" = newcomer-dies ] && [ $first = 1 ]; then
+			# (no timeout wrapper: the process itself is killed)
+			FTCC_RANK=$r FTCC_WORLD_SIZE=$n FTCC_INCARNATION=1 \
+				"$B/examples/$prog" $args >"$d/dead$r.out" 2>&1 &
+			local dp=$!
+			# killed once it asked to be taken in: at once (before a
+			# view takes it), or up to 90 ms later (mostly after)
+			wait_for "$d/dead$r.out" "asks back" 10
+			[ $((RANDOM % 2)) = 0 ] && sleep 0.0$((RANDOM % 10))
+			kill -KILL $dp 2>/dev/null
+			wait $dp 2>/dev/null
+		fi
+		first=0
+	done
+	for r in $killed; do
+		[ -n "$why" ] && break
+		FTCC_TRACE="$d/trace/new$r.json" FTCC_RANK=$r FTCC_WORLD_SIZE=$n FTCC_INCARNATION=2 \
+			timeout "$DEADLINE" "$B/examples/$prog" $args >"$d/new$r.out" 2>&1 &
+		pids="$pids $!"
+	done
+	if [ "$twist" = survivor-dies ] && [ -z "$why" ]; then
+		sleep 0.0$((RANDOM % 10))
+		local victim
+		victim=$(pgrep -f "$B/examples/$prog" | while read -r p; do
+			tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "FTCC_RANK=1" &&
+				tr '\0' '\n' <"/proc/$p/environ" | grep -qx "FTCC_JOB_ID=grow-$rows-$$" && echo "$p"
+		done | head -1)
+		[ -n "$victim" ] && kill -KILL "$victim"
+	fi
+	# (survivor-dies: ftcc-run reports rank 1's death; the models say the rest)
+	wait $sp || { rc=$?; [ "$twist" = survivor-dies ] || why="${why:-ftcc-run exited $rc}"; }
+	for p in $pids; do
+		wait "$p" || { rc=$?; why="${why:-a newcomer exited $rc}"; }
+	done
+	# every finisher's model, the same
+	local models
+	models=$(cat "$d/surv.out" "$d"/new*.out 2>/dev/null | sed -n 's/^\(\[[^]]*\] \)\{0,1\}model \([0-9a-f]*\)$/\2/p' | sort | uniq -c)
+	local want=$n
+	[ "$twist" = survivor-dies ] && want=$((n - 1))
+	if [ -z "$why" ] && { [ "$(echo "$models" | wc -l)" != 1 ] || [ "$(echo "$models" | awk '{print $1}')" != "$want" ]; }; then
+		why="final models differ or are missing: $models"
+	fi
+	# a newcomer's ops have the survivors' digests
+	if [ -z "$why" ]; then
+		ops "$d/surv.out" | sort -u >"$d/surv.ops"
+		for r in $killed; do
+			ops "$d/new$r.out" | sort -u >"$d/new$r.ops"
+			if [ -n "$(comm -23 "$d/new$r.ops" "$d/surv.ops")" ]; then
+				why="rank $r's new incarnation has digests the survivors do not"
+			fi
+			if ! [ -s "$d/new$r.ops" ]; then
+				why="rank $r's new incarnation ran no op"
+			fi
+		done
+	fi
+	local last
+	last=$(grep -h ' contributors ' "$d/surv.out" "$d"/new*.out | tail -1 | awk '{print $NF}')
+	if [ -z "$why" ] && [ "$twist" != survivor-dies ] && [ "$last" != "$n" ]; then
+		why="the last op ran with $last contributors, not $n"
+	fi
+	if [ -z "$why" ] && [ "$twist" != survivor-dies ]; then
+		local short_ops
+		short_ops=$("$PY" - "$d/trace" "$n" <<'EOF'
+import glob, json, sys
+d, n = sys.argv[1], int(sys.argv[2])
+def events(path):
+    with open(path) as f:
+        return json.load(f)
+ev = events(d + "/rank0.json")
+def short_after(what):
+    # ops of rank 0 short of ranks that ended after the last newcomer's
+    # first event `what` (its ft_init began; it asked to be taken in)
+    start = max(min(e["ts"] for e in events(p) if e.get("name") == what)
+                for p in glob.glob(d + "/new*.json"))
+    return sum(1 for e in ev if e.get("cat") == "op" and e["ts"] + e.get("dur", 0) > start
+               and e["args"]["contributors"] < n)
+print(short_after("asks back"), short_after("init"))
+EOF
+		) || short_ops="trace unreadable"
+		set -- $short_ops
+		if [ $# != 2 ] || [ "$1" -gt 2 ]; then
+			why="rank 0 ran $short_ops ops short after the newcomers asked to come back"
+		fi
+		name="$name (ops short after the newcomers asked: ${1:-?}, after their ft_init began: ${2:-?})"
+	fi
+	if [ -n "$why" ]; then
+		say "FAIL  $name: $why"
+		for f in "$d"/*.out; do say "--- $f"; tail -20 "$f"; done
+		fails=$((fails + 1))
+	else
+		say "ok    $name"
+	fi
+}
+
+only=${GROW_ONLY:-}
+for t in $(seq 1 "$TRIALS"); do
+	row "8 ranks, 6 and 7 killed, both come back" 8 train_rejoin "300 1000 10" "6 7"
+	row "4 ranks, 2 killed and back: steps of several collectives" 4 train_steps "120 4096 10" "2"
+	row "5 ranks, 3 killed; its first newcomer dies waiting, the next comes in" 5 train_rejoin "300 1000 10" "3" newcomer-dies
+	row "6 ranks, 4 and 5 back while survivor 1 dies" 6 train_rejoin "300 1000 10" "4 5" survivor-dies
+	export FTCC_TRANSPORT=fabric FI_PROVIDER="tcp;ofi_rxm"
+	row "8 ranks over tcp;ofi_rxm, 5 killed and back" 8 train_rejoin "300 1000 10" "5"
+	unset FTCC_TRANSPORT FI_PROVIDER
+done
+say "grow: $((ran - fails)) of $ran rows passed"
+[ $fails = 0 ]
