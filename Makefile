@@ -121,7 +121,7 @@ TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mp
 # controller, the node daemon, srun, and munge for their authentication.
 SLURM_PKGS := slurmctld slurmd slurm-client munge
 
-.PHONY: all lib tools torch deps-torch torch-demo examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test slurm-test install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools torch deps-torch torch-demo examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test slurm-test grow-test install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(EXPERIMENTS) $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
 
 lib: $(STATIC) $(SHARED)
@@ -393,6 +393,11 @@ cluster-test: all $(B)/test/tsan_rank $(B)/test/part_rank
 slurm-test: all $(B)/test/tsan_rank $(B)/test/part_rank
 	scripts/deps.sh $(SLURM_PKGS)
 	test/cluster/slurm_test.sh $(B)
+
+# Growing back: killed ranks' new incarnations taken in at the next op
+# (GROW_TRIALS=k repeats the rows).
+grow-test: all
+	test/grow_test.sh $(B)
 
 # Failure detection and recovery times; shrink-policy overhead against abort.
 bench-recovery: all

@@ -91,6 +91,11 @@ item check-install 300 "$(dirname "$0")/check-install.sh" "$B"
 if [ -x "$B/examples/train_rejoin" ] && [ -z "${FTCC_SKIP_REJOIN:-}" ]; then
 	item rejoin_tests 900 "$(dirname "$0")"/../test/rejoin_tests.sh "$B"
 fi
+# Growing back: a job that went on without killed ranks takes their new
+# incarnations in at its next op (test/grow_test.sh).
+if [ -x "$B/examples/train_rejoin" ] && [ -x "$B/examples/train_steps" ]; then
+	item grow 300 "$(dirname "$0")"/../test/grow_test.sh "$B"
+fi
 # A slice of the reliability campaign (make campaign runs 1000 trials):
 # one random trial per cell (shrink over file and in-band membership,
 # rejoin, each over TCP, shm and tcp;ofi_rxm), kills from outside, every

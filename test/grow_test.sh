@@ -129,23 +129,8 @@ row() {
 	fi
 	if [ -z "$why" ] && [ "$twist" != survivor-dies ]; then
 		local short_ops
-		short_ops=$("$PY" - "$d/trace" "$n" <<'EOF'
-import glob, json, sys
-d, n = sys.argv[1], int(sys.argv[2])
-def events(path):
-    with open(path) as f:
-        return json.load(f)
-ev = events(d + "/rank0.json")
-def short_after(what):
-    # ops of rank 0 short of ranks that ended after the last newcomer's
-    # first event `what` (its ft_init began; it asked to be taken in)
-    start = max(min(e["ts"] for e in events(p) if e.get("name") == what)
-                for p in glob.glob(d + "/new*.json"))
-    return sum(1 for e in ev if e.get("cat") == "op" and e["ts"] + e.get("dur", 0) > start
-               and e["args"]["contributors"] < n)
-print(short_after("asks back"), short_after("init"))
-EOF
-		) || short_ops="trace unreadable"
+		short_ops=$("$PY" "$(dirname "$0")/grow_ops.py" "$n" "$d/trace/rank0.json" \
+			"$d"/trace/new*.json) || short_ops="trace unreadable"
 		set -- $short_ops
 		if [ $# != 2 ] || [ "$1" -gt 2 ]; then
 			why="rank 0 ran $short_ops ops short after the newcomers asked to come back"

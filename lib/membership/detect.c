@@ -57,31 +57,8 @@
  *   meantime is followed at once by the next generation.
  * - The main thread learns through a flag it checks while it waits (and a
  *   condition variable when it waits for the view); it adopts the view itself.
- *
- * Growing back (rejoin policy). A view short of ranks takes new
- * incarnations of the missing ones in at an op boundary every member agrees
- * on, without a failure and without stopping an op every member began:
- *
- * - A newcomer publishes as rejoining for generation g + 1 (g the latest
- *   view, which leaves it out) and waits (ft__rejoin_join).
- * - The coordinator's main thread, at the start of op s of generation g,
- *   finds it there and plans the grow before op B = s + 1: this detector
- *   sends GROW(g, B) both ways around the control ring; each rank keeps it
- *   and forwards what is new to it once.
- * - Each main thread, at the start of op B, finds the plan (ft__det_grow_due)
- *   and asks for generation g + 1 instead of running B: its detector
- *   publishes B as its next op, and every settle of this detector takes
- *   the live rejoining records of non-members in, as awaited ranks.
- * - No member can have begun B: the coordinator planned before it took
- *   part in op s, and B begins only after s ends everywhere. A GROW that
- *   arrives after its main thread began B all the same (a neighbour's link
- *   was slow) starts the recovery at once: B is then stopped on a rank whose
- *   peers wait for the grow anyway, and runs again on the new view.
- * - A grow alone never forces a settle after the timeouts: a member that
- *   computes long before op B is waited for as op B would wait for it (a
- *   dead one is detected, and that is a failure, whose settle may force).
- *   The plan and the begun op share the lock, so that either the main
- *   thread sees the plan at B, or the detector sees B begun.
+ * - Growing back, a view that takes new incarnations in with no failure:
+ *   detect_grow.c.
  */
 
 /* Why a neighbour is failed when its kernel closed its control link: the
@@ -207,18 +184,24 @@ static void send_failed_set(struct ft__det *d, int i)
 		send_failed(d, i, "it cannot take a failure notice");
 }
 
-/* The grow planned for this generation, on link i (a neighbour that joined
- * the ring after it went out may have missed it). */
+/* The grow planned for this generation (detect_grow.c), on link i: a
+ * neighbour that joined the ring after it went out may have missed it. */
 static void send_grow(struct ft__det *d, int i)
 {
-	uint64_t at;
+	uint64_t at = ft__det_grow_planned(d);
 
-	lock(d);
-	at = d->grow_gen == d->gen ? d->grow_at : 0;
-	unlock(d);
 	if (at != 0 && !d->ctl.links[i].connecting &&
 	    ft__ctl_send(&d->ctl, i, FT__CTL_GROW, d->gen, &at, sizeof(at)) != 0)
 		send_failed(d, i, "it cannot take a grow notice");
+}
+
+/* To both neighbours but the link it came on (-1: none). */
+static void pass_grow(struct ft__det *d, int from)
+{
+	if (d->left_ci >= 0 && d->left_ci != from)
+		send_grow(d, d->left_ci);
+	if (d->right_ci >= 0 && d->right_ci != from && !d->out)
+		send_grow(d, d->right_ci);
 }
 
 /* What a neighbour that just connected needs to know. */
@@ -408,23 +391,6 @@ static void adopt_view(struct ft__det *d, struct ft__view *v)
 	ft__det_rewire(d);
 }
 
-/* Adds to back (nback of FT__BACK_MAX used) every rank outside this view
- * whose new incarnation asks, live, to be taken into the generation being
- * settled; returns the new count. Its record is there before it is
- * awaited: a newcomer that died since is simply not taken. */
-static int newcomers(struct ft__det *d, int *back, int nback)
-{
-	if (d->size >= d->p.world_size)
-		return nback;
-	for (int r = 0; r < d->p.world_size && nback < FT__BACK_MAX; r++) {
-		struct ft__member m;
-		if (!in_list(d->members, d->size, r) &&
-		    ft__mb_lookup(d->p.mb, d->target, r, &m) == 0 && m.rejoining)
-			back[nback++] = r;
-	}
-	return nback;
-}
-
 static void recovery_step(struct ft__det *d)
 {
 	int64_t now = ft__now_ms(), since = now - d->recover_ms;
@@ -462,7 +428,7 @@ static void recovery_step(struct ft__det *d)
 	}
 	unlock(d);
 	if (d->p.rejoin)
-		nback = newcomers(d, back, nback);
+		nback = ft__det_newcomers(d, back, nback);
 	if (n > 0 && cand[0] == d->p.rank && since < d->p.settle_delay_ms) {
 		free(cand);
 		return;
@@ -618,30 +584,16 @@ static void on_hello(struct ft__det *d, int i, const struct ft__ctl_msg *m)
 	}
 }
 
-/*
- * A grow of generation gen before op at: kept, and passed on around the
- * ring (from: the link it came on, -1 this rank's own plan) when it is new
- * here. Its main thread already inside op at or later (it began it before
- * the news came): the recovery starts now.
- */
-static void grow_planned(struct ft__det *d, uint32_t gen, uint64_t at, int from)
+/* A GROW notice that came on link from (detect_grow.c). */
+static void grow_news(struct ft__det *d, uint32_t gen, uint64_t at, int from)
 {
-	bool news, now;
+	int what = ft__det_grow_note(d, gen, at);
 
-	lock(d);
-	news = d->grow_gen != gen || d->grow_at != at;
-	d->grow_gen = gen;
-	d->grow_at = at;
-	now = news && gen == d->gen && d->begun >= at;
-	unlock(d);
-	if (!news || gen != d->gen)
+	if (what == FT__GROW_OLD)
 		return;
 	ft__info("detector: generation %u grows back before op %llu", gen, (unsigned long long)at);
-	if (d->left_ci >= 0 && d->left_ci != from)
-		send_grow(d, d->left_ci);
-	if (d->right_ci >= 0 && d->right_ci != from && !d->out)
-		send_grow(d, d->right_ci);
-	if (now && !d->out) {
+	pass_grow(d, from);
+	if (what == FT__GROW_NOW && !d->out) {
 		d->growing = true;
 		start_recovery(d);
 	}
@@ -650,26 +602,14 @@ static void grow_planned(struct ft__det *d, uint32_t gen, uint64_t at, int from)
 /* The main thread's 'g': its own plan to send, or its op at the grow. */
 static void grow_cmd(struct ft__det *d)
 {
-	uint32_t gen;
 	uint64_t at;
-	bool send, now;
+	int what = ft__det_grow_command(d, &at);
 
-	lock(d);
-	gen = d->grow_gen;
-	at = d->grow_at;
-	send = d->grow_send;
-	now = d->grow_now && gen == d->gen;
-	d->grow_send = d->grow_now = false;
-	unlock(d);
-	if (send && gen == d->gen) {
-		if (d->left_ci >= 0)
-			send_grow(d, d->left_ci);
-		if (d->right_ci >= 0 && !d->out)
-			send_grow(d, d->right_ci);
-	}
-	if (now && !d->out) {
+	if (what & FT__GROW_SEND)
+		pass_grow(d, -1);
+	if ((what & FT__GROW_START) && !d->out) {
 		ft__info("detector: the main thread is at op %llu: generation %u grows back",
-			 (unsigned long long)at, gen + 1);
+			 (unsigned long long)at, d->gen + 1);
 		d->growing = true;
 		start_recovery(d);
 	}
@@ -703,7 +643,7 @@ static void on_msg(struct ft__det *d, int i, const struct ft__ctl_msg *m, bool f
 		uint64_t at;
 		memcpy(&at, m->payload, sizeof(at)); /* ctl.c checked its length */
 		if (m->gen >= d->gen && at != 0)
-			grow_planned(d, m->gen, at, i);
+			grow_news(d, m->gen, at, i);
 		break;
 	}
 	case FT__CTL_BYE:

@@ -259,52 +259,13 @@ void ft__det_adopted(struct ft__det *d, uint32_t gen, uint64_t next_op)
 	unlock(d);
 }
 
-static void command(struct ft__det *d, char what)
-{
-	if (write(d->cmd[1], &what, 1) < 0) {
-		/* a full pipe already holds a wake-up */
-	}
-}
-
 void ft__det_suspect(struct ft__det *d, int orig, bool sure)
 {
 	lock(d);
 	d->suspect = orig;
 	d->suspect_sure = sure;
 	unlock(d);
-	command(d, 'x');
-}
-
-void ft__det_grow_plan(struct ft__det *d, uint32_t gen, uint64_t at)
-{
-	bool news;
-
-	lock(d);
-	news = d->grow_gen != gen || d->grow_at != at;
-	if (news) {
-		d->grow_gen = gen;
-		d->grow_at = at;
-		d->grow_send = true;
-	}
-	unlock(d);
-	if (news)
-		command(d, 'g');
-}
-
-bool ft__det_grow_due(struct ft__det *d, uint32_t gen, uint64_t seq)
-{
-	bool due;
-
-	lock(d);
-	due = d->grow_gen == gen && d->grow_at == seq;
-	if (due)
-		d->grow_now = true;
-	else
-		d->begun = seq;
-	unlock(d);
-	if (due)
-		command(d, 'g');
-	return due;
+	ft__det_command(d, 'x');
 }
 
 void ft__det_times(struct ft__det *d, uint64_t *known_ns, uint64_t *settled_ns)

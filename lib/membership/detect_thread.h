@@ -68,6 +68,29 @@ struct ft__det {
 #define AUTH_REFUSED_US 1 /* it refused our hello, did not prove its token, or left */
 #define AUTH_CLAIMED 2    /* a hello claiming to be it was refused here */
 
+/*
+ * detect_grow.c. ft__det_command: wakes the detector's thread with a
+ * command ('x' suspect, 'g' grow). On the detector's thread:
+ * ft__det_grow_planned: the op this generation grows before, 0 none;
+ * ft__det_grow_note: a GROW notice (gen, at) arrived: FT__GROW_OLD (known,
+ * or of a generation not reached yet: kept), FT__GROW_NEWS (to pass on) or
+ * FT__GROW_NOW (also: the main thread already began op at: recover now);
+ * ft__det_grow_command: what the main thread's 'g' asks (FT__GROW_SEND its
+ * own plan, FT__GROW_START it is at the op), *at the op;
+ * ft__det_newcomers: adds to back (nback of FT__BACK_MAX used) every rank
+ * outside this view whose new incarnation asks, live, to be taken into the
+ * generation being settled (its record is there before it is awaited: a
+ * newcomer that died since is not taken); returns the new nback.
+ */
+enum { FT__GROW_OLD, FT__GROW_NEWS, FT__GROW_NOW };
+#define FT__GROW_SEND 1
+#define FT__GROW_START 2
+void ft__det_command(struct ft__det *d, char what);
+uint64_t ft__det_grow_planned(struct ft__det *d);
+int ft__det_grow_note(struct ft__det *d, uint32_t gen, uint64_t at);
+int ft__det_grow_command(struct ft__det *d, uint64_t *at);
+int ft__det_newcomers(struct ft__det *d, int *back, int nback);
+
 /* A default mutex cannot fail to lock or unlock when used correctly. */
 static inline void lock(struct ft__det *d)
 {

@@ -1,0 +1,138 @@
+/* detect_grow.c: growing back's state, shared by the main thread (the plan, the op it is at) and the detector's thread (the notices: detect.c), and the newcomers a settle takes in. */
+/* SPDX-License-Identifier: MIT */
+#include <unistd.h>
+
+#include "detect.h"
+#include "detect_thread.h"
+#include "internal.h"
+
+/*
+ * Growing back (rejoin policy). A view short of ranks takes new
+ * incarnations of the missing ones in at an op boundary every member agrees
+ * on, without a failure and without stopping an op every member began:
+ *
+ * - A newcomer publishes as rejoining for generation g + 1 (g the latest
+ *   view, which leaves it out) and waits (ft__rejoin_join).
+ * - The coordinator's main thread, at the start of op s of generation g,
+ *   finds it there and plans the grow before op B = s + 1: this detector
+ *   sends GROW(g, B) both ways around the control ring; each rank keeps it
+ *   and forwards what is new to it once.
+ * - Each main thread, at the start of op B, finds the plan (ft__det_grow_due)
+ *   and asks for generation g + 1 instead of running B: its detector
+ *   publishes B as its next op, and every settle of this detector takes
+ *   the live rejoining records of non-members in, as awaited ranks.
+ * - No member can have begun B: the coordinator planned before it took
+ *   part in op s, and B begins only after s ends everywhere. A GROW that
+ *   arrives after its main thread began B all the same (a neighbour's link
+ *   was slow) starts the recovery at once: B is then stopped on a rank whose
+ *   peers wait for the grow anyway, and runs again on the new view.
+ * - A grow alone never forces a settle after the timeouts: a member that
+ *   computes long before op B is waited for as op B would wait for it (a
+ *   dead one is detected, and that is a failure, whose settle may force).
+ *   The plan and the begun op share the lock, so that either the main
+ *   thread sees the plan at B, or the detector sees B begun.
+ */
+
+static bool member(const struct ft__det *d, int r)
+{
+	for (int i = 0; i < d->size; i++)
+		if (d->members[i] == r)
+			return true;
+	return false;
+}
+
+void ft__det_command(struct ft__det *d, char what)
+{
+	if (write(d->cmd[1], &what, 1) < 0) {
+		/* a full pipe already holds a wake-up */
+	}
+}
+
+void ft__det_grow_plan(struct ft__det *d, uint32_t gen, uint64_t at)
+{
+	bool news;
+
+	lock(d);
+	news = d->grow_gen != gen || d->grow_at != at;
+	if (news) {
+		d->grow_gen = gen;
+		d->grow_at = at;
+		d->grow_send = true;
+	}
+	unlock(d);
+	if (news)
+		ft__det_command(d, 'g');
+}
+
+bool ft__det_grow_due(struct ft__det *d, uint32_t gen, uint64_t seq)
+{
+	bool due;
+
+	lock(d);
+	due = d->grow_at != 0 && d->grow_gen == gen && d->grow_at == seq; /* 0: none planned */
+	if (due)
+		d->grow_now = true;
+	else
+		d->begun = seq;
+	unlock(d);
+	if (due)
+		ft__det_command(d, 'g');
+	return due;
+}
+
+/* ---- the detector's thread ---- */
+
+uint64_t ft__det_grow_planned(struct ft__det *d)
+{
+	uint64_t at;
+
+	lock(d);
+	at = d->grow_gen == d->gen ? d->grow_at : 0;
+	unlock(d);
+	return at;
+}
+
+int ft__det_grow_note(struct ft__det *d, uint32_t gen, uint64_t at)
+{
+	bool news, now;
+
+	if (gen < d->gen || at == 0)
+		return FT__GROW_OLD;
+	lock(d);
+	news = d->grow_gen != gen || d->grow_at != at;
+	d->grow_gen = gen;
+	d->grow_at = at;
+	now = news && gen == d->gen && d->begun >= at;
+	unlock(d);
+	/* a generation this detector has not reached: kept for when it does */
+	if (!news || gen != d->gen)
+		return FT__GROW_OLD;
+	return now ? FT__GROW_NOW : FT__GROW_NEWS;
+}
+
+int ft__det_grow_command(struct ft__det *d, uint64_t *at)
+{
+	int what = 0;
+
+	lock(d);
+	*at = d->grow_at;
+	if (d->grow_send && d->grow_gen == d->gen)
+		what |= FT__GROW_SEND;
+	if (d->grow_now && d->grow_gen == d->gen)
+		what |= FT__GROW_START;
+	d->grow_send = d->grow_now = false;
+	unlock(d);
+	return what;
+}
+
+int ft__det_newcomers(struct ft__det *d, int *back, int nback)
+{
+	if (d->size >= d->p.world_size)
+		return nback;
+	for (int r = 0; r < d->p.world_size && nback < FT__BACK_MAX; r++) {
+		struct ft__member m;
+		if (!member(d, r) && ft__mb_lookup(d->p.mb, d->target, r, &m) == 0 && m.rejoining)
+			back[nback++] = r;
+	}
+	return nback;
+}
