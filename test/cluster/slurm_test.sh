@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# slurm_test.sh BUILD_DIR: ftcc jobs under Slurm's srun on a real Slurm cluster of 5 namespace hosts (4 x 2 ranks and a spare): the collectives matrix, a whole host killed under shrink, exact rejoin on the spare host, a partition.
+# slurm_test.sh BUILD_DIR: ftcc jobs under Slurm's srun on a real Slurm cluster of 5 namespace hosts (4 x 2 ranks and a spare): the collectives matrix, a whole host killed under shrink, exact rejoin on the spare host, growing back onto it, a partition.
 #
 # The cluster: netns.sh makes 5 hosts, slurm.sh starts munged, slurmctld
 # (host 1) and a slurmd per host. Every job is started by srun from host 1,
@@ -36,6 +36,12 @@
 #                    the application (train_rejoin recomputes the
 #                    interrupted op's input from the model a survivor
 #                    sends), still exact;
+#   grow             rejoin with FTCC_REJOIN_TIMEOUT_MS=0: host 4 killed
+#                    mid-job, the 6 survivors go on alone; then ranks 6 and
+#                    7 are started on host 5 and taken back at the job's next
+#                    op: every rank ends with the same model, the last op has
+#                    8 contributors, and the traces show at most 2 ops short
+#                    of ranks after the newcomers asked (test/grow_ops.py);
 #   part             srun --no-kill --mpi=pmix, shrink, in-band: the switch
 #                    split 1,2 | 3,4 mid-job (test/part_rank, each rank's
 #                    lines to a file of its own): hosts 1 and 2 go on with 4
@@ -52,7 +58,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 NETNS=$HERE/netns.sh
 SLURM=$HERE/slurm.sh
 DEADLINE=${SLURM_DEADLINE:-60}
-ROWS=${SLURM_ROWS:-matrix-pmix matrix-file kill rejoin rejoin-nolog part}
+ROWS=${SLURM_ROWS:-matrix-pmix matrix-file kill rejoin rejoin-nolog grow part}
 TRIALS=${SLURM_TRIALS:-1}
 
 for p in slurmctld slurmd srun munged; do
@@ -67,7 +73,7 @@ SHARED=$C.shared
 cleanup() {
 	if [ -f "$C/cluster" ]; then "$SLURM" "$C" stop >/dev/null 2>&1 || true; fi
 	"$NETNS" "$C" destroy || true
-	rm -rf "$OUT" "$OUT.new" "$C" "$C".r? "$C.ref.ops" "$SHARED"
+	rm -rf "$OUT" "$OUT.new" "$OUT.ops" "$C" "$C".r? "$C.ref.ops" "$SHARED"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
@@ -228,6 +234,59 @@ rejoin_row() { # TRIAL LOGS(shared|local)
 		"${why#; }"
 }
 
+# grow: the job goes on without host 4's ranks at once (rejoin timeout 0),
+# and their new incarnations, started later on the spare host 5, are taken
+# back at the job's next op (README, "Growing back")
+grow_row() { # TRIAL
+	d="grow: srun --no-kill, host 4 killed, the 6 survivors go on; ranks 6 and 7 started later on host 5 are taken back"
+	t0=$(date +%s) st=0 st2=0
+	job=gr$$-$1
+	mkdir -p "$SHARED/trace-$job"
+	rejoin_env "$job" LOGS=shared FTCC_REJOIN_TIMEOUT_MS=0 FTCC_TRACE="$SHARED/trace-$job/rank.json" \
+		srun --no-kill -N4 -n8 -w h1,h2,h3,h4 --mpi=none --label \
+		sh -c "$RANK_LOGS" "$B/examples/train_rejoin" "$STEPS" 100000 5 >"$OUT" 2>&1 &
+	main=$!
+	at=$((20 + $(od -An -N2 -tu2 /dev/urandom) % 100))
+	wait_lines "$OUT" ": op $at digest" 8
+	"$NETNS" "$C" kill 4
+	wait_lines "$OUT" "contributors 6$" 6
+	k=$(now_ms)
+	# shellcheck disable=SC2016
+	rejoin_env "$job" LOGS=shared FTCC_REJOIN_TIMEOUT_MS=0 FTCC_TRACE="$SHARED/trace-$job/new.json" \
+		srun -w h5 -N1 -n2 --mpi=none --label sh -c \
+		'FTCC_RANK=$((6 + SLURM_PROCID)) FTCC_WORLD_SIZE=8 FTCC_INCARNATION=1 exec sh -c "$0" "$@"' \
+		"$RANK_LOGS" "$B/examples/train_rejoin" "$STEPS" 100000 5 >"$OUT.new" 2>&1 || st2=$?
+	e=$(now_ms)
+	wait_lines "$OUT" ": model " 6 "$DEADLINE"
+	end_job "$main"
+	"$SLURM" "$C" slurmd 4 >>"$OUT" 2>&1 || st=1
+	why=""
+	n6=$(ops "$OUT" | awk '$3 == 6' | wc -l)
+	[ "$n6" -gt 0 ] || why="no op ran with the 6 survivors alone"
+	last=$(ops "$OUT" "$OUT.new" | sort -n | tail -1 | cut -d' ' -f3)
+	[ "$last" = 8 ] || why="$why; the last op ran with ${last:-no} contributors, not 8"
+	ops "$OUT" >"$OUT.ops"
+	[ -z "$(ops "$OUT.new" | comm -23 - "$OUT.ops")" ] ||
+		why="$why; a newcomer has a digest the survivors do not"
+	rm -f "$OUT.ops"
+	[ "$(models "$OUT" "$OUT.new" | wc -l)" -eq 8 ] ||
+		why="$why; $(models "$OUT" "$OUT.new" | wc -l) of 8 ranks ended with a model"
+	[ "$(models "$OUT" "$OUT.new" | sort -u | wc -l)" -eq 1 ] || why="$why; the models differ"
+	[ "$(grep -c "rejoined: the job stands" "$OUT.new" || true)" -eq 2 ] || why="$why; ranks 6 and 7 were not both taken back"
+	[ "$st" -eq 0 ] && [ "$st2" -eq 0 ] || why="$why; slurmd $st, the newcomers' srun exit $st2"
+	short=$(/usr/bin/python3 "$HERE/../grow_ops.py" 8 "$SHARED/trace-$job/rank.0.json" \
+		"$SHARED/trace-$job"/new.[67].json 2>&1) || why="$why; traces: $short"
+	set -- $short
+	[ $# = 2 ] && [ "$1" -le 2 ] || why="$why; rank 0 ran ${1:-?} ops short after the newcomers asked"
+	stood=$(sed -n 's/.*rejoined: the job stands at op \([0-9]*\).*/\1/p' "$OUT.new" | head -1)
+	cat "$OUT.new" >>"$OUT"
+	rm -f "$OUT.new"
+	ok=1
+	[ -n "$why" ] || ok=0
+	verdict $ok ": killed after op $at, $n6 ops at 6, taken back at op ${stood:-?}; ops short after the newcomers asked: ${1:-?} (after their ft_init began: ${2:-?}); 8 equal models; the newcomers' srun ended $((e - k)) ms after it began" \
+		"${why#; }"
+}
+
 part_row() {
 	d="part: srun --no-kill, shrink, in-band (PMIx): the switch split 1,2 | 3,4 mid-job"
 	t0=$(date +%s) st=0
@@ -302,6 +361,7 @@ while [ "$i" -lt "$TRIALS" ]; do
 	want kill && kill_row
 	want rejoin && rejoin_row "$i" shared
 	want rejoin-nolog && rejoin_row "$i" local
+	want grow && grow_row "$i"
 	i=$((i + 1))
 done
 want part && part_row
