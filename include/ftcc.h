@@ -206,11 +206,12 @@ struct ft_op_info {
  *
  * A new incarnation (FTCC_INCARNATION > 0) of a rank whose job has ended
  * without it (every other rank finalized) fails at once with -FT_EENDED
- * (file rendezvous: README, "Exact rejoin"). Under the rejoin policy, one
- * whose job still runs returns once a view takes it back: the next view
- * after a failure, or, when the job went on without its rank (the rejoin
- * timeout passed), the view the survivors settle at their next collective
- * (growing back: README, "Growing back"); it blocks until then, for at
+ * (file rendezvous: README, "Exact rejoin"). Under the rejoin and shrink
+ * policies (file rendezvous), one whose job still runs returns once a view
+ * takes it back: the next view after a failure, or, when the job went on
+ * without its rank (shrink; rejoin once the rejoin timeout passed), the
+ * view the survivors settle at their next collective (growing back:
+ * README, "Growing back"); ft_rejoined then returns 1. It blocks until then, for at
  * most rejoin_timeout_ms + 2 x detect_timeout_ms + connect_timeout_ms
  * (-FT_ETIMEDOUT), and fails with -FT_EENDED as soon as no other rank of
  * the job lives.

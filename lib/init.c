@@ -146,6 +146,14 @@ static void init_fault(struct ft_comm *c, enum ft__fault_phase phase)
 		ft__fault_act(hit);
 }
 
+/* Whether a new incarnation of a rank the job went on without is taken
+ * back (rejoin and shrink, over the file rendezvous: README, "Growing
+ * back"): it then finds the running job in ft_init. */
+static bool grows(const struct ft_comm *c)
+{
+	return c->cfg.policy != FT_POLICY_ABORT && strcmp(c->cfg.membership, "inband") != 0;
+}
+
 static int comm_join(struct ft_comm *c)
 {
 	struct ft__tp_params params = {
@@ -225,6 +233,7 @@ static int comm_join(struct ft_comm *c)
 			.detect_timeout_ms = c->cfg.detect_timeout_ms,
 			.rejoin = c->cfg.policy == FT_POLICY_REJOIN,
 			.rejoin_timeout_ms = c->cfg.rejoin_timeout_ms,
+			.grow = grows(c),
 			.trace = c->trace,
 		};
 		if ((rc = ft__det_create(&dp, &c->det)) != 0)
@@ -238,7 +247,7 @@ static int comm_join(struct ft_comm *c)
 				 "failure on their tick");
 		snprintf(me.ctrl, sizeof(me.ctrl), "%s", ft__det_addr(c->det));
 	}
-	if (c->cfg.policy == FT_POLICY_REJOIN) {
+	if (grows(c)) {
 		rc = ft__mb_resume(&c->mb, &view);
 		if (rc < 0)
 			return rc;

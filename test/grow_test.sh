@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # grow_test.sh BUILD_DIR: a job that shrank grows back (README, "Growing back").
 #
-# Each row runs an example under ftcc-run (FTCC_POLICY=rejoin,
-# FTCC_REJOIN_TIMEOUT_MS=0: the survivors go on at once), SIGKILLs ranks
+# Each row runs an example under ftcc-run (FTCC_POLICY=rejoin with
+# FTCC_REJOIN_TIMEOUT_MS=0: the survivors go on at once; some rows
+# FTCC_POLICY=shrink), SIGKILLs ranks
 # from outside at a random moment, waits until the survivors run without
 # them, and then starts new incarnations of those ranks by hand (as a
 # scheduler would, later), with the job's rendezvous, id and token. Checks:
@@ -51,7 +52,7 @@ row() {
 	rows=$((rows + 1))
 	d=$tmp/$rows
 	mkdir -p "$d/rv" "$d/trace"
-	export FTCC_RENDEZVOUS=$d/rv FTCC_JOB_ID=grow-$rows-$$ FTCC_POLICY=rejoin
+	export FTCC_RENDEZVOUS=$d/rv FTCC_JOB_ID=grow-$rows-$$ FTCC_POLICY=${POLICY:-rejoin}
 	export FTCC_REJOIN_TIMEOUT_MS=0 FTCC_LOG_DIR=$d/logs FTCC_LOG_LEVEL=2 FTCC_CKPT_DIR=$d/ckpt
 	FTCC_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 	export FTCC_TOKEN
@@ -164,6 +165,9 @@ for t in $(seq 1 "$TRIALS"); do
 		train_sharded "300 16384 10" "1"
 	row "5 ranks, 3 killed; its first newcomer dies waiting, the next comes in" 5 train_rejoin "300 1000 10" "3" newcomer-dies
 	row "6 ranks, 4 and 5 back while survivor 1 dies" 6 train_rejoin "300 1000 10" "4 5" survivor-dies
+	POLICY=shrink row "shrink: 8 ranks, 6 and 7 killed, both come back" 8 train_rejoin "300 1000 10" "6 7"
+	POLICY=shrink row "shrink: 4 ranks, 2 killed and back: steps of several collectives" 4 \
+		train_steps "120 4096 10" "2"
 	export FTCC_TRANSPORT=fabric FI_PROVIDER="tcp;ofi_rxm"
 	row "8 ranks over tcp;ofi_rxm, 5 killed and back" 8 train_rejoin "300 1000 10" "5"
 	unset FTCC_TRANSPORT FI_PROVIDER

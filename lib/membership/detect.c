@@ -362,7 +362,7 @@ static void adopt_view(struct ft__det *d, struct ft__view *v)
 	lock(d);
 	for (int i = 0; i < d->size; i++) {
 		int r = d->members[i];
-		if (d->p.rejoin && d->failed[r] && r != d->p.rank) {
+		if ((d->p.rejoin || d->p.grow) && d->failed[r] && r != d->p.rank) {
 			/* settled as a new incarnation: older news of its death is old */
 			d->failed[r] = false;
 			d->since[r] = d->gen;
@@ -427,7 +427,7 @@ static void recovery_step(struct ft__det *d)
 			back[nback++] = d->members[i];
 	}
 	unlock(d);
-	if (d->p.rejoin)
+	if (d->p.grow)
 		nback = ft__det_newcomers(d, back, nback);
 	if (n > 0 && cand[0] == d->p.rank && since < d->p.settle_delay_ms) {
 		free(cand);

@@ -25,6 +25,8 @@ struct ft__det_params {
 	int settle_delay_ms;            /* the coordinator waits this long before settling */
 	bool rejoin;                    /* rejoin policy: wait for failed ranks to come back */
 	int rejoin_timeout_ms;          /* ... this long, then settle without them */
+	bool grow;                      /* new incarnations of ranks outside the view are
+					 * taken back (growing back: detect_grow.c) */
 	struct ft__trace *trace;        /* the communicator's, or NULL; outlives the detector */
 };
 

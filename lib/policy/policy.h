@@ -66,7 +66,17 @@ extern const struct ft__policy ft__policy_rejoin;
  */
 /* A failure seen between calls: op run->seq runs on the next view. */
 int ft__recover_between(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok);
-/* Growing back (rejoin), at the start of op run->seq: 0 (the op runs on the
+/*
+ * New incarnations taken in (newcomers.c), for the rejoin and shrink
+ * policies: view_loaded finds the ops at which the state goes to them,
+ * op_start sends it; mismatch: an op failed with -FT_EMISMATCH at op seq:
+ * a newcomer that called another collective is sent away (the survivors'
+ * verdict -FT_EPEERFAILED, its own -FT_EEXCLUDED), else -FT_EMISMATCH.
+ */
+void ft__newcomers_view_loaded(struct ft_comm *c, const struct ft__view *v);
+int ft__newcomers_op_start(struct ft_comm *c, uint64_t seq);
+int ft__newcomers_mismatch(struct ft_comm *c, uint64_t seq);
+/* Growing back (rejoin, shrink), at the start of op run->seq: 0 (the op runs on the
  * current view, grown or not), or the error that ends the call. */
 int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run);
 /* After a failed attempt whose input is safe: tears the ring down, waits for

@@ -124,6 +124,8 @@ static int shrink_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 {
 	int rc = ft__recover_between(c, k, run, true);
 
+	if (rc == 0)
+		rc = ft__recover_grow(c, k, run);
 	return rc != 0 ? rc : ft__shrink_backup_alloc(c, k);
 }
 
@@ -138,6 +140,8 @@ static int shrink_recover(struct ft_comm *c, struct ft__call *k, const struct ft
 {
 	uint64_t t0;
 
+	if (rc == -FT_EMISMATCH && c->det != NULL)
+		rc = ft__newcomers_mismatch(c, run->seq);
 	if (!ft__recoverable(c, rc))
 		return rc;
 	if (co->claimed && kept_op(c, k)) {
@@ -187,6 +191,8 @@ static void shrink_finalize(struct ft_comm *c)
 const struct ft__policy ft__policy_shrink = {
 	.name = "shrink",
 	.begin = shrink_begin,
+	.view_loaded = ft__newcomers_view_loaded,
+	.op_start = ft__newcomers_op_start,
 	.attempt = shrink_attempt,
 	.recover = shrink_recover,
 	.end = shrink_end,
