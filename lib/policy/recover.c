@@ -272,21 +272,27 @@ int ft__recover_restart(struct ft_comm *c, const struct ft__call *k, const struc
 	return v;
 }
 
+/* Before op run->seq begins: it runs on the next view (0), or the error. */
+static int view_before(struct ft_comm *c, struct ft__call *k, struct ft__run *run,
+		       bool handover_ok, int wait_ms)
+{
+	uint64_t t0 = ft__now_ns();
+	int rc = recover_view(c, k, run->seq, -1, handover_ok, wait_ms);
+
+	if (rc == FT__STANDS)
+		rc = -FT_EPROTO;
+	if (rc != 0)
+		return rc;
+	c->stats.recoveries++;
+	run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
+	return 0;
+}
+
 int ft__recover_between(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok)
 {
-	int rc;
-
-	if (c->det != NULL && ft__det_pending(c->det)) {
-		/* a failure seen between calls: this op runs on the next view */
-		uint64_t t0 = ft__now_ns();
-		rc = recover_view(c, k, run->seq, -1, handover_ok, view_wait_ms(c));
-		if (rc == FT__STANDS)
-			rc = -FT_EPROTO;
-		if (rc != 0)
-			return rc;
-		c->stats.recoveries++;
-		run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
-	}
+	/* a failure seen between calls: this op runs on the next view */
+	if (c->det != NULL && ft__det_pending(c->det))
+		return view_before(c, k, run, handover_ok, view_wait_ms(c));
 	return 0;
 }
 
@@ -318,25 +324,17 @@ static bool newcomer_waiting(struct ft_comm *c, uint64_t at)
  */
 int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run)
 {
-	uint64_t t0;
 	int rc;
 
 	if (c->det == NULL || c->size >= c->cfg.world_size)
 		return 0;
 	if (ft__det_grow_due(c->det, c->generation, run->seq)) {
-		t0 = ft__now_ns();
 		ft__info("op %llu: generation %u grows back first", (unsigned long long)run->seq,
 			 c->generation);
-		rc = recover_view(c, k, run->seq, -1, false,
-				  c->cfg.op_timeout_ms > 0 ? c->cfg.op_timeout_ms : INT_MAX);
-		if (rc == FT__STANDS)
-			rc = -FT_EPROTO;
-		if (rc != 0)
+		rc = view_before(c, k, run, false,
+				 c->cfg.op_timeout_ms > 0 ? c->cfg.op_timeout_ms : INT_MAX);
+		if (rc != 0 || c->size >= c->cfg.world_size)
 			return rc;
-		c->stats.recoveries++;
-		run->recovery_ms += (double)(ft__now_ns() - t0) / 1e6;
-		if (c->size >= c->cfg.world_size)
-			return 0;
 	}
 	if (c->members[0] == c->cfg.rank && newcomer_waiting(c, run->seq + 1))
 		ft__det_grow_plan(c->det, c->generation, run->seq + 1);

@@ -186,6 +186,22 @@ rejoin_ref() {
 # directory of its host's own (no log reaches another host)
 # shellcheck disable=SC2016
 RANK_LOGS='[ "$LOGS" = local ] && FTCC_LOG_DIR=$FTCC_LOG_DIR-$(hostname); export FTCC_LOG_DIR; exec "$0" "$@"'
+# on_spare JOB [VAR=VALUE...]: ranks 6 and 7 started again on host 5 by a
+# second srun (its output in $OUT.new, its status in st2, its end in e),
+# then the main srun ($main) ended once 6 ranks printed their model, and
+# host 4's slurmd started again (st)
+on_spare() {
+	j=$1
+	shift
+	# shellcheck disable=SC2016
+	rejoin_env "$j" "$@" srun -w h5 -N1 -n2 --mpi=none --label sh -c \
+		'FTCC_RANK=$((6 + SLURM_PROCID)) FTCC_WORLD_SIZE=8 FTCC_INCARNATION=1 exec sh -c "$0" "$@"' \
+		"$RANK_LOGS" "$B/examples/train_rejoin" "$STEPS" 100000 5 >"$OUT.new" 2>&1 || st2=$?
+	e=$(now_ms)
+	wait_lines "$OUT" ": model " 6 "$DEADLINE"
+	end_job "$main"
+	"$SLURM" "$C" slurmd 4 >>"$OUT" 2>&1 || st=1
+}
 rejoin_row() { # TRIAL LOGS(shared|local)
 	if [ "$2" = shared ]; then
 		d="rejoin: srun --no-kill, host 4 killed, ranks 6 and 7 started again on host 5 (logs on a shared file system)"
@@ -202,14 +218,7 @@ rejoin_row() { # TRIAL LOGS(shared|local)
 	wait_lines "$OUT" ": op $at digest" 8
 	"$NETNS" "$C" kill 4
 	k=$(now_ms)
-	# shellcheck disable=SC2016
-	rejoin_env "$job" LOGS="$2" srun -w h5 -N1 -n2 --mpi=none --label sh -c \
-		'FTCC_RANK=$((6 + SLURM_PROCID)) FTCC_WORLD_SIZE=8 FTCC_INCARNATION=1 exec sh -c "$0" "$@"' \
-		"$RANK_LOGS" "$B/examples/train_rejoin" "$STEPS" 100000 5 >"$OUT.new" 2>&1 || st2=$?
-	e=$(now_ms)
-	wait_lines "$OUT" ": model " 6 "$DEADLINE"
-	end_job "$main"
-	"$SLURM" "$C" slurmd 4 >>"$OUT" 2>&1 || st=1
+	on_spare "$job" LOGS="$2"
 	cat "$OUT.new" >>"$OUT"
 	why=""
 	bad=$(ops "$OUT" | awk '$3 == 8' | sort -u | comm -13 "$REF_OPS" - | head -3 | tr '\n' ';')
@@ -251,15 +260,7 @@ grow_row() { # TRIAL
 	"$NETNS" "$C" kill 4
 	wait_lines "$OUT" "contributors 6$" 6
 	k=$(now_ms)
-	# shellcheck disable=SC2016
-	rejoin_env "$job" LOGS=shared FTCC_REJOIN_TIMEOUT_MS=0 FTCC_TRACE="$SHARED/trace-$job/new.json" \
-		srun -w h5 -N1 -n2 --mpi=none --label sh -c \
-		'FTCC_RANK=$((6 + SLURM_PROCID)) FTCC_WORLD_SIZE=8 FTCC_INCARNATION=1 exec sh -c "$0" "$@"' \
-		"$RANK_LOGS" "$B/examples/train_rejoin" "$STEPS" 100000 5 >"$OUT.new" 2>&1 || st2=$?
-	e=$(now_ms)
-	wait_lines "$OUT" ": model " 6 "$DEADLINE"
-	end_job "$main"
-	"$SLURM" "$C" slurmd 4 >>"$OUT" 2>&1 || st=1
+	on_spare "$job" LOGS=shared FTCC_REJOIN_TIMEOUT_MS=0 FTCC_TRACE="$SHARED/trace-$job/new.json"
 	why=""
 	n6=$(ops "$OUT" | awk '$3 == 6' | wc -l)
 	[ "$n6" -gt 0 ] || why="no op ran with the 6 survivors alone"
