@@ -210,8 +210,8 @@ struct ft_op_info {
  * policies (file rendezvous), one whose job still runs returns once a view
  * takes it back: the next view after a failure, or, when the job went on
  * without its rank (shrink; rejoin once the rejoin timeout passed), the
- * view the survivors settle at their next collective (growing back:
- * README, "Growing back"); ft_rejoined then returns 1. It blocks until then, for at
+ * view the survivors settle at their next allreduce or barrier (growing
+ * back: README, "Growing back"); ft_rejoined then returns 1. It blocks until then, for at
  * most rejoin_timeout_ms + 2 x detect_timeout_ms + connect_timeout_ms
  * (-FT_ETIMEDOUT), and fails with -FT_EENDED as soon as no other rank of
  * the job lives.
@@ -233,8 +233,8 @@ int ft_finalize(struct ft_comm *comm);
  * first view, one more for each view settled since). They never block and
  * change only inside calls: after a collective returns 0 they describe the
  * membership its result was computed in (under shrink, possibly the
- * survivors' already: README, "When a rank fails"; under rejoin, a view
- * that grew back: ranks taken in again before the call ran). -FT_EINVAL for comm
+ * survivors' already: README, "When a rank fails"; or a view that grew
+ * back: ranks taken in again before the call ran). -FT_EINVAL for comm
  * NULL (ft_orig_rank: also a rank outside 0 .. ft_size() - 1),
  * -FT_EFINALIZED after ft_finalize; ft_generation returns 0 for both.
  * Threads: see "Threads." above ft_init.

@@ -247,7 +247,10 @@ static int comm_join(struct ft_comm *c)
 				 "failure on their tick");
 		snprintf(me.ctrl, sizeof(me.ctrl), "%s", ft__det_addr(c->det));
 	}
-	if (grows(c)) {
+	/* (shrink: a first incarnation never takes a job left in the
+	 * rendezvous by a run killed whole for one of its own) */
+	c->grows = grows(c);
+	if (c->grows && (c->cfg.policy == FT_POLICY_REJOIN || c->tp_env.incarnation > 0)) {
 		rc = ft__mb_resume(&c->mb, &view);
 		if (rc < 0)
 			return rc;
@@ -401,9 +404,9 @@ static int finalize_call(struct ft_comm *c)
 
 	if (rc != 0)
 		return rc;
+	c->finalizing = true; /* a clean end: the logs go; no newcomer is taken in */
 	if (c->policy->finalize != NULL)
 		c->policy->finalize(c);
-	c->finalizing = true; /* a clean end: the logs go */
 	rc = comm_release(c);
 	ft__wipe(c->cfg.token, sizeof(c->cfg.token)); /* the struct outlives the call */
 	c->finalized = true;

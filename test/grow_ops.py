@@ -22,8 +22,19 @@ def main():
     ops = [e for e in events(sys.argv[2]) if e.get("cat") == "op"]
     news = [events(p) for p in sys.argv[3:]]
 
+    def first(ev, what, path):
+        ts = [e["ts"] for e in ev if e.get("name") == what]
+        if not ts:
+            sys.exit(f"grow_ops.py: {path} has no '{what}' event")
+        return min(ts)
+
+    if not news:
+        sys.exit("grow_ops.py: no newcomer trace")
+    if not ops:
+        sys.exit(f"grow_ops.py: {sys.argv[2]} has no op")
+
     def short_after(what):
-        start = max(min(e["ts"] for e in ev if e.get("name") == what) for ev in news)
+        start = max(first(ev, what, p) for ev, p in zip(news, sys.argv[3:]))
         return sum(1 for e in ops
                    if e["ts"] + e.get("dur", 0) > start and e["args"]["contributors"] < n)
 

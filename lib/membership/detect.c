@@ -306,6 +306,7 @@ static void start_recovery(struct ft__det *d)
 	d->target = d->gen + 1;
 	d->recover_ms = ft__now_ms();
 	d->published = false;
+	d->grow_lost = false;
 	lock(d);
 	d->recovering = true;
 	d->frozen = true;
@@ -393,7 +394,7 @@ static void adopt_view(struct ft__det *d, struct ft__view *v)
 
 static void recovery_step(struct ft__det *d)
 {
-	int64_t now = ft__now_ms(), since = now - d->recover_ms;
+	int64_t now = ft__now_ms(), since;
 	struct ft__view v = {0};
 	int *cand, n = 0, rc;
 
@@ -412,28 +413,33 @@ static void recovery_step(struct ft__det *d)
 	cand = malloc(((size_t)d->size + FT__BACK_MAX) * sizeof(int));
 	if (cand == NULL)
 		return;
+	bool lost = false;
+	lock(d);
+	for (int i = 0; i < d->size; i++)
+		lost |= d->failed[d->members[i]];
+	unlock(d);
+	ft__det_grow_lost(d, lost, now);
+	since = now - d->recover_ms;
 	/* rejoin: the failed members of this view are awaited back (back[])
 	 * until rejoin_timeout_ms; then the view settles as under shrink */
-	bool await = d->p.rejoin && since < d->p.rejoin_timeout_ms, lost = false;
+	bool await = d->p.rejoin && since < d->p.rejoin_timeout_ms;
 	int64_t force_ms = 2 * (int64_t)d->p.detect_timeout_ms + d->p.settle_delay_ms +
 			   (d->p.rejoin ? d->p.rejoin_timeout_ms : 0);
 	int *back = cand + d->size, nback = 0;
 	lock(d);
 	for (int i = 0; i < d->size; i++) {
-		lost |= d->failed[d->members[i]];
 		if (!d->failed[d->members[i]])
 			cand[n++] = d->members[i];
 		else if (await && nback < FT__BACK_MAX)
 			back[nback++] = d->members[i];
 	}
 	unlock(d);
-	if (d->p.grow)
-		nback = ft__det_newcomers(d, back, nback);
+	nback = ft__det_newcomers(d, back, nback, lost);
 	if (n > 0 && cand[0] == d->p.rank && since < d->p.settle_delay_ms) {
 		free(cand);
 		return;
 	}
-	/* a grow alone waits for every member (see "Growing back") */
+	/* a grow alone waits for every member (detect_grow.c) */
 	bool force = since >= force_ms && (lost || !d->growing);
 	rc = ft__mb_try_settle_back(d->p.mb, d->target, cand, n, back, nback, force, &v);
 	free(cand);

@@ -64,15 +64,17 @@ void ft__det_adopted(struct ft__det *d, uint32_t gen, uint64_t next_op);
  * from the view's records, or sent away). */
 void ft__det_suspect(struct ft__det *d, int orig, bool sure);
 /*
- * Growing back (detect.c, "Growing back"). ft__det_grow_plan: the
+ * Growing back (detect_grow.c). ft__det_grow_plan: the
  * coordinator of generation gen found a new incarnation waiting: the view
- * grows before op at, and every member is told. ft__det_grow_due: the main
- * thread of generation gen begins op seq; true when the view grows first
- * (the detector now settles the next generation, ft__det_await returns
- * it), false when op seq runs as it is.
+ * grows before op at, and every member is told (a plan only moves
+ * forward). ft__det_grow_due: the main thread of generation gen begins op
+ * seq, which can take newcomers in (can) or not (its arguments depend on
+ * the membership: a grow planned there waits for the next op); true when
+ * the view grows first (the detector now settles the next generation,
+ * ft__det_await returns it), false when op seq runs as it is.
  */
 void ft__det_grow_plan(struct ft__det *d, uint32_t gen, uint64_t at);
-bool ft__det_grow_due(struct ft__det *d, uint32_t gen, uint64_t seq);
+bool ft__det_grow_due(struct ft__det *d, uint32_t gen, uint64_t seq, bool can);
 /* Monotonic ns at which this rank first knew of its latest failure, and at
  * which it last settled on a new view (0: none). */
 void ft__det_times(struct ft__det *d, uint64_t *known_ns, uint64_t *settled_ns);

@@ -7,30 +7,39 @@
 #include "internal.h"
 
 /*
- * Growing back (rejoin policy). A view short of ranks takes new
- * incarnations of the missing ones in at an op boundary every member agrees
- * on, without a failure and without stopping an op every member began:
+ * Growing back (shrink and rejoin policies, file rendezvous). A view short
+ * of ranks takes new incarnations of the missing ones in at an op boundary
+ * every member agrees on, without a failure and without stopping an op
+ * every member began:
  *
  * - A newcomer publishes as rejoining for generation g + 1 (g the latest
  *   view, which leaves it out) and waits (ft__rejoin_join).
  * - The coordinator's main thread, at the start of op s of generation g,
  *   finds it there and plans the grow before op B = s + 1: this detector
  *   sends GROW(g, B) both ways around the control ring; each rank keeps it
- *   and forwards what is new to it once.
+ *   and forwards what is new to it once. Plans only move forward: a copy
+ *   of an older one changes nothing.
  * - Each main thread, at the start of op B, finds the plan (ft__det_grow_due)
  *   and asks for generation g + 1 instead of running B: its detector
- *   publishes B as its next op, and every settle of this detector takes
- *   the live rejoining records of non-members in, as awaited ranks.
+ *   publishes B as its next op, and the settle takes the live rejoining
+ *   records of non-members in, as awaited ranks. Only an allreduce or a
+ *   barrier takes newcomers: a reduce-scatter's blocks and a broadcast's
+ *   root were fixed by each survivor's program for the view it knew, so
+ *   at such an op every member postpones the plan to the next op alike.
  * - No member can have begun B: the coordinator planned before it took
  *   part in op s, and B begins only after s ends everywhere. A GROW that
  *   arrives after its main thread began B all the same (a neighbour's link
- *   was slow) starts the recovery at once: B is then stopped on a rank whose
- *   peers wait for the grow anyway, and runs again on the new view.
+ *   was slow) starts the recovery at once (or postpones, as above): B is
+ *   then stopped on a rank whose peers wait for the grow anyway, and runs
+ *   again on the new view. The plan and the begun op share the lock, so
+ *   that either the main thread sees the plan at B, or the detector sees B
+ *   begun.
  * - A grow alone never forces a settle after the timeouts: a member that
- *   computes long before op B is waited for as op B would wait for it (a
- *   dead one is detected, and that is a failure, whose settle may force).
- *   The plan and the begun op share the lock, so that either the main
- *   thread sees the plan at B, or the detector sees B begun.
+ *   computes long before op B is waited for as op B would wait for it. A
+ *   member lost meanwhile makes it a failure's settle, timed from then,
+ *   without the newcomers (they ask for the next generation): a failure's
+ *   view restarts ops and hands results over, which a newcomer has no part
+ *   in.
  */
 
 static bool member(const struct ft__det *d, int r)
@@ -48,12 +57,20 @@ void ft__det_command(struct ft__det *d, char what)
 	}
 }
 
+/* Under the lock: whether plan (gen, at) is later than the one kept. Plans
+ * only move forward: a copy of an older one (the slow way around the ring,
+ * or one this rank postponed) never undoes a newer one. */
+static bool later(const struct ft__det *d, uint32_t gen, uint64_t at)
+{
+	return gen > d->grow_gen || (gen == d->grow_gen && at > d->grow_at);
+}
+
 void ft__det_grow_plan(struct ft__det *d, uint32_t gen, uint64_t at)
 {
 	bool news;
 
 	lock(d);
-	news = d->grow_gen != gen || d->grow_at != at;
+	news = later(d, gen, at);
 	if (news) {
 		d->grow_gen = gen;
 		d->grow_at = at;
@@ -64,16 +81,22 @@ void ft__det_grow_plan(struct ft__det *d, uint32_t gen, uint64_t at)
 		ft__det_command(d, 'g');
 }
 
-bool ft__det_grow_due(struct ft__det *d, uint32_t gen, uint64_t seq)
+bool ft__det_grow_due(struct ft__det *d, uint32_t gen, uint64_t seq, bool can)
 {
 	bool due;
 
 	lock(d);
 	due = d->grow_at != 0 && d->grow_gen == gen && d->grow_at == seq; /* 0: none planned */
-	if (due)
+	if (due && !can) {
+		d->grow_at = seq + 1; /* every member postpones it alike */
+		due = false;
+	}
+	if (due) {
 		d->grow_now = true;
-	else
+	} else {
 		d->begun = seq;
+		d->begun_can = can;
+	}
 	unlock(d);
 	if (due)
 		ft__det_command(d, 'g');
@@ -94,17 +117,25 @@ uint64_t ft__det_grow_planned(struct ft__det *d)
 
 int ft__det_grow_note(struct ft__det *d, uint32_t gen, uint64_t at)
 {
-	bool news, now;
+	bool news, now = false;
 
-	if (gen < d->gen || at == 0)
+	/* a detector one generation behind keeps it for when it gets there;
+	 * none further behind can be, nor any member ahead */
+	if (at == 0 || gen < d->gen || gen > d->gen + 1)
 		return FT__GROW_OLD;
 	lock(d);
-	news = d->grow_gen != gen || d->grow_at != at;
-	d->grow_gen = gen;
-	d->grow_at = at;
-	now = news && gen == d->gen && d->begun >= at;
+	news = later(d, gen, at);
+	if (news) {
+		d->grow_gen = gen;
+		d->grow_at = at;
+		/* the main thread already began op at: the grow starts now, or,
+		 * op at one that takes no newcomer, before the next (as the
+		 * members that see the plan at its start postpone it) */
+		if (gen == d->gen && d->begun == at && !d->begun_can)
+			d->grow_at = at + 1;
+		now = gen == d->gen && d->begun >= d->grow_at;
+	}
 	unlock(d);
-	/* a generation this detector has not reached: kept for when it does */
 	if (!news || gen != d->gen)
 		return FT__GROW_OLD;
 	return now ? FT__GROW_NOW : FT__GROW_NEWS;
@@ -125,9 +156,22 @@ int ft__det_grow_command(struct ft__det *d, uint64_t *at)
 	return what;
 }
 
-int ft__det_newcomers(struct ft__det *d, int *back, int nback)
+void ft__det_grow_lost(struct ft__det *d, bool lost, int64_t now)
 {
-	if (d->size >= d->p.world_size)
+	if (d->growing && lost && !d->grow_lost) {
+		/* its settle counts from now: the grow may have waited long for
+		 * a member computing before its op */
+		d->grow_lost = true;
+		d->recover_ms = now;
+	}
+}
+
+int ft__det_newcomers(struct ft__det *d, int *back, int nback, bool lost)
+{
+	/* only in a grow alone, at the op planned for it: a failure's view
+	 * restarts an op whose arguments (blocks, root) its callers fixed for
+	 * the view before, and may hand a result over */
+	if (!d->p.grow || !d->growing || lost || d->size >= d->p.world_size)
 		return nback;
 	for (int r = 0; r < d->p.world_size && nback < FT__BACK_MAX; r++) {
 		struct ft__member m;

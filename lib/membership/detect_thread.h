@@ -37,13 +37,14 @@ struct ft__det {
 	int suspect;
 	bool suspect_sure;
 	uint64_t known_ns, settled_ns;
-	/* growing back (detect.c, "Growing back"): generation grow_gen takes
-	 * new incarnations in before op grow_at (0: none planned); begun: the
-	 * op the main thread began last in it; grow_send: the plan is this
-	 * rank's, to go out; grow_now: the main thread is at grow_at */
+	/* growing back (detect_grow.c): generation grow_gen takes new
+	 * incarnations in before op grow_at (0: none planned); begun: the op
+	 * the main thread began last, begun_can: one that can take them;
+	 * grow_send: the plan is this rank's, to go out; grow_now: the main
+	 * thread is at grow_at */
 	uint32_t grow_gen;
 	uint64_t grow_at, begun;
-	bool grow_send, grow_now;
+	bool begun_can, grow_send, grow_now;
 
 	/* detector thread only */
 	uint32_t gen;
@@ -59,7 +60,8 @@ struct ft__det {
 	uint32_t target;        /* generation being settled, 0 none */
 	int64_t recover_ms;
 	bool published;
-	bool growing;           /* the recovery under way takes newcomers in (no failure needed) */
+	bool growing;           /* the recovery under way began as a grow (no failure) */
+	bool grow_lost;         /* ... and has since seen a member lost */
 	bool out;               /* excluded: only waits to be stopped */
 	bool proven;            /* some control link passed both hellos' proofs */
 	uint8_t *auth;          /* by original rank: AUTH_* seen with it */
@@ -77,10 +79,13 @@ struct ft__det {
  * FT__GROW_NOW (also: the main thread already began op at: recover now);
  * ft__det_grow_command: what the main thread's 'g' asks (FT__GROW_SEND its
  * own plan, FT__GROW_START it is at the op), *at the op;
- * ft__det_newcomers: adds to back (nback of FT__BACK_MAX used) every rank
- * outside this view whose new incarnation asks, live, to be taken into the
- * generation being settled (its record is there before it is awaited: a
- * newcomer that died since is not taken); returns the new nback.
+ * ft__det_grow_lost: a settle sees a member lost (lost): a grow turns into
+ * a failure's settle, timed from now; ft__det_newcomers: in a grow's
+ * settle with no member lost, adds to back (nback of FT__BACK_MAX used)
+ * every rank outside this view whose new incarnation asks, live, to be
+ * taken into the generation being settled (its record is there before it
+ * is awaited: a newcomer that died since is not taken); returns the new
+ * nback.
  */
 enum { FT__GROW_OLD, FT__GROW_NEWS, FT__GROW_NOW };
 #define FT__GROW_SEND 1
@@ -89,7 +94,8 @@ void ft__det_command(struct ft__det *d, char what);
 uint64_t ft__det_grow_planned(struct ft__det *d);
 int ft__det_grow_note(struct ft__det *d, uint32_t gen, uint64_t at);
 int ft__det_grow_command(struct ft__det *d, uint64_t *at);
-int ft__det_newcomers(struct ft__det *d, int *back, int nback);
+void ft__det_grow_lost(struct ft__det *d, bool lost, int64_t now);
+int ft__det_newcomers(struct ft__det *d, int *back, int nback, bool lost);
 
 /* A default mutex cannot fail to lock or unlock when used correctly. */
 static inline void lock(struct ft__det *d)

@@ -78,7 +78,7 @@ int ft__newcomers_op_start(struct ft_comm *c, uint64_t seq);
 int ft__newcomers_mismatch(struct ft_comm *c, uint64_t seq);
 /* Growing back (rejoin, shrink), at the start of op run->seq: 0 (the op runs on the
  * current view, grown or not), or the error that ends the call. */
-int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run);
+int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok);
 /* After a failed attempt whose input is safe: tears the ring down, waits for
  * the next view, adopts and acknowledges it, hands a result over; says what
  * the op does (FT__STANDS, FT__RETRY, an error) and accounts the recovery

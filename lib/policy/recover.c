@@ -315,23 +315,31 @@ static bool newcomer_waiting(struct ft_comm *c, uint64_t at)
 }
 
 /*
- * Growing back (lib/membership/detect.c, "Growing back"), at the start of
- * op seq of a view short of ranks: the coordinator plans the grow before
- * the next op when a newcomer waits; at the op planned, every member
- * settles the next view with the newcomers in, then runs the op on it.
+ * Growing back (lib/membership/detect_grow.c), at the start of op seq of a
+ * view short of ranks: the coordinator plans the grow before the next op
+ * when a newcomer waits; at the op planned (or the first after it that
+ * can take newcomers), every member settles the next view with the
+ * newcomers in, then runs the op on it.
  * The wait for that view is the op's own wait for its peers (op_timeout_ms,
  * or as long as they live): a member may still compute before this op.
  */
-int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run)
+int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok)
 {
+	/* an op whose arguments do not depend on the membership: a
+	 * reduce-scatter's or allgather's blocks, a broadcast's root (a place
+	 * in the view) were fixed by the survivors' program for the view it
+	 * knew; ft_finalize's barrier would take in a newcomer only to leave */
+	bool can = (k->kind == FT__COLL_ALLREDUCE || k->kind == FT__COLL_BARRIER) && !c->finalizing;
 	int rc;
 
-	if (c->det == NULL || c->size >= c->cfg.world_size)
+	if (c->det == NULL || !c->grows || c->size >= c->cfg.world_size)
 		return 0;
-	if (ft__det_grow_due(c->det, c->generation, run->seq)) {
+	if (ft__det_grow_due(c->det, c->generation, run->seq, can)) {
 		ft__info("op %llu: generation %u grows back first", (unsigned long long)run->seq,
 			 c->generation);
-		rc = view_before(c, k, run, false,
+		/* (a rank that returned op seq - 1 before the others, shrink's
+		 * small ops, may have to hand it over if a member fails meanwhile) */
+		rc = view_before(c, k, run, handover_ok,
 				 c->cfg.op_timeout_ms > 0 ? c->cfg.op_timeout_ms : INT_MAX);
 		if (rc != 0 || c->size >= c->cfg.world_size)
 			return rc;
