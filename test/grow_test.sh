@@ -152,11 +152,14 @@ row() {
 			fi
 		done
 	fi
-	# the job's last op (the highest op number any rank printed) had every rank
+	# the job's last op (the highest op number any rank printed) had every
+	# rank, on every rank that printed it
 	local last
 	last=$(cat "$d/surv.out" "$d"/new*.out |
 		sed -n 's/^\(\[[^]]*\] \)\{0,1\}op \([0-9]*\) .* contributors \([0-9]*\)$/\2 \3/p' |
-		sort -n | tail -1 | cut -d' ' -f2)
+		sort -n -k1,1 | awk '{ op[NR] = $1; n[NR] = $2 } END {
+			for (i = NR; i > 0 && op[i] == op[NR]; i--) if (n[i] != n[NR]) { print "mixed"; exit }
+			print n[NR] }')
 	if [ -z "$why" ] && [ "$twist" != survivor-dies ] && [ "$twist" != never ] &&
 		[ "$prog" != train_sharded ] && [ "$last" != "$n" ]; then
 		why="the job's last op ran with ${last:-no} contributors, not $n"

@@ -115,9 +115,10 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
  * header that disagrees (FT_EMISMATCH) instead of waiting for this rank,
  * and ranks that all erred the same way agree and stay in step.
  */
-static int local_error(struct ft_comm *c, int err)
+static int local_error(struct ft_comm *c, enum ft__coll_kind meant, int err)
 {
-	struct ft__call k = {.kind = FT__COLL_INVALID, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
+	struct ft__call k = {.kind = FT__COLL_INVALID, .meant = meant, .es = 1, .dtype = FT_UINT8,
+			     .op = FT_SUM};
 
 	if (ft__comm_check(c) == 0 && !c->broken)
 		ft__collective_run(c, &k, NULL);
@@ -136,7 +137,7 @@ static int allreduce_call(struct ft_comm *c, const void *sendbuf, void *recvbuf,
 		return rc;
 	if (es == 0 || (unsigned)op >= FT_OP_COUNT || count > SIZE_MAX / 8 ||
 	    (count > 0 && (recvbuf == NULL || sendbuf == NULL)))
-		return local_error(c, -FT_EINVAL);
+		return local_error(c, FT__COLL_ALLREDUCE, -FT_EINVAL);
 	k.in_place = sendbuf == FT_IN_PLACE || sendbuf == recvbuf;
 	return ft__collective_run(c, &k, info);
 }
@@ -171,7 +172,7 @@ static int broadcast_call(struct ft_comm *c, void *buf, size_t bytes, int root,
 		return rc;
 	if (root < 0 || root >= ft__comm_shown_size(c) || (bytes > 0 && buf == NULL) ||
 	    bytes > SIZE_MAX / 2)
-		return local_error(c, -FT_EINVAL);
+		return local_error(c, FT__COLL_BROADCAST, -FT_EINVAL);
 	k.root = ft__comm_shown_member(c, root);
 	return ft__collective_run(c, &k, info);
 }
@@ -203,10 +204,10 @@ int ft__blocks_call(struct ft_comm *c, enum ft__coll_kind kind, const void *send
 	n = ft__comm_shown_size(c);
 	if (es == 0 || (unsigned)op >= FT_OP_COUNT || n < 1 || count > SIZE_MAX / 8 / (size_t)n ||
 	    (count > 0 && (recvbuf == NULL || sendbuf == NULL)))
-		return local_error(c, -FT_EINVAL);
+		return local_error(c, kind, -FT_EINVAL);
 	if ((rc = ft__blocks_init(c, &b, count)) != 0) {
 		ft__blocks_fini(&b);
-		return local_error(c, rc);
+		return local_error(c, kind, rc);
 	}
 	k.count = (size_t)n * count;
 	k.in_place = sendbuf == FT_IN_PLACE || kind == FT__COLL_ALLGATHER;

@@ -33,6 +33,7 @@ struct ft__blocks {
 /* What the caller asked for; it outlives a recovery. */
 struct ft__call {
 	enum ft__coll_kind kind;
+	enum ft__coll_kind meant;       /* FT__COLL_INVALID (bad arguments here): the one called */
 	const void *src;        /* input: the caller's, or a kept copy of an in-place one */
 	void *dst;
 	size_t count, es;       /* reduce-scatter, allgather: count is n blocks' elements */

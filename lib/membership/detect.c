@@ -599,8 +599,8 @@ static void grow_news(struct ft__det *d, uint32_t gen, uint64_t at, int from)
 		return;
 	ft__info("detector: generation %u grows back before op %llu", gen, (unsigned long long)at);
 	pass_grow(d, from);
-	if (what == FT__GROW_NOW && !d->out) {
-		d->growing = true;
+	if (what == FT__GROW_NOW && !d->out && d->target == 0) {
+		d->growing = true; /* (a failure's settle under way stays one) */
 		start_recovery(d);
 	}
 }
@@ -613,7 +613,7 @@ static void grow_cmd(struct ft__det *d)
 
 	if (what & FT__GROW_SEND)
 		pass_grow(d, -1);
-	if ((what & FT__GROW_START) && !d->out) {
+	if ((what & FT__GROW_START) && !d->out && d->target == 0) {
 		ft__info("detector: the main thread is at op %llu: generation %u grows back",
 			 (unsigned long long)at, d->gen + 1);
 		d->growing = true;

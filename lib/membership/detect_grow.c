@@ -128,11 +128,14 @@ int ft__det_grow_note(struct ft__det *d, uint32_t gen, uint64_t at)
 	if (news) {
 		d->grow_gen = gen;
 		d->grow_at = at;
-		/* the main thread already began op at: the grow starts now, or,
-		 * op at one that takes no newcomer, before the next (as the
-		 * members that see the plan at its start postpone it) */
-		if (gen == d->gen && d->begun == at && !d->begun_can)
-			d->grow_at = at + 1;
+		/* the main thread already began op at or later: the grow starts
+		 * now, or, in an op that takes no newcomer, before the next.
+		 * Every op from at to the one begun took none (the coordinator
+		 * grows at the first that can, which no member gets past), and
+		 * the members that saw the plan at their starts postponed it to
+		 * the same op */
+		if (gen == d->gen && d->begun >= at && !d->begun_can)
+			d->grow_at = d->begun + 1;
 		now = gen == d->gen && d->begun >= d->grow_at;
 	}
 	unlock(d);

@@ -328,8 +328,11 @@ int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run,
 	/* an op whose arguments do not depend on the membership: a
 	 * reduce-scatter's or allgather's blocks, a broadcast's root (a place
 	 * in the view) were fixed by the survivors' program for the view it
-	 * knew; ft_finalize's barrier would take in a newcomer only to leave */
-	bool can = (k->kind == FT__COLL_ALLREDUCE || k->kind == FT__COLL_BARRIER) && !c->finalizing;
+	 * knew; ft_finalize's barrier would take in a newcomer only to leave.
+	 * A call with bad arguments here decides by the collective called, as
+	 * the other members do (it then fails on every member alike) */
+	enum ft__coll_kind kind = k->kind == FT__COLL_INVALID ? k->meant : k->kind;
+	bool can = (kind == FT__COLL_ALLREDUCE || kind == FT__COLL_BARRIER) && !c->finalizing;
 	int rc;
 
 	if (c->det == NULL || !c->grows || c->size >= c->cfg.world_size)
