@@ -116,7 +116,7 @@ TESTS := $(patsubst test/%.c,$(B)/test/%,$(TEST_SRC))
 # forks a child after ft_init (test_fork).
 MPICC_OPENMPI := $(shell command -v mpicc.openmpi 2>/dev/null)
 TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mpi) \
-	$(B)/test/fork_rank $(B)/test/tsan_rank $(B)/test/part_rank
+	$(B)/test/fork_rank $(B)/test/tsan_rank $(B)/test/part_rank $(B)/test/grow_rank
 # Slurm for the Slurm tests (slurm-test, and their run in make test): the
 # controller, the node daemon, srun, and munge for their authentication.
 SLURM_PKGS := slurmctld slurmd slurm-client munge
@@ -224,6 +224,9 @@ $(B)/test/boot_rank: test/boot_rank.c $(STATIC) $(FLAGS)
 	$(LINK_PROG)
 
 $(B)/test/fork_rank: test/fork_rank.c $(STATIC) $(FLAGS)
+	$(LINK_PROG)
+
+$(B)/test/grow_rank: test/grow_rank.c $(STATIC) $(FLAGS)
 	$(LINK_PROG)
 
 # The PyTorch backend: $(B)/python/ftcc (PYTHONPATH=$(B)/python; import ftcc.torch).
@@ -396,7 +399,7 @@ slurm-test: all $(B)/test/tsan_rank $(B)/test/part_rank
 
 # Growing back: killed ranks' new incarnations taken in at the next op
 # (GROW_TRIALS=k repeats the rows).
-grow-test: all
+grow-test: all $(B)/test/grow_rank
 	test/grow_test.sh $(B)
 
 # Failure detection and recovery times; shrink-policy overhead against abort.

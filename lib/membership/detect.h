@@ -64,17 +64,26 @@ void ft__det_adopted(struct ft__det *d, uint32_t gen, uint64_t next_op);
  * from the view's records, or sent away). */
 void ft__det_suspect(struct ft__det *d, int orig, bool sure);
 /*
- * Growing back (detect_grow.c). ft__det_grow_plan: the
- * coordinator of generation gen found a new incarnation waiting: the view
- * grows before op at, and every member is told (a plan only moves
- * forward). ft__det_grow_due: the main thread of generation gen begins op
- * seq, which can take newcomers in (can) or not (its arguments depend on
- * the membership: a grow planned there waits for the next op); true when
- * the view grows first (the detector now settles the next generation,
- * ft__det_await returns it), false when op seq runs as it is.
+ * Growing back (detect_grow.c). ft__det_grow_plan: the coordinator of
+ * generation gen found a new incarnation waiting: the view grows before op
+ * at, and every member is told (a plan only moves forward).
+ *
+ * ft__det_grow_due: the main thread of generation gen begins op seq, which
+ * can take newcomers in (can) or not (its arguments depend on the
+ * membership). FT__GROW_RUN: op seq runs as it is (no grow planned there;
+ * or lead, the coordinator, cannot take them at this op: the plan moves to
+ * the next op and the members are told); FT__GROW_GO: the view grows first
+ * (the detector now settles the next generation, ft__det_await returns
+ * it); FT__GROW_ASK (not the coordinator): whether op seq grows is the
+ * coordinator's to say, the same on every member even when their programs
+ * call different collectives there: ask ft__det_grow_follow until it says
+ * FT__GROW_RUN (the plan moved on) or FT__GROW_GO (lead_grows: the
+ * coordinator settles the next generation).
  */
+enum { FT__GROW_RUN, FT__GROW_GO, FT__GROW_ASK };
 void ft__det_grow_plan(struct ft__det *d, uint32_t gen, uint64_t at);
-bool ft__det_grow_due(struct ft__det *d, uint32_t gen, uint64_t seq, bool can);
+int ft__det_grow_due(struct ft__det *d, uint32_t gen, uint64_t seq, bool can, bool lead);
+int ft__det_grow_follow(struct ft__det *d, uint32_t gen, uint64_t seq, bool can, bool lead_grows);
 /* Monotonic ns at which this rank first knew of its latest failure, and at
  * which it last settled on a new view (0: none). */
 void ft__det_times(struct ft__det *d, uint64_t *known_ns, uint64_t *settled_ns);

@@ -25,7 +25,11 @@
  *   records of non-members in, as awaited ranks. Only an allreduce or a
  *   barrier takes newcomers: a reduce-scatter's blocks and a broadcast's
  *   root were fixed by each survivor's program for the view it knew, so
- *   at such an op every member postpones the plan to the next op alike.
+ *   at such an op the plan moves to the next op. The coordinator decides,
+ *   by its own call, and the others follow its word (its record in the
+ *   next generation, or its notice of the plan moved on): members whose
+ *   programs call different collectives there then fail the op together
+ *   instead of waiting for each other.
  * - No member can have begun B: the coordinator planned before it took
  *   part in op s, and B begins only after s ends everywhere. A GROW that
  *   arrives after its main thread began B all the same (a neighbour's link
@@ -81,26 +85,51 @@ void ft__det_grow_plan(struct ft__det *d, uint32_t gen, uint64_t at)
 		ft__det_command(d, 'g');
 }
 
-bool ft__det_grow_due(struct ft__det *d, uint32_t gen, uint64_t seq, bool can)
+int ft__det_grow_due(struct ft__det *d, uint32_t gen, uint64_t seq, bool can, bool lead)
 {
-	bool due;
+	int what = FT__GROW_RUN;
+	bool wake = false;
 
 	lock(d);
-	due = d->grow_at != 0 && d->grow_gen == gen && d->grow_at == seq; /* 0: none planned */
-	if (due && !can) {
-		d->grow_at = seq + 1; /* every member postpones it alike */
-		due = false;
+	if (d->grow_at != 0 && d->grow_gen == gen && d->grow_at == seq) { /* 0: none planned */
+		if (!lead) {
+			what = FT__GROW_ASK;
+		} else if (can) {
+			what = FT__GROW_GO;
+		} else {
+			d->grow_at = seq + 1; /* and the members are told */
+			d->grow_send = wake = true;
+		}
 	}
-	if (due) {
-		d->grow_now = true;
-	} else {
+	if (what == FT__GROW_GO) {
+		d->grow_now = wake = true;
+	} else if (what == FT__GROW_RUN) {
 		d->begun = seq;
 		d->begun_can = can;
 	}
 	unlock(d);
-	if (due)
+	if (wake)
 		ft__det_command(d, 'g');
-	return due;
+	return what;
+}
+
+int ft__det_grow_follow(struct ft__det *d, uint32_t gen, uint64_t seq, bool can, bool lead_grows)
+{
+	int what = FT__GROW_ASK;
+
+	lock(d);
+	if (d->grow_gen != gen || d->grow_at != seq) {
+		what = FT__GROW_RUN; /* the coordinator postponed it */
+		d->begun = seq;
+		d->begun_can = can;
+	} else if (lead_grows) {
+		what = FT__GROW_GO;
+		d->grow_now = true;
+	}
+	unlock(d);
+	if (what == FT__GROW_GO)
+		ft__det_command(d, 'g');
+	return what;
 }
 
 /* ---- the detector's thread ---- */

@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm.h"
 #include "policy.h"
@@ -335,9 +336,26 @@ int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run,
 	bool can = (kind == FT__COLL_ALLREDUCE || kind == FT__COLL_BARRIER) && !c->finalizing;
 	int rc;
 
+	bool lead = c->members[0] == c->cfg.rank;
+	int what;
+
 	if (c->det == NULL || !c->grows || c->size >= c->cfg.world_size)
 		return 0;
-	if (ft__det_grow_due(c->det, c->generation, run->seq, can)) {
+	what = ft__det_grow_due(c->det, c->generation, run->seq, can, lead);
+	while (what == FT__GROW_ASK) {
+		/* the coordinator's word: its record in the next generation (it
+		 * grows), or the plan moved on (its notice); a failure meanwhile
+		 * is the op's to recover from */
+		struct ft__member m;
+		struct timespec ts = {0, 1000000};
+		bool grows = ft__mb_lookup(&c->mb, c->generation + 1, c->members[0], &m) == 0;
+		what = ft__det_grow_follow(c->det, c->generation, run->seq, can, grows);
+		if (what == FT__GROW_ASK && ft__det_pending(c->det))
+			what = FT__GROW_RUN;
+		if (what == FT__GROW_ASK)
+			nanosleep(&ts, NULL);
+	}
+	if (what == FT__GROW_GO) {
 		ft__info("op %llu: generation %u grows back first", (unsigned long long)run->seq,
 			 c->generation);
 		/* (a rank that returned op seq - 1 before the others, shrink's
@@ -347,7 +365,7 @@ int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run,
 		if (rc != 0 || c->size >= c->cfg.world_size)
 			return rc;
 	}
-	if (c->members[0] == c->cfg.rank && newcomer_waiting(c, run->seq + 1))
+	if (lead && newcomer_waiting(c, run->seq + 1))
 		ft__det_grow_plan(c->det, c->generation, run->seq + 1);
 	return 0;
 }
