@@ -61,12 +61,16 @@ void ft__det_command(struct ft__det *d, char what)
 	}
 }
 
-/* Under the lock: whether plan (gen, at) is later than the one kept. Plans
+/* Under the lock: keeps plan (gen, at) when it is later than the one kept. Plans
  * only move forward: a copy of an older one (the slow way around the ring,
  * or one this rank postponed) never undoes a newer one. */
-static bool later(const struct ft__det *d, uint32_t gen, uint64_t at)
+static bool take_plan(struct ft__det *d, uint32_t gen, uint64_t at)
 {
-	return gen > d->grow_gen || (gen == d->grow_gen && at > d->grow_at);
+	if (gen < d->grow_gen || (gen == d->grow_gen && at <= d->grow_at))
+		return false;
+	d->grow_gen = gen;
+	d->grow_at = at;
+	return true;
 }
 
 void ft__det_grow_plan(struct ft__det *d, uint32_t gen, uint64_t at)
@@ -74,12 +78,8 @@ void ft__det_grow_plan(struct ft__det *d, uint32_t gen, uint64_t at)
 	bool news;
 
 	lock(d);
-	news = later(d, gen, at);
-	if (news) {
-		d->grow_gen = gen;
-		d->grow_at = at;
-		d->grow_send = true;
-	}
+	news = take_plan(d, gen, at);
+	d->grow_send |= news;
 	unlock(d);
 	if (news)
 		ft__det_command(d, 'g');
@@ -153,16 +153,13 @@ int ft__det_grow_note(struct ft__det *d, uint32_t gen, uint64_t at)
 	if (at == 0 || gen < d->gen || gen > d->gen + 1)
 		return FT__GROW_OLD;
 	lock(d);
-	news = later(d, gen, at);
+	news = take_plan(d, gen, at);
 	if (news) {
-		d->grow_gen = gen;
-		d->grow_at = at;
 		/* the main thread already began op at or later: the grow starts
 		 * now, or, in an op that takes no newcomer, before the next.
-		 * Every op from at to the one begun took none (the coordinator
-		 * grows at the first that can, which no member gets past), and
-		 * the members that saw the plan at their starts postponed it to
-		 * the same op */
+		 * Every op from at to the one begun took none: the coordinator
+		 * grows at the first that can, which no member gets past, and
+		 * the members that saw the plan at their starts follow it */
 		if (gen == d->gen && d->begun >= at && !d->begun_can)
 			d->grow_at = d->begun + 1;
 		now = gen == d->gen && d->begun >= d->grow_at;
