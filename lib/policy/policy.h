@@ -64,7 +64,9 @@ extern const struct ft__policy ft__policy_rejoin;
  * rank that returned the op may hand its kept result to the others
  * (shrink's small ops); rejoin runs every op with commit steps instead.
  */
-/* A failure seen between calls: op run->seq runs on the next view. */
+/* Before op run->seq: a failure seen between calls (the op runs on the
+ * next view), then growing back (recover.c; rejoin, shrink). 0, or the
+ * error that ends the call. */
 int ft__recover_between(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok);
 /*
  * New incarnations taken in (newcomers.c), for the rejoin and shrink
@@ -76,9 +78,6 @@ int ft__recover_between(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 void ft__newcomers_view_loaded(struct ft_comm *c, const struct ft__view *v);
 int ft__newcomers_op_start(struct ft_comm *c, uint64_t seq);
 int ft__newcomers_mismatch(struct ft_comm *c, uint64_t seq);
-/* Growing back (rejoin, shrink), at the start of op run->seq: 0 (the op runs on the
- * current view, grown or not), or the error that ends the call. */
-int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok);
 /* After a failed attempt whose input is safe: tears the ring down, waits for
  * the next view, adopts and acknowledges it, hands a result over; says what
  * the op does (FT__STANDS, FT__RETRY, an error) and accounts the recovery

@@ -202,8 +202,6 @@ static int rejoin_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 	void *payload = NULL;
 	int rc = ft__recover_between(c, k, run, false);
 
-	if (rc == 0)
-		rc = ft__recover_grow(c, k, run, false);
 	if (rc != 0)
 		return rc;
 	if (c->log_dead) {

@@ -124,8 +124,6 @@ static int shrink_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 {
 	int rc = ft__recover_between(c, k, run, true);
 
-	if (rc == 0)
-		rc = ft__recover_grow(c, k, run, true);
 	return rc != 0 ? rc : ft__shrink_backup_alloc(c, k);
 }
 

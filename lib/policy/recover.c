@@ -289,13 +289,6 @@ static int view_before(struct ft_comm *c, struct ft__call *k, struct ft__run *ru
 	return 0;
 }
 
-int ft__recover_between(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok)
-{
-	/* a failure seen between calls: this op runs on the next view */
-	if (c->det != NULL && ft__det_pending(c->det))
-		return view_before(c, k, run, handover_ok, view_wait_ms(c));
-	return 0;
-}
 
 /* Whether a new incarnation of a rank outside this view waits to be taken
  * into the next generation, and can take part from op at (its application
@@ -324,7 +317,7 @@ static bool newcomer_waiting(struct ft_comm *c, uint64_t at)
  * The wait for that view is the op's own wait for its peers (op_timeout_ms,
  * or as long as they live): a member may still compute before this op.
  */
-int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok)
+static int recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok)
 {
 	/* an op whose arguments do not depend on the membership: a
 	 * reduce-scatter's or allgather's blocks, a broadcast's root (a place
@@ -368,4 +361,15 @@ int ft__recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *run,
 	if (lead && newcomer_waiting(c, run->seq + 1))
 		ft__det_grow_plan(c->det, c->generation, run->seq + 1);
 	return 0;
+}
+
+int ft__recover_between(struct ft_comm *c, struct ft__call *k, struct ft__run *run, bool handover_ok)
+{
+	/* a failure seen between calls: this op runs on the next view */
+	if (c->det != NULL && ft__det_pending(c->det)) {
+		int rc = view_before(c, k, run, handover_ok, view_wait_ms(c));
+		if (rc != 0)
+			return rc;
+	}
+	return recover_grow(c, k, run, handover_ok);
 }
