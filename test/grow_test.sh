@@ -22,7 +22,8 @@
 # mid-step (train_steps), rank 0 (the broadcasts' root) lost; a job of
 # reduce-scatters only, which takes no newcomer (its ops' blocks are fixed
 # for the view the program knew): it never fails, and the newcomer's
-# ft_init ends with FT_EENDED with the job; sharded state; tcp;ofi_rxm.
+# ft_init ends with FT_EENDED with the job; programs at odds at the grow's
+# op; a forged newcomer record; sharded state; tcp;ofi_rxm.
 set -u
 B=${1:?usage: grow_test.sh BUILD_DIR}
 PY=/usr/bin/python3
@@ -219,6 +220,44 @@ mismatch_row() {
 	fi
 }
 
+# A forged newcomer: a rejoining record nobody published (a live process's
+# pid, an address nothing listens at) dropped into the rendezvous's next
+# generation of a job that shrank. The survivors may take it in; linking to
+# it fails, and it is a failure like any other: no survivor is lost, every
+# one ends with the same model.
+forged_row() {
+	if [ -n "$only" ] && [ "$only" != $((rows + 1)) ]; then rows=$((rows + 1)); return; fi
+	rows=$((rows + 1)) ran=$((ran + 1))
+	local d=$tmp/$rows name="4 ranks, 3 killed; a forged newcomer record in the rendezvous" why=""
+	local job=forged-$rows-$$ g sp models
+	mkdir -p "$d/rv"
+	FTCC_RENDEZVOUS=$d/rv FTCC_JOB_ID=$job FTCC_POLICY=shrink FTCC_LOG_LEVEL=2 \
+		timeout "$DEADLINE" "$B/ftcc-run" -n 4 --ignore-killed --kill 3@0.5 \
+		"$B/examples/train_rejoin" 300 1000 10 >"$d/out" 2>&1 &
+	local run=$!
+	wait_for "$d/out" "settled: 3 members" 30 || why="the survivors never ran without rank 3"
+	g=$(find "$d/rv/$job" -maxdepth 2 -name view -path '*/gen-*' 2>/dev/null |
+		sed 's|.*/gen-\([0-9]*\)/view|\1|' | sort -n | tail -1)
+	sleep 100 &
+	sp=$!
+	mkdir -p "$d/rv/$job/gen-$((g + 1))"
+	printf '127.0.0.1:1 %d %s - 0 1\n' "$sp" "$(hostname)" >"$d/rv/$job/gen-$((g + 1))/.forged"
+	mv "$d/rv/$job/gen-$((g + 1))/.forged" "$d/rv/$job/gen-$((g + 1))/member-3"
+	wait $run || why="${why:-ftcc-run exited $?}"
+	kill $sp 2>/dev/null
+	wait $sp 2>/dev/null
+	models=$(sed -n 's/^\[[0-2]\] model \([0-9a-f]*\)$/\1/p' "$d/out" | sort | uniq -c)
+	[ -n "$why" ] || [ "$(echo "$models" | awk '{print $1}')" = 3 ] ||
+		why="the 3 survivors' models differ or are missing: $models"
+	if [ -n "$why" ]; then
+		say "FAIL  $name: $why"
+		tail -30 "$d/out"
+		fails=$((fails + 1))
+	else
+		say "ok    $name (rank 0 took it in $(grep -c '^\[0\].*takes rank 3 back' "$d/out") time(s), then went on without it)"
+	fi
+}
+
 only=${GROW_ONLY:-}
 for t in $(seq 1 "$TRIALS"); do
 	row "8 ranks, 6 and 7 killed, both come back" 8 train_rejoin "300 1000 10" "6 7"
@@ -228,6 +267,7 @@ for t in $(seq 1 "$TRIALS"); do
 	row "4 ranks of reduce-scatters only, 2 killed: no op takes it back, it ends with FT_EENDED" 4 \
 		train_rejoin "150 1000 10 rs" "2" never
 	mismatch_row
+	forged_row
 	row "4 ranks, 1 killed and back: sharded state, its shard from its running checkpoint" 4 \
 		train_sharded "300 16384 10" "1"
 	row "5 ranks, 3 killed; its first newcomer dies waiting, the next comes in" 5 train_rejoin "300 1000 10" "3" newcomer-dies
