@@ -193,6 +193,17 @@ row() {
 	fi
 }
 
+# verdict NAME WHY OUTPUT: a row of its own passes (WHY empty) or fails
+verdict() {
+	if [ -n "$2" ]; then
+		say "FAIL  $1: $2"
+		tail -30 "$3"
+		fails=$((fails + 1))
+	else
+		say "ok    $1"
+	fi
+}
+
 # A bug at the grow's op: rank 2's program calls a reduce-scatter where the
 # others call an allreduce (test/grow_rank.c); the grow is planned there,
 # since the job's earlier ops (reduce-scatters) took no newcomer. Every
@@ -211,13 +222,7 @@ mismatch_row() {
 	failed=$(grep -c '^\[[0-3]\] op 40 rc FT_E' "$d/out")
 	grep -q '^\[3\] rank 3 taken back at op 40$' "$d/out" || why="${why:-the newcomer was not taken back at op 40}"
 	[ "$failed" = 4 ] || why="${why:-$failed of 4 members failed op 40}"
-	if [ -n "$why" ]; then
-		say "FAIL  $name: $why"
-		tail -30 "$d/out"
-		fails=$((fails + 1))
-	else
-		say "ok    $name ($(sed -n 's/^\[0\] op 40 rc //p' "$d/out"))"
-	fi
+	verdict "$name ($(sed -n 's/^\[0\] op 40 rc //p' "$d/out"))" "$why" "$d/out"
 }
 
 # A forged newcomer: a rejoining record nobody published (a live process's
@@ -249,13 +254,8 @@ forged_row() {
 	models=$(sed -n 's/^\[[0-2]\] model \([0-9a-f]*\)$/\1/p' "$d/out" | sort | uniq -c)
 	[ -n "$why" ] || [ "$(echo "$models" | awk '{print $1}')" = 3 ] ||
 		why="the 3 survivors' models differ or are missing: $models"
-	if [ -n "$why" ]; then
-		say "FAIL  $name: $why"
-		tail -30 "$d/out"
-		fails=$((fails + 1))
-	else
-		say "ok    $name (rank 0 took it in $(grep -c '^\[0\].*takes rank 3 back' "$d/out") time(s), then went on without it)"
-	fi
+	verdict "$name (rank 0 took it in $(grep -c '^\[0\].*takes rank 3 back' "$d/out") time(s), then went on without it)" \
+		"$why" "$d/out"
 }
 
 only=${GROW_ONLY:-}
