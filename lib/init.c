@@ -194,11 +194,6 @@ static int comm_join(struct ft_comm *c)
 
 	memset(&me, 0, sizeof(me));
 	ft__config_data_link_timeouts(&c->cfg, &params.keepalive_ms, &params.user_timeout_ms);
-	if (c->cfg.policy == FT_POLICY_REJOIN && strcmp(c->cfg.membership, "inband") == 0) {
-		ft__error("the rejoin policy needs the file rendezvous (FTCC_MEMBERSHIP=file): a "
-			  "restarted rank finds its job there");
-		return -FT_ENOSYS;
-	}
 	if ((rc = choose_host(c)) != 0)
 		return rc;
 	/* before anything copies the token: the detector, the transport, membership */
@@ -250,7 +245,7 @@ static int comm_join(struct ft_comm *c)
 	/* (shrink: a first incarnation never takes a job left in the
 	 * rendezvous by a run killed whole for one of its own) */
 	c->grows = grows(c);
-	if (c->grows && (c->cfg.policy == FT_POLICY_REJOIN || c->tp_env.incarnation > 0)) {
+	if (c->cfg.policy == FT_POLICY_REJOIN || (c->grows && c->tp_env.incarnation > 0)) {
 		rc = ft__mb_resume(&c->mb, &view);
 		if (rc < 0)
 			return rc;

@@ -82,7 +82,9 @@ enum ft__ctl_type {
 	FT__CTL_GROW,   /* detect.c: the view grows back before op (8 bytes) */
 	/* in-band membership (member_inband.c) */
 	FT__CTL_MB_COLLECT = 16, FT__CTL_MB_RECORD, FT__CTL_MB_PROPOSE, FT__CTL_MB_ACCEPT,
-	FT__CTL_MB_NACK, FT__CTL_MB_BOOK, FT__CTL_MB_COMMIT, FT__CTL_MB_NOQUORUM
+	FT__CTL_MB_NACK, FT__CTL_MB_BOOK, FT__CTL_MB_COMMIT, FT__CTL_MB_NOQUORUM,
+	/* ... its new incarnations (inband_rejoin.c) */
+	FT__CTL_MB_ASK, FT__CTL_MB_LATEST, FT__CTL_MB_REJOIN, FT__CTL_MB_ADDRS
 };
 
 struct ft__ctl_msg {

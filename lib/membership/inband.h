@@ -22,8 +22,21 @@
 #define REFUSED_GONE_MS 200
 #define RECHECK_MS 250          /* generation 0 unsettled: ask the store again */
 #define ASK_MS 1000             /* later: how long the store's marks are waited for */
+#define NOT_YET 1               /* ft__ib_send_to: the link is still connecting */
 #define COMMITTED UINT64_MAX    /* the ballot of a value reported as committed */
 #define ROUND_MAX ((uint64_t)UINT32_MAX) /* see ballot_ok */
+
+/* A new incarnation's record for a generation (inband_rejoin.c): its own (link, the one
+ * it came on) or relayed by a member that settles it (link -1). */
+struct ib_back {
+	bool have;
+	uint32_t gen;
+	int link;
+	uint64_t next_op;
+	char addr[FT__ADDR_MAX];
+	char ctrl[FT__CTRL_MAX];
+	char mb[FT__BOOK_ENTRY_MAX];    /* its membership listener */
+};
 
 struct ib_rank {
 	int link;               /* index in ctl.links, -1 none */
@@ -40,6 +53,8 @@ struct ib_rank {
 	bool have_addr;
 	char addr[FT__ADDR_MAX];
 	char ctrl[FT__CTRL_MAX];
+	struct ib_back back;    /* a new incarnation of it asking back */
+	bool answered;          /* a newcomer's: it answered this rank's ASK */
 };
 
 struct ib_value {
@@ -48,6 +63,7 @@ struct ib_value {
 	int n;
 	int *members;
 	uint64_t *next_ops;     /* each member's first op it lacks a result of */
+	uint8_t *fresh;         /* each member: 1 a new incarnation (inband_rejoin.c) */
 };
 
 struct inband {
@@ -68,6 +84,12 @@ struct inband {
 	pid_t asker_pid;        /* the process whose thread it is, 0 none to join */
 	bool asking;
 	uint32_t word_gen;      /* the generation the marks were had for, +1 (0 none) */
+
+	/* a new incarnation looking for its running job (inband_rejoin.c) */
+	uint32_t incarnation;
+	bool newcomer;          /* it found one: views come from its members' word */
+	bool held;              /* ... and holds at least one */
+	uint32_t newest;        /* the newest view it holds */
 
 	/* views settled here, by generation, and the values they came from */
 	struct ft__view *views;
@@ -110,6 +132,15 @@ static inline const struct ft__view *view_of(const struct inband *b, uint32_t ge
 	if (gen >= b->nviews || b->views[gen].members == NULL)
 		return NULL;
 	return &b->views[gen];
+}
+
+/* The newest view held here (NULL: none yet). */
+static inline const struct ft__view *newest_view(const struct inband *b)
+{
+	for (uint32_t g = b->nviews; g-- > 0;)
+		if (b->views[g].members != NULL)
+			return &b->views[g];
+	return NULL;
 }
 
 /* The committed value of generation gen (NULL: none). */
@@ -221,7 +252,7 @@ struct ib_record {
 	struct ib_value v;
 };
 
-#define VALUE_BYTES(n) (28 + 12 * (size_t)(n))
+#define VALUE_BYTES(n) (28 + 13 * (size_t)(n))
 #define RECORD_BYTES(n) (16 + 2 + (FT__ADDR_MAX - 1) + 2 + (FT__CTRL_MAX - 1) + \
 			 ((size_t)(n) + 7) / 8 + 4 + VALUE_BYTES(n))
 
@@ -254,15 +285,36 @@ void ft__ib_put_record(struct wbuf *w, const struct ib_record *rec, const struct
 void ft__ib_get_record(struct rbuf *r, int world, struct ib_record *rec);
 
 
-/* member_inband.c: the protocol (see its top) */
+/* inband_links.c: links to the ranks' listeners, the table of views */
+void ft__ib_drop(struct inband *b, int i);
 void ft__ib_mark_certain(struct inband *b, int r, const char *why);
 void ft__ib_late_gone(struct inband *b, int r, const char *why);
+void ft__ib_link_failed(struct inband *b, int i, int rc);
 int ft__ib_link_to(struct inband *b, int r);
+int ft__ib_send_to(struct inband *b, int r, enum ft__ctl_type type, const struct wbuf *w);
+void ft__ib_reply(struct inband *b, int i, uint32_t gen, enum ft__ctl_type type,
+		  const struct wbuf *w);
+int ft__ib_commit(struct inband *b, uint32_t gen, struct ib_value *v);
+
+/* member_inband.c: the protocol (see its top) */
 void ft__ib_pump(struct inband *b);
 void ft__ib_answer_collect(struct inband *b, int from, int link, uint64_t ballot);
-int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, bool force);
-int ft__ib_commit(struct inband *b, uint32_t gen, struct ib_value *v);
+int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, const int *back, int nback,
+		       bool force);
 void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m);
+
+/* inband_rejoin.c: new incarnations (see its top) */
+void ft__ib_on_ask(struct inband *b, int from, int link);
+void ft__ib_on_rejoin(struct inband *b, int from, int link, uint32_t gen, struct rbuf *r);
+void ft__ib_on_addrs(struct inband *b, int from, uint32_t gen, struct rbuf *r);
+void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r);
+bool ft__ib_back_live(const struct inband *b, int e, uint32_t gen);
+bool ft__ib_fresh_known(const struct inband *b, int e, uint32_t gen);
+int ft__ib_add_back(struct inband *b, struct ib_value *v, const int *back, int nback);
+int ft__ib_send_fresh(struct inband *b, int to, uint32_t gen, const struct ib_value *v);
+void ft__ib_tell_newcomers(struct inband *b, uint32_t gen, const struct ib_value *v);
+void ft__ib_install_fresh(struct inband *b, uint32_t gen, const struct ib_value *v);
+void ft__ib_newcomer_tick(struct inband *b);
 
 /* inband_backend.c: the launcher's word (ft__ib_coordinate asks it) */
 bool ft__ib_launchers_word(struct inband *b);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
@@ -11,6 +12,8 @@
 #include "sock.h"
 
 /* ---- the backend's operations ---- */
+
+#define ANSWER_MS 50 /* a newcomer, after the first answer: how long the others are awaited */
 
 static void lock_ib(struct inband *b)
 {
@@ -20,6 +23,17 @@ static void lock_ib(struct inband *b)
 static void unlock_ib(struct inband *b)
 {
 	pthread_mutex_unlock(&b->lock);
+}
+
+/* A copy of v the caller frees: 1, or -FT_ENOMEM. */
+static int copy_view(const struct ft__view *v, struct ft__view *out)
+{
+	*out = *v;
+	out->members = malloc((size_t)v->size * sizeof(int));
+	if (out->members == NULL)
+		return -FT_ENOMEM;
+	memcpy(out->members, v->members, (size_t)v->size * sizeof(int));
+	return 1;
 }
 
 /* Starts settling generation gen here (forgetting the one before). */
@@ -75,6 +89,7 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	b->rank = p->rank;
 	b->world = p->world_size;
 	b->owed_to = -1;
+	b->incarnation = p->incarnation;
 	b->reply_wait_ms = p->reply_wait_ms > 0 ? p->reply_wait_ms : 1000;
 	if ((rc = pthread_mutex_init(&b->lock, NULL)) != 0) {
 		mb->be = NULL;
@@ -297,8 +312,6 @@ static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int n
 	const struct ft__view *done;
 	int rc = 0;
 
-	(void)back;
-	(void)nback;
 	if (gen == 0 && ncand > 0)
 		recheck_book(b);
 	lock_ib(b);
@@ -307,7 +320,11 @@ static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int n
 	ft__ib_pump(b);
 	if (ncand > 0 && b->owed_to >= 0 && b->published)
 		ft__ib_answer_collect(b, b->owed_to, b->owed_link, b->owed_ballot);
+	if (ncand == 0)
+		ft__ib_newcomer_tick(b);
 	done = view_of(b, gen);
+	if (done == NULL && ncand == 0 && b->newcomer && b->held && b->newest > gen)
+		done = view_of(b, b->newest); /* later ones settled without it: it asks again */
 	if (done == NULL && gen == 0 && b->published && ncand > 0)
 		probe_at_start(b, cand, ncand);
 	if (done == NULL && b->active && b->gen == gen && ncand > 0) {
@@ -318,29 +335,90 @@ static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int n
 			    (force && gen > 0 && b->promised == 0))) {
 			/* the coordinator, or, once the detector waited long
 			 * enough, a candidate no coordinator has reached */
-			rc = ft__ib_coordinate(b, cand, ncand, force);
+			rc = ft__ib_coordinate(b, cand, ncand, back, nback, force);
 			done = view_of(b, gen);
 		}
 	}
-	if (done != NULL) {
-		*view = *done;
-		view->members = malloc((size_t)done->size * sizeof(int));
-		if (view->members == NULL) {
-			rc = -FT_ENOMEM;
-		} else {
-			memcpy(view->members, done->members, (size_t)done->size * sizeof(int));
-			rc = 1;
-		}
-	}
+	if (done != NULL)
+		rc = copy_view(done, view);
 	unlock_ib(b);
 	return rc;
 }
 
+/* A link of this rank's own, answered (the peer took it), to a member of v. */
+static bool reaches(const struct inband *b, const struct ft__view *v)
+{
+	for (int k = 0; k < v->size; k++) {
+		int i = b->r[v->members[k]].link;
+		if (v->members[k] != b->rank && i >= 0 && !b->ctl.links[i].connecting &&
+		    !b->ctl.links[i].await_ack)
+			return true;
+	}
+	return false;
+}
+
+
+/*
+ * A new incarnation's look for its job (inband_rejoin.c's top): 1 and *latest, the
+ * newest view its members told; 0 for a first incarnation (the job starts
+ * now); -FT_EENDED when no rank answered within the window. Asked again
+ * (wait_taken, while it waits to be taken): 1 while a member still holds
+ * the link to it, else 0.
+ */
 static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 {
-	(void)mb;
-	(void)latest;
-	return 0; /* a new incarnation (rejoin) needs the file rendezvous: comm.c refuses it */
+	struct inband *b = IB(mb);
+	int64_t start = ft__now_ms(), first = 0;
+	int64_t window = 2 * (int64_t)b->reply_wait_ms > 2000 ? 2 * (int64_t)b->reply_wait_ms : 2000;
+	int rc = 0;
+
+	if (b->incarnation == 0)
+		return 0;
+	lock_ib(b);
+	if (b->held) {
+		ft__ib_pump(b);
+		rc = reaches(b, newest_view(b)) ? copy_view(newest_view(b), latest) : 0;
+		unlock_ib(b);
+		return rc;
+	}
+	b->newcomer = true;
+	for (;;) {
+		struct timespec ts = {0, 2000000};
+		int64_t now = ft__now_ms();
+		bool all = true;
+		ft__ib_pump(b);
+		for (int r = 0; r < b->world; r++) {
+			int i;
+			if (r == b->rank || b->book[r][0] == '\0' || b->r[r].answered)
+				continue;
+			all = false;
+			if (!b->r[r].asked && (i = ft__ib_link_to(b, r)) >= 0 &&
+			    ft__ctl_send(&b->ctl, i, FT__CTL_MB_ASK, 0, NULL, 0) == 0)
+				b->r[r].asked = true;
+		}
+		if (b->held && first == 0)
+			first = now;
+		if (b->held && (all || now - first >= ANSWER_MS))
+			break;
+		if (now - start >= window)
+			break;
+		unlock_ib(b);
+		nanosleep(&ts, NULL);
+		lock_ib(b);
+	}
+	if (b->held) {
+		const struct ft__view *v = newest_view(b);
+		ft__info("membership: rank %d's job runs: generation %u, %d members", b->rank,
+			 v->generation, v->size);
+		rc = copy_view(v, latest);
+	} else {
+		ft__error("membership: no rank of job answered this new incarnation of rank %d "
+			  "within %lld ms: the job is over (or none of its ranks lives)", b->rank,
+			  (long long)window);
+		rc = -FT_EENDED;
+	}
+	unlock_ib(b);
+	return rc;
 }
 
 static int ib_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__member *m)
@@ -361,6 +439,7 @@ static int ib_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__membe
 			snprintf(m->addr, sizeof(m->addr), "%s", b->r[orig].addr);
 			snprintf(m->ctrl, sizeof(m->ctrl), "%s", b->r[orig].ctrl);
 			m->next_op = value_of(b, gen)->next_ops[i];
+			m->rejoining = value_of(b, gen)->fresh[i]; /* a new incarnation taken in */
 			rc = 0;
 		}
 	unlock_ib(b);
@@ -397,6 +476,7 @@ static void ib_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 	for (uint32_t g = 0; g < b->nviews; g++) {
 		ft__view_free(&b->views[g]);
 		free(b->values[g].next_ops);
+		free(b->values[g].fresh);
 	}
 	free(b->views);
 	free(b->values);

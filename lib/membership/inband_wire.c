@@ -10,6 +10,7 @@ void ft__ib_value_free(struct ib_value *v)
 {
 	free(v->members);
 	free(v->next_ops);
+	free(v->fresh);
 	*v = (struct ib_value){0};
 }
 
@@ -17,7 +18,8 @@ int ft__ib_value_alloc(struct ib_value *v, int n)
 {
 	v->members = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
 	v->next_ops = malloc((size_t)(n > 0 ? n : 1) * sizeof(uint64_t));
-	if (v->members == NULL || v->next_ops == NULL) {
+	v->fresh = calloc((size_t)(n > 0 ? n : 1), 1);
+	if (v->members == NULL || v->next_ops == NULL || v->fresh == NULL) {
 		ft__ib_value_free(v);
 		return -FT_ENOMEM;
 	}
@@ -32,6 +34,7 @@ int ft__ib_value_copy(struct ib_value *dst, const struct ib_value *src)
 		return -FT_ENOMEM;
 	memcpy(v.members, src->members, (size_t)src->n * sizeof(int));
 	memcpy(v.next_ops, src->next_ops, (size_t)src->n * sizeof(uint64_t));
+	memcpy(v.fresh, src->fresh, (size_t)src->n);
 	ft__ib_value_free(dst);
 	*dst = v;
 	return 0;
@@ -77,6 +80,7 @@ void ft__ib_put_value(struct wbuf *w, const struct ib_value *v)
 		put_i32(w, v->members[i]);
 	for (int i = 0; i < v->n; i++)
 		put_u64(w, v->next_ops[i]);
+	put(w, v->fresh, (size_t)v->n);
 }
 
 void ft__ib_get_value(struct rbuf *r, int world, struct ib_value *v)
@@ -84,14 +88,20 @@ void ft__ib_get_value(struct rbuf *r, int world, struct ib_value *v)
 	v->ballot = get_u64(r);
 	v->first_op = get_u64(r);
 	v->nonce = get_u64(r);
-	v->members = get_members(r, world, sizeof(uint64_t), &v->n);
+	v->members = get_members(r, world, sizeof(uint64_t) + 1, &v->n);
 	if (r->bad)
 		return;
 	v->next_ops = malloc((size_t)v->n * sizeof(uint64_t));
-	if (v->next_ops == NULL)
+	v->fresh = malloc((size_t)v->n);
+	if (v->next_ops == NULL || v->fresh == NULL)
 		r->bad = true;
 	for (int i = 0; i < v->n && !r->bad; i++)
 		v->next_ops[i] = get_u64(r);
+	if (!r->bad)
+		get(r, v->fresh, (size_t)v->n);
+	for (int i = 0; i < v->n && !r->bad; i++)
+		if (v->fresh[i] > 1)
+			r->bad = true;
 	if (r->bad)
 		ft__ib_value_free(v);
 }
@@ -154,7 +164,8 @@ bool ft__ib_value_same(const struct ib_value *a, const struct ib_value *b)
 {
 	return a->ballot == b->ballot && a->first_op == b->first_op && a->nonce == b->nonce &&
 	       a->n == b->n && memcmp(a->members, b->members, (size_t)a->n * sizeof(int)) == 0 &&
-	       memcmp(a->next_ops, b->next_ops, (size_t)a->n * sizeof(uint64_t)) == 0;
+	       memcmp(a->next_ops, b->next_ops, (size_t)a->n * sizeof(uint64_t)) == 0 &&
+	       memcmp(a->fresh, b->fresh, (size_t)a->n) == 0;
 }
 
 int ft__inband_codec_check(int world)
@@ -175,10 +186,12 @@ int ft__inband_codec_check(int world)
 	memset(rec.addr, 'a', sizeof(rec.addr) - 1);
 	memset(rec.ctrl, 'c', sizeof(rec.ctrl) - 1);
 	rec.v = (struct ib_value){.ballot = UINT64_MAX, .first_op = 1, .nonce = 2, .n = world,
-				  .members = rec.v.members, .next_ops = rec.v.next_ops};
+				  .members = rec.v.members, .next_ops = rec.v.next_ops,
+				  .fresh = rec.v.fresh};
 	for (int i = 0; i < world; i++) {
 		ranks[i].certain = true;
 		rec.v.members[i] = i;
+		rec.v.fresh[i] = (uint8_t)(i & 1);
 		rec.v.next_ops[i] = UINT64_MAX - (uint64_t)i;
 	}
 	/* the COMMIT (and PROPOSE) */

@@ -1,4 +1,4 @@
-/* member_inband.c: the in-band membership's protocol: views settled among the ranks over control links (Paxos, quorums), no shared file system; its backend operations are in inband_backend.c, its codec in inband_wire.c. */
+/* member_inband.c: the in-band membership's protocol: views settled among the ranks over control links (Paxos, quorums), no shared file system; its backend operations are in inband_backend.c, its links and table of views in inband_links.c, its new incarnations in inband_rejoin.c, its codec in inband_wire.c. */
 /* SPDX-License-Identifier: MIT */
 #include <pthread.h>
 #include <stdio.h>
@@ -118,123 +118,6 @@
  * settles, the main thread looks up addresses.
  */
 
-/* ---- links ---- */
-
-#define NOT_YET 1
-
-static void drop(struct inband *b, int i)
-{
-	ft__ctl_drop(&b->ctl, i);
-	for (int r = 0; r < b->world; r++)
-		if (b->r[r].link == i)
-			b->r[r].link = -1;
-}
-
-/* Proof that rank r is gone (after generation 0; see the top): it counts out of quorums. */
-void ft__ib_mark_certain(struct inband *b, int r, const char *why)
-{
-	if (r < 0 || r >= b->world || r == b->rank || b->r[r].certain)
-		return;
-	b->r[r].certain = true;
-	ft__info("membership: rank %d is gone for certain (%s)", r, why);
-}
-
-/* Rank r died before generation 0 was settled (see the top): never awaited again. */
-void ft__ib_late_gone(struct inband *b, int r, const char *why)
-{
-	if (r < 0 || r >= b->world || r == b->rank || b->r[r].gone || view_of(b, 0) != NULL)
-		return;
-	b->r[r].gone = b->r[r].late = true;
-	b->ngone++;
-	ft__ib_mark_certain(b, r, why);
-	if (b->r[r].link >= 0)
-		drop(b, b->r[r].link);
-}
-
-/* Generation 0: rank r's listener refused a connection (see the top). */
-static void refused_at_start(struct inband *b, int r)
-{
-	int64_t now = ft__now_ms();
-
-	if (!pmix_book(b))
-		return;
-	if (b->r[r].refused++ == 0)
-		b->r[r].refused_ms = now;
-	else if (b->r[r].refused >= REFUSED_GONE && now - b->r[r].refused_ms >= REFUSED_GONE_MS)
-		ft__ib_late_gone(b, r, "its listener, published in the PMIx book, refuses connections");
-}
-
-/*
- * Link i ended with error rc. Only a link of this rank's own to the peer's
- * listener, on which the peer proved the job's token (its ACK came), and
- * that the peer's kernel then closed (-FT_EPEERFAILED: FIN or RST), shows
- * the rank gone: the process that held it died or left. A refusal, or a
- * link closed before the peer answered its hello, is suspicion only (see
- * the top).
- */
-static void link_failed(struct inband *b, int i, int rc)
-{
-	int peer = b->ctl.links[i].peer;
-	bool mine = peer >= 0 && b->r[peer].link == i;
-	bool proven = !b->ctl.links[i].connecting && !b->ctl.links[i].await_ack;
-
-	drop(b, i);
-	if (peer < 0 || !mine)
-		return; /* only a link to its listener says the rank is gone */
-	if (view_of(b, 0) == NULL) {
-		/* generation 0: a rank not yet listening; try again soon */
-		b->r[peer].retry_ms = ft__now_ms() + RETRY_MS;
-		if (rc == -FT_ECONNREFUSED)
-			refused_at_start(b, peer);
-		return;
-	}
-	if (rc == -FT_EPEERFAILED && proven)
-		ft__ib_mark_certain(b, peer, "its kernel closed its membership link");
-	else
-		b->r[peer].retry_ms = ft__now_ms() + RETRY_MS;
-}
-
-/* The link to rank r, connecting it if there is none: its index once
- * connected, -1 while connecting or when it cannot be made now. */
-int ft__ib_link_to(struct inband *b, int r)
-{
-	struct ib_rank *p = &b->r[r];
-	int64_t now = ft__now_ms();
-	int i;
-
-	if (p->link >= 0 && !b->ctl.links[p->link].connecting)
-		p->refused = 0; /* it listens */
-	if (p->link >= 0)
-		return b->ctl.links[p->link].connecting ? -1 : p->link;
-	if (p->certain || now < p->retry_ms)
-		return -1;
-	i = ft__ctl_connect_start(&b->ctl, b->book[r], r, b->gen);
-	if (i < 0) {
-		p->retry_ms = now + RETRY_MS; /* refused too: suspicion only (see the top) */
-		if (i == -FT_ECONNREFUSED && view_of(b, 0) == NULL)
-			refused_at_start(b, r);
-		return -1;
-	}
-	p->link = i;
-	return -1;
-}
-
-/* 0 sent, NOT_YET (connecting), or < 0 (the link failed). */
-static int send_to(struct inband *b, int r, enum ft__ctl_type type, const struct wbuf *w)
-{
-	int i = ft__ib_link_to(b, r);
-
-	if (i < 0)
-		return NOT_YET;
-	if (w->bad)
-		return -FT_EINVAL;
-	if (ft__ctl_send(&b->ctl, i, type, b->gen, w->p, w->len) != 0) {
-		link_failed(b, i, -FT_EIO); /* perhaps only full: no certainty */
-		return -FT_EPEERFAILED;
-	}
-	return 0;
-}
-
 /* ---- what a message must show ---- */
 
 /*
@@ -275,14 +158,21 @@ static bool value_fits(const struct inband *b, uint32_t gen, int from, const str
 
 	if (gen == 0) {
 		for (int i = 0; i < v->n; i++)
-			if (b->r[v->members[i]].gone && !b->r[v->members[i]].late)
+			if ((b->r[v->members[i]].gone && !b->r[v->members[i]].late) || v->fresh[i])
 				return false;
 		return v->n > 0;
 	}
 	if (prev == NULL || !in_view(prev, from) || v->nonce != prev->nonce)
 		return false;
-	/* both ascending: one walk (a RECORD of every rank comes from every rank) */
+	/* both ascending: one walk (a RECORD of every rank comes from every rank);
+	 * a fresh member is a new incarnation whose record this rank holds
+	 * (inband_rejoin.c) */
 	for (int i = 0; i < v->n; i++) {
+		if (v->fresh[i]) {
+			if (!ft__ib_fresh_known(b, v->members[i], gen))
+				return false;
+			continue;
+		}
 		while (k < prev->size && prev->members[k] < v->members[i])
 			k++;
 		if (k == prev->size || prev->members[k] != v->members[i])
@@ -312,18 +202,6 @@ static void gone_on_word(struct inband *b, int from, const struct ib_value *v)
 
 /* ---- the acceptor's side ---- */
 
-/* Answers on link i, where the question came from (connected, unlike a
- * link of this rank's own that may still be connecting). */
-static void reply(struct inband *b, int i, uint32_t gen, enum ft__ctl_type type,
-		  const struct wbuf *w)
-{
-	if (i < 0 || b->ctl.links[i].fd < 0 || w->bad)
-		return;
-	/* the link stays, unsent or not: closing the peer's own link would
-	 * show it this rank gone (link_failed), and this rank is not; the
-	 * asker asks again or goes on without the answer */
-	(void)ft__ctl_send(&b->ctl, i, type, gen, w->p, w->len);
-}
 
 /* This rank's answer about generation gen (the one being settled, or one
  * committed here that a late coordinator asks about). */
@@ -359,7 +237,7 @@ void ft__ib_answer_collect(struct inband *b, int from, int link, uint64_t ballot
 	if (link < 0 || b->ctl.links[link].peer != from)
 		return; /* its link is gone: it asks again or is gone */
 	record_msg(b, &w, b->gen, ballot);
-	reply(b, link, b->gen, FT__CTL_MB_RECORD, &w);
+	ft__ib_reply(b, link, b->gen, FT__CTL_MB_RECORD, &w);
 }
 
 static void answer_ballot(struct inband *b, int link, enum ft__ctl_type type, uint64_t ballot)
@@ -368,7 +246,7 @@ static void answer_ballot(struct inband *b, int link, enum ft__ctl_type type, ui
 	struct wbuf w = {.p = buf, .cap = sizeof(buf)};
 
 	put_u64(&w, ballot);
-	reply(b, link, b->gen, type, &w);
+	ft__ib_reply(b, link, b->gen, type, &w);
 }
 
 static void send_ballot(struct inband *b, int to, enum ft__ctl_type type, uint64_t ballot)
@@ -377,7 +255,7 @@ static void send_ballot(struct inband *b, int to, enum ft__ctl_type type, uint64
 	struct wbuf w = {.p = buf, .cap = sizeof(buf)};
 
 	put_u64(&w, ballot);
-	(void)send_to(b, to, type, &w);
+	(void)ft__ib_send_to(b, to, type, &w);
 }
 
 static void note_ballot(struct inband *b, uint64_t ballot)
@@ -426,50 +304,15 @@ static void on_propose(struct inband *b, int from, int link, struct rbuf *r)
 	answer_ballot(b, link, FT__CTL_MB_ACCEPT, v.ballot);
 }
 
-/* Takes a committed view for the generation being settled (v's members move). */
-int ft__ib_commit(struct inband *b, uint32_t gen, struct ib_value *v)
-{
-	struct ft__view *views;
 
-	if (view_of(b, gen) != NULL) {
-		ft__ib_value_free(v);
-		return 0;
-	}
-	/* gen is at most the generation being settled + 1 (on_commit): the
-	 * table grows with the settles made here, never with what a message says */
-	if (gen > b->gen + (uint64_t)1 || gen == UINT32_MAX) {
-		ft__ib_value_free(v);
-		return -FT_EINVAL;
-	}
-	if (gen >= b->nviews) {
-		struct ib_value *values;
-		size_t cap = 2 * (size_t)b->nviews, more;
-		if (cap < (size_t)gen + 1)
-			cap = (size_t)gen + 1;
-		if (cap < 8)
-			cap = 8;
-		if (cap > (size_t)UINT32_MAX)
-			cap = (size_t)UINT32_MAX;
-		more = cap - b->nviews;
-		views = realloc(b->views, cap * sizeof(*views));
-		if (views != NULL)
-			b->views = views;
-		values = realloc(b->values, cap * sizeof(*values));
-		if (values != NULL)
-			b->values = values;
-		if (views == NULL || values == NULL) {
-			ft__ib_value_free(v);
-			return -FT_ENOMEM;
-		}
-		memset(b->views + b->nviews, 0, more * sizeof(*views));
-		memset(b->values + b->nviews, 0, more * sizeof(*values));
-		b->nviews = (uint32_t)cap;
-	}
-	b->views[gen] = (struct ft__view){.generation = gen, .size = v->n, .members = v->members,
-					  .first_op = v->first_op, .nonce = v->nonce};
-	b->values[gen] = *v;    /* shares members with the view */
-	*v = (struct ib_value){0};
-	return 0;
+/* Commits v (its members move), then puts its new incarnations' addresses in place. */
+static int take(struct inband *b, uint32_t gen, struct ib_value *v)
+{
+	int rc = ft__ib_commit(b, gen, v);
+
+	if (rc == 0 && gen > 0 && value_of(b, gen) != NULL)
+		ft__ib_install_fresh(b, gen, value_of(b, gen));
+	return rc;
 }
 
 /*
@@ -517,7 +360,7 @@ static void on_commit(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 	}
 	if (gen == 0)
 		gone_on_word(b, from, &v);
-	(void)ft__ib_commit(b, gen, &v);
+	(void)take(b, gen, &v);
 }
 
 static void on_book(struct inband *b, struct rbuf *r)
@@ -630,7 +473,7 @@ static void on_other_collect(struct inband *b, uint32_t gen, int from, int link,
 	if (view_of(b, gen) == NULL)
 		return; /* an old generation this rank was not part of */
 	record_msg(b, &w, gen, ballot); /* a late coordinator: tell it what was committed */
-	reply(b, link, gen, FT__CTL_MB_RECORD, &w);
+	ft__ib_reply(b, link, gen, FT__CTL_MB_RECORD, &w);
 }
 
 /* Handles one message. */
@@ -683,6 +526,18 @@ void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 		 * leave it out (on_commit) */
 		on_commit(b, m->from, m->gen, &r);
 		break;
+	case FT__CTL_MB_ASK:
+		ft__ib_on_ask(b, m->from, link);
+		break;
+	case FT__CTL_MB_REJOIN:
+		ft__ib_on_rejoin(b, m->from, link, m->gen, &r);
+		break;
+	case FT__CTL_MB_ADDRS:
+		ft__ib_on_addrs(b, m->from, m->gen, &r);
+		break;
+	case FT__CTL_MB_LATEST:
+		ft__ib_on_latest(b, m->from, m->gen, &r);
+		break;
 	case FT__CTL_MB_NOQUORUM:
 		/* from the coordinator this rank promised: the one it answered */
 		if (current && get_u64(&r) == b->promised && !r.bad &&
@@ -711,7 +566,7 @@ void ft__ib_pump(struct inband *b)
 			ft__ib_on_msg(b, i, &m);
 		}
 		if (b->ctl.links[i].fd >= 0 && rc < 0)
-			link_failed(b, i, rc);
+			ft__ib_link_failed(b, i, rc);
 	}
 }
 
@@ -744,8 +599,9 @@ static bool holds_late(const struct inband *b, const struct ib_value *v)
 	return false;
 }
 
-/* The value to propose once the candidates answered: 0, or -FT_ENOMEM. */
-static int choose(struct inband *b)
+/* The value to propose once the candidates answered, with the new
+ * incarnations of back that asked (inband_rejoin.c): 0, or -FT_ENOMEM. */
+static int choose(struct inband *b, const int *back, int nback)
 {
 	int n = 0;
 
@@ -764,6 +620,8 @@ static int choose(struct inband *b)
 			b->proposal.first_op = b->r[r].next_op;
 	}
 	b->proposal.n = n;
+	if (b->gen > 0)
+		ft__ib_add_back(b, &b->proposal, back, nback);
 	if (b->gen == 0) {
 		if (getrandom(&b->proposal.nonce, sizeof(b->proposal.nonce), 0) !=
 		    (ssize_t)sizeof(b->proposal.nonce))
@@ -780,7 +638,7 @@ static int send_value(struct inband *b, int to, enum ft__ctl_type type, const st
 	struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
 
 	ft__ib_put_value(&w, v);
-	return send_to(b, to, type, &w);
+	return ft__ib_send_to(b, to, type, &w);
 }
 
 /* Every member's addresses to rank `to`, in as many BOOK messages as they need. */
@@ -811,7 +669,7 @@ static void send_book(struct inband *b, int to, const struct ib_value *v)
 		w.len = 0;
 		put_i32(&w, count);
 		w.len = at;
-		if (send_to(b, to, FT__CTL_MB_BOOK, &w) != 0)
+		if (ft__ib_send_to(b, to, FT__CTL_MB_BOOK, &w) != 0)
 			return;
 	}
 }
@@ -821,7 +679,8 @@ static void send_book(struct inband *b, int to, const struct ib_value *v)
  * One step of coordinating the generation: 1 when committed here, 0 not
  * yet, -FT_EPARTITIONED when no quorum can be had.
  */
-int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, bool force)
+int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, const int *back, int nback,
+		       bool force)
 {
 	int64_t now = ft__now_ms();
 	bool *votes;
@@ -871,10 +730,12 @@ int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, bool force)
 				unsigned char buf[8];
 				struct wbuf w = {.p = buf, .cap = sizeof(buf)};
 				put_u64(&w, b->ballot);
-				if (send_to(b, r, FT__CTL_MB_COLLECT, &w) == 0)
+				if (ft__ib_send_to(b, r, FT__CTL_MB_COLLECT, &w) == 0)
 					b->r[r].asked = true;
 			}
 		}
+		for (int k = 0; k < nback; k++)
+			all &= ft__ib_back_live(b, back[k], b->gen); /* awaited as the file backend does */
 		for (int r = 0; r < b->world; r++)
 			votes[r] |= b->r[r].replied;
 		bool window = force && now - b->phase_ms >= b->reply_wait_ms;
@@ -891,7 +752,7 @@ int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, bool force)
 			rc = -FT_EPARTITIONED;
 			goto out;
 		}
-		if ((rc = choose(b)) != 0)
+		if ((rc = choose(b, back, nback)) != 0)
 			goto out;
 		if (b->best_committed) {
 			b->phase = 3;
@@ -917,6 +778,7 @@ int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, bool force)
 			if (r == b->rank || !p->replied)
 				continue;
 			if (!p->proposed && !p->certain &&
+			    ft__ib_send_fresh(b, r, b->gen, &b->proposal) == 0 &&
 			    send_value(b, r, FT__CTL_MB_PROPOSE, &b->proposal) == 0)
 				p->proposed = true;
 			votes[r] = p->accepted;
@@ -939,14 +801,18 @@ int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, bool force)
 				continue;
 			if (b->gen == 0)
 				send_book(b, r, &b->proposal);
+			(void)ft__ib_send_fresh(b, r, b->gen, &b->proposal);
 			(void)send_value(b, r, FT__CTL_MB_COMMIT, &b->proposal);
 			b->r[r].told = true;
 		}
 		for (int k = 0; k < ncand; k++)
-			if (cand[k] != b->rank && !b->r[cand[k]].told && b->r[cand[k]].link >= 0)
+			if (cand[k] != b->rank && !b->r[cand[k]].told && b->r[cand[k]].link >= 0 &&
+			    ft__ib_send_fresh(b, cand[k], b->gen, &b->proposal) == 0)
 				(void)send_value(b, cand[k], FT__CTL_MB_COMMIT, &b->proposal);
+		if (b->gen > 0)
+			ft__ib_tell_newcomers(b, b->gen, &b->proposal);
 		if ((rc = ft__ib_value_copy(&v, &b->proposal)) == 0)
-			rc = ft__ib_commit(b, b->gen, &v);
+			rc = take(b, b->gen, &v);
 		if (rc == 0)
 			rc = 1;
 	}

@@ -589,6 +589,13 @@ static int wait_taken(struct ft_comm *c, const struct ft__member *me, uint32_t t
 			ft__view_free(v);
 			return -FT_EEXCLUDED;
 		}
+		if (!c->grows) {
+			ft__error("rejoin: generation %u settled without rank %d (it came after the "
+				  "rejoin timeout): the job goes on without it, and the in-band "
+				  "membership does not grow back", target, c->cfg.rank);
+			ft__view_free(v);
+			return -FT_EEXCLUDED;
+		}
 		ft__info("rejoin: generation %u settled without rank %d: it asks for the next one",
 			 target, c->cfg.rank);
 		target = v->generation + 1;

@@ -1,0 +1,340 @@
+/* inband_rejoin.c: new incarnations under the in-band membership: a restarted rank finds its running job through its address book, asks back into the next generation, and the members take it in at their settle with the addresses it came with. */
+/* SPDX-License-Identifier: MIT */
+#include <stdio.h>
+#include <string.h>
+
+#include "inband.h"
+
+/*
+ * The rest of the protocol is member_inband.c's (see its top). A new
+ * incarnation (FTCC_INCARNATION > 0) of rank e has the address book its
+ * bootstrap gave it (a peer list, ftcc-run's store): every other rank's
+ * membership listener, as at the job's start. Its own data, detector and
+ * membership addresses may be new (another host).
+ *
+ * - ASK (newcomer -> every rank it reaches, on its own authenticated link):
+ *   a rank that holds views answers ADDRS (its newest view's members: data,
+ *   detector and membership addresses), then LATEST (that view). The
+ *   newcomer takes the newest view it hears within ANSWER_MS of the first
+ *   answer, all of one nonce. No answer within its window: the job is over
+ *   (-FT_EENDED), or no rank of it lives.
+ * - REJOIN (newcomer -> every member of the newest view g it holds, for
+ *   generation g + 1): its next op and its new addresses. A member keeps the
+ *   record, live while the link it came on is; one that holds a view of g +
+ *   1 or later answers ADDRS and LATEST again, and the newcomer asks for the
+ *   generation after the newest it heard of.
+ * - The coordinator of g + 1 awaits each failed member its detector awaits
+ *   back (rejoin policy) until that rank's live REJOIN came, and takes it
+ *   as the file backend does (unless its next op is past first_op + 1), as a
+ *   fresh member: the value marks it so. Before the PROPOSE and the COMMIT
+ *   to a rank, ADDRS relays the fresh members' records to it: a value with a
+ *   fresh member whose record a rank does not hold does not fit there
+ *   (value_fits), so no rank commits a view it could not reach. The COMMIT
+ *   also goes to every newcomer with a live record, taken or not, on its
+ *   own link.
+ * - At the commit each rank puts the fresh members' addresses in place of
+ *   the old ones (lookups, and links to their listeners, use them from then
+ *   on) and forgets the old incarnation's certain death.
+ *
+ * What a newcomer takes on a member's word (an authenticated rank of the
+ * job: the token) is what a member would take on a COMMIT: addresses, and
+ * views newer than the one it holds, of one nonce, at most NEWEST_MAX
+ * generations (no message grows the table of views past what a long job
+ * holds). Growing back (a newcomer after the rejoin timeout) is the file
+ * backend's only: here the newcomer hears the view settled without it.
+ */
+
+#define NEWEST_MAX (1u << 16)   /* the latest generation a newcomer takes on a member's word */
+#define ENTRY_MAX (4 + 8 + 3 * 2 + FT__ADDR_MAX + FT__CTRL_MAX + FT__BOOK_ENTRY_MAX)
+
+static bool has(const struct ft__view *v, int r)
+{
+	for (int i = 0; v != NULL && i < v->size; i++)
+		if (v->members[i] == r)
+			return true;
+	return false;
+}
+
+static void put_entry(struct wbuf *w, int e, uint64_t next_op, const char *addr, const char *ctrl,
+		      const char *mb)
+{
+	put_i32(w, e);
+	put_u64(w, next_op);
+	put_str(w, addr);
+	put_str(w, ctrl);
+	put_str(w, mb);
+}
+
+/* One entry into *p (rank in *e); bad unless it names a rank and both listeners. */
+static void get_entry(struct rbuf *r, const struct inband *b, int *e, struct ib_back *p)
+{
+	*e = get_i32(r);
+	p->next_op = get_u64(r);
+	get_str(r, p->addr, sizeof(p->addr));
+	get_str(r, p->ctrl, sizeof(p->ctrl));
+	get_str(r, p->mb, sizeof(p->mb));
+	if (*e < 0 || *e >= b->world || p->addr[0] == '\0' || p->mb[0] == '\0')
+		r->bad = true;
+}
+
+/* ADDRS on link i of ranks[0..n): a fresh one's record (fresh[k]), else
+ * what this rank knows of it; in as many messages as they need. */
+static void send_addrs(struct inband *b, int i, uint32_t gen, const int *ranks,
+		       const uint64_t *next_ops, const uint8_t *fresh, int n)
+{
+	unsigned char buf[65536];
+	int k = 0;
+
+	while (k < n) {
+		struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
+		int count = 0;
+		size_t at;
+		put_i32(&w, 0);
+		for (; k < n && w.len + ENTRY_MAX <= w.cap; k++) {
+			const struct ib_rank *p = &b->r[ranks[k]];
+			if (fresh != NULL && fresh[k]) {
+				if (!p->back.have)
+					continue;
+				put_entry(&w, ranks[k], p->back.next_op, p->back.addr, p->back.ctrl,
+					  p->back.mb);
+			} else if (ranks[k] == b->rank) {
+				put_entry(&w, ranks[k], next_ops[k], b->mine.addr, b->mine.ctrl,
+					  b->ctl.addr);
+			} else if (p->have_addr) {
+				put_entry(&w, ranks[k], next_ops[k], p->addr, p->ctrl,
+					  b->book[ranks[k]]);
+			} else {
+				continue;
+			}
+			count++;
+		}
+		at = w.len;
+		w.len = 0;
+		put_i32(&w, count);
+		w.len = at;
+		if (count > 0)
+			ft__ib_reply(b, i, gen, FT__CTL_MB_ADDRS, &w);
+	}
+}
+
+/* The newest view here to a newcomer on link i: its members' addresses, then the view. */
+static void answer(struct inband *b, int i, const struct ft__view *v)
+{
+	unsigned char buf[65536];
+	struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
+	struct ib_value val = b->values[v->generation]; /* borrowed */
+
+	send_addrs(b, i, v->generation, val.members, val.next_ops, NULL, val.n);
+	val.ballot = COMMITTED;
+	ft__ib_put_value(&w, &val);
+	ft__ib_reply(b, i, v->generation, FT__CTL_MB_LATEST, &w);
+}
+
+void ft__ib_on_ask(struct inband *b, int from, int link)
+{
+	const struct ft__view *v = newest_view(b);
+
+	(void)from;
+	if (v != NULL) /* none: the job's first view is not settled here yet */
+		answer(b, link, v);
+}
+
+void ft__ib_on_rejoin(struct inband *b, int from, int link, uint32_t gen, struct rbuf *r)
+{
+	const struct ft__view *v = newest_view(b);
+	struct ib_back rec = {.have = true, .gen = gen, .link = link};
+	struct ib_back *p = &b->r[from].back;
+	int e;
+
+	get_entry(r, b, &e, &rec);
+	if (r->bad || e != from || from == b->rank || gen == 0 || gen > NEWEST_MAX)
+		return;
+	if (!p->have || p->gen != gen || p->link != link)
+		ft__info("membership: a new incarnation of rank %d (at %s) asks back into "
+			 "generation %u", from, rec.addr, gen);
+	*p = rec;
+	if (v != NULL && v->generation >= gen)
+		answer(b, link, v); /* settled already: it asks for a later one */
+}
+
+void ft__ib_on_addrs(struct inband *b, int from, uint32_t gen, struct rbuf *r)
+{
+	const struct ft__view *prev = gen > 0 ? view_of(b, gen - 1) : NULL;
+	int32_t n = get_i32(r);
+
+	/* a member takes the records of a generation it may settle, from a
+	 * member of the view before it; a newcomer not yet taken, its
+	 * members' word (see the top) */
+	if (!b->newcomer && (gen == 0 || gen > b->gen + (uint64_t)1 || !has(prev, from)))
+		return;
+	for (int32_t k = 0; k < n && !r->bad; k++) {
+		struct ib_back rec = {.have = true, .gen = gen, .link = -1};
+		struct ib_rank *p;
+		int e;
+		get_entry(r, b, &e, &rec);
+		if (r->bad || e == b->rank)
+			continue;
+		p = &b->r[e];
+		if (!ft__ib_back_live(b, e, gen))
+			p->back = rec; /* its own record, on a live link, stays */
+		if (b->newcomer) {
+			snprintf(p->addr, sizeof(p->addr), "%s", rec.addr);
+			snprintf(p->ctrl, sizeof(p->ctrl), "%s", rec.ctrl);
+			snprintf(b->book[e], sizeof(b->book[e]), "%s", rec.mb);
+			p->have_addr = true;
+		}
+	}
+}
+
+void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r)
+{
+	struct ib_value v = {0};
+	const struct ft__view *had = newest_view(b);
+	bool sender = false;
+
+	if (!b->newcomer)
+		return;
+	ft__ib_get_value(r, b->world, &v);
+	if (r->bad)
+		return;
+	for (int i = 0; i < v.n; i++)
+		sender |= v.members[i] == from;
+	if (gen > NEWEST_MAX || !sender || (had != NULL && (gen <= had->generation ||
+							    v.nonce != had->nonce))) {
+		ft__ib_value_free(&v);
+		return;
+	}
+	b->r[from].answered = true;
+	v.ballot = COMMITTED;
+	if (gen > b->gen)
+		b->gen = gen; /* what ft__ib_commit takes */
+	if (ft__ib_commit(b, gen, &v) == 0) {
+		b->held = true;
+		b->newest = gen;
+		ft__ib_install_fresh(b, gen, value_of(b, gen)); /* itself, if a COMMIT was missed */
+	}
+}
+
+bool ft__ib_back_live(const struct inband *b, int e, uint32_t gen)
+{
+	const struct ib_back *p = &b->r[e].back;
+
+	return p->have && p->gen == gen && p->link >= 0 && p->link < b->ctl.nlinks &&
+	       b->ctl.links[p->link].fd >= 0 && b->ctl.links[p->link].peer == e;
+}
+
+bool ft__ib_fresh_known(const struct inband *b, int e, uint32_t gen)
+{
+	if (e == b->rank)
+		return b->newcomer;
+	return b->r[e].back.have && b->r[e].back.gen == gen;
+}
+
+int ft__ib_add_back(struct inband *b, struct ib_value *v, const int *back, int nback)
+{
+	int added = 0;
+
+	for (int k = 0; k < nback; k++) {
+		int e = back[k], at = 0;
+		if (e < 0 || e >= b->world || !ft__ib_back_live(b, e, b->gen) ||
+		    b->r[e].back.next_op > v->first_op + 1)
+			continue; /* not asked yet; or a log ahead of the job: settled without */
+		while (at < v->n && v->members[at] < e)
+			at++;
+		if (at < v->n && v->members[at] == e)
+			continue;
+		/* room: a proposal holds the world (choose) */
+		memmove(v->members + at + 1, v->members + at, (size_t)(v->n - at) * sizeof(int));
+		memmove(v->next_ops + at + 1, v->next_ops + at,
+			(size_t)(v->n - at) * sizeof(uint64_t));
+		memmove(v->fresh + at + 1, v->fresh + at, (size_t)(v->n - at));
+		v->members[at] = e;
+		v->next_ops[at] = b->r[e].back.next_op;
+		v->fresh[at] = 1;
+		v->n++;
+		added++;
+	}
+	return added;
+}
+
+/* The fresh members of v, their records on link i. */
+static void fresh_on_link(struct inband *b, int i, uint32_t gen, const struct ib_value *v)
+{
+	for (int k = 0; k < v->n; k++)
+		if (v->fresh[k]) {
+			send_addrs(b, i, gen, v->members, v->next_ops, v->fresh, v->n);
+			return;
+		}
+}
+
+int ft__ib_send_fresh(struct inband *b, int to, uint32_t gen, const struct ib_value *v)
+{
+	int i = ft__ib_link_to(b, to);
+
+	if (i < 0)
+		return 1; /* connecting */
+	fresh_on_link(b, i, gen, v);
+	return 0;
+}
+
+void ft__ib_tell_newcomers(struct inband *b, uint32_t gen, const struct ib_value *v)
+{
+	unsigned char buf[65536];
+	struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
+
+	ft__ib_put_value(&w, v);
+	for (int e = 0; e < b->world; e++) {
+		if (e == b->rank || !ft__ib_back_live(b, e, gen))
+			continue;
+		fresh_on_link(b, b->r[e].back.link, gen, v);
+		ft__ib_reply(b, b->r[e].back.link, gen, FT__CTL_MB_COMMIT, &w);
+	}
+}
+
+void ft__ib_install_fresh(struct inband *b, uint32_t gen, const struct ib_value *v)
+{
+	for (int k = 0; k < v->n; k++) {
+		int e = v->members[k];
+		struct ib_rank *p = &b->r[e];
+		if (!v->fresh[k])
+			continue;
+		if (e == b->rank) {
+			snprintf(p->addr, sizeof(p->addr), "%s", b->mine.addr);
+			snprintf(p->ctrl, sizeof(p->ctrl), "%s", b->mine.ctrl);
+			p->have_addr = true;
+			b->newcomer = false; /* a member from now on */
+			continue;
+		}
+		if (!p->back.have || p->back.gen != gen)
+			continue; /* value_fits saw to it */
+		snprintf(p->addr, sizeof(p->addr), "%s", p->back.addr);
+		snprintf(p->ctrl, sizeof(p->ctrl), "%s", p->back.ctrl);
+		snprintf(b->book[e], sizeof(b->book[e]), "%s", p->back.mb);
+		p->have_addr = true;
+		p->certain = false;
+		p->retry_ms = 0;
+		if (p->link >= 0)
+			ft__ib_drop(b, p->link); /* the old incarnation's */
+		ft__info("membership: rank %d is back in generation %u (a new incarnation at %s)", e,
+			 gen, p->addr);
+	}
+}
+
+/* Its REJOIN to every member of the view before the generation it asks for (lock held). */
+void ft__ib_newcomer_tick(struct inband *b)
+{
+	const struct ft__view *prev = b->gen > 0 ? view_of(b, b->gen - 1) : NULL;
+	unsigned char buf[ENTRY_MAX];
+
+	if (!b->newcomer || !b->active || !b->published || prev == NULL || view_of(b, b->gen) != NULL)
+		return;
+	for (int k = 0; k < prev->size; k++) {
+		int m = prev->members[k], i;
+		struct wbuf w = {.p = buf, .cap = sizeof(buf)};
+		if (m == b->rank || b->r[m].asked || (i = ft__ib_link_to(b, m)) < 0)
+			continue;
+		put_entry(&w, b->rank, b->mine.next_op, b->mine.addr, b->mine.ctrl, b->ctl.addr);
+		if (!w.bad && ft__ctl_send(&b->ctl, i, FT__CTL_MB_REJOIN, b->gen, w.p, w.len) == 0)
+			b->r[m].asked = true;
+	}
+}
