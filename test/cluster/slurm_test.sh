@@ -36,6 +36,16 @@
 #                    the application (train_rejoin recomputes the
 #                    interrupted op's input from the model a survivor
 #                    sends), still exact;
+#   rejoin-inband    the same with no shared file system at all: in-band
+#                    membership from a peer list (FTCC_PEERS, ports of the
+#                    trial's own), each host's logs its own; the
+#                    replacements' peer list names host 5 for ranks 6 and 7,
+#                    and they find the job by asking its ranks (README,
+#                    "Rejoin over in-band membership"); exact as above. The
+#                    time from the kill to the interrupted op's return on
+#                    every rank is printed (test/rejoin_time.py, from the
+#                    traces); SLURM_REJOIN_COUNT sets the model's floats
+#                    (100000; the issue's bar: 16777216, 64 MiB);
 #   grow             rejoin with FTCC_REJOIN_TIMEOUT_MS=0: host 4 killed
 #                    mid-job, the 6 survivors go on alone; then ranks 6 and
 #                    7 are started on host 5 and taken back at the job's next
@@ -48,6 +58,7 @@
 #                    ranks and exact results, the ranks of hosts 3 and 4
 #                    stop with EPARTITIONED or EXCLUDED and no result after
 #                    the split.
+# SLURM_REJOIN_STEPS sets the rejoin and grow jobs' steps (300).
 # SLURM_ROWS picks rows (default all), SLURM_TRIALS repeats the matrix, kill
 # and rejoin rows (1), SLURM_DEADLINE is each job's deadline in s (60).
 # Exit 0 all passed, 1 a row failed, 77 skipped (not root, no namespaces, no
@@ -58,7 +69,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 NETNS=$HERE/netns.sh
 SLURM=$HERE/slurm.sh
 DEADLINE=${SLURM_DEADLINE:-60}
-ROWS=${SLURM_ROWS:-matrix-pmix matrix-file kill rejoin rejoin-nolog grow part}
+ROWS=${SLURM_ROWS:-matrix-pmix matrix-file kill rejoin rejoin-nolog rejoin-inband grow part}
+COUNT=${SLURM_REJOIN_COUNT:-100000}
 TRIALS=${SLURM_TRIALS:-1}
 
 for p in slurmctld slurmd srun munged; do
@@ -162,7 +174,7 @@ kill_row() {
 # "op digest contributors" and "rank model" lines of srun --label output
 ops() { sed -n 's/^ *[0-9]*: op \([0-9]*\) digest \([0-9a-f]*\) contributors \([0-9]*\)$/\1 \2 \3/p' "$@" | sort -u; }
 models() { sed -n 's/^ *[0-9]*: model \([0-9a-f]*\)$/\1/p' "$@"; }
-STEPS=300
+STEPS=${SLURM_REJOIN_STEPS:-300}
 REF_OPS=$C.ref.ops
 rejoin_env() { # JOB srun ARGS...: in host 1 with the rejoin job's environment
 	j=$1
@@ -174,7 +186,7 @@ rejoin_ref() {
 	d="rejoin: the failure-free run"
 	t0=$(date +%s) st=0
 	rejoin_env "ref$$" srun -N4 -n8 -w h1,h2,h3,h4 --mpi=none --label "$B/examples/train_rejoin" \
-		"$STEPS" 100000 5 >"$OUT" 2>&1 || st=$?
+		"$STEPS" "$COUNT" 5 >"$OUT" 2>&1 || st=$?
 	ops "$OUT" >"$REF_OPS"
 	REF_MODEL=$(models "$OUT" | sort -u)
 	ok=1
@@ -196,31 +208,60 @@ on_spare() {
 	# shellcheck disable=SC2016
 	rejoin_env "$j" "$@" srun -w h5 -N1 -n2 --mpi=none --label sh -c \
 		'FTCC_RANK=$((6 + SLURM_PROCID)) FTCC_WORLD_SIZE=8 FTCC_INCARNATION=1 exec sh -c "$0" "$@"' \
-		"$RANK_LOGS" "$B/examples/train_rejoin" "$STEPS" 100000 5 >"$OUT.new" 2>&1 || st2=$?
+		"$RANK_LOGS" "$B/examples/train_rejoin" "$STEPS" "$COUNT" 5 >"$OUT.new" 2>&1 || st2=$?
 	e=$(now_ms)
 	wait_lines "$OUT" ": model " 6 "$DEADLINE"
 	end_job "$main"
 	"$SLURM" "$C" slurmd 4 >>"$OUT" 2>&1 || st=1
 }
-rejoin_row() { # TRIAL LOGS(shared|local)
-	if [ "$2" = shared ]; then
-		d="rejoin: srun --no-kill, host 4 killed, ranks 6 and 7 started again on host 5 (logs on a shared file system)"
-	else
-		d="rejoin-nolog: the same, each host's logs its own (the replacement has none: the application path)"
-	fi
+# peers SPARE: a peer list of 8 ranks, two a host on hosts 1 to 4 (ranks 6
+# and 7 on host SPARE), at ports of this trial's own
+peers() {
+	l=""
+	for r in 0 1 2 3 4 5 6 7; do
+		h=$((r / 2 + 1))
+		[ "$h" -eq 4 ] && h=$1
+		l="$l,$("$NETNS" "$C" addr "$h"):$((PORT + r))"
+	done
+	echo "${l#,}"
+}
+rejoin_row() { # TRIAL LOGS(shared|local|inband)
+	case $2 in
+	shared) d="rejoin: srun --no-kill, host 4 killed, ranks 6 and 7 started again on host 5 (logs on a shared file system)" ;;
+	local) d="rejoin-nolog: the same, each host's logs its own (the replacement has none: the application path)" ;;
+	*) d="rejoin-inband: the same with in-band membership from a peer list, no shared file system, a model of $COUNT floats" ;;
+	esac
 	t0=$(date +%s) st=0 st2=0
 	job=rj$$-$1-$2
-	rejoin_env "$job" LOGS="$2" srun --no-kill -N4 -n8 -w h1,h2,h3,h4 --mpi=none --label \
-		sh -c "$RANK_LOGS" "$B/examples/train_rejoin" "$STEPS" 100000 5 >"$OUT" 2>&1 &
+	logs=$2 main_env="" spare_env="" trace=""
+	if [ "$2" = inband ]; then
+		PORT=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
+		logs=local trace=$SHARED/trace-$job
+		mkdir -p "$trace"
+		tok="FTCC_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+		main_env="FTCC_MEMBERSHIP=inband FTCC_BOOTSTRAP=peers FTCC_PEERS=$(peers 4) $tok FTCC_TRACE=$trace/rank.json"
+		spare_env="FTCC_MEMBERSHIP=inband FTCC_BOOTSTRAP=peers FTCC_PEERS=$(peers 5) $tok FTCC_TRACE=$trace/new.json"
+	fi
+	# shellcheck disable=SC2086
+	rejoin_env "$job" LOGS="$logs" $main_env srun --no-kill -N4 -n8 -w h1,h2,h3,h4 --mpi=none --label \
+		sh -c "$RANK_LOGS" "$B/examples/train_rejoin" "$STEPS" "$COUNT" 5 >"$OUT" 2>&1 &
 	main=$!
 	# a random op between 20 and 119 once every rank runs
 	at=$((20 + $(od -An -N2 -tu2 /dev/urandom) % 100))
-	wait_lines "$OUT" ": op $at digest" 8
+	[ "$COUNT" -le 100000 ] || at=$((5 + at % 10))
+	wait_lines "$OUT" ": op $at digest" 8 "$DEADLINE"
 	"$NETNS" "$C" kill 4
 	k=$(now_ms)
-	on_spare "$job" LOGS="$2"
+	# shellcheck disable=SC2086
+	on_spare "$job" LOGS="$logs" $spare_env
 	cat "$OUT.new" >>"$OUT"
 	why=""
+	took=""
+	if [ -n "$trace" ]; then
+		# shellcheck disable=SC2046
+		took=$("$HERE/../rejoin_time.py" "$k" $(ls "$trace"/rank.[0-5].json) -- $(ls "$trace"/new.*.json) 2>&1) ||
+			why="rejoin_time.py: $took"
+	fi
 	bad=$(ops "$OUT" | awk '$3 == 8' | sort -u | comm -13 "$REF_OPS" - | head -3 | tr '\n' ';')
 	[ -z "$bad" ] || why="ops at 8 contributors that differ from the failure-free run: $bad"
 	lossy=$(ops "$OUT" | awk '$3 != 8' | wc -l)
@@ -230,7 +271,7 @@ rejoin_row() { # TRIAL LOGS(shared|local)
 	[ "$(grep -c "rejoined: the job stands" "$OUT.new" || true)" -eq 2 ] || why="$why; ranks 6 and 7 did not both rejoin"
 	[ "$st" -eq 0 ] && [ "$st2" -eq 0 ] || why="$why; slurmd $st, the restarted ranks' srun exit $st2"
 	nolog=$(grep -c "no usable log" "$OUT.new" || true)
-	if [ "$2" = local ] && [ "$nolog" -ne 2 ]; then
+	if [ "$2" != shared ] && [ "$nolog" -ne 2 ]; then
 		why="$why; the replacements found a log on host 5 ($nolog of 2 said none)"
 	elif [ "$2" = shared ] && [ "$nolog" -ne 0 ]; then
 		why="$why; the replacements found no log on the shared file system"
@@ -239,7 +280,7 @@ rejoin_row() { # TRIAL LOGS(shared|local)
 	rm -f "$OUT.new"
 	ok=1
 	[ -n "$why" ] || ok=0
-	verdict $ok ": killed after op $at, rejoined at op ${stood:-?}, every op and model as the failure-free run; the replacement's srun (start, rejoin, the job's $((STEPS - ${stood:-0})) remaining steps) ended $((e - k)) ms after the kill" \
+	verdict $ok ": killed after op $at, rejoined at op ${stood:-?}, every op and model as the failure-free run;${took:+ $took;} the replacement's srun (start, rejoin, the job's $((STEPS - ${stood:-0})) remaining steps) ended $((e - k)) ms after the kill" \
 		"${why#; }"
 }
 
@@ -339,7 +380,7 @@ part_row() {
 }
 
 echo "== Slurm $(run_in srun --version | cut -d' ' -f2): 5 namespace hosts (4 x 2 ranks, host 5 spare), srun from host 1"
-{ want rejoin || want rejoin-nolog; } && rejoin_ref
+{ want rejoin || want rejoin-nolog || want rejoin-inband; } && rejoin_ref
 i=0
 while [ "$i" -lt "$TRIALS" ]; do
 	if want matrix-pmix; then
@@ -362,6 +403,7 @@ while [ "$i" -lt "$TRIALS" ]; do
 	want kill && kill_row
 	want rejoin && rejoin_row "$i" shared
 	want rejoin-nolog && rejoin_row "$i" local
+	want rejoin-inband && rejoin_row "$i" inband
 	want grow && grow_row "$i"
 	i=$((i + 1))
 done
