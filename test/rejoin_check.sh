@@ -39,7 +39,7 @@ export FTCC_LOG_LEVEL=${FTCC_LOG_LEVEL:-2}
 export FTCC_REJOIN_TIMEOUT_MS=${FTCC_REJOIN_TIMEOUT_MS:-20000}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-label="${PROG#train_rejoin} n=$N steps=$STEPS count=$COUNT${COLL:+ $COLL}${FTCC_TRANSPORT:+ $FTCC_TRANSPORT}${FI_PROVIDER:+/$FI_PROVIDER}${FTCC_LOG_ENGINE:+ $FTCC_LOG_ENGINE}"
+label="${PROG#train_rejoin}${FTCC_MEMBERSHIP:+ $FTCC_MEMBERSHIP} n=$N steps=$STEPS count=$COUNT${COLL:+ $COLL}${FTCC_TRANSPORT:+ $FTCC_TRANSPORT}${FI_PROVIDER:+/$FI_PROVIDER}${FTCC_LOG_ENGINE:+ $FTCC_LOG_ENGINE}"
 
 run() { # out ftcc-run-args...
 	out=$1

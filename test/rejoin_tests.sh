@@ -105,7 +105,27 @@ step "train_steps n=5 random kills" env PROG=train_steps TRIALS="$(few 6 "$mode"
 step "train_steps n=5 killed at mid-step collectives" env PROG=train_steps \
 	FAULTS="rank=1,op=11,phase=between|rank=2,op=11,phase=broadcast,step=0,seg=0|rank=3,op=16,phase=between" \
 	REJOIN_PAUSE_MS=5 "$C" "$B" 5 60 2000
-# 4. fallbacks: never a wrong result. A newcomer the job went on without
+# 4. in-band membership (no rendezvous directory): ftcc-run's store gives
+#    the restarted rank its book, and it finds its job by asking the job's
+#    ranks (README, "Rejoin over in-band membership"): exact as above
+IB="rank=1,op=3,phase=between|rank=2,op=3,phase=reduce_scatter,step=0,seg=0"
+IB="$IB|rank=0,op=3,phase=allgather,step=0,seg=0|rank=2,op=3,phase=commit,step=1"
+IB="$IB|rank=1,op=3,phase=allgather,step=1,seg=2;rank=1,op=3,phase=reduce_scatter,step=1,seg=0,inc=1"
+IB="$IB|rank=1,op=3,phase=allgather,step=1,seg=2;rank=0,op=3,phase=allgather,step=2,seg=0,gen=1"
+IB="$IB|rank=1,op=3,phase=allgather,step=0,seg=4;rank=3,op=3,phase=allgather,step=0,seg=4"
+step "inband injection points" env FTCC_MEMBERSHIP=inband FAULTS="$IB" REJOIN_PAUSE_MS=0 \
+	"$C" "$B" 4 6 4000000
+step "inband tcp n=4 random kills" env FTCC_MEMBERSHIP=inband REJOIN_PAUSE_MS=10 \
+	TRIALS="$(few 3 "$mode")" "$C" "$B" 4 20 100000
+step "inband tcp n=5 two kills" env FTCC_MEMBERSHIP=inband REJOIN_PAUSE_MS=10 \
+	TRIALS="$(few 2 "$mode")" KILLS=2 "$C" "$B" 5 20 100000
+if fabric "tcp;ofi_rxm"; then
+	step "inband fabric/tcp;ofi_rxm n=4" env FTCC_MEMBERSHIP=inband TRIALS="$(few 2 "$mode")" \
+		FTCC_TRANSPORT=fabric FI_PROVIDER="tcp;ofi_rxm" "$C" "$B" 4 60 200000
+else
+	echo "-- SKIPPED: libfabric provider 'tcp;ofi_rxm' is not available"
+fi
+# 5. fallbacks: never a wrong result. A newcomer the job went on without
 #    exits (ft_init: -FT_EEXCLUDED); restarting it again would only find the
 #    job over, so one restart.
 K="rank=1,op=3,phase=allgather,step=1,seg=2"

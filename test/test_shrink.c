@@ -812,13 +812,8 @@ Test(shrink, second_kill_during_recovery, .timeout = 300)
  */
 Test(shrink, a_link_closed_during_a_recovery_is_no_death, .timeout = 120)
 {
-	const char *mb = getenv("FTCC_TEST_MEMBERSHIP"), *tp = getenv("FTCC_TEST_TRANSPORT");
+	const char *tp = getenv("FTCC_TEST_TRANSPORT");
 
-	if (mb != NULL && strcmp(mb, "inband") == 0) {
-		fprintf(stderr, "SKIPPED: shrink.a_link_closed_during_a_recovery_is_no_death: rejoin "
-			"(its slow recovery) needs the file rendezvous\n");
-		cr_skip_test("rejoin needs the file rendezvous");
-	}
 	/* Over libfabric a rank killed as op 5 starts can take op 4's last
 	 * frames with it (shm moves a message only while both ends run), so
 	 * rank 3 may reach op 5 only in generation 1, where a drop is a cut

@@ -312,6 +312,7 @@ bool ft__ib_back_live(const struct inband *b, int e, uint32_t gen);
 bool ft__ib_fresh_known(const struct inband *b, int e, uint32_t gen);
 int ft__ib_add_back(struct inband *b, struct ib_value *v, const int *back, int nback);
 int ft__ib_send_fresh(struct inband *b, int to, uint32_t gen, const struct ib_value *v);
+void ft__ib_fresh_on_link(struct inband *b, int i, uint32_t gen, const struct ib_value *v);
 void ft__ib_tell_newcomers(struct inband *b, uint32_t gen, const struct ib_value *v);
 void ft__ib_install_fresh(struct inband *b, uint32_t gen, const struct ib_value *v);
 void ft__ib_newcomer_tick(struct inband *b);

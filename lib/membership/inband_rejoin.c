@@ -258,7 +258,7 @@ int ft__ib_add_back(struct inband *b, struct ib_value *v, const int *back, int n
 }
 
 /* The fresh members of v, their records on link i. */
-static void fresh_on_link(struct inband *b, int i, uint32_t gen, const struct ib_value *v)
+void ft__ib_fresh_on_link(struct inband *b, int i, uint32_t gen, const struct ib_value *v)
 {
 	for (int k = 0; k < v->n; k++)
 		if (v->fresh[k]) {
@@ -273,7 +273,7 @@ int ft__ib_send_fresh(struct inband *b, int to, uint32_t gen, const struct ib_va
 
 	if (i < 0)
 		return 1; /* connecting */
-	fresh_on_link(b, i, gen, v);
+	ft__ib_fresh_on_link(b, i, gen, v);
 	return 0;
 }
 
@@ -286,7 +286,7 @@ void ft__ib_tell_newcomers(struct inband *b, uint32_t gen, const struct ib_value
 	for (int e = 0; e < b->world; e++) {
 		if (e == b->rank || !ft__ib_back_live(b, e, gen))
 			continue;
-		fresh_on_link(b, b->r[e].back.link, gen, v);
+		ft__ib_fresh_on_link(b, b->r[e].back.link, gen, v);
 		ft__ib_reply(b, b->r[e].back.link, gen, FT__CTL_MB_COMMIT, &w);
 	}
 }

@@ -204,9 +204,13 @@ static void gone_on_word(struct inband *b, int from, const struct ib_value *v)
 
 
 /* This rank's answer about generation gen (the one being settled, or one
- * committed here that a late coordinator asks about). */
-static void record_msg(struct inband *b, struct wbuf *w, uint32_t gen, uint64_t ballot)
+ * committed here that a late coordinator asks about) on link i; a value it
+ * reports goes with its new incarnations' records (the coordinator must
+ * hold them to take the value: value_fits). */
+static void send_record(struct inband *b, int i, uint32_t gen, uint64_t ballot)
 {
+	unsigned char buf[65536];
+	struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
 	struct ib_record rec = {.ballot = ballot, .next_op = b->mine.next_op};
 
 	snprintf(rec.addr, sizeof(rec.addr), "%s", b->mine.addr);
@@ -219,14 +223,14 @@ static void record_msg(struct inband *b, struct wbuf *w, uint32_t gen, uint64_t 
 		rec.kind = 1;
 		rec.v = b->accepted;
 	}
-	ft__ib_put_record(w, &rec, b->r, b->world);
+	if (rec.kind != 0)
+		ft__ib_fresh_on_link(b, i, gen, &rec.v);
+	ft__ib_put_record(&w, &rec, b->r, b->world);
+	ft__ib_reply(b, i, gen, FT__CTL_MB_RECORD, &w);
 }
 
 void ft__ib_answer_collect(struct inband *b, int from, int link, uint64_t ballot)
 {
-	unsigned char buf[65536];
-	struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
-
 	if (!b->published) {
 		b->owed_to = from; /* answered once this rank publishes */
 		b->owed_link = link;
@@ -236,8 +240,7 @@ void ft__ib_answer_collect(struct inband *b, int from, int link, uint64_t ballot
 	b->owed_to = -1;
 	if (link < 0 || b->ctl.links[link].peer != from)
 		return; /* its link is gone: it asks again or is gone */
-	record_msg(b, &w, b->gen, ballot);
-	ft__ib_reply(b, link, b->gen, FT__CTL_MB_RECORD, &w);
+	send_record(b, link, b->gen, ballot);
 }
 
 static void answer_ballot(struct inband *b, int link, enum ft__ctl_type type, uint64_t ballot)
@@ -451,8 +454,6 @@ static void on_nack(struct inband *b, struct rbuf *r)
 static void on_other_collect(struct inband *b, uint32_t gen, int from, int link, struct rbuf *r)
 {
 	uint64_t ballot = get_u64(r);
-	unsigned char buf[65536];
-	struct wbuf w = {.p = buf, .cap = b->ctl.max_payload};
 
 	if (r->bad || !ballot_ok(b, ballot, from))
 		return;
@@ -472,8 +473,7 @@ static void on_other_collect(struct inband *b, uint32_t gen, int from, int link,
 	}
 	if (view_of(b, gen) == NULL)
 		return; /* an old generation this rank was not part of */
-	record_msg(b, &w, gen, ballot); /* a late coordinator: tell it what was committed */
-	ft__ib_reply(b, link, gen, FT__CTL_MB_RECORD, &w);
+	send_record(b, link, gen, ballot); /* a late coordinator: tell it what was committed */
 }
 
 /* Handles one message. */

@@ -615,6 +615,14 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 	int rc;
 
 	c->job_nonce = latest->nonce;
+	if (!in_view(latest, c->cfg.rank) && !c->grows) {
+		/* only a failed member of the view is awaited back */
+		ft__error("rejoin: the job went on without rank %d (generation %u), and the in-band "
+			  "membership does not grow back: it cannot come back", c->cfg.rank,
+			  latest->generation);
+		ft__view_free(latest);
+		return -FT_EEXCLUDED;
+	}
 	if (!in_view(latest, c->cfg.rank))
 		ft__info("rejoin: the job went on without rank %d (generation %u): it asks to be "
 			 "taken back at the job's next op", c->cfg.rank, latest->generation);

@@ -1,0 +1,206 @@
+/* test_inband_rejoin.c: rejoin over in-band membership: a restarted rank finds its job by asking its ranks and is taken back, exactly; one too late, or after the job ended, is told at once. */
+/* SPDX-License-Identifier: MIT */
+#include <criterion/criterion.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "testutil.h"
+
+#define STEPS 400
+
+/* A peer list of loopback ports the test holds (testutil.c), no rendezvous
+ * in the control plane: every job here is in-band. */
+static void inband_job(struct tu_job *job, int n)
+{
+	setenv("FTCC_TEST_MEMBERSHIP", "inband", 1);
+	tu_job_init(job, n);
+	unsetenv("FTCC_TEST_MEMBERSHIP");
+	cr_assert_neq(job->peers[0], '\0');
+}
+
+static int rejoin_timeout_ms = 20000;
+
+static void rejoin(struct ft_config *cfg, int rank)
+{
+	(void)rank;
+	cfg->policy = FT_POLICY_REJOIN;
+	cfg->rejoin_timeout_ms = rejoin_timeout_ms;
+	cfg->detect_timeout_ms = 500;
+}
+
+static void mark(const char *dir, const char *what, int rank)
+{
+	char path[400];
+
+	snprintf(path, sizeof(path), "%s/%s-%d", dir, what, rank);
+	close(open(path, O_CREAT | O_WRONLY, 0600));
+}
+
+/*
+ * STEPS in-place allreduces of (rank + 1) * (step + 1), each result checked:
+ * a new incarnation resumes at the op ft_rejoined names (op s + 1 is step
+ * s), so every step's sum is the whole world's. Writes running-R once the
+ * job runs, short-R when an op ran with fewer than all, and exits 4 on a
+ * wrong sum.
+ */
+static int steps(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	const char *dir = arg;
+	uint64_t next = 0;
+	int first = ft_rejoined(comm, &next) == 1 ? (int)next - 1 : 0;
+
+	mark(dir, "running", rank);
+	for (int s = first; s < STEPS; s++) {
+		int64_t v = (int64_t)(rank + 1) * (s + 1), want = (int64_t)n * (n + 1) / 2 * (s + 1);
+		struct ft_op_info info;
+		if (ft_allreduce(comm, FT_IN_PLACE, &v, 1, FT_INT64, FT_SUM, &info) != 0)
+			return 2;
+		if (info.contributors < n) {
+			mark(dir, "short", rank);
+			continue; /* shrink's lossy sum: not checked */
+		}
+		if (v != want) {
+			fprintf(stderr, "rank %d step %d: %lld, not %lld\n", rank, s, (long long)v,
+				(long long)want);
+			return 4;
+		}
+		tu_sleep_ms(2);
+	}
+	return 0;
+}
+
+/* Rank r again as a new process of incarnation inc; its ft_init's result
+ * (the program's exit status when it passed), and its time in *ms. */
+static int start_again(struct tu_job *job, int r, int inc, void *arg, int64_t *ms)
+{
+	int64_t t0 = tu_now_ms();
+	pid_t pid = fork();
+	int st;
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct ft_config cfg;
+		struct ft_comm *comm = NULL;
+		char v[16];
+		snprintf(v, sizeof(v), "%d", inc);
+		setenv("FTCC_INCARNATION", v, 1);
+		tu_config(job, r, &cfg);
+		rejoin(&cfg, r);
+		int rc = ft_init(&cfg, &comm);
+		if (rc != 0)
+			_exit(rc == -FT_EENDED ? 10 : rc == -FT_EEXCLUDED ? 11 : 12);
+		rc = steps(comm, r, job->n, arg);
+		ft_finalize(comm);
+		_exit(rc);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	*ms = tu_now_ms() - t0;
+	cr_assert(WIFEXITED(st), "rank %d's new incarnation did not exit", r);
+	switch (WEXITSTATUS(st)) {
+	case 10: return -FT_EENDED;
+	case 11: return -FT_EEXCLUDED;
+	case 12: return -FT_EIO;
+	default: return WEXITSTATUS(st);
+	}
+}
+
+/* Until process pid has died (a zombie: its sockets closed, its port free). */
+static void wait_dead(pid_t pid)
+{
+	char path[64], stat[256];
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	for (int64_t end = tu_now_ms() + 10000; tu_now_ms() < end; tu_sleep_ms(5)) {
+		FILE *f = fopen(path, "r");
+		char *p = f != NULL ? fgets(stat, sizeof(stat), f) : NULL;
+		if (f != NULL)
+			fclose(f);
+		p = p != NULL ? strrchr(stat, ')') : NULL;
+		if (p == NULL || (p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X')))
+			return;
+	}
+	cr_assert_fail("process %d did not die", (int)pid);
+}
+
+static void wait_running(const struct tu_job *job, const char *what, int n)
+{
+	char path[400];
+
+	for (int r = 0; r < n; r++) {
+		snprintf(path, sizeof(path), "%s/%s-%d", job->dir, what, r);
+		cr_assert(tu_wait_file(path, tu_now_ms() + 30000), "rank %d: no %s", r, what);
+	}
+}
+
+/* Rank 2 SIGKILLed mid-job and started again on the same port: it finds the
+ * job by asking, is taken back in the failure's view, and every step of
+ * every rank, its own included, has the whole world's sum. */
+Test(inband_rejoin, a_restarted_rank_comes_back_exactly, .timeout = 120)
+{
+	struct tu_job job;
+	int killed[4] = {0, 0, 1, 0};
+	int64_t ms;
+	char path[400];
+
+	rejoin_timeout_ms = 20000;
+	inband_job(&job, 4);
+	for (int r = 0; r < 4; r++)
+		tu_spawn(&job, r, steps, job.dir, rejoin);
+	wait_running(&job, "running", 4);
+	tu_sleep_ms(200);
+	kill(job.pids[2], SIGKILL);
+	wait_dead(job.pids[2]);
+	cr_expect_eq(start_again(&job, 2, 1, job.dir, &ms), 0, "the new incarnation failed");
+	cr_expect_eq(tu_wait(&job, 60000, killed), 0, "a survivor failed");
+	for (int r = 0; r < 4; r++) {
+		snprintf(path, sizeof(path), "%s/short-%d", job.dir, r);
+		cr_expect_neq(access(path, F_OK), 0, "rank %d ran an op short of ranks", r);
+	}
+	tu_job_cleanup(&job);
+}
+
+/* A new incarnation after its job ended: no rank answers, and its ft_init
+ * fails with -FT_EENDED within its window (2 s), not a connect timeout. */
+Test(inband_rejoin, a_rank_started_after_its_job_ended_is_told, .timeout = 120)
+{
+	struct tu_job job;
+	int64_t ms;
+
+	rejoin_timeout_ms = 20000;
+	inband_job(&job, 3);
+	for (int r = 0; r < 3; r++)
+		tu_spawn(&job, r, steps, job.dir, rejoin);
+	cr_assert_eq(tu_wait(&job, 60000, NULL), 0, "the job failed");
+	cr_expect_eq(start_again(&job, 1, 1, job.dir, &ms), -FT_EENDED,
+		     "the rank started after its job ended was not told");
+	cr_expect_lt(ms, 5000, "it took %lld ms", (long long)ms);
+	tu_job_cleanup(&job);
+}
+
+/* The rejoin timeout 0: the survivors go on without rank 2 at once. Its new
+ * incarnation hears a view without it and is sent away at once
+ * (-FT_EEXCLUDED: in-band does not grow back), the survivors unharmed. */
+Test(inband_rejoin, a_rank_too_late_is_sent_away_at_once, .timeout = 120)
+{
+	struct tu_job job;
+	int killed[4] = {0, 0, 1, 0};
+	int64_t ms;
+
+	rejoin_timeout_ms = 0;
+	inband_job(&job, 4);
+	for (int r = 0; r < 4; r++)
+		tu_spawn(&job, r, steps, job.dir, rejoin);
+	wait_running(&job, "running", 4);
+	kill(job.pids[2], SIGKILL);
+	wait_dead(job.pids[2]);
+	char path[400];
+	snprintf(path, sizeof(path), "%s/short-0", job.dir);
+	cr_assert(tu_wait_file(path, tu_now_ms() + 30000), "the survivors never went on");
+	cr_expect_eq(start_again(&job, 2, 1, job.dir, &ms), -FT_EEXCLUDED,
+		     "the late incarnation was not sent away");
+	cr_expect_lt(ms, 5000, "it took %lld ms", (long long)ms);
+	cr_expect_eq(tu_wait(&job, 60000, killed), 0, "a survivor failed");
+	tu_job_cleanup(&job);
+}
