@@ -204,6 +204,10 @@ void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 		ft__ib_value_free(&v);
 		return;
 	}
+	/* the generation it asked for: a view that takes it (its COMMIT may
+	 * come later, or never); an earlier one may hold its last incarnation
+	 * as new, which is not this one */
+	bool asked = b->active && b->published && gen == b->gen;
 	b->r[from].answered = true;
 	v.ballot = COMMITTED;
 	if (gen > b->gen)
@@ -211,7 +215,8 @@ void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 	if (ft__ib_commit(b, gen, &v) == 0) {
 		b->held = true;
 		b->newest = gen;
-		ft__ib_install_fresh(b, gen, value_of(b, gen)); /* itself, if a COMMIT was missed */
+		if (asked)
+			ft__ib_install_fresh(b, gen, value_of(b, gen));
 	}
 }
 
