@@ -95,7 +95,18 @@ int main(int argc, char **argv)
 			printf("err part rank %d ops %d last %llu at %llu: %s\n", orig, ops,
 			       (unsigned long long)last,
 			       (unsigned long long)now_ns(CLOCK_REALTIME), ft_strerror(rc));
-			_exit(rc == -FT_EPARTITIONED ? 43 : rc == -FT_EEXCLUDED ? 42 : 1);
+			/*
+			 * exit, not _exit: ftcc's destructor closes its PMIx
+			 * client. Under srun --mpi=pmix a client that vanishes
+			 * unclosed is, to slurmstepd's PMIx server, an abnormal
+			 * end (PMIX_ERR_LOST_CONNECTION, reported after PMIx's
+			 * 1 s event window), and Slurm's PMIx plugin answers it by
+			 * cancelling the whole step, --no-kill or not: the
+			 * majority's ranks with it, whenever this host's
+			 * slurmstepd outlives that second (as it does while the
+			 * partition holds back its messages to srun).
+			 */
+			exit(rc == -FT_EPARTITIONED ? 43 : rc == -FT_EEXCLUDED ? 42 : 1);
 		}
 		size = ft_size(comm);
 		for (int k = 0; k < size; k++)

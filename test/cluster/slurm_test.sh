@@ -60,7 +60,9 @@
 #                    the split.
 # SLURM_REJOIN_STEPS sets the rejoin and grow jobs' steps (300).
 # SLURM_ROWS picks rows (default all), SLURM_TRIALS repeats the matrix, kill
-# and rejoin rows (1), SLURM_DEADLINE is each job's deadline in s (60).
+# and rejoin rows (1), SLURM_DEADLINE is each job's deadline in s (60),
+# SLURM_LOGS=DIR keeps the daemons' logs (slurmctld, each slurmd and its
+# slurmstepds) and the last row's output there.
 # Exit 0 all passed, 1 a row failed, 77 skipped (not root, no namespaces, no
 # Slurm): SKIPPED says why.
 set -eu
@@ -84,6 +86,10 @@ OUT=$C.out
 SHARED=$C.shared
 cleanup() {
 	if [ -f "$C/cluster" ]; then "$SLURM" "$C" stop >/dev/null 2>&1 || true; fi
+	if [ -n "${SLURM_LOGS:-}" ]; then
+		mkdir -p "$SLURM_LOGS" || true
+		cp "$C"/slurm/*.log "$OUT" "$SLURM_LOGS"/ 2>/dev/null || true
+	fi
 	"$NETNS" "$C" destroy || true
 	rm -rf "$OUT" "$OUT.new" "$OUT.ops" "$C" "$C".r? "$C.ref.ops" "$SHARED"
 }
@@ -373,6 +379,8 @@ part_row() {
 		fi
 	done
 	for r in 0 1 2 3 4 5 6 7; do sed "s/^/[$r] /" "$C.r$r"; done >>"$OUT"
+	# a step cancelled by Slurm says why only in a slurmstepd's log
+	grep -h "error" "$C"/slurm/slurmd-h*.log 2>/dev/null | sed 's/^/[slurmd] /' >>"$OUT" || true
 	rm -f "$C".r?
 	ok=1
 	[ -n "$why" ] || ok=0
