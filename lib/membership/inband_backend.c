@@ -598,6 +598,10 @@ int ft__inband_fuzz(const struct ft__inband_fuzz *f, const struct ft__ctl_msg *m
 			b->phase = f->phase;
 		}
 	}
+	b->newcomer = f->newcomer;
+	b->incarnation = f->newcomer;
+	b->held = f->newcomer && f->gen > 0;
+	b->newest = f->gen > 0 ? f->gen - 1 : 0;
 	if (rc == 0 && f->published) {
 		snprintf(b->mine.addr, sizeof(b->mine.addr), "h:%d", f->rank + 1);
 		b->mine.next_op = 7;

@@ -179,6 +179,7 @@ struct ft__inband_fuzz {
 	int phase;                      /* coordinating gen: 1 collect, 2 propose, 0 not */
 	uint64_t ballot, promised;
 	bool book;                      /* every rank's addresses known */
+	bool newcomer;                  /* a new incarnation looking for its job */
 	int sink;                       /* every link's socket: the answers go there */
 };
 /* Handles msgs[0 .. n) as pump() would (each on its sender's link), then looks up

@@ -33,10 +33,12 @@ static void fuzz_init(void)
  * The input: 6 bytes of state, then messages.
  *   0: world size - 2 (mod 15)   1: rank (mod world)   2: generation (mod 4)
  *   3: bit 0 settling it, bit 1 published, bits 2..3 coordinating phase,
- *      bit 4 every address known, bit 5 each later view leaves a rank out
+ *      bit 4 every address known, bit 5 each later view leaves a rank out,
+ *      bit 6 a new incarnation looking for its job (inband_rejoin.c)
  *   4: the coordinator's round (ballot = round << 16 | rank)
  *   5: the round promised (0: none; its rank is the coordinator's, 0)
- * A message: type (0..7: the membership types, 8: a hello, else as is),
+ * A message: type (0..7: the membership types, 8: a hello, 9..12: those of
+ * new incarnations, else as is),
  * sender (-1 .. world), generation (0..3: gen - 1 .. gen + 2, else as is),
  * payload length (u16, little-endian, cut to what is left), payload.
  */
@@ -54,6 +56,7 @@ static void fuzz_one(const unsigned char *buf, size_t len)
 	f = (struct ft__inband_fuzz){.world = 2 + buf[0] % 15, .gen = buf[2] % MAX_GEN,
 				     .active = buf[3] & 1, .published = buf[3] & 2,
 				     .phase = (buf[3] >> 2) & 3, .book = buf[3] & 16,
+				     .newcomer = buf[3] & 64,
 				     .sink = sv[0], .views = views};
 	f.rank = buf[1] % f.world;
 	f.phase = f.phase > 2 ? 2 : f.phase;
@@ -77,6 +80,7 @@ static void fuzz_one(const unsigned char *buf, size_t len)
 		msgs[n++] = (struct ft__ctl_msg){
 			.type = h[0] < 8    ? FT__CTL_MB_COLLECT + h[0]
 				: h[0] == 8 ? FT__CTL_HELLO
+				: h[0] < 13 ? FT__CTL_MB_ASK + h[0] - 9
 					    : h[0],
 			.from = h[1] % (f.world + 2) - 1,
 			.gen = h[2] < 4 ? f.gen + h[2] - 1 : h[2], .len = plen,
