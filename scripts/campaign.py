@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 """campaign.py BUILD_DIR [TRIALS]: randomized fault trials; a table per cell; fails on any wrong, hung or lost.
 
-Cells: shrink over file and in-band membership, rejoin over the file
-rendezvous (rejoin needs it), each over TCP, libfabric shm and libfabric
+Cells: shrink and rejoin, each over file and in-band membership (the
+store ftcc-run serves), each over TCP, libfabric shm and libfabric
 tcp;ofi_rxm (a provider libfabric lacks is skipped, and said so). Every
 trial runs examples/train_steps (SGD with momentum: a float32 AVG
 allreduce every step, a broadcast every 7th, a MAX allreduce every 11th)
@@ -149,7 +149,7 @@ def main():
             print(f"campaign: SKIPPED: libfabric provider '{prov}' is not available", flush=True)
             continue
         cells += [c for c in [("shrink", "file", prov, name), ("shrink", "inband", prov, name),
-                              ("rejoin", "file", prov, name)]
+                              ("rejoin", "file", prov, name), ("rejoin", "inband", prov, name)]
                   if os.environ.get("CAMPAIGN_MEMBERSHIP", c[1]) == c[1]]
     print(f"campaign: seed {SEED} (CAMPAIGN_SEED replays it), {TRIALS} trials over "
           f"{len(cells)} cells", flush=True)

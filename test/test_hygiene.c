@@ -152,35 +152,34 @@ static void write_text(const char *path, const char *text)
 	fclose(f);
 }
 
+static int again_timeout_ms;
+
+static void again(struct ft_config *cfg, int rank)
+{
+	(void)rank;
+	cfg->policy = FT_POLICY_SHRINK;
+	cfg->connect_timeout_ms = again_timeout_ms;
+}
+
+static int barrier(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	(void)rank;
+	(void)n;
+	(void)arg;
+	return ft_barrier(comm);
+}
+
 /* Starts rank r of job as a new process of incarnation inc (ft_init, a
  * barrier, ft_finalize; connect timeout timeout_ms); returns -FT_EENDED
  * when ft_init failed with it, 0 when all went well, -FT_EIO otherwise;
  * and its time in *ms. */
 static int start_again(struct tu_job *job, int r, int inc, int timeout_ms, int64_t *ms)
 {
-	int64_t t0 = tu_now_ms();
-	pid_t pid = fork();
-	int st;
+	int rc;
 
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		struct ft_config cfg;
-		struct ft_comm *comm = NULL;
-		char v[16];
-		snprintf(v, sizeof(v), "%d", inc);
-		setenv("FTCC_INCARNATION", v, 1);
-		tu_config(job, r, &cfg);
-		cfg.policy = FT_POLICY_SHRINK;
-		cfg.connect_timeout_ms = timeout_ms;
-		int rc = ft_init(&cfg, &comm);
-		if (rc == 0)
-			rc = ft_barrier(comm) == 0 && ft_finalize(comm) == 0 ? 0 : 1;
-		_exit(rc == -FT_EENDED ? 3 : rc == 0 ? 0 : 1);
-	}
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	*ms = tu_now_ms() - t0;
-	cr_assert(WIFEXITED(st), "rank %d did not exit", r);
-	return WEXITSTATUS(st) == 3 ? -FT_EENDED : WEXITSTATUS(st) == 0 ? 0 : -FT_EIO;
+	again_timeout_ms = timeout_ms;
+	rc = tu_start_again(job, r, inc, again, barrier, NULL, ms);
+	return rc == -FT_EENDED || rc == 0 ? rc : -FT_EIO;
 }
 
 /* Whether dir holds exactly one entry, name. */

@@ -71,41 +71,6 @@ static int steps(struct ft_comm *comm, int rank, int n, void *arg)
 	return 0;
 }
 
-/* Rank r again as a new process of incarnation inc; its ft_init's result
- * (the program's exit status when it passed), and its time in *ms. */
-static int start_again(struct tu_job *job, int r, int inc, void *arg, int64_t *ms)
-{
-	int64_t t0 = tu_now_ms();
-	pid_t pid = fork();
-	int st;
-
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		struct ft_config cfg;
-		struct ft_comm *comm = NULL;
-		char v[16];
-		snprintf(v, sizeof(v), "%d", inc);
-		setenv("FTCC_INCARNATION", v, 1);
-		tu_config(job, r, &cfg);
-		rejoin(&cfg, r);
-		int rc = ft_init(&cfg, &comm);
-		if (rc != 0)
-			_exit(rc == -FT_EENDED ? 10 : rc == -FT_EEXCLUDED ? 11 : 12);
-		rc = steps(comm, r, job->n, arg);
-		ft_finalize(comm);
-		_exit(rc);
-	}
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	*ms = tu_now_ms() - t0;
-	cr_assert(WIFEXITED(st), "rank %d's new incarnation did not exit", r);
-	switch (WEXITSTATUS(st)) {
-	case 10: return -FT_EENDED;
-	case 11: return -FT_EEXCLUDED;
-	case 12: return -FT_EIO;
-	default: return WEXITSTATUS(st);
-	}
-}
-
 /* Until process pid has died (a zombie: its sockets closed, its port free). */
 static void wait_dead(pid_t pid)
 {
@@ -152,7 +117,8 @@ Test(inband_rejoin, a_restarted_rank_comes_back_exactly, .timeout = 120)
 	tu_sleep_ms(200);
 	kill(job.pids[2], SIGKILL);
 	wait_dead(job.pids[2]);
-	cr_expect_eq(start_again(&job, 2, 1, job.dir, &ms), 0, "the new incarnation failed");
+	cr_expect_eq(tu_start_again(&job, 2, 1, rejoin, steps, job.dir, &ms), 0,
+		     "the new incarnation failed");
 	cr_expect_eq(tu_wait(&job, 60000, killed), 0, "a survivor failed");
 	for (int r = 0; r < 4; r++) {
 		snprintf(path, sizeof(path), "%s/short-%d", job.dir, r);
@@ -173,7 +139,7 @@ Test(inband_rejoin, a_rank_started_after_its_job_ended_is_told, .timeout = 120)
 	for (int r = 0; r < 3; r++)
 		tu_spawn(&job, r, steps, job.dir, rejoin);
 	cr_assert_eq(tu_wait(&job, 60000, NULL), 0, "the job failed");
-	cr_expect_eq(start_again(&job, 1, 1, job.dir, &ms), -FT_EENDED,
+	cr_expect_eq(tu_start_again(&job, 1, 1, rejoin, steps, job.dir, &ms), -FT_EENDED,
 		     "the rank started after its job ended was not told");
 	cr_expect_lt(ms, 5000, "it took %lld ms", (long long)ms);
 	tu_job_cleanup(&job);
@@ -198,7 +164,7 @@ Test(inband_rejoin, a_rank_too_late_is_sent_away_at_once, .timeout = 120)
 	char path[400];
 	snprintf(path, sizeof(path), "%s/short-0", job.dir);
 	cr_assert(tu_wait_file(path, tu_now_ms() + 30000), "the survivors never went on");
-	cr_expect_eq(start_again(&job, 2, 1, job.dir, &ms), -FT_EEXCLUDED,
+	cr_expect_eq(tu_start_again(&job, 2, 1, rejoin, steps, job.dir, &ms), -FT_EEXCLUDED,
 		     "the late incarnation was not sent away");
 	cr_expect_lt(ms, 5000, "it took %lld ms", (long long)ms);
 	cr_expect_eq(tu_wait(&job, 60000, killed), 0, "a survivor failed");

@@ -245,3 +245,37 @@ int tu_peer_fd(int fd)
 	cr_assert_fail("no socket of this process is the other end of fd %d", fd);
 	return -1;
 }
+
+int tu_start_again(struct tu_job *job, int r, int inc, void (*tweak)(struct ft_config *, int),
+		   tu_rank_fn fn, void *arg, int64_t *ms)
+{
+	int64_t t0 = tu_now_ms();
+	int fds[2], rc = -FT_EIO, st;
+	pid_t pid;
+
+	cr_assert_eq(pipe(fds), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct ft_config cfg;
+		struct ft_comm *comm = NULL;
+		char v[16];
+		close(fds[0]);
+		snprintf(v, sizeof(v), "%d", inc);
+		setenv("FTCC_INCARNATION", v, 1);
+		tu_config(job, r, &cfg);
+		if (tweak != NULL)
+			tweak(&cfg, r);
+		rc = ft_init(&cfg, &comm);
+		if (rc == 0 && (rc = fn(comm, r, job->n, arg)) == 0)
+			rc = ft_finalize(comm);
+		_exit(write(fds[1], &rc, sizeof(rc)) == (ssize_t)sizeof(rc) ? 0 : 1);
+	}
+	close(fds[1]);
+	if (read(fds[0], &rc, sizeof(rc)) != (ssize_t)sizeof(rc))
+		rc = -FT_EIO; /* it died before it could say */
+	close(fds[0]);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	*ms = tu_now_ms() - t0;
+	return rc;
+}

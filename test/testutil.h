@@ -83,4 +83,12 @@ int tu_peer_fd(int fd);
 /* Runs fn on n ranks; returns the number of failed or hung ranks. */
 int tu_run(int n, long deadline_ms, tu_rank_fn fn, void *arg);
 
+/* Rank r of job again, as a new process of incarnation inc (FTCC_INCARNATION):
+ * tu_config, tweak (may be NULL), ft_init, then fn when ft_init passed, then
+ * ft_finalize when fn returned 0 (a rank whose fn failed leaves unfinalized,
+ * as one sent away does). Returns the first error of the three, else 0; its
+ * time in *ms. */
+int tu_start_again(struct tu_job *job, int r, int inc, void (*tweak)(struct ft_config *, int),
+		   tu_rank_fn fn, void *arg, int64_t *ms);
+
 #endif
