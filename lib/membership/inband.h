@@ -54,7 +54,8 @@ struct ib_rank {
 	char addr[FT__ADDR_MAX];
 	char ctrl[FT__CTRL_MAX];
 	struct ib_back back;    /* a new incarnation of it asking back */
-	bool answered;          /* a newcomer's: it answered this rank's ASK */
+	bool answered;          /* a newcomer's: it answered this rank's ASK with a view */
+	bool heard;             /* ... or at least that it lives (none settled yet) */
 };
 
 struct ib_value {

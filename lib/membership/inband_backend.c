@@ -14,6 +14,7 @@
 /* ---- the backend's operations ---- */
 
 #define ANSWER_MS 50 /* a newcomer, after the first answer: how long the others are awaited */
+#define ASK_AGAIN_MS 100 /* ... and how often it asks a rank that held no view yet */
 
 static void lock_ib(struct inband *b)
 {
@@ -173,6 +174,20 @@ static int lead(const struct inband *b, uint32_t gen, const int *cand, int ncand
 }
 
 /*
+ * Before the job's first view, an entry of the store's book that moved is a
+ * new incarnation of its rank (ftcc-run restarted a rank killed inside
+ * ft_init, and it joined the store again): the process this rank knew is
+ * dead, gone as if the store had marked it (the first view settles without
+ * it; its new incarnation hears so: inband_rejoin.c). Lock held.
+ */
+static void moved_at_start(struct inband *b, int r, const char *entry)
+{
+	if (view_of(b, 0) == NULL && r != b->rank && strcmp(b->book[r], entry) != 0)
+		ft__ib_late_gone(b, r, "a new incarnation of it joined the store before the job's "
+			      "first view");
+}
+
+/*
  * The book as ftcc-run's store holds it now (p, this rank's entry mine;
  * waited for up to timeout_ms, so called without the lock): a rank it
  * marks gone is one whose process its launcher saw die, gone here too
@@ -187,8 +202,10 @@ static void take_marks(struct inband *b, struct ft__book_params p, const char *m
 	if (book != NULL && ft__boot_book(&p, mine, book) == 0) {
 		lock_ib(b);
 		for (int r = 0; r < b->world; r++) {
-			if (book[r][0] != '\0')
+			if (book[r][0] != '\0') {
+				moved_at_start(b, r, book[r]);
 				continue;
+			}
 			if (view_of(b, 0) == NULL)
 				ft__ib_late_gone(b, r, "its launcher saw it die before the job's first view");
 			else
@@ -360,16 +377,19 @@ static bool reaches(const struct inband *b, const struct ft__view *v)
 
 /*
  * A new incarnation's look for its job (inband_rejoin.c's top): 1 and *latest, the
- * newest view its members told; 0 for a first incarnation (the job starts
- * now); -FT_EENDED when no rank answered within the window. Asked again
+ * newest view its members told; 0 for a first incarnation; -FT_EENDED when
+ * no rank answered within the window, -FT_ETIMEDOUT when they answered but
+ * the job's first view never settled. Asked again
  * (wait_taken, while it waits to be taken): 1 while a member still holds
  * the link to it, else 0.
  */
 static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 {
 	struct inband *b = IB(mb);
-	int64_t start = ft__now_ms(), first = 0;
+	int64_t start = ft__now_ms(), first = 0, asked_ms = start;
 	int64_t window = 2 * (int64_t)b->reply_wait_ms > 2000 ? 2 * (int64_t)b->reply_wait_ms : 2000;
+	int64_t start_ms = b->book_params.timeout_ms > window ? b->book_params.timeout_ms : window;
+	bool heard = false;
 	int rc = 0;
 
 	if (b->incarnation == 0)
@@ -385,22 +405,30 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 	for (;;) {
 		struct timespec ts = {0, 2000000};
 		int64_t now = ft__now_ms();
-		bool all = true;
+		bool all = true, again = now - asked_ms >= ASK_AGAIN_MS;
 		ft__ib_pump(b);
 		for (int r = 0; r < b->world; r++) {
 			int i;
 			if (r == b->rank || b->book[r][0] == '\0' || b->r[r].answered)
 				continue;
 			all = false;
+			heard |= b->r[r].heard;
+			if (again && b->r[r].heard)
+				b->r[r].asked = false; /* it held no view: asked again */
 			if (!b->r[r].asked && (i = ft__ib_link_to(b, r)) >= 0 &&
 			    ft__ctl_send(&b->ctl, i, FT__CTL_MB_ASK, 0, NULL, 0) == 0)
 				b->r[r].asked = true;
 		}
 		if (b->held && first == 0)
 			first = now;
+		if (again)
+			asked_ms = now;
 		if (b->held && (all || now - first >= ANSWER_MS))
 			break;
-		if (now - start >= window)
+		/* nobody answers: the job is over; its ranks answer but hold no
+		 * view yet: the job is still starting (this rank was killed inside
+		 * ft_init), its first view is awaited */
+		if (now - start >= (heard ? start_ms : window))
 			break;
 		unlock_ib(b);
 		nanosleep(&ts, NULL);
@@ -411,6 +439,11 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 		ft__info("membership: rank %d's job runs: generation %u, %d members", b->rank,
 			 v->generation, v->size);
 		rc = copy_view(v, latest);
+	} else if (heard) {
+		ft__error("membership: the job's first view never settled within %lld ms: this new "
+			  "incarnation of rank %d has no job to come back to", (long long)start_ms,
+			  b->rank);
+		rc = -FT_ETIMEDOUT;
 	} else {
 		ft__error("membership: no rank of job answered this new incarnation of rank %d "
 			  "within %lld ms: the job is over (or none of its ranks lives)", b->rank,

@@ -14,10 +14,17 @@
  *
  * - ASK (newcomer -> every rank it reaches, on its own authenticated link):
  *   a rank that holds views answers ADDRS (its newest view's members: data,
- *   detector and membership addresses), then LATEST (that view). The
- *   newcomer takes the newest view it hears within ANSWER_MS of the first
- *   answer, all of one nonce. No answer within its window: the job is over
- *   (-FT_EENDED), or no rank of it lives.
+ *   detector and membership addresses), then LATEST (that view); one that
+ *   holds none yet (the job's first view is being settled) an empty LATEST.
+ *   The newcomer takes the newest view it hears within ANSWER_MS of the
+ *   first, all of one nonce. Empty answers: the job is still starting (this
+ *   rank was killed inside ft_init); it asks again until a view comes (at
+ *   most its connect timeout: -FT_ETIMEDOUT). That view leaves it out: the
+ *   job's first view goes on without a rank killed inside ft_init (under
+ *   ftcc-run's store, whose book the newcomer joined again, the others take
+ *   the moved entry as that death: inband_backend.c, moved_at_start), and
+ *   the newcomer is sent away (-FT_EEXCLUDED). No answer at all within its
+ *   window: the job is over, or no rank of it lives (-FT_EENDED).
  * - REJOIN (newcomer -> every member of the newest view g it holds, for
  *   generation g + 1): its next op and its new addresses. A member keeps the
  *   record, live while the link it came on is; one that holds a view of g +
@@ -133,10 +140,13 @@ static void answer(struct inband *b, int i, const struct ft__view *v)
 void ft__ib_on_ask(struct inband *b, int from, int link)
 {
 	const struct ft__view *v = newest_view(b);
+	struct wbuf none = {0};
 
 	(void)from;
-	if (v != NULL) /* none: the job's first view is not settled here yet */
+	if (v != NULL)
 		answer(b, link, v);
+	else /* the job's first view is not settled here yet: it lives */
+		ft__ib_reply(b, link, 0, FT__CTL_MB_LATEST, &none);
 }
 
 void ft__ib_on_rejoin(struct inband *b, int from, int link, uint32_t gen, struct rbuf *r)
@@ -194,6 +204,9 @@ void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 
 	if (!b->newcomer)
 		return;
+	b->r[from].heard = true;
+	if (r->len == 0)
+		return; /* no view there yet */
 	ft__ib_get_value(r, b->world, &v);
 	if (r->bad)
 		return;
