@@ -215,6 +215,15 @@ struct ft_op_info {
  * most rejoin_timeout_ms + 2 x detect_timeout_ms + connect_timeout_ms
  * (-FT_ETIMEDOUT), and fails with -FT_EENDED as soon as no other rank of
  * the job lives.
+ *
+ * In-band membership (cfg.membership "inband", rejoin policy): a new
+ * incarnation finds its job by asking the ranks of its address book (a peer
+ * list with its own entry where it runs now, or ftcc-run's store) and is
+ * taken back by the next view after its rank's failure, as above; no rank
+ * answering within 2 x detect_timeout_ms (2 s at least): -FT_EENDED; a job
+ * that went on without its rank (the rejoin timeout passed, or killed
+ * before the job's first view): -FT_EEXCLUDED at once (no growing back).
+ * README, "Rejoin over in-band membership".
  */
 int ft_init(const struct ft_config *cfg, struct ft_comm **comm);
 /*
