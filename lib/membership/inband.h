@@ -1,4 +1,4 @@
-/* inband.h: the in-band membership backend's own state and message codec, shared by its three files (member_inband.c: the protocol; inband_wire.c: the codec; inband_backend.c: the backend's operations). */
+/* inband.h: the in-band membership backend's own state and message codec, shared by its files (member_inband.c: the protocol; inband_links.c: links and the table of views; inband_rejoin.c: new incarnations; inband_wire.c: the codec; inband_backend.c: the backend's operations). */
 /* SPDX-License-Identifier: MIT */
 #ifndef FTCC_INBAND_H
 #define FTCC_INBAND_H
@@ -21,6 +21,8 @@
 #define REFUSED_GONE 3
 #define REFUSED_GONE_MS 200
 #define RECHECK_MS 250          /* generation 0 unsettled: ask the store again */
+#define ASK_AGAIN_MS 100        /* a newcomer asks again (ASK: a rank held no view; REJOIN) */
+#define PROPOSE_AGAIN_MS 200    /* a coordinator proposes again to acceptors that did not answer */
 #define ASK_MS 1000             /* later: how long the store's marks are waited for */
 #define NOT_YET 1               /* ft__ib_send_to: the link is still connecting */
 #define COMMITTED UINT64_MAX    /* the ballot of a value reported as committed */
@@ -56,6 +58,7 @@ struct ib_rank {
 	struct ib_back back;    /* a new incarnation of it asking back */
 	bool answered;          /* a newcomer's: it answered this rank's ASK with a view */
 	bool heard;             /* ... or at least that it lives (none settled yet) */
+	bool sent;              /* ... its ASK or REJOIN went to it (on the current link) */
 };
 
 struct ib_value {
@@ -91,6 +94,9 @@ struct inband {
 	bool newcomer;          /* it found one: views come from its members' word */
 	bool held;              /* ... and holds at least one */
 	uint32_t newest;        /* the newest view it holds */
+	int64_t rejoin_ms;      /* when it last sent its REJOIN round */
+	bool started;           /* a view is held here: the job's first view is past (a
+				 * rank that rejoined never holds generation 0's) */
 
 	/* views settled here, by generation, and the values they came from */
 	struct ft__view *views;
@@ -142,6 +148,15 @@ static inline const struct ft__view *newest_view(const struct inband *b)
 		if (b->views[g].members != NULL)
 			return &b->views[g];
 	return NULL;
+}
+
+/* Whether view v holds rank r. */
+static inline bool view_has(const struct ft__view *v, int r)
+{
+	for (int i = 0; v != NULL && i < v->size; i++)
+		if (v->members[i] == r)
+			return true;
+	return false;
 }
 
 /* The committed value of generation gen (NULL: none). */
@@ -286,7 +301,7 @@ void ft__ib_put_record(struct wbuf *w, const struct ib_record *rec, const struct
 void ft__ib_get_record(struct rbuf *r, int world, struct ib_record *rec);
 
 
-/* inband_links.c: links to the ranks' listeners, the table of views */
+/* inband_links.c: links to the ranks' listeners, the table of views, the settle's start */
 void ft__ib_drop(struct inband *b, int i);
 void ft__ib_mark_certain(struct inband *b, int r, const char *why);
 void ft__ib_late_gone(struct inband *b, int r, const char *why);
@@ -296,6 +311,8 @@ int ft__ib_send_to(struct inband *b, int r, enum ft__ctl_type type, const struct
 void ft__ib_reply(struct inband *b, int i, uint32_t gen, enum ft__ctl_type type,
 		  const struct wbuf *w);
 int ft__ib_commit(struct inband *b, uint32_t gen, struct ib_value *v);
+int ft__ib_hold_view(struct inband *b, uint32_t gen, struct ib_value *v);
+void ft__ib_begin(struct inband *b, uint32_t gen);
 
 /* member_inband.c: the protocol (see its top) */
 void ft__ib_pump(struct inband *b);
@@ -305,18 +322,19 @@ int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, const int *b
 void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m);
 
 /* inband_rejoin.c: new incarnations (see its top) */
-void ft__ib_on_ask(struct inband *b, int from, int link);
+void ft__ib_on_ask(struct inband *b, int link);
 void ft__ib_on_rejoin(struct inband *b, int from, int link, uint32_t gen, struct rbuf *r);
 void ft__ib_on_addrs(struct inband *b, int from, uint32_t gen, struct rbuf *r);
 void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r);
 bool ft__ib_back_live(const struct inband *b, int e, uint32_t gen);
 bool ft__ib_fresh_known(const struct inband *b, int e, uint32_t gen);
-int ft__ib_add_back(struct inband *b, struct ib_value *v, const int *back, int nback);
+void ft__ib_add_back(struct inband *b, struct ib_value *v, const int *back, int nback);
 int ft__ib_send_fresh(struct inband *b, int to, uint32_t gen, const struct ib_value *v);
 void ft__ib_fresh_on_link(struct inband *b, int i, uint32_t gen, const struct ib_value *v);
 void ft__ib_tell_newcomers(struct inband *b, uint32_t gen, const struct ib_value *v);
 void ft__ib_install_fresh(struct inband *b, uint32_t gen, const struct ib_value *v);
 void ft__ib_newcomer_tick(struct inband *b);
+int ft__ib_newcomer_view(struct inband *b, uint32_t gen, const struct ft__view **view);
 
 /* inband_backend.c: the launcher's word (ft__ib_coordinate asks it) */
 bool ft__ib_launchers_word(struct inband *b);

@@ -14,7 +14,6 @@
 /* ---- the backend's operations ---- */
 
 #define ANSWER_MS 50 /* a newcomer, after the first answer: how long the others are awaited */
-#define ASK_AGAIN_MS 100 /* ... and how often it asks a rank that held no view yet */
 
 static void lock_ib(struct inband *b)
 {
@@ -37,32 +36,6 @@ static int copy_view(const struct ft__view *v, struct ft__view *out)
 	return 1;
 }
 
-/* Starts settling generation gen here (forgetting the one before). */
-static void begin(struct inband *b, uint32_t gen)
-{
-	if (b->active && b->gen == gen)
-		return;
-	b->active = true;
-	b->gen = gen;
-	b->published = false;
-	b->promised = 0;
-	ft__ib_value_free(&b->accepted);
-	ft__ib_value_free(&b->best);
-	ft__ib_value_free(&b->proposal);
-	b->owed_to = -1;
-	if (b->future_gen == gen && gen > 0) {
-		b->owed_to = b->future_from;
-		b->owed_link = b->future_link;
-		b->owed_ballot = b->future_ballot;
-		b->promised = b->future_ballot;
-	}
-	b->noquorum = false;
-	b->ballot = 0;
-	b->phase = 0;
-	for (int r = 0; r < b->world; r++)
-		b->r[r].asked = b->r[r].replied = b->r[r].proposed = b->r[r].accepted =
-			b->r[r].told = false;
-}
 
 static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 {
@@ -153,7 +126,7 @@ static int ib_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member *
 		unlock_ib(b);
 		return -FT_EINVAL;
 	}
-	begin(b, gen);
+	ft__ib_begin(b, gen);
 	b->mine = *m;
 	b->published = true;
 	ft__ib_pump(b);
@@ -182,7 +155,7 @@ static int lead(const struct inband *b, uint32_t gen, const int *cand, int ncand
  */
 static void moved_at_start(struct inband *b, int r, const char *entry)
 {
-	if (view_of(b, 0) == NULL && r != b->rank && strcmp(b->book[r], entry) != 0)
+	if (!b->started && r != b->rank && strcmp(b->book[r], entry) != 0)
 		ft__ib_late_gone(b, r, "a new incarnation of it joined the store before the job's "
 			      "first view");
 }
@@ -206,7 +179,7 @@ static void take_marks(struct inband *b, struct ft__book_params p, const char *m
 				moved_at_start(b, r, book[r]);
 				continue;
 			}
-			if (view_of(b, 0) == NULL)
+			if (!b->started)
 				ft__ib_late_gone(b, r, "its launcher saw it die before the job's first view");
 			else
 				ft__ib_mark_certain(b, r, "its launcher saw it die");
@@ -231,7 +204,7 @@ static void recheck_book(struct inband *b)
 	lock_ib(b);
 	if (b->published && b->recheck_ms == 0)
 		b->recheck_ms = now + RECHECK_MS;
-	due = store_book(b) && b->published && view_of(b, 0) == NULL && b->recheck_ms != 0 &&
+	due = store_book(b) && b->published && !b->started && b->recheck_ms != 0 &&
 	      now >= b->recheck_ms && !b->departed;
 	if (due) {
 		b->recheck_ms = now + RECHECK_MS;
@@ -333,15 +306,13 @@ static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int n
 		recheck_book(b);
 	lock_ib(b);
 	if (ncand > 0 && !(b->active && b->gen > gen))
-		begin(b, gen);
+		ft__ib_begin(b, gen);
 	ft__ib_pump(b);
 	if (ncand > 0 && b->owed_to >= 0 && b->published)
 		ft__ib_answer_collect(b, b->owed_to, b->owed_link, b->owed_ballot);
-	if (ncand == 0)
-		ft__ib_newcomer_tick(b);
 	done = view_of(b, gen);
-	if (done == NULL && ncand == 0 && b->newcomer && b->held && b->newest > gen)
-		done = view_of(b, b->newest); /* later ones settled without it: it asks again */
+	if (ncand == 0 && b->incarnation > 0 && b->mine.rejoining)
+		rc = ft__ib_newcomer_view(b, gen, &done); /* inband_rejoin.c */
 	if (done == NULL && gen == 0 && b->published && ncand > 0)
 		probe_at_start(b, cand, ncand);
 	if (done == NULL && b->active && b->gen == gen && ncand > 0) {
@@ -414,10 +385,10 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 			all = false;
 			heard |= b->r[r].heard;
 			if (again && b->r[r].heard)
-				b->r[r].asked = false; /* it held no view: asked again */
-			if (!b->r[r].asked && (i = ft__ib_link_to(b, r)) >= 0 &&
+				b->r[r].sent = false; /* it held no view: asked again */
+			if (!b->r[r].sent && (i = ft__ib_link_to(b, r)) >= 0 &&
 			    ft__ctl_send(&b->ctl, i, FT__CTL_MB_ASK, 0, NULL, 0) == 0)
-				b->r[r].asked = true;
+				b->r[r].sent = true;
 		}
 		if (b->held && first == 0)
 			first = now;
@@ -624,7 +595,7 @@ int ft__inband_fuzz(const struct ft__inband_fuzz *f, const struct ft__ctl_msg *m
 		rc = ft__ib_commit(b, g, &v);
 	}
 	if (rc == 0 && f->active) {
-		begin(b, f->gen);
+		ft__ib_begin(b, f->gen);
 		b->promised = f->promised;
 		if (f->phase > 0) {
 			b->ballot = f->ballot;

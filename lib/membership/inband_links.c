@@ -1,4 +1,4 @@
-/* inband_links.c: the in-band membership's links to the other ranks' listeners (what a closed one proves: member_inband.c's top) and its table of settled views. */
+/* inband_links.c: the in-band membership's links to the other ranks' listeners (what a closed one proves: member_inband.c's top) its table of settled views, and the start of a settle. */
 /* SPDX-License-Identifier: MIT */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +15,7 @@ void ft__ib_drop(struct inband *b, int i)
 	for (int r = 0; r < b->world; r++) {
 		if (b->r[r].link == i) {
 			b->r[r].link = -1;
-			if (b->newcomer)
-				b->r[r].asked = false; /* its ASK or REJOIN goes again */
+			b->r[r].sent = false; /* a newcomer's ASK or REJOIN goes again */
 		}
 		if (b->r[r].back.link == i)
 			b->r[r].back.link = -1; /* a record, no longer live */
@@ -35,7 +34,7 @@ void ft__ib_mark_certain(struct inband *b, int r, const char *why)
 /* Rank r died before generation 0 was settled (see member_inband.c's top): never awaited again. */
 void ft__ib_late_gone(struct inband *b, int r, const char *why)
 {
-	if (r < 0 || r >= b->world || r == b->rank || b->r[r].gone || view_of(b, 0) != NULL)
+	if (r < 0 || r >= b->world || r == b->rank || b->r[r].gone || b->started)
 		return;
 	b->r[r].gone = b->r[r].late = true;
 	b->ngone++;
@@ -74,7 +73,7 @@ void ft__ib_link_failed(struct inband *b, int i, int rc)
 	ft__ib_drop(b, i);
 	if (peer < 0 || !mine)
 		return; /* only a link to its listener says the rank is gone */
-	if (view_of(b, 0) == NULL) {
+	if (!b->started) {
 		/* generation 0: a rank not yet listening; try again soon */
 		b->r[peer].retry_ms = ft__now_ms() + RETRY_MS;
 		if (rc == -FT_ECONNREFUSED)
@@ -104,7 +103,7 @@ int ft__ib_link_to(struct inband *b, int r)
 	i = ft__ctl_connect_start(&b->ctl, b->book[r], r, b->gen);
 	if (i < 0) {
 		p->retry_ms = now + RETRY_MS; /* refused too: suspicion only (see member_inband.c's top) */
-		if (i == -FT_ECONNREFUSED && view_of(b, 0) == NULL)
+		if (i == -FT_ECONNREFUSED && !b->started)
 			refused_at_start(b, r);
 		return -1;
 	}
@@ -144,17 +143,24 @@ void ft__ib_reply(struct inband *b, int i, uint32_t gen, enum ft__ctl_type type,
 /* Takes a committed view for the generation being settled (v's members move). */
 int ft__ib_commit(struct inband *b, uint32_t gen, struct ib_value *v)
 {
+	/* gen is at most the generation being settled + 1 (on_commit): the
+	 * table grows with the settles made here, never with what a message says */
+	if (view_of(b, gen) == NULL && (gen > b->gen + (uint64_t)1 || gen == UINT32_MAX)) {
+		ft__ib_value_free(v);
+		return -FT_EINVAL;
+	}
+	return ft__ib_hold_view(b, gen, v);
+}
+
+/* Holds view gen (v's members move); the caller bounds gen (a newcomer's
+ * LATEST: NEWEST_MAX, inband_rejoin.c). */
+int ft__ib_hold_view(struct inband *b, uint32_t gen, struct ib_value *v)
+{
 	struct ft__view *views;
 
 	if (view_of(b, gen) != NULL) {
 		ft__ib_value_free(v);
 		return 0;
-	}
-	/* gen is at most the generation being settled + 1 (on_commit): the
-	 * table grows with the settles made here, never with what a message says */
-	if (gen > b->gen + (uint64_t)1 || gen == UINT32_MAX) {
-		ft__ib_value_free(v);
-		return -FT_EINVAL;
 	}
 	if (gen >= b->nviews) {
 		struct ib_value *values;
@@ -183,6 +189,34 @@ int ft__ib_commit(struct inband *b, uint32_t gen, struct ib_value *v)
 	b->views[gen] = (struct ft__view){.generation = gen, .size = v->n, .members = v->members,
 					  .first_op = v->first_op, .nonce = v->nonce};
 	b->values[gen] = *v;    /* shares members with the view */
+	b->started = true;
 	*v = (struct ib_value){0};
 	return 0;
+}
+
+/* Starts settling generation gen here (forgetting the one before). */
+void ft__ib_begin(struct inband *b, uint32_t gen)
+{
+	if (b->active && b->gen == gen)
+		return;
+	b->active = true;
+	b->gen = gen;
+	b->published = false;
+	b->promised = 0;
+	ft__ib_value_free(&b->accepted);
+	ft__ib_value_free(&b->best);
+	ft__ib_value_free(&b->proposal);
+	b->owed_to = -1;
+	if (b->future_gen == gen && gen > 0) {
+		b->owed_to = b->future_from;
+		b->owed_link = b->future_link;
+		b->owed_ballot = b->future_ballot;
+		b->promised = b->future_ballot;
+	}
+	b->noquorum = false;
+	b->ballot = 0;
+	b->phase = 0;
+	for (int r = 0; r < b->world; r++)
+		b->r[r].asked = b->r[r].replied = b->r[r].proposed = b->r[r].accepted =
+			b->r[r].told = false;
 }

@@ -54,9 +54,9 @@
 #define NEWEST_MAX (1u << 16)   /* the latest generation a newcomer takes on a member's word */
 #define ENTRY_MAX (4 + 8 + 3 * 2 + FT__ADDR_MAX + FT__CTRL_MAX + FT__BOOK_ENTRY_MAX)
 
-static bool has(const struct ft__view *v, int r)
+static bool value_has(const struct ib_value *v, int r)
 {
-	for (int i = 0; v != NULL && i < v->size; i++)
+	for (int i = 0; i < v->n; i++)
 		if (v->members[i] == r)
 			return true;
 	return false;
@@ -100,7 +100,7 @@ static void send_addrs(struct inband *b, int i, uint32_t gen, const int *ranks,
 		for (; k < n && w.len + ENTRY_MAX <= w.cap; k++) {
 			const struct ib_rank *p = &b->r[ranks[k]];
 			if (fresh != NULL && fresh[k]) {
-				if (!p->back.have)
+				if (!p->back.have || p->back.gen != gen)
 					continue;
 				put_entry(&w, ranks[k], p->back.next_op, p->back.addr, p->back.ctrl,
 					  p->back.mb);
@@ -137,12 +137,13 @@ static void answer(struct inband *b, int i, const struct ft__view *v)
 	ft__ib_reply(b, i, v->generation, FT__CTL_MB_LATEST, &w);
 }
 
-void ft__ib_on_ask(struct inband *b, int from, int link)
+void ft__ib_on_ask(struct inband *b, int link)
 {
 	const struct ft__view *v = newest_view(b);
 	struct wbuf none = {0};
 
-	(void)from;
+	if (b->newcomer)
+		return; /* no member: it has no view to give */
 	if (v != NULL)
 		answer(b, link, v);
 	else /* the job's first view is not settled here yet: it lives */
@@ -175,7 +176,7 @@ void ft__ib_on_addrs(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 	/* a member takes the records of a generation it may settle, from a
 	 * member of the view before it; a newcomer not yet taken, its
 	 * members' word (see the top) */
-	if (!b->newcomer && (gen == 0 || gen > b->gen + (uint64_t)1 || !has(prev, from)))
+	if (!b->newcomer && (gen == 0 || gen > b->gen + (uint64_t)1 || !view_has(prev, from)))
 		return;
 	for (int32_t k = 0; k < n && !r->bad; k++) {
 		struct ib_back rec = {.have = true, .gen = gen, .link = -1};
@@ -185,8 +186,10 @@ void ft__ib_on_addrs(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 		if (r->bad || e == b->rank)
 			continue;
 		p = &b->r[e];
-		if (!ft__ib_back_live(b, e, gen))
-			p->back = rec; /* its own record, on a live link, stays */
+		/* its own record, on a live link, stays, unless this one is of a
+		 * later generation (it asked again since) */
+		if (!ft__ib_back_live(b, e, p->back.gen) || p->back.gen < gen)
+			p->back = rec;
 		if (b->newcomer) {
 			snprintf(p->addr, sizeof(p->addr), "%s", rec.addr);
 			snprintf(p->ctrl, sizeof(p->ctrl), "%s", rec.ctrl);
@@ -196,11 +199,28 @@ void ft__ib_on_addrs(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 	}
 }
 
+/* A newcomer keeps only the newest view it was told (and those it settles
+ * with its members once taken): no member's word grows its table. */
+static void forget_older(struct inband *b, uint32_t gen)
+{
+	for (uint32_t g = 0; g < gen && g < b->nviews; g++) {
+		if (b->views[g].members == NULL)
+			continue;
+		ft__view_free(&b->views[g]); /* the value shares its members */
+		free(b->values[g].next_ops);
+		free(b->values[g].fresh);
+		b->values[g] = (struct ib_value){0};
+	}
+}
+
 void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 {
 	struct ib_value v = {0};
 	const struct ft__view *had = newest_view(b);
-	bool sender = false;
+	/* the generation it asked for: a view that takes it (its COMMIT may
+	 * come later, or never); an earlier one may hold its last incarnation
+	 * as new, which is not this one */
+	bool asked = b->active && b->published && gen == b->gen;
 
 	if (!b->newcomer)
 		return;
@@ -210,27 +230,20 @@ void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 	ft__ib_get_value(r, b->world, &v);
 	if (r->bad)
 		return;
-	for (int i = 0; i < v.n; i++)
-		sender |= v.members[i] == from;
-	if (gen > NEWEST_MAX || !sender || (had != NULL && (gen <= had->generation ||
-							    v.nonce != had->nonce))) {
+	if (gen > NEWEST_MAX || !value_has(&v, from) ||
+	    (had != NULL && (gen <= had->generation || v.nonce != had->nonce))) {
 		ft__ib_value_free(&v);
 		return;
 	}
-	/* the generation it asked for: a view that takes it (its COMMIT may
-	 * come later, or never); an earlier one may hold its last incarnation
-	 * as new, which is not this one */
-	bool asked = b->active && b->published && gen == b->gen;
 	b->r[from].answered = true;
 	v.ballot = COMMITTED;
-	if (gen > b->gen)
-		b->gen = gen; /* what ft__ib_commit takes */
-	if (ft__ib_commit(b, gen, &v) == 0) {
-		b->held = true;
-		b->newest = gen;
-		if (asked)
-			ft__ib_install_fresh(b, gen, value_of(b, gen));
-	}
+	if (ft__ib_hold_view(b, gen, &v) != 0)
+		return;
+	forget_older(b, gen);
+	b->held = true;
+	b->newest = gen;
+	if (asked)
+		ft__ib_install_fresh(b, gen, value_of(b, gen));
 }
 
 bool ft__ib_back_live(const struct inband *b, int e, uint32_t gen)
@@ -248,10 +261,8 @@ bool ft__ib_fresh_known(const struct inband *b, int e, uint32_t gen)
 	return b->r[e].back.have && b->r[e].back.gen == gen;
 }
 
-int ft__ib_add_back(struct inband *b, struct ib_value *v, const int *back, int nback)
+void ft__ib_add_back(struct inband *b, struct ib_value *v, const int *back, int nback)
 {
-	int added = 0;
-
 	for (int k = 0; k < nback; k++) {
 		int e = back[k], at = 0;
 		if (e < 0 || e >= b->world || !ft__ib_back_live(b, e, b->gen) ||
@@ -270,9 +281,7 @@ int ft__ib_add_back(struct inband *b, struct ib_value *v, const int *back, int n
 		v->next_ops[at] = b->r[e].back.next_op;
 		v->fresh[at] = 1;
 		v->n++;
-		added++;
 	}
-	return added;
 }
 
 /* The fresh members of v, their records on link i. */
@@ -290,7 +299,7 @@ int ft__ib_send_fresh(struct inband *b, int to, uint32_t gen, const struct ib_va
 	int i = ft__ib_link_to(b, to);
 
 	if (i < 0)
-		return 1; /* connecting */
+		return NOT_YET;
 	ft__ib_fresh_on_link(b, i, gen, v);
 	return 0;
 }
@@ -330,6 +339,10 @@ void ft__ib_install_fresh(struct inband *b, uint32_t gen, const struct ib_value 
 		snprintf(b->book[e], sizeof(b->book[e]), "%s", p->back.mb);
 		p->have_addr = true;
 		p->certain = false;
+		if (p->gone) { /* gone before the job's first view: a new process now */
+			p->gone = p->late = false;
+			b->ngone--;
+		}
 		p->retry_ms = 0;
 		if (p->link >= 0)
 			ft__ib_drop(b, p->link); /* the old incarnation's */
@@ -338,21 +351,72 @@ void ft__ib_install_fresh(struct inband *b, uint32_t gen, const struct ib_value 
 	}
 }
 
-/* Its REJOIN to every member of the view before the generation it asks for (lock held). */
+/*
+ * Its REJOIN to every member of the view before the generation it asks for,
+ * again every ASK_AGAIN_MS: a member that settled that generation answers
+ * with its newest view, so a lost COMMIT (its coordinator died after the
+ * commit) costs one round, not the newcomer's deadline (lock held).
+ */
 void ft__ib_newcomer_tick(struct inband *b)
 {
 	const struct ft__view *prev = b->gen > 0 ? view_of(b, b->gen - 1) : NULL;
 	unsigned char buf[ENTRY_MAX];
+	int64_t now = ft__now_ms();
 
 	if (!b->newcomer || !b->active || !b->published || prev == NULL || view_of(b, b->gen) != NULL)
 		return;
+	if (now - b->rejoin_ms >= ASK_AGAIN_MS) {
+		b->rejoin_ms = now;
+		for (int k = 0; k < prev->size; k++)
+			b->r[prev->members[k]].sent = false;
+	}
 	for (int k = 0; k < prev->size; k++) {
 		int m = prev->members[k], i;
 		struct wbuf w = {.p = buf, .cap = sizeof(buf)};
-		if (m == b->rank || b->r[m].asked || (i = ft__ib_link_to(b, m)) < 0)
+		if (m == b->rank || b->r[m].sent || (i = ft__ib_link_to(b, m)) < 0)
 			continue;
 		put_entry(&w, b->rank, b->mine.next_op, b->mine.addr, b->mine.ctrl, b->ctl.addr);
 		if (!w.bad && ft__ctl_send(&b->ctl, i, FT__CTL_MB_REJOIN, b->gen, w.p, w.len) == 0)
-			b->r[m].asked = true;
+			b->r[m].sent = true;
 	}
+}
+
+/*
+ * What a newcomer waiting to be taken into generation gen returns (lock
+ * held): 1 and *view once the newest view it holds, of gen or later, takes
+ * it as new (taken) or leaves it out (the job went on without it); 0 while
+ * it waits. A view that holds its rank as not new holds its last
+ * incarnation (which answered before it died): the members find that one
+ * dead, and this one asks for the generation after.
+ */
+int ft__ib_newcomer_view(struct inband *b, uint32_t gen, const struct ft__view **view)
+{
+	const struct ft__view *v = newest_view(b);
+	const struct ib_value *val;
+
+	ft__ib_newcomer_tick(b);
+	*view = NULL;
+	if (v == NULL || v->generation < gen)
+		return 0;
+	val = value_of(b, v->generation);
+	for (int k = 0; k < val->n; k++) {
+		if (val->members[k] != b->rank)
+			continue;
+		if (val->fresh[k]) {
+			*view = v;
+			return 1;
+		}
+		if (b->gen <= v->generation) {
+			ft__info("membership: generation %u holds rank %d's last incarnation: this one "
+				 "asks for the next", v->generation, b->rank);
+			struct ft__member mine = b->mine;
+			ft__ib_begin(b, v->generation + 1);
+			b->mine = mine;
+			b->published = true;
+			b->rejoin_ms = 0;
+		}
+		return 0;
+	}
+	*view = v; /* left out */
+	return 1;
 }

@@ -134,14 +134,6 @@ static bool ballot_ok(const struct inband *b, uint64_t ballot, int by)
 	return round >= 1 && round <= ROUND_MAX && rank < b->world && (by < 0 || rank == by);
 }
 
-static bool in_view(const struct ft__view *v, int r)
-{
-	for (int i = 0; i < v->size; i++)
-		if (v->members[i] == r)
-			return true;
-	return false;
-}
-
 /*
  * Whether v can be a view of generation gen that rank `from` sends: the
  * view of generation 0 holds no rank the first book marked gone (those
@@ -162,7 +154,7 @@ static bool value_fits(const struct inband *b, uint32_t gen, int from, const str
 				return false;
 		return v->n > 0;
 	}
-	if (prev == NULL || !in_view(prev, from) || v->nonce != prev->nonce)
+	if (prev == NULL || !view_has(prev, from) || v->nonce != prev->nonce)
 		return false;
 	/* both ascending: one walk (a RECORD of every rank comes from every rank);
 	 * a fresh member is a new incarnation whose record this rank holds
@@ -485,6 +477,10 @@ void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 
 	if (m->from < 0 || m->from >= b->world)
 		return;
+	/* a new incarnation not taken back yet is no acceptor: it has none
+	 * of its last incarnation's promises (inband_rejoin.c) */
+	if (b->newcomer && (m->type == FT__CTL_MB_COLLECT || m->type == FT__CTL_MB_PROPOSE))
+		return;
 	/* a coordinator of generation g is a member of view g - 1, which this
 	 * rank holds or is settling (it begins g - 1 only once it holds g - 2):
 	 * a question about a later one sets no detector recovering */
@@ -518,7 +514,7 @@ void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 			on_nack(b, &r);
 		break;
 	case FT__CTL_MB_BOOK:
-		if (m->gen == 0 && view_of(b, 0) == NULL) /* before the job's first view only */
+		if (m->gen == 0 && !b->started) /* before the job's first view only */
 			on_book(b, &r);
 		break;
 	case FT__CTL_MB_COMMIT:
@@ -527,7 +523,7 @@ void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 		on_commit(b, m->from, m->gen, &r);
 		break;
 	case FT__CTL_MB_ASK:
-		ft__ib_on_ask(b, m->from, link);
+		ft__ib_on_ask(b, link);
 		break;
 	case FT__CTL_MB_REJOIN:
 		ft__ib_on_rejoin(b, m->from, link, m->gen, &r);
@@ -606,7 +602,9 @@ static int choose(struct inband *b, const int *back, int nback)
 	int n = 0;
 
 	ft__ib_value_free(&b->proposal);
-	if (b->best_committed || (b->best.ballot != 0 && !holds_late(b, &b->best)))
+	/* (a rank gone late is one of generation 0: later, every reported
+	 * value may have been chosen) */
+	if (b->best_committed || (b->best.ballot != 0 && (b->gen > 0 || !holds_late(b, &b->best))))
 		return ft__ib_value_copy(&b->proposal, &b->best);
 	if (ft__ib_value_alloc(&b->proposal, b->world) != 0)
 		return -FT_ENOMEM;
@@ -772,6 +770,13 @@ int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, const int *b
 	if (b->phase == 2) {
 		bool all = true;
 		memset(votes, 0, (size_t)b->world * sizeof(bool));
+		if (now - b->phase_ms >= PROPOSE_AGAIN_MS) {
+			/* an acceptor that did not hold a fresh member's record yet
+			 * ignored it (value_fits): the records and the value again */
+			b->phase_ms = now;
+			for (int r = 0; r < b->world; r++)
+				b->r[r].proposed &= b->r[r].accepted;
+		}
 		votes[b->rank] = true;
 		for (int r = 0; r < b->world; r++) {
 			struct ib_rank *p = &b->r[r];

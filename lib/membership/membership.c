@@ -77,8 +77,11 @@ int ft__mb_try_settle_back(struct ft__mb *mb, uint32_t gen, const int *cand, int
 	int rc = mb->ops->try_settle(mb, gen, cand, ncand, back, nback, force, view);
 
 	/* The backend validates what it reads; this makes the contract hold
-	 * whatever the backend, since callers index arrays with the members. */
-	if (rc == 1 && (view->generation != gen || ft__view_check(view, mb->world_size) != 0)) {
+	 * whatever the backend, since callers index arrays with the members.
+	 * A newcomer's look (no candidates) may end at a later generation: the
+	 * one that took it, or that the job went on with. */
+	if (rc == 1 && ((ncand > 0 ? view->generation != gen : view->generation < gen) ||
+			ft__view_check(view, mb->world_size) != 0)) {
 		ft__error("membership: the view of generation %u breaks the view contract", gen);
 		ft__view_free(view);
 		return -FT_ECORRUPT;
