@@ -669,6 +669,10 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 		return rc;
 	}
 	ft__view_free(&v);
+	/* its next op before its detector runs: a settle that asks it at once
+	 * (another failure) takes the op it publishes as the view's first */
+	if (c->det != NULL)
+		ft__det_adopted(c->det, c->generation, first);
 	if (c->det != NULL && (rc = ft__det_start(c->det, c->generation, c->members, c->size)) != 0)
 		return rc;
 	if (c->cfg.policy == FT_POLICY_REJOIN)

@@ -21,8 +21,18 @@
 static EVP_MAC *hmac_alg;
 static pthread_once_t hmac_once = PTHREAD_ONCE_INIT;
 
+/*
+ * Once per process, before any other libcrypto call here: no cleanup of
+ * libcrypto at exit. A program that exits on an error (exit(), not
+ * ft_finalize) while the detector thread still makes a MAC or a nonce had
+ * that thread crash (SIGSEGV in CRYPTO_THREAD_*_lock) once the exit
+ * handler freed libcrypto's locks under it (the campaign saw it). The
+ * process's memory goes with it anyway. (A program that initialized
+ * libcrypto itself keeps its own choice.)
+ */
 static void hmac_fetch(void)
 {
+	(void)OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
 	hmac_alg = EVP_MAC_fetch(NULL, "HMAC", NULL);
 }
 
@@ -56,9 +66,13 @@ static bool hmac_pieces(const void *key, size_t keylen, const struct iovec *pre,
 
 int ft__sha256_iov(const struct iovec *iov, int n, uint8_t out[FT__SHA256_BYTES])
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	EVP_MD_CTX *ctx;
 	unsigned len = 0;
-	bool ok = ctx != NULL && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1;
+	bool ok;
+
+	pthread_once(&hmac_once, hmac_fetch);
+	ctx = EVP_MD_CTX_new();
+	ok = ctx != NULL && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1;
 
 	for (int i = 0; ok && i < n; i++)
 		ok = EVP_DigestUpdate(ctx, iov[i].iov_base, iov[i].iov_len) == 1;
@@ -95,6 +109,7 @@ bool ft__auth_equal(const void *a, const void *b, size_t n)
 
 int ft__auth_random(void *p, size_t n)
 {
+	pthread_once(&hmac_once, hmac_fetch);
 	if (n > INT32_MAX || RAND_bytes(p, (int)n) != 1) {
 		ft__error("no random bytes from libcrypto for a handshake nonce or a token");
 		return -FT_EIO;
