@@ -109,6 +109,7 @@ struct inband {
 	bool published;
 	struct ft__member mine;
 	uint64_t promised;
+	int64_t promised_ms;    /* when this rank last promised (or accepted) a ballot */
 	struct ib_value accepted;
 	int owed_to;            /* a COLLECT to answer once published, -1 none */
 	int owed_link;

@@ -147,17 +147,24 @@ static int lead(const struct inband *b, uint32_t gen, const int *cand, int ncand
 }
 
 /*
- * Before the job's first view, an entry of the store's book that moved is a
- * new incarnation of its rank (ftcc-run restarted a rank killed inside
- * ft_init, and it joined the store again): the process this rank knew is
- * dead, gone as if the store had marked it (the first view settles without
- * it; its new incarnation hears so: inband_rejoin.c). Lock held.
+ * An entry of the store's book that moved is a new incarnation of its rank:
+ * the store takes a rank's new address only once the connection of the
+ * process that held it ended (README, "Across hosts"), so the process this
+ * rank knew is dead, the launcher's word as a mark is. Before the job's
+ * first view it is gone as if marked (the first view settles without it;
+ * its new incarnation hears so: inband_rejoin.c); later its death is
+ * certain (its new incarnation is awaited back by the detector's settle).
+ * Lock held.
  */
-static void moved_at_start(struct inband *b, int r, const char *entry)
+static void moved(struct inband *b, int r, const char *entry)
 {
-	if (!b->started && r != b->rank && strcmp(b->book[r], entry) != 0)
+	if (r == b->rank || strcmp(b->book[r], entry) == 0)
+		return;
+	if (!b->started)
 		ft__ib_late_gone(b, r, "a new incarnation of it joined the store before the job's "
 			      "first view");
+	else
+		ft__ib_mark_certain(b, r, "a new incarnation of it joined its launcher's store");
 }
 
 /*
@@ -176,7 +183,7 @@ static void take_marks(struct inband *b, struct ft__book_params p, const char *m
 		lock_ib(b);
 		for (int r = 0; r < b->world; r++) {
 			if (book[r][0] != '\0') {
-				moved_at_start(b, r, book[r]);
+				moved(b, r, book[r]);
 				continue;
 			}
 			if (!b->started)
@@ -295,6 +302,20 @@ static void probe_at_start(struct inband *b, const int *cand, int ncand)
 	}
 }
 
+/*
+ * A promise of this rank's that no message of its coordinator followed for
+ * 2 x reply_wait_ms: that coordinator may have died unseen (no detector
+ * watches it: after earlier deaths it is no ring neighbour here), and a
+ * settle whose candidates all promised it waited for ever (the campaign,
+ * three ranks killed within 150 ms). Any rank may then start a higher
+ * round: Paxos keeps one value whoever proposes; the quorum rule is as
+ * ever.
+ */
+static bool stale_promise(const struct inband *b)
+{
+	return ft__now_ms() - b->promised_ms >= 2 * (int64_t)b->reply_wait_ms;
+}
+
 static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand,
 			 const int *back, int nback, bool force, struct ft__view *view)
 {
@@ -320,9 +341,10 @@ static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int n
 			rc = -FT_EPARTITIONED;
 		} else if (b->published &&
 			   (lead(b, gen, cand, ncand) == b->rank || b->ballot != 0 ||
-			    (force && gen > 0 && b->promised == 0))) {
+			    (force && gen > 0 && (b->promised == 0 || stale_promise(b))))) {
 			/* the coordinator, or, once the detector waited long
-			 * enough, a candidate no coordinator has reached */
+			 * enough, a candidate no coordinator has reached, or one
+			 * whose coordinator went silent after it promised */
 			rc = ft__ib_coordinate(b, cand, ncand, back, nback, force);
 			done = view_of(b, gen);
 		}

@@ -212,6 +212,7 @@ void ft__ib_begin(struct inband *b, uint32_t gen)
 		b->owed_link = b->future_link;
 		b->owed_ballot = b->future_ballot;
 		b->promised = b->future_ballot;
+		b->promised_ms = ft__now_ms();
 	}
 	b->noquorum = false;
 	b->ballot = 0;

@@ -271,6 +271,7 @@ static void on_collect(struct inband *b, int from, int link, struct rbuf *r)
 		return;
 	}
 	b->promised = ballot;
+	b->promised_ms = ft__now_ms();
 	ft__ib_answer_collect(b, from, link, ballot);
 }
 
@@ -294,6 +295,7 @@ static void on_propose(struct inband *b, int from, int link, struct rbuf *r)
 		return;
 	}
 	b->promised = v.ballot;
+	b->promised_ms = ft__now_ms();
 	ft__ib_value_free(&b->accepted);
 	b->accepted = v;
 	answer_ballot(b, link, FT__CTL_MB_ACCEPT, v.ballot);
@@ -597,7 +599,7 @@ static bool holds_late(const struct inband *b, const struct ib_value *v)
 
 /* The value to propose once the candidates answered, with the new
  * incarnations of back that asked (inband_rejoin.c): 0, or -FT_ENOMEM. */
-static int choose(struct inband *b, const int *back, int nback)
+static int choose(struct inband *b, const int *cand, int ncand, const int *back, int nback)
 {
 	int n = 0;
 
@@ -618,8 +620,11 @@ static int choose(struct inband *b, const int *back, int nback)
 			b->proposal.first_op = b->r[r].next_op;
 	}
 	b->proposal.n = n;
-	if (b->gen > 0)
+	if (b->gen > 0) {
 		ft__ib_add_back(b, &b->proposal, back, nback);
+		/* a candidate that died unseen (the launcher's word) and asked back */
+		ft__ib_add_back(b, &b->proposal, cand, ncand);
+	}
 	if (b->gen == 0) {
 		if (getrandom(&b->proposal.nonce, sizeof(b->proposal.nonce), 0) !=
 		    (ssize_t)sizeof(b->proposal.nonce))
@@ -750,7 +755,7 @@ int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, const int *b
 			rc = -FT_EPARTITIONED;
 			goto out;
 		}
-		if ((rc = choose(b, back, nback)) != 0)
+		if ((rc = choose(b, cand, ncand, back, nback)) != 0)
 			goto out;
 		if (b->best_committed) {
 			b->phase = 3;
