@@ -233,12 +233,7 @@ int ft__det_await(struct ft__det *d, uint32_t gen, int timeout_ms, struct ft__vi
 	} else if (d->fatal != 0) {
 		rc = d->fatal;
 	} else if (rc == 0) {
-		*view = d->ready;
-		view->members = malloc((size_t)d->ready.size * sizeof(int));
-		if (view->members == NULL)
-			rc = -FT_ENOMEM;
-		else
-			memcpy(view->members, d->ready.members, (size_t)d->ready.size * sizeof(int));
+		rc = ft__view_copy(&d->ready, view);
 	}
 	unlock(d);
 	return rc;

@@ -25,17 +25,6 @@ static void unlock_ib(struct inband *b)
 	pthread_mutex_unlock(&b->lock);
 }
 
-/* A copy of v the caller frees: 1, or -FT_ENOMEM. */
-static int copy_view(const struct ft__view *v, struct ft__view *out)
-{
-	*out = *v;
-	out->members = malloc((size_t)v->size * sizeof(int));
-	if (out->members == NULL)
-		return -FT_ENOMEM;
-	memcpy(out->members, v->members, (size_t)v->size * sizeof(int));
-	return 1;
-}
-
 
 static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 {
@@ -350,7 +339,7 @@ static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int n
 		}
 	}
 	if (done != NULL)
-		rc = copy_view(done, view);
+		rc = ft__view_copy(done, view) == 0 ? 1 : -FT_ENOMEM;
 	unlock_ib(b);
 	return rc;
 }
@@ -366,7 +355,6 @@ static bool reaches(const struct inband *b, const struct ft__view *v)
 	}
 	return false;
 }
-
 
 /*
  * A new incarnation's look for its job (inband_rejoin.c's top): 1 and *latest, the
@@ -388,9 +376,12 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 	if (b->incarnation == 0)
 		return 0;
 	lock_ib(b);
-	if (b->held) {
+	if (newest_view(b) != NULL) { /* asked again (wait_taken) */
 		ft__ib_pump(b);
-		rc = reaches(b, newest_view(b)) ? copy_view(newest_view(b), latest) : 0;
+		if (!reaches(b, newest_view(b)))
+			rc = 0; /* no member holds its link any more */
+		else
+			rc = ft__view_copy(newest_view(b), latest) == 0 ? 1 : -FT_ENOMEM;
 		unlock_ib(b);
 		return rc;
 	}
@@ -412,11 +403,12 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 			    ft__ctl_send(&b->ctl, i, FT__CTL_MB_ASK, 0, NULL, 0) == 0)
 				b->r[r].sent = true;
 		}
-		if (b->held && first == 0)
+		bool held = newest_view(b) != NULL;
+		if (held && first == 0)
 			first = now;
 		if (again)
 			asked_ms = now;
-		if (b->held && (all || now - first >= ANSWER_MS))
+		if (held && (all || now - first >= ANSWER_MS))
 			break;
 		/* nobody answers: the job is over; its ranks answer but hold no
 		 * view yet: the job is still starting (this rank was killed inside
@@ -427,11 +419,11 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 		nanosleep(&ts, NULL);
 		lock_ib(b);
 	}
-	if (b->held) {
+	if (newest_view(b) != NULL) {
 		const struct ft__view *v = newest_view(b);
 		ft__info("membership: rank %d's job runs: generation %u, %d members", b->rank,
 			 v->generation, v->size);
-		rc = copy_view(v, latest);
+		rc = ft__view_copy(v, latest) == 0 ? 1 : -FT_ENOMEM;
 	} else if (heard) {
 		ft__error("membership: the job's first view never settled within %lld ms: this new "
 			  "incarnation of rank %d has no job to come back to", (long long)start_ms,
@@ -626,8 +618,6 @@ int ft__inband_fuzz(const struct ft__inband_fuzz *f, const struct ft__ctl_msg *m
 	}
 	b->newcomer = f->newcomer;
 	b->incarnation = f->newcomer;
-	b->held = f->newcomer && f->gen > 0;
-	b->newest = f->gen > 0 ? f->gen - 1 : 0;
 	if (rc == 0 && f->published) {
 		snprintf(b->mine.addr, sizeof(b->mine.addr), "h:%d", f->rank + 1);
 		b->mine.next_op = 7;

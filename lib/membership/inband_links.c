@@ -8,7 +8,6 @@
 
 /* ---- links ---- */
 
-
 void ft__ib_drop(struct inband *b, int i)
 {
 	ft__ctl_drop(&b->ctl, i);

@@ -240,8 +240,6 @@ void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 	if (ft__ib_hold_view(b, gen, &v) != 0)
 		return;
 	forget_older(b, gen);
-	b->held = true;
-	b->newest = gen;
 	if (asked)
 		ft__ib_install_fresh(b, gen, value_of(b, gen));
 }

@@ -194,7 +194,6 @@ static void gone_on_word(struct inband *b, int from, const struct ib_value *v)
 
 /* ---- the acceptor's side ---- */
 
-
 /* This rank's answer about generation gen (the one being settled, or one
  * committed here that a late coordinator asks about) on link i; a value it
  * reports goes with its new incarnations' records (the coordinator must
@@ -300,7 +299,6 @@ static void on_propose(struct inband *b, int from, int link, struct rbuf *r)
 	b->accepted = v;
 	answer_ballot(b, link, FT__CTL_MB_ACCEPT, v.ballot);
 }
-
 
 /* Commits v (its members move), then puts its new incarnations' addresses in place. */
 static int take(struct inband *b, uint32_t gen, struct ib_value *v)
@@ -676,7 +674,6 @@ static void send_book(struct inband *b, int to, const struct ib_value *v)
 			return;
 	}
 }
-
 
 /*
  * One step of coordinating the generation: 1 when committed here, 0 not

@@ -182,6 +182,16 @@ void ft__mb_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 	memset(mb, 0, sizeof(*mb));
 }
 
+int ft__view_copy(const struct ft__view *v, struct ft__view *out)
+{
+	*out = *v;
+	out->members = malloc((size_t)v->size * sizeof(int));
+	if (out->members == NULL)
+		return -FT_ENOMEM;
+	memcpy(out->members, v->members, (size_t)v->size * sizeof(int));
+	return 0;
+}
+
 void ft__view_free(struct ft__view *v)
 {
 	free(v->members);

@@ -218,5 +218,7 @@ void ft__mb_close(struct ft__mb *mb, uint32_t gen, bool remove_view);
 /* 0 when v keeps the view contract for world_size, else -FT_ECORRUPT. */
 int ft__view_check(const struct ft__view *v, int world_size);
 void ft__view_free(struct ft__view *v);
+/* *out = a copy of v, its members the caller's to free: 0, or -FT_ENOMEM. */
+int ft__view_copy(const struct ft__view *v, struct ft__view *out);
 
 #endif
