@@ -2,6 +2,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -71,19 +72,33 @@ static int steps(struct ft_comm *comm, int rank, int n, void *arg)
 	return 0;
 }
 
-/* Until process pid has died (a zombie: its sockets closed, its port free). */
+/* Until process pid has died whole: its leader a zombie and no thread of
+ * it left (its descriptors, its listener among them, are closed only with
+ * the last thread: a zombie leader alone once left the port held, and the
+ * new incarnation failed to listen). */
 static void wait_dead(pid_t pid)
 {
-	char path[64], stat[256];
+	char path[64], task[64], stat[256];
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	snprintf(task, sizeof(task), "/proc/%d/task", (int)pid);
 	for (int64_t end = tu_now_ms() + 10000; tu_now_ms() < end; tu_sleep_ms(5)) {
 		FILE *f = fopen(path, "r");
 		char *p = f != NULL ? fgets(stat, sizeof(stat), f) : NULL;
+		DIR *d;
+		struct dirent *e;
+		int threads = 0;
 		if (f != NULL)
 			fclose(f);
 		p = p != NULL ? strrchr(stat, ')') : NULL;
-		if (p == NULL || (p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X')))
+		if (p != NULL && !(p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X')))
+			continue; /* the leader runs */
+		if ((d = opendir(task)) != NULL) {
+			while ((e = readdir(d)) != NULL)
+				threads += e->d_name[0] != '.';
+			closedir(d);
+		}
+		if (threads <= 1)
 			return;
 	}
 	cr_assert_fail("process %d did not die", (int)pid);
