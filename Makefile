@@ -122,7 +122,8 @@ TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mp
 SLURM_PKGS := slurmctld slurmd slurm-client munge
 
 .PHONY: all lib tools torch deps-torch torch-demo examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test slurm-test grow-test install uninstall asan tsan clean deps help FORCE
-all: lib tools examples $(EXPERIMENTS) $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench
+all: lib tools examples $(EXPERIMENTS) $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench \
+     $(B)/ckpt_bench
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOLS)
@@ -188,6 +189,9 @@ $(B)/recovery_bench: bench/recovery_bench.c $(STATIC) $(FLAGS)
 	$(LINK_PROG)
 
 $(B)/rejoin_bench: bench/rejoin_bench.c $(STATIC) $(FLAGS)
+	$(LINK_PROG)
+
+$(B)/ckpt_bench: bench/ckpt_bench.c $(STATIC) $(FLAGS)
 	$(LINK_PROG)
 
 # Peer drivers for the comparison (built only by bench-compare).

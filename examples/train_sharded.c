@@ -1,6 +1,7 @@
-/* train_sharded.c: sharded state that survives a killed and restarted rank through running partial checkpoints (train_sharded [STEPS] [COUNT] [PAUSE_MS] [late]). */
+/* train_sharded.c: sharded state that survives a killed and restarted rank, or is taken over by the survivors, through running partial checkpoints (train_sharded [STEPS] [COUNT] [PAUSE_MS] [late|take]). */
 /* SPDX-License-Identifier: MIT */
 #include <ftcc.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,11 +23,63 @@
  * set to an export of an earlier run's checkpoint (ftcc-ckpt export), it
  * checks the shard it starts from the same way, and goes on from the step
  * of the export's newest block.
+ *
+ * "take" as the fourth argument, under FTCC_POLICY=shrink: when the job
+ * shrinks, every survivor reads each lost rank's whole shard back from its
+ * running checkpoint (ft_ckpt_restore with that owner: from its files, or
+ * with FTCC_CKPT_WHERE=peer from the memory of the rank that held it) and
+ * checks it the same way ("took rank R's shard ok").
  */
 
 static float val(int rank, uint64_t step, size_t j)
 {
 	return (float)(rank * 1000 + (int)(j % 97)) + 0.5f * (float)step;
+}
+
+/* Blocks that do not hold the values of one step within the restore's range. */
+static size_t check_blocks(const float *shard, size_t count, size_t nb, size_t bb, int owner,
+			   const struct ft_restore_info *ri)
+{
+	size_t bad = 0;
+
+	for (size_t b = 0; b < nb; b++) {
+		size_t j0 = b * bb / sizeof(float), j1 = (b + 1) * bb / sizeof(float);
+		float s = (shard[j0] - val(owner, 0, j0)) / 0.5f;
+		if (s < (float)ri->oldest_step || s > (float)ri->ckpt_step)
+			bad++;
+		for (size_t j = j0; j < j1 && j < count; j++)
+			bad += shard[j] != val(owner, (uint64_t)s, j);
+	}
+	return bad;
+}
+
+/* Survivors of a shrink: every lost rank's shard back from its checkpoint. */
+static int take_over(struct ft_comm *comm, int world, unsigned char *gone, size_t count)
+{
+	float *buf = malloc(count * sizeof(float));
+	int rc = 0;
+
+	if (buf == NULL)
+		return -FT_ENOMEM;
+	for (int o = 0; o < world && rc == 0; o++) {
+		struct ft_restore_info ri;
+		size_t nb = 0, bb = 0;
+		bool here = false;
+		for (int i = 0; i < ft_size(comm); i++)
+			here |= ft_orig_rank(comm, i) == o;
+		if (here || gone[o])
+			continue;
+		gone[o] = 1;
+		if ((rc = ft_ckpt_blocks(comm, 1, o, &nb, &bb, NULL)) != 0 ||
+		    (rc = ft_ckpt_restore(comm, 1, o, 0, nb, buf, 0, &ri)) != 0)
+			break;
+		printf("rank %d took rank %d's shard %s: %zu blocks, steps %llu..%llu\n",
+		       ft_orig_rank(comm, ft_rank(comm)), o,
+		       check_blocks(buf, count, nb, bb, o, &ri) ? "BAD" : "ok", ri.blocks,
+		       (unsigned long long)ri.oldest_step, (unsigned long long)ri.ckpt_step);
+	}
+	free(buf);
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -35,6 +88,8 @@ int main(int argc, char **argv)
 	size_t count = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : 16384;
 	int pause_ms = argc > 3 ? atoi(argv[3]) : 5;
 	int late = argc > 4 && strcmp(argv[4], "late") == 0;
+	int take = argc > 4 && strcmp(argv[4], "take") == 0;
+	unsigned char gone[1024] = {0};
 	struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
 	struct ft_ckpt_config ck = FT_CKPT_CONFIG_INIT;
 	struct ft_restore_info ri;
@@ -43,7 +98,7 @@ int main(int argc, char **argv)
 	float *shard;
 	uint64_t next;
 	uint64_t base = 0;
-	int rc, me, back, start;
+	int rc, me, back, start, world;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (steps < 1 || count < 1) {
@@ -58,6 +113,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	me = ft_orig_rank(comm, ft_rank(comm));
+	world = ft_size(comm);
 	for (size_t j = 0; j < count; j++)
 		shard[j] = val(me, 0, j);
 	ck.fraction = 0.25;
@@ -101,14 +157,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		/* each block holds the values of one step, no later than the last round */
-		for (size_t b = 0; b < nb; b++) {
-			size_t j0 = b * bb / sizeof(float), j1 = (b + 1) * bb / sizeof(float);
-			float s = (shard[j0] - val(me, 0, j0)) / 0.5f;
-			if (s < (float)ri.oldest_step || s > (float)ri.ckpt_step)
-				bad++;
-			for (size_t j = j0; j < j1 && j < count; j++)
-				bad += shard[j] != val(me, (uint64_t)s, j);
-		}
+		bad = check_blocks(shard, count, nb, bb, me, &ri);
 		printf("rank %d %s at op %llu: restored %s: %zu blocks, steps %llu..%llu, "
 		       "now %llu, perturbation %.3g (exact %d), pls %.4f\n", me,
 		       back == 1 ? "rejoined" : "started from an export",
@@ -126,6 +175,10 @@ int main(int argc, char **argv)
 		}
 		for (int j = 0; j < 16; j++)
 			model[j] += 0.01f * grad[j];
+		if (take && ft_size(comm) < world && (rc = take_over(comm, world, gone, count)) != 0) {
+			fprintf(stderr, "take over: %s\n", ft_strerror(rc));
+			return 1;
+		}
 		for (size_t j = 0; j < count; j++)
 			shard[j] = val(me, (uint64_t)step + 1, j);
 		if ((rc = ft_ckpt_step(comm, (uint64_t)step + 1)) != 0) {

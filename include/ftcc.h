@@ -451,6 +451,26 @@ enum ft_ckpt_strategy {
 	FT_CKPT_STRATEGY_COUNT
 };
 
+/*
+ * Where the rounds go. FT_CKPT_DISK: the files above. FT_CKPT_PEER: the
+ * memory of another rank, its holder: the rank at this rank's place on the
+ * next host (hosts told apart by their addresses; with one host, the next
+ * rank), so that a lost host's shards survive on the others without a
+ * shared file system and without a disk. FT_CKPT_DISK_PEER: both. A holder
+ * keeps its wards' blocks (two copies of each, as the files do) and their
+ * commit table; ft_ckpt_restore and ft_ckpt_blocks of an owner whose files
+ * are not here (or of any owner with FT_CKPT_PEER), and a rejoined rank's
+ * own restore, fetch from the owner's holder over a control link opened
+ * with the job token. Each rank runs a service for it (a thread and a
+ * listening port on the detector's interface); rounds go to the holder in
+ * the background, and ft_ckpt_step waits for them only as it waits for
+ * disk writes. When the holder changes (a failure, a new incarnation) or
+ * its link breaks, the next round saves every block and sends it to the
+ * new holder. A holder keeps a ward's copy while it runs (its memory: two
+ * copies of each ward's shards).
+ */
+enum ft_ckpt_where { FT_CKPT_DISK = 1, FT_CKPT_DISK_PEER = 2, FT_CKPT_PEER = 3 };
+
 struct ft_ckpt_config {
 	size_t struct_size;             /* sizeof(struct ft_ckpt_config); set by FT_CKPT_CONFIG_INIT */
 	enum ft_ckpt_strategy strategy;
@@ -463,6 +483,7 @@ struct ft_ckpt_config {
 	int sync;                       /* 1: fdatasync before a round counts (host crashes) */
 	char from[FT_PATH_MAX];         /* an exported checkpoint (ftcc-ckpt export) to start
 					 * the shards from; "" = FTCC_CKPT_FROM, else none */
+	int where;                      /* enum ft_ckpt_where; 0 = FTCC_CKPT_WHERE, else disk */
 };
 
 #define FT_CKPT_CONFIG_INIT                                                              \

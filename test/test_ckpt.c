@@ -1383,7 +1383,23 @@ static pid_t first_incarnation(int r)
  * first start, and nothing was restored.) The job, a child running cmd, has
  * steps x 5 ms of pauses still to run then. Returns the job's status.
  */
-static int run_with_outside_kill(const char *cmd, int r, const char *label)
+static bool file_has(const char *path, const char *what)
+{
+	char line[512];
+	bool found = false;
+	FILE *f = fopen(path, "r");
+
+	while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL)
+		found = strstr(line, what) != NULL;
+	if (f != NULL)
+		fclose(f);
+	return found;
+}
+
+/* seen, seen_in: instead of the journal's growth, the kill waits for a line
+ * holding seen in the file seen_in (peer checkpoints write no journal). */
+static int run_with_outside_kill(const char *cmd, int r, const char *label, const char *seen,
+				 const char *seen_in)
 {
 	long end = tu_now_ms() + 60000, first = -1, sz = -1;
 	pid_t launcher = fork(), victim = 0;
@@ -1399,9 +1415,16 @@ static int run_with_outside_kill(const char *cmd, int r, const char *label)
 		sz = journal_size(r);
 		if (first < 0 && sz > 0)
 			first = sz;
-		if (first > 0 && sz > first && (victim = first_incarnation(r)) > 0)
+		if (seen != NULL ? file_has(seen_in, seen) && (victim = first_incarnation(r)) > 0
+				 : first > 0 && sz > first && (victim = first_incarnation(r)) > 0)
 			break;
 		tu_sleep_ms(2);
+	}
+	if (victim > 0 && seen != NULL) {
+		/* its first round is on its way: a moment later, at random, some
+		 * of its rounds have reached the holder (hundreds of steps left) */
+		tu_sleep_ms(100 + (long)(tu_now_ms() % 300));
+		victim = first_incarnation(r);
 	}
 	if (victim > 0 && kill(victim, SIGKILL) == 0)
 		fprintf(stderr, "%s: killed rank %d (pid %d), its journal at %ld bytes\n", label, r,
@@ -1433,21 +1456,27 @@ static void run_sharded(const char *env, const char *run_args, const char *fault
 	mk_base();
 	snprintf(out, sizeof(out), "%s/out.txt", base);
 	snprintf(cmd, sizeof(cmd),
-		 "%s FTCC_POLICY=rejoin FTCC_CKPT_DIR='%s/ck' FTCC_FAULT='%s' FTCC_LOG_LEVEL=1 "
+		 "FTCC_POLICY=rejoin FTCC_CKPT_DIR='%s/ck' FTCC_FAULT='%s' FTCC_LOG_LEVEL=1 %s "
 		 "FTCC_REJOIN_TIMEOUT_MS=20000 timeout 100 %s/ftcc-run -n 3 %s "
 		 "%s/examples/train_sharded %d 20000 5 %s >'%s' 2>&1",
-		 env, base, fault, b, run_args, b, steps, late, out);
-	int st = outside >= 0 ? run_with_outside_kill(cmd, outside, label) : system(cmd);
+		 base, fault, env, b, run_args, b, steps, late, out);
+	bool peer = strstr(env, "FTCC_CKPT_WHERE=peer") != NULL;
+	char seen[64];
+	snprintf(seen, sizeof(seen), "ckpt: rank %d's rounds go to", outside);
+	int st = outside >= 0 ? run_with_outside_kill(cmd, outside, label, peer ? seen : NULL, out)
+			      : system(cmd);
+	int none = 0;
 	f = fopen(out, "r");
 	cr_assert_not_null(f);
 	while (fgets(line, sizeof(line), f) != NULL) {
 		restored += strstr(line, "restored ok") != NULL;
 		shard_ok += strstr(line, "shard ok") != NULL;
 		bad += strstr(line, "BAD") != NULL || strstr(line, "DIFFERENT") != NULL;
+		none += strstr(line, "restored ok: 0 blocks") != NULL;
 	}
 	fclose(f);
 	if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0 && restored == want_restored && shard_ok == 3 &&
-	      bad == 0)) {
+	      bad == 0 && !(peer && none > 0))) {
 		snprintf(cmd, sizeof(cmd), "tail -30 '%s' 1>&2", out);
 		if (system(cmd) != 0)
 			fprintf(stderr, "(no output)\n");
@@ -1457,6 +1486,12 @@ static void run_sharded(const char *env, const char *run_args, const char *fault
 	cr_assert_eq(restored, want_restored, "%s: the restarted rank (and, from an export, every "
 		     "rank) restored its shard", label);
 	cr_assert_eq(shard_ok, 3, "%s: every shard exact at the end", label);
+	if (peer) {
+		/* no files: what came back came from the holder's memory */
+		cr_assert_eq(none, 0, "%s: the new incarnation restored blocks from its holder", label);
+		rm_base();
+		return;
+	}
 	/* the checkpoints of all three (one of them written by two incarnations) check */
 	snprintf(cmd, sizeof(cmd), "%s/ftcc-ckpt %s/ck/* >/dev/null 2>&1", b, base);
 	st = system(cmd);
@@ -1489,6 +1524,55 @@ Test(ckpt_rejoin, killed_before_the_job_checkpoints, .timeout = 200)
 		    "kill in ft_init's barrier", 1);
 	run_sharded("", "--restart", "rank=2,op=1,phase=between", 30, -1, "",
 		    "kill in ft_ckpt_enable", 1);
+}
+
+/* ---- checkpoints in a peer's memory (FTCC_CKPT_WHERE=peer: no files anywhere) ---- */
+
+Test(ckpt_peer, rejoined_rank_restores_from_its_holder, .timeout = 120)
+{
+	run_sharded("FTCC_CKPT_WHERE=peer", "--restart", "rank=1,op=30,action=kill", 60, -1, "",
+		    "peer: kill at op 30", 1);
+}
+
+Test(ckpt_peer, outside_kill, .timeout = 120)
+{
+	/* killed from outside once its rounds go to its holder (info log) */
+	run_sharded("FTCC_CKPT_WHERE=peer FTCC_LOG_LEVEL=2", "--restart", "", 500, 2, "",
+		    "peer: outside kill", 1);
+}
+
+/* Shrink: both survivors read the lost rank's shard back, the holder from
+ * its own memory and the other over a link to it, and check every block. */
+Test(ckpt_peer, survivors_take_over_a_lost_shard, .timeout = 120)
+{
+	const char *b = getenv("FTCC_BUILD_DIR");
+	char cmd[2048], out[512];
+	int st;
+
+	b = b != NULL && *b ? b : "build";
+	snprintf(cmd, sizeof(cmd), "%s/examples/train_sharded", b);
+	if (access(cmd, X_OK) != 0)
+		cr_skip_test("%s is not built", cmd);
+	mk_base();
+	snprintf(out, sizeof(out), "%s/out.txt", base);
+	snprintf(cmd, sizeof(cmd),
+		 "FTCC_CKPT_WHERE=peer FTCC_POLICY=shrink FTCC_CKPT_DIR='%s/ck' "
+		 "FTCC_FAULT=rank=1,op=30,action=kill FTCC_LOG_LEVEL=1 timeout 100 %s/ftcc-run -n 3 "
+		 "%s/examples/train_sharded 60 20000 5 take >'%s' 2>&1",
+		 base, b, b, out);
+	st = system(cmd);
+	bool ok = file_has(out, "rank 0 took rank 1's shard ok: 20 blocks") &&
+		  file_has(out, "rank 2 took rank 1's shard ok: 20 blocks") &&
+		  !file_has(out, "BAD") && !file_has(out, "DIFFERENT") &&
+		  file_has(out, "[0] shard ok") && file_has(out, "[2] shard ok");
+	if (!ok) {
+		snprintf(cmd, sizeof(cmd), "tail -30 '%s' 1>&2", out);
+		if (system(cmd) != 0)
+			fprintf(stderr, "(no output)\n");
+	}
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 124, "the job ran out of time");
+	cr_assert(ok, "both survivors took rank 1's whole shard back, exact, and went on");
+	rm_base();
 }
 
 /* An export of a 3-rank train_sharded run of `steps` steps, made with the

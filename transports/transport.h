@@ -206,6 +206,7 @@ struct ft__tp_env {
 					* launcher when none is given (checked private) */
 	char ckpt_dir[512];         /* FTCC_CKPT_DIR: checkpoints' base directory; "": the log's */
 	char ckpt_from[512];        /* FTCC_CKPT_FROM: an exported checkpoint to start from; "": none */
+	int ckpt_where;             /* FTCC_CKPT_WHERE: enum ft_ckpt_where; 0: unset */
 	char launcher_addrs[256];   /* host:port of the launcher (Open MPI's mpirun), comma-
 				     * separated: where a rank looks for its interface; "" */
 };

@@ -121,6 +121,7 @@ enum var_home { H_NONE, H_CFG, H_TP };
 /* The transports' knobs as parsed, before they become struct ft__tp_env. */
 struct tp_knobs {
 	int spin_us, tcp_buffer, max_msg, incarnation, wait, mr_local, guard, engine, link_ep;
+	int ckpt_where;
 	char provider[64], ep[8], ckpt_dir[512], ckpt_from[512];
 };
 
@@ -149,6 +150,7 @@ static const char *const levels[] = {"error", "warn", "info", "debug"};
 static const char *const waits[] = {"", "poll", "bell"};
 static const char *const bits[] = {"0", "1"};
 static const char *const engines[] = {"io_uring", "pwrite", "uring"};
+static const char *const wheres[] = {"", "disk", "disk+peer", "peer"}; /* enum ft_ckpt_where */
 
 _Static_assert(sizeof(enum ft_policy) == sizeof(int) && sizeof(enum ft_durability) == sizeof(int),
 	       "enum fields are parsed as int");
@@ -230,6 +232,8 @@ static const struct var vars[] = {
 	 "running checkpoints' directory"},
 	{"FTCC_CKPT_FROM", V_STR, TP_STR(ckpt_from), 0, 0, NULL, 0, false, "none",
 	 "an exported checkpoint (ftcc-ckpt export) the shards start from"},
+	{"FTCC_CKPT_WHERE", V_ENUM, TP_NUM(ckpt_where), 0, 0, NAMES(wheres), false, "disk",
+	 "where running checkpoints go: disk, disk+peer or peer (a rank on another host's memory)"},
 };
 
 /* Parses variable v from the environment into base (the struct of its home);
@@ -590,6 +594,7 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e)
 	snprintf(e->fabric_ep, sizeof(e->fabric_ep), "%s", k.ep);
 	snprintf(e->ckpt_dir, sizeof(e->ckpt_dir), "%s", k.ckpt_dir);
 	snprintf(e->ckpt_from, sizeof(e->ckpt_from), "%s", k.ckpt_from);
+	e->ckpt_where = k.ckpt_where;
 	/* process durability: shared memory (survives the process, and a
 	 * mapped page cache file on disk would be written back: 64 MiB per op);
 	 * host durability: the disk, under $TMPDIR */

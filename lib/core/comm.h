@@ -102,6 +102,8 @@ struct ft_comm {
 	uint64_t ckpt_hint_step;        /* ... with the sender's latest checkpoint step */
 	uint64_t ckpt_hint_total;       /* ... and the job's shard bytes (0: unknown) */
 	bool ckpt_hint_on;              /* ... and whether it had enabled checkpoints */
+	char *ckpt_hint_book;           /* ... and its peer services' addresses (world_size
+					 * x 64 bytes), NULL: none */
 	struct ft__ckpt *ckpt;          /* running checkpoints (ckpt.c), NULL until enabled */
 };
 

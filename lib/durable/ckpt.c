@@ -11,6 +11,7 @@
 
 #include "aio.h"
 #include "ckpt.h"
+#include "ckpt_remote.h"
 #include "ckpt_writer.h"
 #include "comm.h"
 #include "crc32c.h"
@@ -25,6 +26,7 @@ static void ck_free(struct ft__ckpt *ck)
 {
 	if (ck == NULL)
 		return;
+	ft__ckpt_peer_close(ck->peer); /* first: its thread may be sending from the saved copies */
 	if (ck->aio_ok)
 		ft__aio_fini(&ck->aio);
 	if (ck->img.fd != NULL)
@@ -47,7 +49,9 @@ static void ck_free(struct ft__ckpt *ck)
 		free(r->resid);
 		free(r->fsio);
 		free(r->rec);
+		free(r->piece);
 	}
+	free(ck->stream_head);
 	free(ck->pend);
 	free(ck->dist);
 	free(ck->order);
@@ -155,14 +159,15 @@ static int restore_own(struct ft_comm *c);
  * member's shard bytes sit at its original rank's place, to be summed.
  */
 static int agree(struct ft_comm *c, const struct ft_ckpt_config *k, int bad, size_t nsharded,
-		 uint64_t bytes, bool seeding, int seed_rc, uint64_t *total)
+		 uint64_t bytes, bool seeding, int seed_rc, uint64_t *total,
+		 struct ft__ckpt_peer *peer)
 {
-	enum { N = 6 };
-	size_t n = 2 * N + 2 + (size_t)c->cfg.world_size;
+	enum { N = 7 };
+	size_t W = (size_t)c->cfg.world_size, n = 2 * N + 2 + W + W * FT__CKPT_BOOK_SLOT;
 	int64_t *v = calloc(n, sizeof(*v));
 	int64_t mine[N] = {k->strategy, k->interval, (int64_t)k->block_bytes,
 			   k->strategy == FT_CKPT_FULL ? 0 : (int64_t)llround(k->fraction * 1e9),
-			   (int64_t)nsharded, seeding};
+			   (int64_t)nsharded, seeding, ft__ckpt_where(c, k)};
 	int rc;
 
 	if (v == NULL)
@@ -174,7 +179,10 @@ static int agree(struct ft_comm *c, const struct ft_ckpt_config *k, int bad, siz
 	v[2 * N] = bad;
 	v[2 * N + 1] = seed_rc != 0;
 	v[2 * N + 2 + c->cfg.rank] = (int64_t)bytes;
+	ft__ckpt_book_pack(peer, c->cfg.rank, v + 2 * N + 2 + W);
 	rc = ft_allreduce(c, FT_IN_PLACE, v, n, FT_INT64, FT_MAX, NULL);
+	if (rc == 0 && peer != NULL)
+		ft__ckpt_book_unpack(peer, c->cfg.world_size, v + 2 * N + 2 + W);
 	*total = 0;
 	for (int r = 0; rc == 0 && r < c->cfg.world_size; r++)
 		*total += (uint64_t)v[2 * N + 2 + r];
@@ -186,7 +194,8 @@ static int agree(struct ft_comm *c, const struct ft_ckpt_config *k, int bad, siz
 		if (v[i] != -v[N + i]) {
 			ft__error("ckpt: members disagree on the checkpoint configuration (%s)",
 				  (const char *[]){"strategy", "interval", "block size", "fraction",
-						   "sharded regions", "starting from an export"}[i]);
+						   "sharded regions", "starting from an export",
+						   "where the rounds go"}[i]);
 			rc = -FT_EMISMATCH;
 		}
 	if (rc == 0 && !bad && seed_rc == 0 && v[2 * N + 1] != 0) {
@@ -260,7 +269,8 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	bool resumed, local;
 	char *seed[FT__STATE_MAX] = {NULL};
 	struct ft_restore_info sinfo;
-	int rc = ft__comm_check(c), bad = 0, seed_rc = 0;
+	struct ft__ckpt_peer *peer = NULL;
+	int rc = ft__comm_check(c), bad = 0, seed_rc = 0, peer_rc = 0, where;
 
 	if (rc != 0)
 		return rc;
@@ -292,6 +302,9 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	/* the reader refuses a journal of more blocks (ckpt.h): larger blocks, then */
 	if (nblocks > FT__CKPT_MAX_BLOCKS)
 		bad = 1;
+	where = ft__ckpt_where(c, &k);
+	if (where < FT_CKPT_DISK || where > FT_CKPT_PEER)
+		bad = 1;
 	if (c->rejoined && !c->state_received) {
 		/* the survivors' state first: it says whether they had enabled
 		 * checkpoints at the op this process rejoined at */
@@ -308,6 +321,11 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 		/* said in the agreement: every member fails, none starts from an export */
 		bad = 1;
 	}
+	if (!bad && where != FT_CKPT_DISK && (peer_rc = ft__ckpt_remote_open(c, &peer)) != 0) {
+		ft__error("ckpt: rank %d cannot start its peer checkpoint service: %s", c->cfg.rank,
+			  ft_strerror(peer_rc));
+		bad = 1; /* said in the agreement; this rank returns why */
+	}
 	if (!local) {
 		/* read aside: the regions change only once every member read its export */
 		bool seeding = !bad && seed_dir(c, &k)[0] != '\0';
@@ -319,19 +337,30 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 		}
 		if (seeding && seed_rc == 0)
 			seed_rc = seed_read(c, seed_dir(c, &k), seed, &sinfo);
-		if ((rc = agree(c, &k, bad, nsharded, bytes, seeding, seed_rc, &total)) != 0) {
+		if ((rc = agree(c, &k, bad, nsharded, bytes, seeding, seed_rc, &total, peer)) != 0) {
 			free_bufs(seed, nsharded);
-			return rc;
+			ft__ckpt_peer_close(peer);
+			return rc == -FT_EINVAL && peer_rc != 0 ? peer_rc : rc;
 		}
 	} else if (bad) {
-		return -FT_EINVAL;
+		return peer_rc != 0 ? peer_rc : -FT_EINVAL;
+	} else if (peer != NULL) {
+		/* the survivors' book came with their state; the others learn
+		 * where this incarnation's service is from itself */
+		for (int r = 0; c->ckpt_hint_book != NULL && r < c->cfg.world_size; r++)
+			ft__ckpt_peer_set_addr(peer, r, c->ckpt_hint_book + (size_t)r * FT__CKPT_BOOK_SLOT * 8);
+		ft__ckpt_peer_announce(peer);
 	}
 
 	ck = calloc(1, sizeof(*ck));
 	if (ck == NULL) {
 		free_bufs(seed, nsharded);
+		ft__ckpt_peer_close(peer);
 		return -FT_ENOMEM;
 	}
+	ck->peer = peer;
+	ck->disk = where != FT_CKPT_PEER;
+	ck->holder = -1;
 	ck->jfd = -1;
 	ck->cfg = k;
 	ck->rank = c->cfg.rank;
@@ -403,7 +432,9 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 		}
 	}
 	if (ck->nreg > 0) {
-		if ((rc = ft__mkdir_p(ck->dir)) < 0 || (rc = open_files(c, ck, &resumed)) < 0) {
+		resumed = false;
+		if (ck->disk &&
+		    ((rc = ft__mkdir_p(ck->dir)) < 0 || (rc = open_files(c, ck, &resumed)) < 0)) {
 			ft__error("ckpt: cannot open the checkpoint files in %s: %s", ck->dir,
 				  ft_strerror(rc));
 			goto err_free;
@@ -468,8 +499,10 @@ static int ckpt_step_call(struct ft_comm *c, uint64_t step)
 	ck->calls++;
 	rc = ft__ckpt_progress(ck);
 	/* a rejoined process checkpoints only once its shards are back */
-	if (rc == 0 && ck->calls % ck->cfg.interval == 0 && !ck->restore_due && ck->nblocks > 0)
+	if (rc == 0 && ck->calls % ck->cfg.interval == 0 && !ck->restore_due && ck->nblocks > 0) {
+		ft__ckpt_route(c);
 		rc = ft__ckpt_start_round(ck, step);
+	}
 	if (rc == 0 && ck->err != 0) {
 		rc = ck->err;
 		ck->err = 0;
@@ -540,20 +573,30 @@ FT__EXPORT int ft_ckpt_priority(struct ft_comm *c, int region, const double *sco
 
 /* ---- restore ---- */
 
-/* The image of owner's checkpoint: this rank's own table, or its files read. */
-static int owner_image(struct ft_comm *c, int owner, struct ft__ckpt_image *tmp,
-		       const struct ft__ckpt_image **img)
+/* The image of owner's checkpoint: this rank's own table, its files read,
+ * or (peer copies) blocks [first, first + n) of region from its holder. */
+static int owner_image(struct ft_comm *c, int owner, int region, size_t first, size_t n,
+		       struct ft__ckpt_image *tmp, const struct ft__ckpt_image **img)
 {
+	const struct ft__ckpt *ck = c->ckpt;
+	bool peer = ck != NULL && ck->peer != NULL;
 	char dir[PATH_MAX];
 	int rc;
 
-	if (c->ckpt != NULL && owner == c->cfg.rank && c->ckpt->nreg > 0) {
-		*img = &c->ckpt->img;
+	if (ck != NULL && owner == c->cfg.rank && ck->nreg > 0 && ck->disk &&
+	    (ck->img.last_round > 0 || !peer)) {
+		*img = &ck->img;
 		return 0;
 	}
-	if ((rc = ft__ckpt_dir(c, c->ckpt != NULL ? c->ckpt->cfg.dir : NULL, dir, sizeof(dir))) < 0)
+	/* a rank without files here, or whose own table is empty (a new
+	 * incarnation on another host), asks the holders */
+	if (peer && (!ck->disk || owner == c->cfg.rank))
+		goto fetch;
+	if ((rc = ft__ckpt_dir(c, ck != NULL ? ck->cfg.dir : NULL, dir, sizeof(dir))) < 0)
 		return rc;
 	rc = ft__ckpt_image_open(dir, owner, tmp);
+	if (rc == -FT_EIO && peer)
+		goto fetch;
 	if (tmp->regs == NULL)
 		return rc;
 	if (tmp->head.job_hash != ft__jnl_job_hash(c->cfg.job_id) ||
@@ -562,6 +605,17 @@ static int owner_image(struct ft_comm *c, int owner, struct ft__ckpt_image *tmp,
 		ft__ckpt_image_free(tmp);
 		return -FT_ECORRUPT;
 	}
+	*img = tmp;
+	return 0;
+fetch:
+	rc = ft__ckpt_fetch(c, owner, region, first, n, tmp);
+	if (rc == -FT_EIO && n == 0 && ck != NULL && owner == c->cfg.rank && ck->nreg > 0) {
+		/* asked for its geometry, and no holder has a round of it: its own */
+		*img = &ck->img;
+		return 0;
+	}
+	if (rc != 0)
+		return rc;
 	*img = tmp;
 	return 0;
 }
@@ -593,7 +647,7 @@ static int ckpt_restore_call(struct ft_comm *c, int region, int owner, size_t fi
 	    owner < 0 || owner >= c->cfg.world_size || (nblocks > 0 && dst == NULL))
 		return -FT_EINVAL;
 	memset(&tmp, 0, sizeof(tmp));
-	if ((rc = owner_image(c, owner, &tmp, &img)) < 0)
+	if ((rc = owner_image(c, owner, region, first_block, nblocks, &tmp, &img)) < 0)
 		return rc;
 	bb = (size_t)img->head.block_bytes;
 	if (find_reg(img, region, &p) != 0 || first_block > img->regs[p].nblocks ||
@@ -679,7 +733,7 @@ static int ckpt_blocks_call(struct ft_comm *c, int region, int owner, size_t *nb
 	if (region < 0 || region >= FT__STATE_MAX || owner < 0 || owner >= c->cfg.world_size)
 		return -FT_EINVAL;
 	memset(&tmp, 0, sizeof(tmp));
-	if ((rc = owner_image(c, owner, &tmp, &img)) < 0)
+	if ((rc = owner_image(c, owner, region, 0, 0, &tmp, &img)) < 0)
 		return rc;
 	if (find_reg(img, region, &p) != 0) {
 		rc = -FT_EINVAL;
@@ -702,12 +756,44 @@ FT__EXPORT int ft_ckpt_blocks(struct ft_comm *c, int region, int owner, size_t *
 	return ft__err_public(ckpt_blocks_call(c, region, owner, nblocks, block_bytes, region_bytes));
 }
 
+/* Every sharded region of this rank back from its checkpoint, summed into *sum. */
+static int restore_regions(struct ft_comm *c, struct ft_restore_info *sum)
+{
+	struct ft__ckpt *ck = c->ckpt;
+	double p2 = 0;
+	int rc = 0;
+
+	memset(sum, 0, sizeof(*sum));
+	sum->oldest_step = UINT64_MAX;
+	for (size_t i = 0; i < ck->nreg; i++) {
+		struct ft_restore_info ri;
+		int r = ft_ckpt_restore(c, ck->reg[i].index, c->cfg.rank, 0, ck->reg[i].nblocks,
+					ck->reg[i].ptr, 0, &ri);
+		if (r != 0 && rc == 0)
+			rc = r;
+		if (r != 0 && r != -FT_ECORRUPT)
+			continue;
+		sum->blocks += ri.blocks;
+		sum->bytes += ri.bytes;
+		if (ri.ckpt_step > sum->ckpt_step)
+			sum->ckpt_step = ri.ckpt_step;
+		if (ri.blocks > 0 && ri.oldest_step < sum->oldest_step)
+			sum->oldest_step = ri.oldest_step;
+		sum->now_step = ri.now_step;
+		sum->pls += ri.pls;
+		p2 += ri.perturbation * ri.perturbation;
+	}
+	if (sum->oldest_step == UINT64_MAX)
+		sum->oldest_step = 0;
+	sum->perturbation = sqrt(p2);
+	return rc;
+}
+
 /* A rejoined process: every sharded region of its own back from its checkpoint. */
 static int restore_own(struct ft_comm *c)
 {
 	struct ft__ckpt *ck = c->ckpt;
 	struct ft_restore_info sum;
-	double p2 = 0;
 	int rc = 0;
 
 	memset(&sum, 0, sizeof(sum));
@@ -734,6 +820,15 @@ static int restore_own(struct ft_comm *c)
 		ck->restore_rc = rc;
 		return rc;
 	}
+	if (ck->img.last_round == 0 && ck->peer != NULL) {
+		/* no round of its own here (another host, or no files): its
+		 * holder's copy, unless nobody has one */
+		rc = restore_regions(c, &sum);
+		if (rc != -FT_EIO)
+			goto done;
+		sum = (struct ft_restore_info){0};
+		rc = 0;
+	}
 	if (ck->img.last_round == 0) {
 		/* the earlier incarnation died before its first round counted (in
 		 * ft_init, say): there is nothing to restore; the shards stay as
@@ -752,29 +847,8 @@ static int restore_own(struct ft_comm *c)
 			 "stay as the application set them", c->cfg.rank);
 		return 0;
 	}
-	sum.oldest_step = UINT64_MAX;
-	sum.exact = 0;
-	for (size_t i = 0; i < ck->nreg; i++) {
-		struct ft_restore_info ri;
-		int r = ft_ckpt_restore(c, ck->reg[i].index, c->cfg.rank, 0, ck->reg[i].nblocks,
-					ck->reg[i].ptr, 0, &ri);
-		if (r != 0 && rc == 0)
-			rc = r;
-		if (r != 0 && r != -FT_ECORRUPT)
-			continue;
-		sum.blocks += ri.blocks;
-		sum.bytes += ri.bytes;
-		if (ri.ckpt_step > sum.ckpt_step)
-			sum.ckpt_step = ri.ckpt_step;
-		if (ri.blocks > 0 && ri.oldest_step < sum.oldest_step)
-			sum.oldest_step = ri.oldest_step;
-		sum.now_step = ri.now_step;
-		sum.pls += ri.pls;
-		p2 += ri.perturbation * ri.perturbation;
-	}
-	if (sum.oldest_step == UINT64_MAX)
-		sum.oldest_step = 0;
-	sum.perturbation = sqrt(p2);
+	rc = restore_regions(c, &sum);
+done:
 	ck->rinfo = sum;
 	ck->restored = true;
 	ck->restore_due = false;
@@ -874,6 +948,8 @@ void ft__ckpt_close(struct ft_comm *c)
 {
 	struct ft__ckpt *ck = c->ckpt;
 
+	free(c->ckpt_hint_book);
+	c->ckpt_hint_book = NULL;
 	if (ck == NULL)
 		return;
 	c->ckpt = NULL;

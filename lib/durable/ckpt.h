@@ -127,6 +127,12 @@ struct ft__ckpt_image {
 	const char *tail_why;   /* NULL when the whole journal checked */
 	int (*fd)[2];           /* per region: slot files, -1 when missing */
 	bool own_fds;
+	/* copies in memory instead of files (a holder's mirror, a fetch from it):
+	 * per region and slot, block b's copy at (b - mem_first) x (64 +
+	 * block_bytes), for b in [mem_first, mem_first + mem_n); NULL: none */
+	unsigned char *(*mem)[2];
+	size_t mem_first, mem_n;
+	bool own_mem;
 };
 
 /*
@@ -150,6 +156,10 @@ int ft__ckpt_path(char *out, size_t cap, const char *dir, int rank, int region, 
  * check (img->regs NULL); -FT_ENOMEM.
  */
 int ft__ckpt_parse(const void *buf, size_t len, struct ft__ckpt_image *img);
+/* Applies the records in buf (COMMIT, SNAP) to an image whose HEAD is
+ * parsed, as ft__ckpt_parse would after it: 0, or -FT_ECORRUPT at the
+ * first record that does not check (the image keeps those before it). */
+int ft__ckpt_parse_more(struct ft__ckpt_image *img, const void *buf, size_t len);
 /* Reads rank's journal in dir and opens its slot files read-only.
  * -FT_EIO: no journal; otherwise as ft__ckpt_parse (img usable when regs != NULL). */
 int ft__ckpt_image_open(const char *dir, int rank, struct ft__ckpt_image *img);
@@ -175,6 +185,10 @@ int ft__ckpt_read_block(const struct ft__ckpt_image *img, size_t reg, size_t blo
  */
 int ft__ckpt_verify(const char *dir, int rank, void *out /* FILE * */, bool verbose);
 
+/* A journal record's head; its CRC over the head (crc 0) and the rest of its len bytes. */
+struct ft__ckpt_jrec ft__ckpt_rec_head(int type, size_t len, uint64_t round, uint64_t step,
+				       uint64_t count, uint64_t nres);
+void ft__ckpt_rec_seal(void *buf, size_t len);
 /* A journal of img: HEAD, then (snap) a SNAP of its table (allocated, *out). */
 int ft__ckpt_build_journal(const struct ft__ckpt_image *img, bool snap, char **out, size_t *len);
 /* *h = *what (slot, region, len, block, round, step, job_hash, rank), then

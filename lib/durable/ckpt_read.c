@@ -33,6 +33,13 @@ void ft__ckpt_image_free(struct ft__ckpt_image *img)
 				if (img->fd[i][s] >= 0)
 					ft__fd_close(img->fd[i][s]);
 	free(img->fd);
+	if (img->mem != NULL && img->own_mem)
+		for (size_t i = 0; i < img->nregs; i++) {
+			free(img->mem[i][0]);
+			if (img->mem[i][1] != img->mem[i][0])
+				free(img->mem[i][1]);
+		}
+	free(img->mem);
 	free(img->regs);
 	free(img->first);
 	free(img->tab);
@@ -106,10 +113,11 @@ static int parse_head(const char *buf, size_t len, struct ft__ckpt_image *img, c
 	return 0;
 }
 
+static int parse_records(const char *buf, size_t len, size_t pos, struct ft__ckpt_image *img);
+
 int ft__ckpt_parse(const void *vbuf, size_t len, struct ft__ckpt_image *img)
 {
 	const char *buf = vbuf, *why = NULL;
-	size_t pos;
 	int rc;
 
 	memset(img, 0, sizeof(*img));
@@ -127,7 +135,21 @@ int ft__ckpt_parse(const void *vbuf, size_t len, struct ft__ckpt_image *img)
 		}
 		return rc;
 	}
-	pos = (size_t)img->valid_bytes;
+	return parse_records(buf, len, (size_t)img->valid_bytes, img);
+}
+
+int ft__ckpt_parse_more(struct ft__ckpt_image *img, const void *buf, size_t len)
+{
+	if (img->regs == NULL)
+		return -FT_EINVAL;
+	return parse_records(buf, len, 0, img);
+}
+
+/* The records of buf from pos on, applied to img (its HEAD parsed). */
+static int parse_records(const char *buf, size_t len, size_t pos, struct ft__ckpt_image *img)
+{
+	const char *why = NULL;
+
 	while (pos < len) {
 		struct ft__ckpt_jrec h;
 		size_t left = len - pos, ent, body;
@@ -202,7 +224,7 @@ int ft__ckpt_parse(const void *vbuf, size_t len, struct ft__ckpt_image *img)
 		img->last_round = h.round;
 		img->last_step = h.step;
 		pos += h.len;
-		img->valid_bytes = pos;
+		img->valid_bytes += h.len;
 	}
 	img->tail_why = pos < len ? why : NULL;
 	return pos < len ? -FT_ECORRUPT : 0;
@@ -279,7 +301,18 @@ static int read_copy(const struct ft__ckpt_image *img, size_t reg, size_t block,
 		*why = "no committed copy";
 		return -FT_ECORRUPT;
 	}
-	if (img->fd == NULL || img->fd[reg][s] < 0) {
+	if (img->mem != NULL) {
+		const unsigned char *src = img->mem[reg][s];
+		if (src == NULL || block < img->mem_first || block - img->mem_first >= img->mem_n) {
+			*why = "no copy in memory";
+			return -FT_ECORRUPT;
+		}
+		src += (block - img->mem_first) * (FT__CKPT_HDR + bb);
+		memcpy(&h, src, sizeof(h));
+		if (h.len == len)
+			memcpy(dst, src + FT__CKPT_HDR, len);
+		got = sizeof(h) + len;
+	} else if (img->fd == NULL || img->fd[reg][s] < 0) {
 		*why = "slot file missing";
 		return -FT_ECORRUPT;
 	}

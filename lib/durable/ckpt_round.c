@@ -124,81 +124,6 @@ int ft__ckpt_dir(const struct ft_comm *c, const char *cfg_dir, char *out, size_t
 }
 
 
-static void rec_seal(void *buf, size_t len)
-{
-	struct ft__ckpt_jrec h;
-	uint32_t crc;
-
-	memcpy(&h, buf, sizeof(h));
-	h.crc = 0;
-	crc = ft__crc32c(0, &h, sizeof(h));
-	h.crc = ft__crc32c(crc, (const char *)buf + sizeof(h), len - sizeof(h));
-	memcpy(buf, &h, sizeof(h));
-}
-
-static struct ft__ckpt_jrec rec_head(int type, size_t len, uint64_t round, uint64_t step,
-				  uint64_t count, uint64_t nres)
-{
-	struct ft__ckpt_jrec h;
-
-	memset(&h, 0, sizeof(h));
-	h.magic = FT__CKPT_JMAGIC;
-	h.version = FT__CKPT_VERSION;
-	h.type = (uint16_t)type;
-	h.len = (uint32_t)len;
-	h.round = round;
-	h.step = step;
-	h.count = count;
-	h.nres = nres;
-	return h;
-}
-
-/* HEAD, then (snap) a SNAP of the committed table: a whole journal of img. */
-int ft__ckpt_build_journal(const struct ft__ckpt_image *img, bool snap, char **out, size_t *len)
-{
-	size_t hl = sizeof(struct ft__ckpt_jrec) + sizeof(struct ft__ckpt_jhead) +
-		    img->nregs * sizeof(struct ft__ckpt_jregion);
-	size_t res = img->resid != NULL ? img->nblocks : 0;
-	size_t sl = snap ? sizeof(struct ft__ckpt_jrec) + img->nblocks * sizeof(struct ft__ckpt_jsnap) +
-				   ((res * sizeof(float) + 7) & ~(size_t)7)
-			 : 0;
-	char *buf = calloc(1, hl + sl);
-	struct ft__ckpt_jrec h;
-
-	if (buf == NULL || hl + sl > UINT32_MAX) {
-		free(buf);
-		return -FT_ENOMEM;
-	}
-	h = rec_head(FT__CKPT_JHEAD, hl, 0, 0, img->nregs, 0);
-	memcpy(buf, &h, sizeof(h));
-	memcpy(buf + sizeof(h), &img->head, sizeof(img->head));
-	memcpy(buf + sizeof(h) + sizeof(img->head), img->regs,
-	       img->nregs * sizeof(struct ft__ckpt_jregion));
-	rec_seal(buf, hl);
-	if (snap) {
-		char *p = buf + hl;
-		h = rec_head(FT__CKPT_JSNAP, sl, img->last_round, img->last_step, img->nblocks, res);
-		memcpy(p, &h, sizeof(h));
-		memcpy(p + sizeof(h), img->tab, img->nblocks * sizeof(struct ft__ckpt_jsnap));
-		if (res)
-			memcpy(p + sizeof(h) + img->nblocks * sizeof(struct ft__ckpt_jsnap), img->resid,
-			       res * sizeof(float));
-		rec_seal(p, sl);
-	}
-	*out = buf;
-	*len = hl + sl;
-	return 0;
-}
-
-void ft__ckpt_copy_seal(struct ft__ckpt_copy *h, const struct ft__ckpt_copy *what, const void *data)
-{
-	*h = *what;
-	h->magic = FT__CKPT_MAGIC;
-	h->version = FT__CKPT_VERSION;
-	h->pad[0] = h->pad[1] = 0;
-	h->crc = 0;
-	h->crc = ft__crc32c(ft__crc32c(0, h, sizeof(*h)), data, h->len);
-}
 
 /*
  * Rewrites the journal as HEAD + SNAP (bounded size): a new file, synced
@@ -311,10 +236,8 @@ static void round_commit(struct ft__ckpt *ck, struct ck_round *r)
 		compact(ck);
 }
 
-/* Writes the round's COMMIT record. behind: right behind the round's block
- * writes, still in flight (the record starts once they completed): it
- * lands without waiting for a later ft_ckpt_step. */
-static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r, bool behind)
+/* The round's COMMIT record, into r->rec: its length, or -FT_ENOMEM. */
+static long build_commit(struct ft__ckpt *ck, struct ck_round *r)
 {
 	size_t ent = r->n * sizeof(struct ft__ckpt_jentry);
 	size_t res = ((ck->nblocks * sizeof(float)) + 7) & ~(size_t)7;
@@ -331,7 +254,7 @@ static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r, bool behi
 		r->rec_cap = len;
 	}
 	memset(r->rec, 0, len);
-	h = rec_head(FT__CKPT_JCOMMIT, len, r->round, r->step, r->n, ck->nblocks);
+	h = ft__ckpt_rec_head(FT__CKPT_JCOMMIT, len, r->round, r->step, r->n, ck->nblocks);
 	memcpy(r->rec, &h, sizeof(h));
 	for (size_t i = 0; i < r->n; i++) {
 		size_t reg = reg_of(ck, r->blk[i]);
@@ -340,15 +263,22 @@ static int start_commit_write(struct ft__ckpt *ck, struct ck_round *r, bool behi
 		memcpy(r->rec + sizeof(h) + i * sizeof(e), &e, sizeof(e));
 	}
 	memcpy(r->rec + sizeof(h) + ent, r->resid, ck->nblocks * sizeof(float));
-	rec_seal(r->rec, len);
+	ft__ckpt_rec_seal(r->rec, len);
+	return (long)len;
+}
+
+/* Writes the round's COMMIT record (built). behind: right behind the
+ * round's block writes, still in flight (the record starts once they
+ * completed): it lands without waiting for a later ft_ckpt_step. */
+static void start_commit_write(struct ft__ckpt *ck, struct ck_round *r, size_t len, bool behind)
+{
 	r->jpos0 = ck->jpos;
 	ck->jpos += len;
 	r->phase = R_COMMITTING;
-	r->left = behind ? r->left + 1 : 1;
+	r->left = behind ? r->left + 1 : 1 + (size_t)r->peer_due;
 	set_io(&r->jio, r, FT__AIO_WRITE, ck->jfd, r->rec, len, NULL, 0, r->jpos0);
 	r->jio.after_all = behind;
 	ft__aio_start(&ck->aio, &r->jio);
-	return 0;
 }
 
 /*
@@ -367,6 +297,10 @@ int ft__ckpt_progress(struct ft__ckpt *ck)
 		return rc;
 	while (ck->done < ck->round) {
 		struct ck_round *r = &ck->rounds[(ck->done + 1) & 1];
+		if (r->peer_due && ft__ckpt_peer_sent(ck->peer) >= r->round) {
+			r->peer_due = false;
+			r->left--;
+		}
 		if (r->left != 0 && (r->phase == R_WRITING || (rc = ft__aio_poll(&ck->aio)) < 0 ||
 				     r->left != 0))
 			return rc < 0 ? rc : 0;
@@ -376,6 +310,10 @@ int ft__ckpt_progress(struct ft__ckpt *ck)
 		}
 		switch (r->phase) {
 		case R_WRITING:
+			if (!ck->disk) {
+				round_commit(ck, r); /* sent to the holder: nothing on disk */
+				break;
+			}
 			if (ck->cfg.sync) {
 				r->phase = R_SYNCING;
 				r->left = 2 * ck->nreg;
@@ -387,11 +325,14 @@ int ft__ckpt_progress(struct ft__ckpt *ck)
 				break;
 			}
 			/* fall through */
-		case R_SYNCING:
-			rc = start_commit_write(ck, r, false);
-			if (rc < 0)
-				r->err = rc;
+		case R_SYNCING: {
+			long len = build_commit(ck, r);
+			if (len < 0)
+				r->err = (int)len;
+			else
+				start_commit_write(ck, r, (size_t)len, false);
 			break;
+		}
 		case R_COMMITTING:
 			if (ck->cfg.sync) {
 				r->phase = R_JSYNC;
@@ -420,7 +361,10 @@ int ft__ckpt_wait_done(struct ft__ckpt *ck, uint64_t upto)
 			break;
 		if (ck->done >= upto)
 			break;
-		if ((rc = ft__aio_reap(&ck->aio, true)) < 0)
+		const struct ck_round *r = &ck->rounds[(ck->done + 1) & 1];
+		if (r->peer_due && r->left == 1)
+			ft__ckpt_peer_wait_sent(ck->peer, r->round); /* only the holder's send is left */
+		else if ((rc = ft__aio_reap(&ck->aio, true)) < 0)
 			break;
 	}
 	ck->st.wait_ms += ms_since(t0);
@@ -456,8 +400,10 @@ static size_t choose(struct ft__ckpt *ck, struct ck_round *r)
 			n++;
 		}
 	}
-	if (n == B) {
-		/* the first round: every block, and the strategy's turn starts after it */
+	if (n == B || ck->stream_new) {
+		/* the first round: every block, and the strategy's turn starts after
+		 * it; the first of a stream to a holder: every block too */
+		memset(ck->chosen, 1, B);
 		memset(r->resid, 0, B * sizeof(float));
 		return B;
 	}
@@ -523,10 +469,40 @@ static int round_reserve(struct ck_round *r, size_t n)
 	struct ft__aio_io *io = realloc(r->io, n * sizeof(*io));
 	if (io != NULL)
 		r->io = io;
-	if (blk == NULL || slot == NULL || hdr == NULL || io == NULL)
+	struct iovec *piece = realloc(r->piece, 2 * n * sizeof(*piece));
+	if (piece != NULL)
+		r->piece = piece;
+	if (blk == NULL || slot == NULL || hdr == NULL || io == NULL || piece == NULL)
 		return -FT_ENOMEM;
 	r->cap = n;
 	return 0;
+}
+
+/* Sends round r to the holder (the stream's HEAD first when it starts). */
+static void post_round(struct ft__ckpt *ck, struct ck_round *r, size_t commit_len)
+{
+	struct ft__ckpt_peer_round pr = {.round = r->round, .holder = ck->holder,
+					 .piece = r->piece, .n = r->n, .commit = r->rec,
+					 .commit_len = commit_len};
+	char *head = NULL;
+	size_t hlen = 0;
+
+	if (ck->stream_new) {
+		/* the HEAD of a journal (its geometry): the holder's mirror starts from it */
+		if (ft__ckpt_build_journal(&ck->img, false, &head, &hlen) != 0)
+			return;
+		free(ck->stream_head);
+		ck->stream_head = head;
+		pr.head = head;
+		pr.head_len = hlen;
+	}
+	if (ft__ckpt_peer_post(ck->peer, &pr) != 0) {
+		ck->stream_new = true; /* the holder misses this round: start again */
+		return;
+	}
+	ck->stream_new = false;
+	r->peer_due = true;
+	r->left++;
 }
 
 int ft__ckpt_start_round(struct ft__ckpt *ck, uint64_t step)
@@ -583,15 +559,26 @@ int ft__ckpt_start_round(struct ft__ckpt *ck, uint64_t step)
 		ck->pend[gb] = r->round;
 		ck->st.blocks++;
 		ck->st.bytes += len;
+		r->piece[2 * i] = (struct iovec){h, sizeof(*h)};
+		r->piece[2 * i + 1] = (struct iovec){g->saved + off, len};
+		if (!ck->disk)
+			continue;
 		set_io(&r->io[i], r, FT__AIO_WRITE, ck->img.fd[reg][r->slot[i]], h, sizeof(*h),
 		       g->saved + off, len, (uint64_t)b * (FT__CKPT_HDR + bb));
 		ft__aio_start(&ck->aio, &r->io[i]);
 	}
+	long clen = build_commit(ck, r);
+	if (clen < 0)
+		r->err = (int)clen;
+	if (!ck->disk)
+		r->left = 0;
+	if (clen >= 0 && ck->peer != NULL && ck->holder >= 0 && !ck->holder_paused)
+		post_round(ck, r, (size_t)clen);
 	ck->st.copy_ms += ms_since(t0);
 	/* without sync, the COMMIT follows the blocks at once (io_uring runs it
 	 * once they completed; pwrite has completed them): rounds commit in order */
-	if (!ck->cfg.sync && r->err == 0 && (rc = start_commit_write(ck, r, true)) < 0)
-		r->err = rc;
+	if (ck->disk && !ck->cfg.sync && r->err == 0)
+		start_commit_write(ck, r, (size_t)clen, true);
 	ft__aio_release(&ck->aio);
 	return ft__ckpt_progress(ck);
 }

@@ -10,6 +10,7 @@
 
 #include "aio.h"
 #include "ckpt.h"
+#include "ckpt_peer.h"
 #include "comm.h"
 #include "internal.h"
 
@@ -36,8 +37,10 @@ struct ck_round {
 	char *rec;
 	size_t rec_cap;
 	uint64_t jpos0;         /* where its COMMIT record starts */
-	size_t left;            /* ios not complete */
+	size_t left;            /* ios not complete (and the holder's send, peer_due) */
 	int err;
+	bool peer_due;          /* posted to the holder, not all sent yet */
+	struct iovec *piece;    /* 2 per block: what the holder is sent */
 };
 
 struct ck_reg {
@@ -76,6 +79,15 @@ struct ft__ckpt {
 	int restore_rc;
 	struct ft_restore_info rinfo;
 	struct ft_ckpt_stats st;
+	bool disk;                      /* rounds go to the files */
+	struct ft__ckpt_peer *peer;     /* rounds go to a holder too (ckpt_peer.h), else NULL */
+	int holder;                     /* where this rank's stream goes; -1: none */
+	uint64_t lost_seen;             /* ft__ckpt_peer_lost() as the stream started */
+	bool stream_new;                /* the next round starts the stream: HEAD, every block */
+	int64_t retry_ms;               /* a stream lost to the same holder starts again after */
+	uint32_t route_gen;             /* the view the stream's holder was chosen in */
+	bool holder_paused;             /* ... and until then rounds do not go to it */
+	char *stream_head;              /* the HEAD record the stream started with */
 };
 
 static inline double ms_since(uint64_t t0)

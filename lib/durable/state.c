@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "ckpt_remote.h"
 #include "comm.h"
 #include "policy.h"
 
@@ -33,6 +34,8 @@ struct state_head {
 	uint64_t now_step;      /* the root's latest ft_ckpt_step */
 	uint64_t ckpt_total;    /* shard bytes of every member, 0: checkpoints off */
 	uint64_t ckpt_on;       /* 1: the root had enabled checkpoints */
+	uint64_t ckpt_book;     /* 1: ... with copies in peers' memory: their services'
+				 * addresses follow the regions */
 	uint64_t bytes[FT__STATE_MAX];
 };
 
@@ -74,6 +77,7 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 			h.bytes[i] = c->state[idx[i]].bytes;
 		ft__ckpt_hint(c, &h.now_step, &h.ckpt_total);
 		h.ckpt_on = c->ckpt != NULL;
+		h.ckpt_book = ft__ckpt_book_size(c) > 0;
 	}
 	if ((rc = bcast(c, seq, &h, sizeof(h))) != 0)
 		return rc;
@@ -105,6 +109,24 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 		ft__error("state: rank %d registered %d replicated regions, the survivors %llu (or "
 			  "of other sizes): not restored", c->cfg.rank, nrep, (unsigned long long)h.n);
 		return -FT_EMISMATCH;
+	}
+	if (h.ckpt_book == 1) {
+		size_t n = (size_t)c->cfg.world_size * FT__CKPT_BOOK_SLOT * 8;
+		char *book = calloc(1, n);
+		if (book == NULL)
+			return -FT_ENOMEM;
+		if (root)
+			ft__ckpt_book_get(c, book);
+		if ((rc = bcast(c, seq, book, n)) != 0) {
+			free(book);
+			return rc;
+		}
+		if (c->rejoined && !c->state_received) {
+			free(c->ckpt_hint_book);
+			c->ckpt_hint_book = book;
+		} else {
+			free(book);
+		}
 	}
 	if (c->rejoined && !c->state_received)
 		c->ckpt_hint_on = h.ckpt_on == 1;

@@ -48,7 +48,7 @@ struct ctl_proof {
 };
 
 /* The MACs cover headers and bodies as sent: no padding may hide in them. */
-_Static_assert(sizeof(struct ctl_hdr) == 16 &&
+_Static_assert(sizeof(struct ctl_hdr) == FT__CTL_HDR_BYTES &&
 		       offsetof(struct ctl_hello, mac) + FT__AUTH_MAC == sizeof(struct ctl_hello) &&
 		       offsetof(struct ctl_ack, mac) == 8 + FT__AUTH_NONCE &&
 		       sizeof(struct ctl_ack) == 8 + FT__AUTH_NONCE + FT__AUTH_MAC,
@@ -196,6 +196,14 @@ static struct ctl_hdr make_hdr(const struct ft__ctl *ctl, enum ft__ctl_type type
 {
 	return (struct ctl_hdr){.magic = CTL_MAGIC, .type = (uint16_t)type, .len = (uint16_t)len,
 				.gen = gen, .from = ctl->rank};
+}
+
+void ft__ctl_frame(const struct ft__ctl *ctl, enum ft__ctl_type type, uint32_t gen, size_t len,
+		   unsigned char hdr[FT__CTL_HDR_BYTES])
+{
+	struct ctl_hdr h = make_hdr(ctl, type, gen, len);
+
+	memcpy(hdr, &h, sizeof(h));
 }
 
 /* Writes n pieces to link i in one call, all or nothing: 0, or -FT_EPEERFAILED. */

@@ -84,8 +84,14 @@ enum ft__ctl_type {
 	FT__CTL_MB_COLLECT = 16, FT__CTL_MB_RECORD, FT__CTL_MB_PROPOSE, FT__CTL_MB_ACCEPT,
 	FT__CTL_MB_NACK, FT__CTL_MB_BOOK, FT__CTL_MB_COMMIT, FT__CTL_MB_NOQUORUM,
 	/* ... its new incarnations (inband_rejoin.c) */
-	FT__CTL_MB_ASK, FT__CTL_MB_LATEST, FT__CTL_MB_REJOIN, FT__CTL_MB_ADDRS
+	FT__CTL_MB_ASK, FT__CTL_MB_LATEST, FT__CTL_MB_REJOIN, FT__CTL_MB_ADDRS,
+	/* checkpoints in a peer's memory (lib/durable/ckpt_peer.c) */
+	FT__CTL_CK_PART = 32, FT__CTL_CK_HEAD, FT__CTL_CK_COPY, FT__CTL_CK_COMMIT,
+	FT__CTL_CK_FETCH, FT__CTL_CK_IMAGE, FT__CTL_CK_FCOPY, FT__CTL_CK_END, FT__CTL_CK_NONE,
+	FT__CTL_CK_ADDR
 };
+
+#define FT__CTL_HDR_BYTES 16 /* a message's header */
 
 struct ft__ctl_msg {
 	int type;                       /* enum ft__ctl_type */
@@ -195,6 +201,11 @@ int ft__ctl_sweep(struct ft__ctl *ctl, int64_t now_ms);
  * len exceeds max_payload. */
 int ft__ctl_send(struct ft__ctl *ctl, int i, enum ft__ctl_type type, uint32_t gen,
 		 const void *payload, size_t len);
+/* The header of a message of len payload bytes from this rank, for an
+ * owner that writes a proved link's stream itself (ckpt_peer.c: bulk
+ * records, written as the socket takes them). */
+void ft__ctl_frame(const struct ft__ctl *ctl, enum ft__ctl_type type, uint32_t gen, size_t len,
+		   unsigned char hdr[FT__CTL_HDR_BYTES]);
 /*
  * The next whole message of link i: 1 and *m, 0 when none is buffered (or
  * the link was refused and closed here: its fd is then -1), or an error

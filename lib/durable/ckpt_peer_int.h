@@ -1,0 +1,113 @@
+/* ckpt_peer_int.h: the peer checkpoint service's own state, shared by its thread (ckpt_peer.c) and its callers' side (ckpt_peer_api.c). */
+/* SPDX-License-Identifier: MIT */
+#ifndef FTCC_CKPT_PEER_INT_H
+#define FTCC_CKPT_PEER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "ckpt_peer.h"
+#include "ctl.h"
+
+#define PK_POLL_MS 100
+#define PK_HEAD_MAX 8192        /* a HEAD record, a fetch, an address */
+#define PK_PENDING 8            /* rounds in flight (the writer has at most two) */
+
+/* One message out: its header, then its payload (borrowed, or owned and freed once written). */
+struct pk_msg {
+	unsigned char hdr[FT__CTL_HDR_BYTES];
+	const unsigned char *data;
+	size_t len;
+	void *own;
+	uint64_t round;         /* nonzero: the last message of that round */
+	int release;            /* >= 0: the last message of a reply read from that ward's mirror */
+};
+
+/* This service's side of control link i. */
+struct pk_link {
+	struct pk_msg *q;
+	size_t head, tail, cap; /* q[head..tail) waits; off bytes of q[head] are written */
+	size_t off;
+	int64_t moved_ms;       /* the queue's last progress (or the time it stopped being empty) */
+	unsigned char *acc;     /* the record being received */
+	size_t acc_len, acc_cap;
+	int target;             /* connected here: the rank; -1 */
+	bool held;              /* messages are waiting in ctl's buffer: its ward's mirror is busy */
+};
+
+/* A ward's checkpoint as its stream built it. */
+struct pk_mirror {
+	struct ft__ckpt_image img;
+	int busy;               /* replies still being written from its memory */
+	struct pk_mirror *prev; /* the stream before this one, served until this one's
+				 * first round commits (that round holds every block) */
+};
+
+enum { RQ_ROUND = 1, RQ_FETCH, RQ_ANNOUNCE };
+
+struct pk_req {
+	int kind;
+	struct ft__ckpt_peer_round round;
+	struct pk_req *next;
+};
+
+struct pk_fetch {
+	bool active, done, cancel;
+	int link, holder, owner, region, rc;
+	size_t first, n, got;
+	struct ft__ckpt_image img;
+};
+
+struct ft__ckpt_peer {
+	struct ft__ckpt_peer_params p;
+	char job_id[FT_NAME_MAX], token[FT_NAME_MAX];
+	uint64_t job_hash;
+	struct ft__ctl ctl;
+	bool ctl_opened;
+	struct pk_link *link;   /* ctl.nlinks */
+	struct pk_mirror **mir; /* by ward */
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int wake_fd;
+	/* under lock */
+	bool stop;
+	struct pk_req *reqs, *reqs_tail;
+	char (*book)[FT__CTRL_MAX];
+	struct pk_fetch fetch;
+	uint64_t pend[PK_PENDING];      /* rounds posted, not finished (0: free) */
+	bool fin[PK_PENDING];
+	_Atomic uint64_t sent;
+	_Atomic uint64_t lost;
+};
+
+static inline void pk_lock(struct ft__ckpt_peer *p)
+{
+	pthread_mutex_lock(&p->lock);
+}
+
+static inline void pk_unlock(struct ft__ckpt_peer *p)
+{
+	pthread_mutex_unlock(&p->lock);
+}
+
+static inline void pk_wake(struct ft__ckpt_peer *p)
+{
+	uint64_t one = 1;
+
+	if (write(p->wake_fd, &one, sizeof(one)) < 0) {
+		/* an eventfd counter cannot overflow from ones */
+	}
+}
+
+
+/* ckpt_peer.c: the service thread; a link dropped (what it queued given up); a mirror freed */
+void *ft__ckpt_peer_main(void *arg);
+void ft__ckpt_peer_drop(struct ft__ckpt_peer *p, int i, const char *why);
+void ft__ckpt_peer_mirror_free(struct pk_mirror *m);
+
+#endif
