@@ -1,0 +1,285 @@
+/* test_ckpt_peer.c: the peer checkpoint service: a ward's rounds kept by its holder and fetched back exact, and records a member forges refused without harm. */
+/* SPDX-License-Identifier: MIT */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "ckpt_peer.h"
+#include "ctl.h"
+#include "ftcc.h"
+#include "internal.h"
+#include "jnl.h"
+#include "testutil.h"
+
+#define JOB "pk-test"
+#define TOKEN "pk-token"
+#define BB 256
+#define NB 10
+#define BYTES (BB * NB - 100) /* the last block is short */
+
+/* The ward (rank 0) and its holder (rank 1). */
+static struct ft__ckpt_peer *ward, *holder;
+
+static void open_both(void)
+{
+	struct ft__ckpt_peer_params pp = {.world_size = 2, .job_id = JOB, .token = TOKEN,
+					  .bind_host = "127.0.0.1", .stall_ms = 2000};
+
+	pp.rank = 0;
+	cr_assert_eq(ft__ckpt_peer_open(&pp, &ward), 0);
+	pp.rank = 1;
+	cr_assert_eq(ft__ckpt_peer_open(&pp, &holder), 0);
+	ft__ckpt_peer_set_addr(ward, 1, ft__ckpt_peer_addr(holder));
+	ft__ckpt_peer_set_addr(holder, 0, ft__ckpt_peer_addr(ward));
+}
+
+/* The ward's geometry: one float32 region of BYTES. */
+static void geometry(struct ft__ckpt_image *img, struct ft__ckpt_jregion *reg)
+{
+	memset(img, 0, sizeof(*img));
+	*reg = (struct ft__ckpt_jregion){.index = 0, .dtype = FT_FLOAT32, .bytes = BYTES,
+					 .nblocks = NB};
+	img->head = (struct ft__ckpt_jhead){.job_hash = ft__jnl_job_hash(JOB), .nonce = 7,
+					    .rank = 0, .world_size = 2, .block_bytes = BB,
+					    .interval = 1, .fraction = 1, .total_bytes = 2 * BYTES};
+	img->regs = reg;
+	img->nregs = 1;
+}
+
+static size_t blen(size_t b)
+{
+	return b + 1 < NB ? BB : BYTES - b * BB;
+}
+
+/* Round `round` of every block, each filled with byte value v (slot s). */
+struct round_msg {
+	struct ft__ckpt_copy head[NB];
+	unsigned char data[NB][BB];
+	struct iovec piece[2 * NB];
+	char commit[sizeof(struct ft__ckpt_jrec) + NB * sizeof(struct ft__ckpt_jentry) + NB * 4 + 8];
+	size_t commit_len;
+};
+
+static void make_round(struct round_msg *m, uint64_t round, int slot, unsigned char v)
+{
+	size_t ent = NB * sizeof(struct ft__ckpt_jentry), res = ((NB * sizeof(float)) + 7) & ~7u;
+	struct ft__ckpt_jrec h;
+
+	for (size_t b = 0; b < NB; b++) {
+		memset(m->data[b], v, BB);
+		ft__ckpt_copy_seal(&m->head[b],
+				   &(struct ft__ckpt_copy){.slot = (uint16_t)slot, .region = 0,
+							   .len = (uint32_t)blen(b), .block = b,
+							   .round = round, .step = round * 10,
+							   .job_hash = ft__jnl_job_hash(JOB), .rank = 0},
+				   m->data[b]);
+		m->piece[2 * b] = (struct iovec){&m->head[b], sizeof(m->head[b])};
+		m->piece[2 * b + 1] = (struct iovec){m->data[b], blen(b)};
+	}
+	m->commit_len = sizeof(h) + ent + res;
+	memset(m->commit, 0, sizeof(m->commit));
+	h = ft__ckpt_rec_head(FT__CKPT_JCOMMIT, m->commit_len, round, round * 10, NB, NB);
+	memcpy(m->commit, &h, sizeof(h));
+	for (size_t b = 0; b < NB; b++) {
+		struct ft__ckpt_jentry e = {.region = 0, .slot = (uint32_t)slot, .block = b};
+		memcpy(m->commit + sizeof(h) + b * sizeof(e), &e, sizeof(e));
+	}
+	ft__ckpt_rec_seal(m->commit, m->commit_len);
+}
+
+static void post(struct round_msg *m, uint64_t round, const char *head, size_t hlen)
+{
+	struct ft__ckpt_peer_round pr = {.round = round, .holder = 1, .head = head,
+					 .head_len = hlen, .piece = m->piece, .n = NB,
+					 .commit = m->commit, .commit_len = m->commit_len};
+
+	cr_assert_eq(ft__ckpt_peer_post(ward, &pr), 0);
+	ft__ckpt_peer_wait_sent(ward, round);
+}
+
+/* The holder's copy of the ward, fetched and read: every block v, from round. */
+static void expect_held(unsigned char v, uint64_t round, const char *what)
+{
+	struct ft__ckpt_image img;
+	unsigned char out[BB];
+	long end = tu_now_ms() + 5000;
+	int rc;
+
+	/* the send returned; the holder applies what it read in its own time */
+	do {
+		rc = ft__ckpt_peer_fetch(ward, 1, 0, 0, 0, NB, 5000, &img);
+		if (rc == 0 && img.last_round == round)
+			break;
+		if (rc == 0)
+			ft__ckpt_image_free(&img);
+		tu_sleep_ms(5);
+	} while (tu_now_ms() < end);
+	cr_assert_eq(rc, 0, "%s: fetch: %s", what, ft_strerror(rc));
+	cr_assert_eq(img.last_round, round, "%s: the holder's newest round", what);
+	for (size_t b = 0; b < NB; b++) {
+		uint64_t r, step;
+		int slot;
+		char why[160] = "";
+		cr_assert_eq(ft__ckpt_read_block(&img, 0, b, out, &r, &step, &slot, why, sizeof(why)),
+			     0, "%s: block %zu: %s", what, b, why);
+		cr_assert_eq(r, round, "%s: block %zu", what, b);
+		for (size_t j = 0; j < blen(b); j++)
+			cr_assert_eq(out[j], v, "%s: block %zu byte %zu", what, b, j);
+	}
+	ft__ckpt_image_free(&img);
+}
+
+/* A member that holds the token and sends whatever it likes, as rank 0. */
+static struct ft__ctl forger;
+
+static int forge_link(void)
+{
+	struct ft__ctl_params cp = {.rank = 0, .world_size = 2, .job_id = JOB, .token = TOKEN,
+				    .bind_host = "127.0.0.1", .min_payload = UINT16_MAX,
+				    .who = "forger"};
+	struct ft__ctl_msg m;
+	char addr[64];
+	int i;
+
+	cr_assert_eq(ft__ctl_open(&forger, &cp), 0);
+	ft__ckpt_peer_get_addr(ward, 1, addr, sizeof(addr));
+	i = ft__ctl_connect(&forger, addr, 1, 0, 5000);
+	cr_assert_geq(i, 0, "connect: %s", ft_strerror(i));
+	/* the handshake: our PROOF goes out when its ACK is read */
+	for (long end = tu_now_ms() + 5000; !forger.links[i].proved && tu_now_ms() < end;) {
+		if (ft__ctl_next(&forger, i, &m) < 0)
+			break;
+		tu_sleep_ms(1);
+	}
+	cr_assert(forger.links[i].proved, "the holder took the forger's hello");
+	return i;
+}
+
+Test(ckpt_peer_unit, rounds_kept_and_fetched_exact, .timeout = 30)
+{
+	struct ft__ckpt_image img;
+	struct ft__ckpt_jregion reg;
+	struct round_msg *m = malloc(sizeof(*m));
+	char *head;
+	size_t hlen;
+
+	open_both();
+	geometry(&img, &reg);
+	cr_assert_eq(ft__ckpt_build_journal(&img, false, &head, &hlen), 0);
+	/* nothing held yet: "none" */
+	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 0, NB, 5000, &img), -FT_EIO);
+	make_round(m, 1, 0, 0x11);
+	post(m, 1, head, hlen);
+	expect_held(0x11, 1, "round 1");
+	make_round(m, 2, 1, 0x22);
+	post(m, 2, NULL, 0);
+	expect_held(0x22, 2, "round 2");
+	/* a range outside the geometry: -FT_EINVAL, nothing else */
+	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 5, NB, 5000, &img), -FT_EINVAL);
+	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 3, 0, 1, 5000, &img), -FT_EINVAL);
+	free(head);
+	free(m);
+	ft__ckpt_peer_close(ward);
+	ft__ckpt_peer_close(holder);
+}
+
+struct forged {
+	const char *what;
+	int type;
+	void *data;
+	size_t len;
+};
+
+Test(ckpt_peer_unit, forged_records_are_refused_and_the_copy_stays, .timeout = 60)
+{
+	struct ft__ckpt_image img;
+	struct ft__ckpt_jregion reg;
+	struct round_msg *m = malloc(sizeof(*m));
+	char *head, big[70000];
+	size_t hlen;
+
+	open_both();
+	geometry(&img, &reg);
+	cr_assert_eq(ft__ckpt_build_journal(&img, false, &head, &hlen), 0);
+	make_round(m, 1, 0, 0x33);
+	post(m, 1, head, hlen);
+	expect_held(0x33, 1, "before");
+
+	/* each forged record on a link of its own: the holder drops the link */
+	struct forged bad[8];
+	struct ft__ckpt_copy c = m->head[0];
+	struct ft__ckpt_copy c_far = c, c_slot = c, c_len = c;
+	c_far.block = NB + 5;
+	c_slot.slot = 7;
+	c_len.len = BB * 4;
+	unsigned char rec_far[sizeof(c) + BB], rec_slot[sizeof(c) + BB], rec_len[sizeof(c) + BB];
+	memcpy(rec_far, &c_far, sizeof(c));
+	memcpy(rec_slot, &c_slot, sizeof(c));
+	memcpy(rec_len, &c_len, sizeof(c));
+	char commit_bad[sizeof(m->commit)];
+	memcpy(commit_bad, m->commit, sizeof(commit_bad));
+	commit_bad[sizeof(struct ft__ckpt_jrec)] ^= 0x40; /* an entry flipped: its CRC fails */
+	char head_bad[512];
+	memcpy(head_bad, head, hlen);
+	head_bad[hlen - 3] ^= 1;
+	memset(big, 'x', sizeof(big));
+	int n = 0;
+	bad[n++] = (struct forged){"a copy of a block beyond the region", FT__CTL_CK_COPY, rec_far,
+				    sizeof(rec_far)};
+	bad[n++] = (struct forged){"a copy of slot 7", FT__CTL_CK_COPY, rec_slot, sizeof(rec_slot)};
+	bad[n++] = (struct forged){"a copy longer than its block", FT__CTL_CK_COPY, rec_len,
+				    sizeof(rec_len)};
+	bad[n++] = (struct forged){"a COMMIT that does not check", FT__CTL_CK_COMMIT, commit_bad,
+				    m->commit_len};
+	bad[n++] = (struct forged){"a HEAD that does not check", FT__CTL_CK_HEAD, head_bad, hlen};
+	bad[n++] = (struct forged){"a fetch of the wrong length", FT__CTL_CK_FETCH, big, 5};
+	bad[n++] = (struct forged){"a message of an unknown type", 99, big, 10};
+	bad[n++] = (struct forged){"a copy head alone", FT__CTL_CK_COPY, big, 3};
+	for (int k = 0; k < n; k++) {
+		int i = forge_link();
+		struct ft__ctl_msg msg;
+		int rc = ft__ctl_send(&forger, i, (enum ft__ctl_type)bad[k].type, 0, bad[k].data,
+				      bad[k].len);
+		cr_assert_eq(rc, 0, "%s: sent", bad[k].what);
+		/* the holder closes the link */
+		for (long end = tu_now_ms() + 5000; (rc = ft__ctl_next(&forger, i, &msg)) >= 0 &&
+						    tu_now_ms() < end;)
+			tu_sleep_ms(2);
+		cr_assert_lt(rc, 0, "%s: the holder closed the link", bad[k].what);
+		ft__ctl_close(&forger);
+		expect_held(0x33, 1, bad[k].what);
+	}
+	/* a record that grows past any the geometry allows: PART after PART */
+	{
+		int i = forge_link(), rc = 0;
+		struct ft__ctl_msg msg;
+		for (int k = 0; k < 64 && rc == 0; k++)
+			rc = ft__ctl_send(&forger, i, FT__CTL_CK_PART, 0, big, 65000);
+		for (long end = tu_now_ms() + 5000; (rc = ft__ctl_next(&forger, i, &msg)) >= 0 &&
+						    tu_now_ms() < end;)
+			tu_sleep_ms(2);
+		cr_assert_lt(rc, 0, "an endless record: the holder closed the link");
+		ft__ctl_close(&forger);
+		expect_held(0x33, 1, "an endless record");
+	}
+	/* a new stream's HEAD alone (a new incarnation, say): the copy before it
+	 * is served until the new stream's first round commits */
+	{
+		int i = forge_link();
+		cr_assert_eq(ft__ctl_send(&forger, i, FT__CTL_CK_HEAD, 0, head, hlen), 0);
+		tu_sleep_ms(50);
+		expect_held(0x33, 1, "a new stream's HEAD alone");
+		ft__ctl_close(&forger);
+	}
+	/* and the ward's own stream goes on */
+	make_round(m, 2, 1, 0x44);
+	post(m, 2, NULL, 0);
+	expect_held(0x44, 2, "after the forgeries");
+	free(head);
+	free(m);
+	ft__ckpt_peer_close(ward);
+	ft__ckpt_peer_close(holder);
+}
