@@ -112,6 +112,14 @@ if ls "$B"/python/ftcc/_C*.so >/dev/null 2>&1; then
 else
 	echo "== SKIPPED: torch_backend: $B/python/ftcc not built (Debian's PyTorch missing: make deps-torch)"
 fi
+# A whole namespace host lost with its ranks' running checkpoints, which
+# the survivors read back from the next host's memory (cluster_test.sh's
+# ckpt-peer row; make cluster-test runs every row).
+if [ -x "$B/examples/train_sharded" ] && [ -x "$B/test/tsan_rank" ]; then
+	item cluster_ckpt_peer 120 env CLUSTER_ROWS=ckpt-peer sh -c \
+		'"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
+		"$(dirname "$0")"/../test/cluster/cluster_test.sh "$B"
+fi
 # Slurm: srun jobs on a real Slurm cluster of network-namespace hosts
 # (test/cluster/slurm_test.sh: the collectives matrix, a host killed under
 # shrink, exact rejoin on a spare host, a partition); it says SKIPPED and

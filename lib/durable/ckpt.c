@@ -673,8 +673,10 @@ static int ckpt_restore_call(struct ft_comm *c, int region, int owner, size_t fi
 		int slot;
 		char why[160];
 
-		/* read aside: a block without a valid copy leaves dst as it was */
-		if (ft__ckpt_read_block(img, p, b, old, &round, &step, &slot, why, sizeof(why)) != 0) {
+		/* read aside: a block without a valid copy leaves dst as it was
+		 * (a copy in memory is checked where it lies, and read straight in) */
+		char *into = img->mem != NULL && !(flags & FT_RESTORE_CURRENT) ? d : old;
+		if (ft__ckpt_read_block(img, p, b, into, &round, &step, &slot, why, sizeof(why)) != 0) {
 			ft__warn("ckpt: rank %d region %d block %zu: no valid copy (%s)", owner,
 				 region, b, why);
 			bad = 1;
@@ -692,7 +694,8 @@ static int ckpt_restore_call(struct ft_comm *c, int region, int owner, size_t fi
 			pert += ft__ckpt_dist2(old, d, len, r->dtype);
 		else if (img->resid != NULL)
 			pert += (double)img->resid[img->first[p] + b] * img->resid[img->first[p] + b];
-		memcpy(d, old, len);
+		if (into != d)
+			memcpy(d, old, len);
 		if (c->ckpt != NULL && img == &c->ckpt->img) {
 			struct ck_reg *g = &c->ckpt->reg[p];
 			if (c->ckpt->pend[g->first + b] == 0)

@@ -90,8 +90,8 @@ static void round_finished(struct ft__ckpt_peer *p, uint64_t round)
 
 /* ---- the output queue of a link ---- */
 
-static int q_push(struct ft__ckpt_peer *p, int i, enum ft__ctl_type type, const void *data,
-		  size_t len, void *own)
+/* A new message at the tail of link i's queue. */
+static struct pk_msg *q_new(struct ft__ckpt_peer *p, int i)
 {
 	struct pk_link *l = &p->link[i];
 
@@ -103,10 +103,8 @@ static int q_push(struct ft__ckpt_peer *p, int i, enum ft__ctl_type type, const 
 		} else {
 			size_t cap = l->cap ? 2 * l->cap : 64;
 			struct pk_msg *q = realloc(l->q, cap * sizeof(*q));
-			if (q == NULL) {
-				free(own);
-				return -FT_ENOMEM;
-			}
+			if (q == NULL)
+				return NULL;
 			l->q = q;
 			l->cap = cap;
 		}
@@ -114,33 +112,72 @@ static int q_push(struct ft__ckpt_peer *p, int i, enum ft__ctl_type type, const 
 	if (l->head == l->tail)
 		l->moved_ms = ft__now_ms();
 	struct pk_msg *m = &l->q[l->tail++];
-	*m = (struct pk_msg){.data = data, .len = len, .own = own, .release = -1};
-	ft__ctl_frame(&p->ctl, type, 0, len, m->hdr);
-	return 0;
+	memset(m, 0, sizeof(*m));
+	m->release = -1;
+	return m;
 }
 
-/* A record: the bytes of iov[0..n) in messages of at most a control
- * message's payload, PART but the last, which is of the record's type. */
+static void q_seal(struct ft__ckpt_peer *p, struct pk_msg *m, enum ft__ctl_type type)
+{
+	ft__ctl_frame(&p->ctl, type, 0, m->len, m->hdr);
+}
+
+/*
+ * A record: the bytes of iov[0..n) in messages of at most a control
+ * message's payload (PART but the last, which is of the record's type and
+ * owns `own`). A message takes pieces until it is full or has PK_SEGS of
+ * them; a piece that continues the one before in memory extends it, so a
+ * run of copies that lie end to end goes out in full messages.
+ */
 static int q_record(struct ft__ckpt_peer *p, int i, enum ft__ctl_type type,
 		    const struct iovec *iov, int n, void *own)
 {
-	size_t max = p->ctl.max_payload, total = 0, done = 0;
-	int rc = 0;
+	size_t max = p->ctl.max_payload;
+	struct pk_msg *m = q_new(p, i);
 
+	if (m == NULL) {
+		free(own);
+		return -FT_ENOMEM;
+	}
 	for (int k = 0; k < n; k++)
-		total += iov[k].iov_len;
-	if (total == 0)
-		return q_push(p, i, type, NULL, 0, own);
-	for (int k = 0; k < n && rc == 0; k++)
-		for (size_t off = 0; off < iov[k].iov_len && rc == 0;) {
-			size_t len = iov[k].iov_len - off < max ? iov[k].iov_len - off : max;
-			done += len;
-			rc = q_push(p, i, done == total ? type : FT__CTL_CK_PART,
-				    (const char *)iov[k].iov_base + off, len,
-				    done == total ? own : NULL);
+		for (size_t off = 0; off < iov[k].iov_len;) {
+			char *base = (char *)iov[k].iov_base + off;
+			size_t len = iov[k].iov_len - off;
+			if (m->len == max) {
+				q_seal(p, m, FT__CTL_CK_PART);
+				if ((m = q_new(p, i)) == NULL) {
+					free(own);
+					return -FT_ENOMEM;
+				}
+			}
+			if (len > max - m->len)
+				len = max - m->len;
+			struct iovec *last = m->nseg > 0 ? &m->seg[m->nseg - 1] : NULL;
+			if (last != NULL && (char *)last->iov_base + last->iov_len == base) {
+				last->iov_len += len;
+			} else if (m->nseg == PK_SEGS) {
+				q_seal(p, m, FT__CTL_CK_PART);
+				if ((m = q_new(p, i)) == NULL) {
+					free(own);
+					return -FT_ENOMEM;
+				}
+				continue;
+			} else {
+				m->seg[m->nseg++] = (struct iovec){base, len};
+			}
+			m->len += len;
 			off += len;
 		}
-	return rc;
+	m->own = own;
+	q_seal(p, m, type);
+	return 0;
+}
+
+/* A record of one piece. */
+static int q_push(struct ft__ckpt_peer *p, int i, enum ft__ctl_type type, const void *data,
+		  size_t len, void *own)
+{
+	return q_record(p, i, type, &(struct iovec){(void *)data, len}, 1, own);
 }
 
 /* Drops link i: what its queue held is given up (rounds finished, mirrors released). */
@@ -189,13 +226,20 @@ static void q_flush(struct ft__ckpt_peer *p, int i)
 		struct iovec iov[64];
 		int n = 0;
 		size_t off = l->off;
-		for (size_t k = l->head; k < l->tail && n < 62; k++, off = 0) {
+		for (size_t k = l->head; k < l->tail && n + 1 + PK_SEGS <= 64; k++, off = 0) {
 			struct pk_msg *m = &l->q[k];
 			if (off < FT__CTL_HDR_BYTES)
 				iov[n++] = (struct iovec){m->hdr + off, FT__CTL_HDR_BYTES - off};
 			size_t d = off > FT__CTL_HDR_BYTES ? off - FT__CTL_HDR_BYTES : 0;
-			if (m->len > d)
-				iov[n++] = (struct iovec){(void *)(m->data + d), m->len - d};
+			for (int g = 0; g < m->nseg; g++) {
+				if (d >= m->seg[g].iov_len) {
+					d -= m->seg[g].iov_len;
+					continue;
+				}
+				iov[n++] = (struct iovec){(char *)m->seg[g].iov_base + d,
+							  m->seg[g].iov_len - d};
+				d = 0;
+			}
 		}
 		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
 		ssize_t w = sendmsg(cl->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -305,7 +349,8 @@ static void local_answer(struct ft__ckpt_peer *p, const struct pk_fetch_msg *f)
 		for (uint64_t b = f->first; pos < m->img.nregs && b < f->first + f->n && !p->fetch.done;
 		     b++) {
 			struct iovec c = newest_copy(m, pos, b);
-			on_answer(p, FT__CTL_CK_FCOPY, c.iov_base, c.iov_len);
+			on_answer(p, FT__CTL_CK_FCOPY, c.iov_base,
+				  FT__CKPT_HDR + (size_t)m->img.head.block_bytes);
 		}
 		if (!p->fetch.done)
 			on_answer(p, FT__CTL_CK_END, NULL, 0);
@@ -477,9 +522,19 @@ static int on_fetch(struct ft__ckpt_peer *p, int i, const unsigned char *rec, si
 	if ((rc = q_record(p, i, FT__CTL_CK_IMAGE, &(struct iovec){jr, jlen}, 1, jr)) != 0)
 		return rc;
 	pos = asked_region(m, &f);
-	for (uint64_t b = f.first; pos < m->img.nregs && b < f.first + f.n && rc == 0; b++)
-		rc = q_record(p, i, FT__CTL_CK_FCOPY, &(struct iovec[1]){newest_copy(m, pos, b)}[0],
-			      1, NULL);
+	if (pos < m->img.nregs && f.n > 0) {
+		/* one record: each block's newest copy at a stride of 64 + block
+		 * bytes (the last one's tail is the slot's zeros) */
+		struct iovec *v = malloc((size_t)f.n * sizeof(*v));
+		if (v == NULL)
+			return -FT_ENOMEM;
+		for (uint64_t b = f.first; b < f.first + f.n; b++) {
+			v[b - f.first] = newest_copy(m, pos, b);
+			v[b - f.first].iov_len = FT__CKPT_HDR + (size_t)m->img.head.block_bytes;
+		}
+		rc = q_record(p, i, FT__CTL_CK_FCOPY, v, (int)f.n, NULL);
+		free(v);
+	}
 	if (rc == 0 && (rc = q_push(p, i, FT__CTL_CK_END, NULL, 0, NULL)) == 0) {
 		/* its copies are sent from the mirror: the ward's stream waits */
 		pk_lock(p);
@@ -503,7 +558,7 @@ static int on_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec
 		f->done = true;
 		return 0;
 	case FT__CTL_CK_END:
-		f->rc = f->img.regs != NULL ? 0 : -FT_EPROTO;
+		f->rc = f->img.regs != NULL && f->got == f->want ? 0 : -FT_EPROTO;
 		f->done = true;
 		return 0;
 	case FT__CTL_CK_IMAGE:
@@ -533,7 +588,7 @@ static int on_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec
 		f->img.mem = calloc(f->img.nregs + 1, sizeof(*f->img.mem));
 		f->img.own_mem = true;
 		if (f->img.mem == NULL ||
-		    (f->img.mem[pos][0] = calloc(f->n, FT__CKPT_HDR + bb)) == NULL) {
+		    (f->img.mem[pos][0] = malloc(f->n * (FT__CKPT_HDR + bb))) == NULL) {
 			f->rc = -FT_ENOMEM;
 			f->done = true;
 			return 0;
@@ -541,18 +596,16 @@ static int on_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec
 		f->img.mem[pos][1] = f->img.mem[pos][0];
 		f->img.mem_first = f->first;
 		f->img.mem_n = f->n;
+		f->into = f->img.mem[pos][0];
+		f->want = f->n * (FT__CKPT_HDR + bb);
+		f->got = 0;
 		return 0;
 	case FT__CTL_CK_FCOPY:
-		if (f->img.mem == NULL || f->got >= f->n)
+		/* the copies at their stride, straight into the image */
+		if (f->into == NULL || len > f->want - f->got)
 			return -FT_EPROTO;
-		bb = (size_t)f->img.head.block_bytes;
-		for (pos = 0; pos < f->img.nregs && f->img.mem[pos][0] == NULL; pos++)
-			;
-		if (pos == f->img.nregs)
-			return -FT_EPROTO;
-		if (len < FT__CKPT_HDR || len > FT__CKPT_HDR + bb)
-			return -FT_EPROTO;
-		memcpy(f->img.mem[pos][0] + f->got++ * (FT__CKPT_HDR + bb), rec, len);
+		memcpy(f->into + f->got, rec, len);
+		f->got += len;
 		return 0;
 	default:
 		return -FT_EPROTO;
@@ -617,6 +670,26 @@ static bool held(struct ft__ckpt_peer *p, int i)
 	return h;
 }
 
+/*
+ * A fetch's copies arrive as one long record: its messages go straight into
+ * the image's memory, not through the record buffer. 1: taken; 0: not the
+ * answer's copies (the IMAGE before them, say); <0: more than were asked.
+ */
+static int copies_in(struct ft__ckpt_peer *p, int i, const struct ft__ctl_msg *m)
+{
+	struct pk_fetch *f = &p->fetch;
+	int rc = 0;
+
+	if (!p->ctl.links[i].ours || p->link[i].acc_len != 0 ||
+	    (m->type != FT__CTL_CK_PART && m->type != FT__CTL_CK_FCOPY))
+		return 0;
+	pk_lock(p);
+	if (f->active && !f->done && f->link == i && f->into != NULL)
+		rc = on_answer(p, FT__CTL_CK_FCOPY, m->payload, m->len) == 0 ? 1 : -1;
+	pk_unlock(p);
+	return rc;
+}
+
 static void link_read(struct ft__ckpt_peer *p, int i)
 {
 	struct pk_link *l = &p->link[i];
@@ -640,6 +713,13 @@ static void link_read(struct ft__ckpt_peer *p, int i)
 		if (m.type < FT__CTL_CK_PART || m.type > FT__CTL_CK_ADDR) {
 			ft__ckpt_peer_drop(p, i, "a message of another kind");
 			return;
+		}
+		if ((rc = copies_in(p, i, &m)) != 0) {
+			if (rc < 0) {
+				ft__ckpt_peer_drop(p, i, "copies beyond the answer");
+				return;
+			}
+			continue;
 		}
 		size_t need = l->acc_len + m.len;
 		if (need > acc_limit(p, i)) {

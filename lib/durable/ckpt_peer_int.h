@@ -16,11 +16,14 @@
 #define PK_HEAD_MAX 8192        /* a HEAD record, a fetch, an address */
 #define PK_PENDING 8            /* rounds in flight (the writer has at most two) */
 
-/* One message out: its header, then its payload (borrowed, or owned and freed once written). */
+/* One message out: its header, then its payload: up to PK_SEGS pieces of
+ * memory (borrowed, or one owned block freed once the message is written). */
+#define PK_SEGS 16
 struct pk_msg {
 	unsigned char hdr[FT__CTL_HDR_BYTES];
-	const unsigned char *data;
-	size_t len;
+	struct iovec seg[PK_SEGS];
+	int nseg;
+	size_t len;             /* the payload: the segments' bytes */
 	void *own;
 	uint64_t round;         /* nonzero: the last message of that round */
 	int release;            /* >= 0: the last message of a reply read from that ward's mirror */
@@ -57,7 +60,9 @@ struct pk_req {
 struct pk_fetch {
 	bool active, done, cancel;
 	int link, holder, owner, region, rc;
-	size_t first, n, got;
+	size_t first, n;
+	size_t got, want;       /* bytes of the copies received, expected (n x stride) */
+	unsigned char *into;    /* where they go: the image's memory */
 	struct ft__ckpt_image img;
 };
 

@@ -294,6 +294,7 @@ static int read_copy(const struct ft__ckpt_image *img, size_t reg, size_t block,
 	uint64_t bb = img->head.block_bytes, off = block * (FT__CKPT_HDR + bb);
 	size_t len = (size_t)(block + 1 < r->nblocks ? bb : r->bytes - block * bb);
 	struct ft__ckpt_copy h;
+	const unsigned char *data = dst;
 	uint32_t crc;
 	size_t got = 0;
 
@@ -302,6 +303,7 @@ static int read_copy(const struct ft__ckpt_image *img, size_t reg, size_t block,
 		return -FT_ECORRUPT;
 	}
 	if (img->mem != NULL) {
+		/* checked where it lies; copied out once it checks */
 		const unsigned char *src = img->mem[reg][s];
 		if (src == NULL || block < img->mem_first || block - img->mem_first >= img->mem_n) {
 			*why = "no copy in memory";
@@ -309,8 +311,7 @@ static int read_copy(const struct ft__ckpt_image *img, size_t reg, size_t block,
 		}
 		src += (block - img->mem_first) * (FT__CKPT_HDR + bb);
 		memcpy(&h, src, sizeof(h));
-		if (h.len == len)
-			memcpy(dst, src + FT__CKPT_HDR, len);
+		data = src + FT__CKPT_HDR;
 		got = sizeof(h) + len;
 	} else if (img->fd == NULL || img->fd[reg][s] < 0) {
 		*why = "slot file missing";
@@ -346,10 +347,12 @@ static int read_copy(const struct ft__ckpt_image *img, size_t reg, size_t block,
 	}
 	crc = h.crc;
 	h.crc = 0;
-	if (ft__crc32c(ft__crc32c(0, &h, sizeof(h)), dst, len) != crc) {
+	if (ft__crc32c(ft__crc32c(0, &h, sizeof(h)), data, len) != crc) {
 		*why = "CRC mismatch (torn or flipped)";
 		return -FT_ECORRUPT;
 	}
+	if (data != dst)
+		memcpy(dst, data, len);
 	return 0;
 }
 

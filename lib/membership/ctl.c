@@ -591,13 +591,11 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 
 		if (l->fd < 0)
 			return 0;
-		if (l->used > 0) {
-			memmove(l->in, l->in + l->used, l->have - l->used);
-			l->have -= l->used;
-			l->used = 0;
-		}
-		if (l->have >= sizeof(h)) {
-			memcpy(&h, l->in, sizeof(h));
+		/* messages are read in place from `used` on; the buffer is
+		 * compacted only when it must take more bytes (a bulk stream of
+		 * small messages would otherwise move it at every message) */
+		if (l->have - l->used >= sizeof(h)) {
+			memcpy(&h, l->in + l->used, sizeof(h));
 			bool want_proof = l->challenged;
 			if (is_stranger(l) &&
 			    (h.magic != CTL_MAGIC ||
@@ -616,9 +614,9 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 			    (h.type == FT__CTL_NOTICE && h.len % sizeof(int32_t) != 0) ||
 			    (h.type == FT__CTL_GROW && h.len != sizeof(uint64_t)))
 				return -FT_EPROTO;
-			if (l->have >= sizeof(h) + h.len) {
-				const unsigned char *p = l->in + sizeof(h);
-				l->used = sizeof(h) + h.len;
+			if (l->have - l->used >= sizeof(h) + h.len) {
+				const unsigned char *p = l->in + l->used + sizeof(h);
+				l->used += sizeof(h) + h.len;
 				l->last_rx_ms = ft__now_ms();
 				if (l->peer < 0 && !l->challenged) {
 					if (take_hello(ctl, i, &h, p) != 0)
@@ -658,6 +656,11 @@ int ft__ctl_next(struct ft__ctl *ctl, int i, struct ft__ctl_msg *m)
 							  .len = h.len, .payload = p};
 				return 1;
 			}
+		}
+		if (l->used > 0) {
+			memmove(l->in, l->in + l->used, l->have - l->used);
+			l->have -= l->used;
+			l->used = 0;
 		}
 		/* a stranger is read no further than a hello */
 		n = recv(l->fd, l->in + l->have,

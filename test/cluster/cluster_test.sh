@@ -21,6 +21,12 @@
 #   ib-peers: the same under mpirun with FTCC_BOOTSTRAP=peers, FTCC_PEERS the
 #       hosts' addresses, ports 7100/7101;
 #   ib-kill: the kill row, in-band;
+#   ckpt-peer: running checkpoints in peers' memory (FTCC_CKPT_WHERE=peer,
+#       examples/train_sharded take, shrink): host 4 killed once every
+#       rank's rounds go to its holder and some 0.3 s more; each of the six
+#       survivors reads both lost ranks' whole shards back (from host 1's
+#       memory: ranks 6 and 7 are held by 0 and 1) and checks every block,
+#       and no checkpoint file is written anywhere;
 #   linkdown, part: ranks started without mpirun (netns.sh exec, FTCC_PEERS:
 #       Open MPI 4.1's daemons do not survive a silent cut), test/part_rank
 #       (float sums checked over the current members), shrink,
@@ -49,11 +55,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 NETNS=$HERE/netns.sh
 DEADLINE=${CLUSTER_DEADLINE:-40}
 MEMBERSHIP=${CLUSTER_MEMBERSHIP:-file}
-ROWS=${CLUSTER_ROWS:-tcp fabric kill ib-tcp ib-fabric ib-peers ib-kill linkdown part}
+ROWS=${CLUSTER_ROWS:-tcp fabric kill ckpt-peer ib-tcp ib-fabric ib-peers ib-kill linkdown part}
 TRIALS=${CLUSTER_KILL_TRIALS:-1}
 
 command -v mpirun >/dev/null 2>&1 || { echo "SKIPPED: cluster tests: no mpirun (Open MPI)"; exit 77; }
-for p in examples/allreduce_check test/tsan_rank test/part_rank; do
+for p in examples/allreduce_check examples/train_sharded test/tsan_rank test/part_rank; do
 	[ -x "$B/$p" ] || { echo "cluster_test.sh: $B/$p is not built (make $B/$p)" >&2; exit 1; }
 done
 C=$(mktemp -d "${TMPDIR:-/tmp}/ftcc-cluster.XXXXXX")
@@ -190,6 +196,55 @@ if want kill; then
 		fi
 		i=$((i + 1))
 	done
+fi
+
+# A whole host lost with its ranks' running checkpoints: they were in
+# the memory of the next host's ranks, which the survivors read them from.
+if want ckpt-peer; then
+	d="ckpt-peer: tcp, shrink, checkpoints in peers' memory: host 4 killed mid-job"
+	t0=$(date +%s)
+	st=0
+	# shellcheck disable=SC2086
+	timeout -k 5 "$DEADLINE" "$NETNS" "$C" mpirun -np 8 --enable-recovery $MEMB \
+		-x FTCC_POLICY=shrink -x FTCC_CKPT_WHERE=peer -x "FTCC_CKPT_DIR=$C.ck" -x FTCC_LOG_LEVEL=2 \
+		"$B/examples/train_sharded" 400 65536 5 take >"$OUT" 2>&1 &
+	job=$!
+	t=0
+	while [ "$(grep -c "rounds go to rank" "$OUT" || true)" -lt 8 ] && [ "$t" -lt 200 ]; do
+		sleep 0.1
+		t=$((t + 1))
+	done
+	started=$(grep -c "rounds go to rank" "$OUT" || true)
+	sleep 0.3
+	"$NETNS" "$C" kill 4
+	# the survivors finish and exit; Open MPI 4.1 then waits for the lost
+	# daemon for good (kill_row): the other hosts are stopped once the
+	# survivors are gone
+	k=$(($(date +%s%N) / 1000000)) t=0 left=""
+	while [ "$t" -lt $((DEADLINE * 1000)) ] && kill -0 "$job" 2>/dev/null; do
+		n=0
+		for h in 1 2 3; do
+			for p in $("$NETNS" "$C" pids "$h"); do
+				[ "$(cat "/proc/$p/comm" 2>/dev/null)" = train_sharded ] && n=$((n + 1))
+			done
+		done
+		[ "$n" -eq 0 ] && left=${left:-$t}
+		[ -n "$left" ] && [ $((t - left)) -ge 3000 ] && break
+		sleep 0.1
+		t=$(($(date +%s%N) / 1000000 - k))
+	done
+	if kill -0 "$job" 2>/dev/null && [ -n "$left" ]; then
+		for h in 1 2 3; do "$NETNS" "$C" kill "$h"; done
+	fi
+	wait "$job" || st=$?
+	took=$(grep -c "took rank [67]'s shard ok: 64 blocks" "$OUT" || true)
+	okd=$(grep -c "shard ok;" "$OUT" || true)
+	bad=$(grep -c "BAD\|DIFFERENT" "$OUT" || true)
+	files=$(find "$C.ck" -type f 2>/dev/null | wc -l)
+	[ "$started" -eq 8 ] && [ "$took" -eq 12 ] && [ "$okd" -eq 6 ] && [ "$bad" -eq 0 ] && [ "$files" -eq 0 ]
+	verdict $? ": 6 survivors took ranks 6 and 7's shards back from host 1's memory, exact; no checkpoint file" \
+		"$took of 12 shards taken back, $okd of 6 survivors exact, $bad bad, $files files, $started of 8 streaming"
+	rm -rf "$C.ck"
 fi
 
 # ---- in-band rows ----
