@@ -571,8 +571,10 @@ struct ft_restore_info {
  * Reads blocks [first_block, first_block + nblocks) of sharded region
  * `region` of original rank `owner` from its running checkpoint into dst
  * (their bytes, contiguous): the newest committed copy of each block whose
- * CRC checks. The owner's checkpoint must be reachable here (same host, or
- * a shared dir). -FT_ECORRUPT when a block has no valid copy (its bytes in
+ * CRC checks. The owner's checkpoint must be reachable here: its files
+ * (same host, or a shared dir), or with FT_CKPT_PEER / FT_CKPT_DISK_PEER
+ * its holder's memory (fetched when its files are not here; every copy is
+ * checked as a file's). -FT_EIO: neither has a round of it. -FT_ECORRUPT when a block has no valid copy (its bytes in
  * dst are left as they were, the other blocks are restored, and info
  * counts them), or the files are another job's; -FT_EIO when the owner has
  * no checkpoint here; -FT_EINVAL for a range outside the region, a region

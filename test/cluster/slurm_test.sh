@@ -46,6 +46,11 @@
 #                    every rank is printed (test/rejoin_time.py, from the
 #                    traces); SLURM_REJOIN_COUNT sets the model's floats
 #                    (100000; the issue's bar: 16777216, 64 MiB);
+#   rejoin-shard     sharded state (train_sharded) with its running
+#                    checkpoints in peers' memory (FTCC_CKPT_WHERE=peer),
+#                    in-band from a peer list, no file anywhere: ranks 6
+#                    and 7 started again on host 5 restore their whole
+#                    shards from host 1's memory; every shard exact;
 #   grow             rejoin with FTCC_REJOIN_TIMEOUT_MS=0: host 4 killed
 #                    mid-job, the 6 survivors go on alone; then ranks 6 and
 #                    7 are started on host 5 and taken back at the job's next
@@ -71,14 +76,14 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 NETNS=$HERE/netns.sh
 SLURM=$HERE/slurm.sh
 DEADLINE=${SLURM_DEADLINE:-60}
-ROWS=${SLURM_ROWS:-matrix-pmix matrix-file kill rejoin rejoin-nolog rejoin-inband grow part}
+ROWS=${SLURM_ROWS:-matrix-pmix matrix-file kill rejoin rejoin-nolog rejoin-inband rejoin-shard grow part}
 COUNT=${SLURM_REJOIN_COUNT:-100000}
 TRIALS=${SLURM_TRIALS:-1}
 
 for p in slurmctld slurmd srun munged; do
 	command -v "$p" >/dev/null 2>&1 || { echo "SKIPPED: Slurm tests: $p is not installed (scripts/deps.sh slurmctld slurmd slurm-client munge)"; exit 77; }
 done
-for p in examples/allreduce_check examples/train_rejoin test/tsan_rank test/part_rank; do
+for p in examples/allreduce_check examples/train_rejoin examples/train_sharded test/tsan_rank test/part_rank; do
 	[ -x "$B/$p" ] || { echo "slurm_test.sh: $B/$p is not built (make $B/$p)" >&2; exit 1; }
 done
 C=$(mktemp -d "${TMPDIR:-/tmp}/ftcc-slurm.XXXXXX")
@@ -142,7 +147,9 @@ matrix() { # description expected-ok-lines [VAR=VALUE...] srun ARGS...
 # wait_lines FILE PATTERN COUNT [SECONDS]: until FILE has COUNT lines matching (10 s at most)
 wait_lines() {
 	t=0
-	while [ "$(grep -c "$2" "$1" 2>/dev/null || true)" -lt "$3" ] && [ "$t" -lt $((${4:-10} * 10)) ]; do
+	# (a file not there yet counts 0)
+	while n=$(grep -c "$2" "$1" 2>/dev/null || true) && [ "${n:-0}" -lt "$3" ] &&
+		[ "$t" -lt $((${4:-10} * 10)) ]; do
 		sleep 0.1
 		t=$((t + 1))
 	done
@@ -290,6 +297,57 @@ rejoin_row() { # TRIAL LOGS(shared|local|inband)
 		"${why#; }"
 }
 
+# rejoin-shard: sharded state (examples/train_sharded) with its running
+# checkpoints in peers' memory (FTCC_CKPT_WHERE=peer), in-band membership
+# from a peer list, each host's logs its own, no file written anywhere:
+# host 4 killed once every rank's rounds go to its holder and some 0.3 s
+# more; ranks 6 and 7, started again on host 5, find the job, get the
+# replicated state from a survivor and their shards from host 1's memory
+# (ranks 0 and 1 hold them), each block the values of one step; every rank
+# ends with its shard exact.
+shard_row() { # TRIAL
+	d="rejoin-shard: in-band rejoin on host 5, the lost host's shards from host 1's memory (FTCC_CKPT_WHERE=peer), no file"
+	t0=$(date +%s) st=0 st2=0
+	job=rs$$-$1
+	PORT=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
+	tok="FTCC_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+	ck=$SHARED/ck-$job
+	# shellcheck disable=SC2086
+	rejoin_env "$job" LOGS=local FTCC_MEMBERSHIP=inband FTCC_BOOTSTRAP=peers FTCC_PEERS="$(peers 4)" $tok \
+		FTCC_CKPT_WHERE=peer FTCC_CKPT_DIR="$ck" srun --no-kill -N4 -n8 -w h1,h2,h3,h4 --mpi=none --label \
+		sh -c "$RANK_LOGS" "$B/examples/train_sharded" 400 65536 5 >"$OUT" 2>&1 &
+	main=$!
+	wait_lines "$OUT" "rounds go to rank" 8 "$DEADLINE"
+	sleep 0.3
+	"$NETNS" "$C" kill 4
+	k=$(now_ms)
+	# shellcheck disable=SC2016,SC2086
+	rejoin_env "$job" LOGS=local FTCC_MEMBERSHIP=inband FTCC_BOOTSTRAP=peers FTCC_PEERS="$(peers 5)" $tok \
+		FTCC_CKPT_WHERE=peer FTCC_CKPT_DIR="$ck" srun -w h5 -N1 -n2 --mpi=none --label sh -c \
+		'FTCC_RANK=$((6 + SLURM_PROCID)) FTCC_WORLD_SIZE=8 FTCC_INCARNATION=1 exec sh -c "$0" "$@"' \
+		"$RANK_LOGS" "$B/examples/train_sharded" 400 65536 5 >"$OUT.new" 2>&1 || st2=$?
+	e=$(now_ms)
+	wait_lines "$OUT" "shard ok;" 6 "$DEADLINE"
+	end_job "$main"
+	"$SLURM" "$C" slurmd 4 >>"$OUT" 2>&1 || st=1
+	why=""
+	back=$(grep -c "rejoined at op [0-9]*: restored ok: 64 blocks" "$OUT.new" || true)
+	[ "$back" -eq 2 ] || why="$back of 2 replacements restored all 64 blocks of their shards"
+	[ "$(grep -c "shard ok;" "$OUT" || true)" -eq 6 ] || why="$why; $(grep -c "shard ok;" "$OUT" || true) of 6 survivors exact"
+	[ "$(grep -c "shard ok;" "$OUT.new" || true)" -eq 2 ] || why="$why; the replacements' shards not exact at the end"
+	! grep -q "BAD\|DIFFERENT" "$OUT" "$OUT.new" || why="$why; a shard held values of no single step"
+	[ "$(find "$ck" -type f 2>/dev/null | wc -l)" -eq 0 ] || why="$why; a checkpoint file was written"
+	[ "$st" -eq 0 ] && [ "$st2" -eq 0 ] || why="$why; slurmd $st, the replacements' srun exit $st2"
+	stood=$(sed -n 's/.*rank 6 rejoined at op \([0-9]*\).*/\1/p' "$OUT.new" | head -1)
+	cat "$OUT.new" >>"$OUT"
+	rm -f "$OUT.new"
+	rm -rf "$ck"
+	ok=1
+	[ -n "$why" ] || ok=0
+	verdict $ok ": ranks 6 and 7 back at op ${stood:-?} with their shards from host 1's memory, every shard exact; the replacements' srun ended $((e - k)) ms after the kill" \
+		"${why#; }"
+}
+
 # grow: the job goes on without host 4's ranks at once (rejoin timeout 0),
 # and their new incarnations, started later on the spare host 5, are taken
 # back at the job's next op (README, "Growing back")
@@ -412,6 +470,7 @@ while [ "$i" -lt "$TRIALS" ]; do
 	want rejoin && rejoin_row "$i" shared
 	want rejoin-nolog && rejoin_row "$i" local
 	want rejoin-inband && rejoin_row "$i" inband
+	want rejoin-shard && shard_row "$i"
 	want grow && grow_row "$i"
 	i=$((i + 1))
 done
