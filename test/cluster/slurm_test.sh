@@ -330,6 +330,14 @@ shard_row() { # TRIAL
 	wait_lines "$OUT" "shard ok;" 6 "$DEADLINE"
 	end_job "$main"
 	"$SLURM" "$C" slurmd 4 >>"$OUT" 2>&1 || st=1
+	# a trial this short ends before slurmctld has seen host 4's slurmd die,
+	# so "idle" above says nothing of the new one: a step must run there
+	n=0
+	until run_in srun -w h4 -N1 -n1 --mpi=none true >/dev/null 2>&1; do
+		n=$((n + 1))
+		[ "$n" -lt 20 ] || { st=1; break; }
+		sleep 0.5
+	done
 	why=""
 	back=$(grep -c "rejoined at op [0-9]*: restored ok: 64 blocks" "$OUT.new" || true)
 	[ "$back" -eq 2 ] || why="$back of 2 replacements restored all 64 blocks of their shards"
