@@ -55,6 +55,9 @@ int ft__ckpt_peer_open(const struct ft__ckpt_peer_params *pp, struct ft__ckpt_pe
 		ft__ckpt_peer_close(p);
 		return rc != 0 ? rc : -FT_ENOMEM;
 	}
+	/* its links carry whole checkpoints: room for a few megabytes in flight
+	 * (fewer wake-ups of either side per megabyte) */
+	p->ctl.sock_opts.buffer = (size_t)4 << 20;
 	for (int i = 0; i < p->ctl.nlinks; i++)
 		p->link[i].target = -1;
 	snprintf(p->book[pp->rank], sizeof(p->book[pp->rank]), "%s", p->ctl.addr);
