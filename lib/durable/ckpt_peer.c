@@ -200,8 +200,11 @@ void ft__ckpt_peer_drop(struct ft__ckpt_peer *p, int i, const char *why)
 			p->mir[m->release]->busy--;
 		free(m->own);
 	}
-	if (stream || (l->target >= 0 && l->head == l->tail && l->cap > 0))
-		atomic_fetch_add(&p->lost, 1);
+	/* a stream's link closed (its holder gone, or taking nothing): its
+	 * holder must be sent the stream again; a fetch's or an announcement's
+	 * link says nothing of the stream */
+	if ((stream || l->stream) && l->target >= 0)
+		atomic_fetch_add(&p->lost[l->target], 1);
 	if (p->fetch.active && p->fetch.link == i) {
 		p->fetch.rc = -FT_EIO;
 		p->fetch.done = true;
@@ -315,6 +318,7 @@ static void do_round(struct ft__ckpt_peer *p, const struct ft__ckpt_peer_round *
 		rc = q_record(p, i, FT__CTL_CK_COMMIT,
 			      &(struct iovec){(void *)r->commit, r->commit_len}, 1, NULL);
 	if (rc == 0) {
+		p->link[i].stream = true;
 		p->link[i].q[p->link[i].tail - 1].round = r->round;
 		q_flush(p, i);
 		return;
@@ -323,7 +327,8 @@ static void do_round(struct ft__ckpt_peer *p, const struct ft__ckpt_peer_round *
 		ft__ckpt_peer_drop(p, i, "cannot queue a round");
 	pk_lock(p);
 	round_finished(p, r->round);
-	atomic_fetch_add(&p->lost, 1);
+	if (r->holder >= 0 && r->holder < p->p.world_size)
+		atomic_fetch_add(&p->lost[r->holder], 1);
 	pk_unlock(p);
 }
 

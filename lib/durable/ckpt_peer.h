@@ -79,9 +79,9 @@ int ft__ckpt_peer_post(struct ft__ckpt_peer *p, const struct ft__ckpt_peer_round
 uint64_t ft__ckpt_peer_sent(struct ft__ckpt_peer *p);
 /* Blocks until ft__ckpt_peer_sent() >= round (at most stall_ms past the last progress). */
 void ft__ckpt_peer_wait_sent(struct ft__ckpt_peer *p, uint64_t round);
-/* Counts the streams lost (a holder unreachable, stalled or gone): a change
- * means the holder has to get the stream again from its start. */
-uint64_t ft__ckpt_peer_lost(struct ft__ckpt_peer *p);
+/* Counts the streams to `holder` lost (it was unreachable, stalled or
+ * gone): a change means it has to get the stream again from its start. */
+uint64_t ft__ckpt_peer_lost(struct ft__ckpt_peer *p, int holder);
 
 /*
  * Fetches from `holder` its mirror of original rank owner: into img the

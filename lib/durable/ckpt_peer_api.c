@@ -36,8 +36,9 @@ int ft__ckpt_peer_open(const struct ft__ckpt_peer_params *pp, struct ft__ckpt_pe
 	pthread_condattr_destroy(&ca);
 	p->book = calloc((size_t)pp->world_size, sizeof(*p->book));
 	p->mir = calloc((size_t)pp->world_size, sizeof(*p->mir));
+	p->lost = calloc((size_t)pp->world_size, sizeof(*p->lost));
 	p->fetch.link = -1;
-	if (p->book == NULL || p->mir == NULL ||
+	if (p->book == NULL || p->mir == NULL || p->lost == NULL ||
 	    (p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
 		ft__ckpt_peer_close(p);
 		return -FT_ENOMEM;
@@ -98,6 +99,7 @@ void ft__ckpt_peer_close(struct ft__ckpt_peer *p)
 		ft__ckpt_peer_mirror_free(p->mir[r]);
 	ft__ckpt_image_free(&p->fetch.img);
 	free(p->mir);
+	free((void *)p->lost);
 	free(p->book);
 	free(p->link);
 	ft__wipe(p->token, sizeof(p->token));
@@ -176,9 +178,9 @@ uint64_t ft__ckpt_peer_sent(struct ft__ckpt_peer *p)
 	return atomic_load(&p->sent);
 }
 
-uint64_t ft__ckpt_peer_lost(struct ft__ckpt_peer *p)
+uint64_t ft__ckpt_peer_lost(struct ft__ckpt_peer *p, int holder)
 {
-	return atomic_load(&p->lost);
+	return holder >= 0 && holder < p->p.world_size ? atomic_load(&p->lost[holder]) : 0;
 }
 
 void ft__ckpt_peer_wait_sent(struct ft__ckpt_peer *p, uint64_t round)

@@ -39,6 +39,7 @@ struct pk_link {
 	size_t acc_len, acc_cap;
 	int target;             /* connected here: the rank; -1 */
 	bool held;              /* messages are waiting in ctl's buffer: its ward's mirror is busy */
+	bool stream;            /* connected here: it carried this rank's rounds */
 };
 
 /* A ward's checkpoint as its stream built it. */
@@ -87,7 +88,7 @@ struct ft__ckpt_peer {
 	uint64_t pend[PK_PENDING];      /* rounds posted, not finished (0: free) */
 	bool fin[PK_PENDING];
 	_Atomic uint64_t sent;
-	_Atomic uint64_t lost;
+	_Atomic uint64_t *lost; /* by holder: its streams from this rank lost */
 };
 
 static inline void pk_lock(struct ft__ckpt_peer *p)

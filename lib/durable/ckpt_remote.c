@@ -77,7 +77,7 @@ void ft__ckpt_route(struct ft_comm *c)
 	if (ck == NULL || ck->peer == NULL)
 		return;
 	h = ft__ckpt_peer_holder(ck->peer, c->members, c->size, c->cfg.rank);
-	lost = ft__ckpt_peer_lost(ck->peer);
+	lost = ft__ckpt_peer_lost(ck->peer, h);
 	if (h != ck->holder || c->generation != ck->route_gen) {
 		/* a new holder, or a new view (the holder may be a new incarnation) */
 		ck->route_gen = c->generation;
