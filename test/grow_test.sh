@@ -23,7 +23,8 @@
 # reduce-scatters only, which takes no newcomer (its ops' blocks are fixed
 # for the view the program knew): it never fails, and the newcomer's
 # ft_init ends with FT_EENDED with the job; programs at odds at the grow's
-# op; a forged newcomer record; sharded state; tcp;ofi_rxm.
+# op; a forged newcomer record; sharded state (its shard from its files, and
+# from its holder's memory with FTCC_CKPT_WHERE=peer); tcp;ofi_rxm.
 set -u
 B=${1:?usage: grow_test.sh BUILD_DIR}
 PY=/usr/bin/python3
@@ -140,6 +141,12 @@ row() {
 		[ -n "$why" ] || [ "$shards" = "$want" ] || why="$shards of $want ranks end with shard ok"
 		[ -n "$why" ] || [ "$restored" = "$(echo "$killed" | wc -w)" ] ||
 			why="$restored newcomers had their shard restored ok"
+		# killed after 0.4 s of 10 ms steps: its rounds had committed
+		[ -n "$why" ] || ! cat "$d"/new*.out | grep -q "restored ok: 0 blocks" ||
+			why="a newcomer restored no block"
+		[ -n "$why" ] || [ "${FTCC_CKPT_WHERE:-}" != peer ] ||
+			[ "$(find "$d/ckpt" -type f 2>/dev/null | wc -l)" = 0 ] ||
+			why="peer checkpoints wrote a file"
 	elif [ -z "$why" ] && { [ "$(echo "$models" | wc -l)" != 1 ] || [ "$(echo "$models" | awk '{print $1}')" != "$want" ]; }; then
 		why="final models differ or are missing: $models"
 	fi
@@ -270,6 +277,10 @@ for t in $(seq 1 "$TRIALS"); do
 	forged_row
 	row "4 ranks, 1 killed and back: sharded state, its shard from its running checkpoint" 4 \
 		train_sharded "300 16384 10" "1"
+	export FTCC_CKPT_WHERE=peer
+	row "4 ranks, 1 killed and back: sharded state, its shard from its holder's memory (no file)" 4 \
+		train_sharded "300 16384 10" "1"
+	unset FTCC_CKPT_WHERE
 	row "5 ranks, 3 killed; its first newcomer dies waiting, the next comes in" 5 train_rejoin "300 1000 10" "3" newcomer-dies
 	row "6 ranks, 4 and 5 back while survivor 1 dies" 6 train_rejoin "300 1000 10" "4 5" survivor-dies
 	POLICY=shrink row "shrink: 8 ranks, 6 and 7 killed, both come back" 8 train_rejoin "300 1000 10" "6 7"
