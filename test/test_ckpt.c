@@ -1440,19 +1440,38 @@ static int run_with_outside_kill(const char *cmd, int r, const char *label, cons
 	return st;
 }
 
+/* The build directory, once its examples/train_sharded is built (else the test is skipped). */
+static const char *sharded_build(void)
+{
+	const char *b = getenv("FTCC_BUILD_DIR");
+	char prog[512];
+
+	b = b != NULL && *b ? b : "build";
+	snprintf(prog, sizeof(prog), "%s/examples/train_sharded", b);
+	if (access(prog, X_OK) != 0)
+		cr_skip_test("%s is not built", prog);
+	return b;
+}
+
+/* A failed job's output, its last lines, on stderr. */
+static void show_tail(const char *out)
+{
+	char cmd[600];
+
+	snprintf(cmd, sizeof(cmd), "tail -30 '%s' 1>&2", out);
+	if (system(cmd) != 0)
+		fprintf(stderr, "(no output)\n");
+}
+
 /* outside: the rank to kill from outside once it is stepping (run_with_outside_kill), or -1. */
 static void run_sharded(const char *env, const char *run_args, const char *fault, int steps,
 			int outside, const char *late, const char *label, int want_restored)
 {
-	const char *b = getenv("FTCC_BUILD_DIR");
+	const char *b = sharded_build();
 	char cmd[2048], out[512], line[512];
 	int restored = 0, shard_ok = 0, bad = 0;
 	FILE *f;
 
-	b = b != NULL && *b ? b : "build";
-	snprintf(cmd, sizeof(cmd), "%s/examples/train_sharded", b);
-	if (access(cmd, X_OK) != 0)
-		cr_skip_test("%s is not built", cmd);
 	mk_base();
 	snprintf(out, sizeof(out), "%s/out.txt", base);
 	snprintf(cmd, sizeof(cmd),
@@ -1476,11 +1495,8 @@ static void run_sharded(const char *env, const char *run_args, const char *fault
 	}
 	fclose(f);
 	if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0 && restored == want_restored && shard_ok == 3 &&
-	      bad == 0 && !(peer && none > 0))) {
-		snprintf(cmd, sizeof(cmd), "tail -30 '%s' 1>&2", out);
-		if (system(cmd) != 0)
-			fprintf(stderr, "(no output)\n");
-	}
+	      bad == 0 && !(peer && none > 0)))
+		show_tail(out);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: job status %d", label, st);
 	cr_assert_eq(bad, 0, "%s", label);
 	cr_assert_eq(restored, want_restored, "%s: the restarted rank (and, from an export, every "
@@ -1545,14 +1561,10 @@ Test(ckpt_peer, outside_kill, .timeout = 120)
  * its own memory and the other over a link to it, and check every block. */
 Test(ckpt_peer, survivors_take_over_a_lost_shard, .timeout = 120)
 {
-	const char *b = getenv("FTCC_BUILD_DIR");
+	const char *b = sharded_build();
 	char cmd[2048], out[512];
 	int st;
 
-	b = b != NULL && *b ? b : "build";
-	snprintf(cmd, sizeof(cmd), "%s/examples/train_sharded", b);
-	if (access(cmd, X_OK) != 0)
-		cr_skip_test("%s is not built", cmd);
 	mk_base();
 	snprintf(out, sizeof(out), "%s/out.txt", base);
 	snprintf(cmd, sizeof(cmd),
@@ -1565,11 +1577,8 @@ Test(ckpt_peer, survivors_take_over_a_lost_shard, .timeout = 120)
 		  file_has(out, "rank 2 took rank 1's shard ok: 20 blocks") &&
 		  !file_has(out, "BAD") && !file_has(out, "DIFFERENT") &&
 		  file_has(out, "[0] shard ok") && file_has(out, "[2] shard ok");
-	if (!ok) {
-		snprintf(cmd, sizeof(cmd), "tail -30 '%s' 1>&2", out);
-		if (system(cmd) != 0)
-			fprintf(stderr, "(no output)\n");
-	}
+	if (!ok)
+		show_tail(out);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 124, "the job ran out of time");
 	cr_assert(ok, "both survivors took rank 1's whole shard back, exact, and went on");
 	rm_base();
