@@ -110,7 +110,7 @@ static void expect_held(unsigned char v, uint64_t round, const char *what)
 
 	/* the send returned; the holder applies what it read in its own time */
 	do {
-		rc = ft__ckpt_peer_fetch(ward, 1, 0, 0, 0, NB, 5000, &img);
+		rc = ft__ckpt_peer_fetch(ward, 1, 0, 0, 0, NB, BB, 5000, &img);
 		if (rc == 0 && img.last_round == round)
 			break;
 		if (rc == 0)
@@ -170,7 +170,7 @@ Test(ckpt_peer_unit, rounds_kept_and_fetched_exact, .timeout = 30)
 	geometry(&img, &reg);
 	cr_assert_eq(ft__ckpt_build_journal(&img, false, &head, &hlen), 0);
 	/* nothing held yet: "none" */
-	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 0, NB, 5000, &img), -FT_EIO);
+	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 0, NB, BB, 5000, &img), -FT_EIO);
 	make_round(m, 1, 0, 0x11);
 	post(m, 1, head, hlen);
 	expect_held(0x11, 1, "round 1");
@@ -178,8 +178,8 @@ Test(ckpt_peer_unit, rounds_kept_and_fetched_exact, .timeout = 30)
 	post(m, 2, NULL, 0);
 	expect_held(0x22, 2, "round 2");
 	/* a range outside the geometry: -FT_EINVAL, nothing else */
-	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 5, NB, 5000, &img), -FT_EINVAL);
-	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 3, 0, 1, 5000, &img), -FT_EINVAL);
+	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 5, NB, BB, 5000, &img), -FT_EINVAL);
+	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 3, 0, 1, BB, 5000, &img), -FT_EINVAL);
 	free(head);
 	free(m);
 	ft__ckpt_peer_close(ward);
@@ -274,10 +274,37 @@ Test(ckpt_peer_unit, forged_records_are_refused_and_the_copy_stays, .timeout = 6
 		expect_held(0x33, 1, "a new stream's HEAD alone");
 		ft__ctl_close(&forger);
 	}
-	/* and the ward's own stream goes on */
+	/* records for the ward's stream on a link its HEAD did not come on
+	 * (an old link's late ones, say) are refused: the ward's own link,
+	 * whose stream the forged HEAD replaced, is closed at its next round */
+	uint64_t lost = ft__ckpt_peer_lost(ward, 1);
 	make_round(m, 2, 1, 0x44);
 	post(m, 2, NULL, 0);
-	expect_held(0x44, 2, "after the forgeries");
+	expect_held(0x33, 1, "a round on a link without the stream's HEAD");
+	for (long end = tu_now_ms() + 5000; ft__ckpt_peer_lost(ward, 1) == lost && tu_now_ms() < end;)
+		tu_sleep_ms(2);
+	cr_assert_neq(ft__ckpt_peer_lost(ward, 1), lost, "the ward learnt its stream was lost");
+	/* the ward starts its stream again, HEAD first, and it goes on */
+	make_round(m, 3, 1, 0x55);
+	post(m, 3, head, hlen);
+	expect_held(0x55, 3, "a new stream after the forgeries");
+	/* a member that asks and asks and never reads an answer: one answer at
+	 * a time is queued for it, and the others are still served */
+	{
+		struct {
+			int32_t owner, region;
+			uint64_t first, n;
+		} ask = {0, 0, 0, NB};
+		int i = forge_link();
+		for (int k = 0; k < 500; k++)
+			if (ft__ctl_send(&forger, i, FT__CTL_CK_FETCH, 0, &ask, sizeof(ask)) != 0)
+				break;
+		expect_held(0x55, 3, "a member asking without reading its answers");
+		make_round(m, 4, 0, 0x66);
+		post(m, 4, NULL, 0);
+		expect_held(0x66, 4, "the ward's stream while a member does not read");
+		ft__ctl_close(&forger);
+	}
 	free(head);
 	free(m);
 	ft__ckpt_peer_close(ward);

@@ -347,8 +347,9 @@ static int ckpt_enable_call(struct ft_comm *c, const struct ft_ckpt_config *ucfg
 	} else if (peer != NULL) {
 		/* the survivors' book came with their state; the others learn
 		 * where this incarnation's service is from itself */
-		for (int r = 0; c->ckpt_hint_book != NULL && r < c->cfg.world_size; r++)
-			ft__ckpt_peer_set_addr(peer, r, c->ckpt_hint_book + (size_t)r * FT__CKPT_BOOK_SLOT * 8);
+		if (c->ckpt_hint_book != NULL)
+			ft__ckpt_book_unpack(peer, c->cfg.world_size,
+					     (const int64_t *)(const void *)c->ckpt_hint_book);
 		ft__ckpt_peer_announce(peer);
 	}
 

@@ -114,7 +114,6 @@ static struct pk_msg *q_new(struct ft__ckpt_peer *p, int i)
 		l->moved_ms = ft__now_ms();
 	struct pk_msg *m = &l->q[l->tail++];
 	memset(m, 0, sizeof(*m));
-	m->release = -1;
 	return m;
 }
 
@@ -196,8 +195,8 @@ void ft__ckpt_peer_drop(struct ft__ckpt_peer *p, int i, const char *why)
 			round_finished(p, m->round);
 			stream = true;
 		}
-		if (m->release >= 0 && p->mir[m->release] != NULL)
-			p->mir[m->release]->busy--;
+		if (m->release != NULL)
+			m->release->busy--;
 		free(m->own);
 	}
 	/* a stream's link closed (its holder gone, or taking nothing): its
@@ -205,11 +204,14 @@ void ft__ckpt_peer_drop(struct ft__ckpt_peer *p, int i, const char *why)
 	 * link says nothing of the stream */
 	if ((stream || l->stream) && l->target >= 0)
 		atomic_fetch_add(&p->lost[l->target], 1);
-	if (p->fetch.active && p->fetch.link == i) {
-		p->fetch.rc = -FT_EIO;
-		p->fetch.done = true;
-		p->fetch.active = false;
-		pthread_cond_broadcast(&p->cond);
+	if (p->fetch.link == i) {
+		if (p->fetch.active) {
+			p->fetch.rc = -FT_EIO;
+			p->fetch.done = true;
+			p->fetch.active = false;
+			pthread_cond_broadcast(&p->cond);
+		}
+		p->fetch.link = -1;
 	}
 	pk_unlock(p);
 	free(l->q);
@@ -268,12 +270,11 @@ static void q_flush(struct ft__ckpt_peer *p, int i)
 			l->off = 0;
 			l->head++;
 			free(m->own);
-			if (m->round != 0 || m->release >= 0) {
+			if (m->release != NULL)
+				m->release->busy--; /* the thread's own: no lock */
+			if (m->round != 0) {
 				pk_lock(p);
-				if (m->round != 0)
-					round_finished(p, m->round);
-				if (m->release >= 0 && p->mir[m->release] != NULL)
-					p->mir[m->release]->busy--;
+				round_finished(p, m->round);
 				pk_unlock(p);
 			}
 		}
@@ -281,13 +282,19 @@ static void q_flush(struct ft__ckpt_peer *p, int i)
 	l->head = l->tail = 0;
 }
 
-/* A link connected here to rank `to`: the open one, else a new one. */
-static int link_to(struct ft__ckpt_peer *p, int to)
+/*
+ * A link connected here to rank `to` for this rank's stream (stream) or
+ * for fetches and announcements: the open one of that kind, else a new
+ * one. *fresh: a new one (a stream goes on it only from its HEAD).
+ */
+static int link_to(struct ft__ckpt_peer *p, int to, bool stream, bool *fresh)
 {
 	char addr[FT__CTRL_MAX];
 
+	*fresh = false;
 	for (int i = 0; i < p->ctl.nlinks; i++)
-		if (p->ctl.links[i].fd >= 0 && p->link[i].target == to)
+		if (p->ctl.links[i].fd >= 0 && p->link[i].target == to &&
+		    p->link[i].stream == stream)
 			return i;
 	pk_lock(p);
 	snprintf(addr, sizeof(addr), "%s", p->book[to]);
@@ -297,8 +304,9 @@ static int link_to(struct ft__ckpt_peer *p, int to)
 	int i = ft__ctl_connect_start(&p->ctl, addr, to, 0);
 	if (i < 0)
 		return i;
-	p->link[i] = (struct pk_link){.target = to};
+	p->link[i] = (struct pk_link){.target = to, .stream = stream, .serial = ++p->serials};
 	p->link[i].moved_ms = ft__now_ms();
+	*fresh = true;
 	return i;
 }
 
@@ -306,8 +314,15 @@ static int link_to(struct ft__ckpt_peer *p, int to)
 
 static void do_round(struct ft__ckpt_peer *p, const struct ft__ckpt_peer_round *r)
 {
-	int i = r->holder >= 0 && r->holder != p->p.rank ? link_to(p, r->holder) : -FT_EIO;
+	bool fresh = false;
+	int i = r->holder >= 0 && r->holder != p->p.rank ? link_to(p, r->holder, true, &fresh)
+							 : -FT_EIO;
 	int rc = i < 0 ? i : 0;
+
+	/* a stream lost while this round waited: a new link takes it only from
+	 * a HEAD (the holder ties a stream to the link its HEAD came on) */
+	if (rc == 0 && fresh && r->head == NULL)
+		rc = -FT_EPEERFAILED;
 
 	if (rc == 0 && r->head != NULL)
 		rc = q_record(p, i, FT__CTL_CK_HEAD, &(struct iovec){(void *)r->head, r->head_len}, 1,
@@ -318,12 +333,11 @@ static void do_round(struct ft__ckpt_peer *p, const struct ft__ckpt_peer_round *
 		rc = q_record(p, i, FT__CTL_CK_COMMIT,
 			      &(struct iovec){(void *)r->commit, r->commit_len}, 1, NULL);
 	if (rc == 0) {
-		p->link[i].stream = true;
 		p->link[i].q[p->link[i].tail - 1].round = r->round;
 		q_flush(p, i);
 		return;
 	}
-	if (i >= 0)
+	if (i >= 0 && !fresh)
 		ft__ckpt_peer_drop(p, i, "cannot queue a round");
 	pk_lock(p);
 	round_finished(p, r->round);
@@ -397,7 +411,8 @@ static void do_fetch(struct ft__ckpt_peer *p)
 		local_answer(p, &m);
 		return;
 	}
-	i = link_to(p, holder);
+	bool fresh;
+	i = link_to(p, holder, false, &fresh);
 	struct pk_fetch_msg *own = i >= 0 ? malloc(sizeof(*own)) : NULL;
 	if (own != NULL)
 		*own = m;
@@ -422,7 +437,8 @@ static void do_announce(struct ft__ckpt_peer *p)
 	for (int r = 0; r < p->p.world_size; r++) {
 		if (r == p->p.rank)
 			continue;
-		int i = link_to(p, r);
+		bool fresh;
+		int i = link_to(p, r, false, &fresh);
 		char *a = i >= 0 ? strdup(p->ctl.addr) : NULL;
 		if (a != NULL &&
 		    q_record(p, i, FT__CTL_CK_ADDR, &(struct iovec){a, strlen(a) + 1}, 1, a) == 0)
@@ -437,9 +453,9 @@ static size_t acc_limit(struct ft__ckpt_peer *p, int i)
 	const struct ft__ctl_link *cl = &p->ctl.links[i];
 	const struct pk_mirror *mi;
 
-	if (cl->ours) /* a holder's answer: an image of up to the most blocks, or a copy */
-		return PK_HEAD_MAX + (size_t)48 * FT__CKPT_MAX_BLOCKS +
-		       (p->fetch.img.regs != NULL ? (size_t)p->fetch.img.head.block_bytes : 0);
+	if (cl->ours) /* a holder's answer: an image of up to the most blocks (its copies
+		       * go straight into the image, copies_in) */
+		return PK_HEAD_MAX + (size_t)48 * FT__CKPT_MAX_BLOCKS;
 	if (cl->peer < 0 || (mi = p->mir[cl->peer]) == NULL)
 		return PK_HEAD_MAX;
 	return PK_HEAD_MAX + FT__CKPT_HDR + (size_t)mi->img.head.block_bytes +
@@ -461,7 +477,8 @@ void ft__ckpt_peer_mirror_free(struct pk_mirror *m)
  * before it is served until the new one's first round, which saves every
  * block, commits.
  */
-static int on_head(struct ft__ckpt_peer *p, int ward, const unsigned char *rec, size_t len)
+static int on_head(struct ft__ckpt_peer *p, int ward, uint64_t serial, const unsigned char *rec,
+		   size_t len)
 {
 	struct pk_mirror *m = calloc(1, sizeof(*m)), *old = p->mir[ward];
 	int rc;
@@ -497,6 +514,7 @@ static int on_head(struct ft__ckpt_peer *p, int ward, const unsigned char *rec, 
 	} else {
 		m->prev = old;
 	}
+	m->serial = serial;
 	p->mir[ward] = m;
 	return 0;
 }
@@ -558,11 +576,10 @@ static int on_fetch(struct ft__ckpt_peer *p, int i, const unsigned char *rec, si
 		free(v);
 	}
 	if (rc == 0 && (rc = q_push(p, i, FT__CTL_CK_END, NULL, 0, NULL)) == 0) {
-		/* its copies are sent from the mirror: the ward's stream waits */
-		pk_lock(p);
+		/* its copies are sent from this mirror's memory: its ward's
+		 * stream waits until the END is written (held()) */
 		m->busy++;
-		p->link[i].q[p->link[i].tail - 1].release = f.owner;
-		pk_unlock(p);
+		p->link[i].q[p->link[i].tail - 1].release = m;
 	}
 	return rc;
 }
@@ -587,8 +604,9 @@ static int on_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec
 		if (f->img.regs != NULL)
 			return -FT_EPROTO;
 		rc = ft__ckpt_parse(rec, len, &f->img);
-		if (rc == 0 && f->img.head.rank != f->owner)
-			rc = -FT_ECORRUPT;
+		if (rc == 0 && (f->img.head.rank != f->owner ||
+				(f->block_bytes != 0 && f->img.head.block_bytes != f->block_bytes)))
+			rc = -FT_ECORRUPT; /* another rank's, or a geometry the job never had */
 		if (rc != 0) {
 			ft__ckpt_image_free(&f->img);
 			f->rc = rc == -FT_ENOMEM ? rc : -FT_ECORRUPT;
@@ -654,12 +672,16 @@ static int on_record(struct ft__ckpt_peer *p, int i, int type, const unsigned ch
 	}
 	switch (type) {
 	case FT__CTL_CK_HEAD:
-		return on_head(p, from, rec, len);
+		return on_head(p, from, p->link[i].serial, rec, len);
 	case FT__CTL_CK_COPY:
-		return on_copy(p, from, rec, len);
 	case FT__CTL_CK_COMMIT:
-		if (p->mir[from] == NULL ||
-		    ft__ckpt_parse_more(&p->mir[from]->img, rec, len) != 0)
+		/* a stream's records come on the link its HEAD came on (an old
+		 * link's late records are not the new stream's) */
+		if (p->mir[from] == NULL || p->mir[from]->serial != p->link[i].serial)
+			return -FT_EPROTO;
+		if (type == FT__CTL_CK_COPY)
+			return on_copy(p, from, rec, len);
+		if (ft__ckpt_parse_more(&p->mir[from]->img, rec, len) != 0)
 			return -FT_EPROTO;
 		ft__ckpt_peer_mirror_free(p->mir[from]->prev); /* the new stream holds every block now */
 		p->mir[from]->prev = NULL;
@@ -680,17 +702,26 @@ static int on_record(struct ft__ckpt_peer *p, int i, int type, const unsigned ch
 }
 
 /* Whether link i's messages wait: its ward's mirror is being sent to a fetcher. */
+/*
+ * Whether link i is not read for now: a link accepted here with an answer
+ * still going out on it (one at a time: a member cannot queue answer on
+ * answer without reading them), or a ward's link while a mirror of that
+ * ward is being sent from (its stream must not change what goes out).
+ */
 static bool held(struct ft__ckpt_peer *p, int i)
 {
 	int peer = p->ctl.links[i].peer;
-	bool h;
 
-	if (p->ctl.links[i].ours || peer < 0 || p->mir[peer] == NULL)
+	if (p->ctl.links[i].ours)
 		return false;
-	pk_lock(p);
-	h = p->mir[peer]->busy > 0;
-	pk_unlock(p);
-	return h;
+	if (p->link[i].head < p->link[i].tail)
+		return true;
+	if (peer < 0)
+		return false;
+	for (const struct pk_mirror *m = p->mir[peer]; m != NULL; m = m->prev)
+		if (m->busy > 0)
+			return true;
+	return false;
 }
 
 /*
@@ -731,8 +762,10 @@ static void link_read(struct ft__ckpt_peer *p, int i)
 			ft__ckpt_peer_drop(p, i, ft_strerror(rc));
 			return;
 		}
-		if (m.type == FT__CTL_HELLO)
+		if (m.type == FT__CTL_HELLO) {
+			l->serial = ++p->serials; /* a new link accepted here */
 			continue;
+		}
 		if (m.type < FT__CTL_CK_PART || m.type > FT__CTL_CK_ADDR) {
 			ft__ckpt_peer_drop(p, i, "a message of another kind");
 			return;
@@ -787,12 +820,17 @@ static void take_requests(struct ft__ckpt_peer *p)
 	r = p->reqs;
 	p->reqs = p->reqs_tail = NULL;
 	fetch = p->fetch.active && p->fetch.link < 0 && !p->fetch.done;
-	if (p->fetch.cancel && p->fetch.link >= 0) {
+	if (p->fetch.cancel) {
+		/* its link goes, and what may still come on it with it; the
+		 * caller's next fetch waits for this */
 		int i = p->fetch.link;
-		p->fetch.cancel = false;
+		p->fetch.link = -1;
 		pk_unlock(p);
-		ft__ckpt_peer_drop(p, i, "a fetch took too long");
+		if (i >= 0)
+			ft__ckpt_peer_drop(p, i, "a fetch took too long");
 		pk_lock(p);
+		p->fetch.cancel = false;
+		pthread_cond_broadcast(&p->cond);
 	}
 	pk_unlock(p);
 	if (fetch)
@@ -817,11 +855,9 @@ void *ft__ckpt_peer_main(void *arg)
 
 	if (pfd == NULL || idx == NULL) {
 		ft__error("ckpt peer: no memory for the service thread");
-		free(pfd);
-		free(idx);
-		return NULL;
+		n = -1;
 	}
-	for (;;) {
+	while (n > 0) {
 		uint64_t v;
 		int64_t now;
 
@@ -850,11 +886,18 @@ void *ft__ckpt_peer_main(void *arg)
 			int i = idx[j - 1];
 			if (p->link[i].head < p->link[i].tail)
 				pfd[j].events |= POLLOUT;
-			if (p->link[i].held)
+			if (p->link[i].held) {
+				/* not read now: not polled for its input either (a
+				 * closed one would report POLLHUP at every poll) */
 				pfd[j].events &= (short)~POLLIN;
+				if (pfd[j].events == 0)
+					pfd[j].fd = -1;
+			}
 		}
-		if (poll(pfd, (nfds_t)k, PK_POLL_MS) < 0 && errno != EINTR)
+		if (poll(pfd, (nfds_t)k, PK_POLL_MS) < 0 && errno != EINTR) {
+			ft__error("ckpt peer: poll: %s", strerror(errno));
 			break;
+		}
 		if (pfd[0].revents & POLLIN)
 			ft__ctl_accept(&p->ctl);
 		for (int j = 1; j < k - 1; j++) {
@@ -867,6 +910,11 @@ void *ft__ckpt_peer_main(void *arg)
 				q_flush(p, i);
 		}
 	}
+	/* no round goes out any more: nobody waits for one */
+	pk_lock(p);
+	p->dead = true;
+	pthread_cond_broadcast(&p->cond);
+	pk_unlock(p);
 	free(pfd);
 	free(idx);
 	return NULL;

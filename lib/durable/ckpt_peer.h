@@ -84,17 +84,20 @@ void ft__ckpt_peer_wait_sent(struct ft__ckpt_peer *p, uint64_t round);
 uint64_t ft__ckpt_peer_lost(struct ft__ckpt_peer *p, int holder);
 
 /*
- * Fetches from `holder` its mirror of original rank owner: into img the
- * owner's geometry and table (HEAD, SNAP) and, when nblocks > 0, the
- * newest committed copy of blocks [first, first + nblocks) of the region
- * at position reg_pos... of registration index `region` (in img->mem, read
- * by ft__ckpt_read_block as from files). 0; -FT_EIO when the holder cannot
- * be reached, answers nothing within timeout_ms, or holds no copy of owner;
+ * Fetches from `holder` (this rank too) its copy of original rank owner's
+ * checkpoint: into img the owner's geometry and table (HEAD, SNAP) and,
+ * when nblocks > 0, the newest committed copy of blocks [first, first +
+ * nblocks) of the region of registration index `region`, in img->mem (read
+ * by ft__ckpt_read_block as from files, every copy checked then).
+ * block_bytes: the block size the job agreed on (an answer of another is
+ * refused), 0 any. 0; -FT_EIO when the holder cannot be reached, answers
+ * nothing within timeout_ms, or holds no committed round of owner;
  * -FT_ECORRUPT when its answer does not check; -FT_EINVAL for a region or
  * range the owner's geometry does not have.
  */
 int ft__ckpt_peer_fetch(struct ft__ckpt_peer *p, int holder, int owner, int region, size_t first,
-			size_t nblocks, int timeout_ms, struct ft__ckpt_image *img);
+			size_t nblocks, size_t block_bytes, int timeout_ms,
+			struct ft__ckpt_image *img);
 
 /*
  * The holder of original rank `ward` among the members (original ranks,

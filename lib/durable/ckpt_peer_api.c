@@ -186,13 +186,13 @@ uint64_t ft__ckpt_peer_lost(struct ft__ckpt_peer *p, int holder)
 void ft__ckpt_peer_wait_sent(struct ft__ckpt_peer *p, uint64_t round)
 {
 	pk_lock(p);
-	while (atomic_load(&p->sent) < round && !p->stop)
+	while (atomic_load(&p->sent) < round && !p->stop && !p->dead)
 		pthread_cond_wait(&p->cond, &p->lock);
 	pk_unlock(p);
 }
 
 int ft__ckpt_peer_fetch(struct ft__ckpt_peer *p, int holder, int owner, int region, size_t first,
-			size_t nblocks, int timeout_ms, struct ft__ckpt_image *img)
+			size_t nblocks, size_t block_bytes, int timeout_ms, struct ft__ckpt_image *img)
 {
 	struct timespec end;
 	int rc;
@@ -208,13 +208,16 @@ int ft__ckpt_peer_fetch(struct ft__ckpt_peer *p, int holder, int owner, int regi
 		end.tv_nsec -= 1000000000L;
 	}
 	pk_lock(p);
+	while (p->fetch.cancel && !p->dead)
+		pthread_cond_wait(&p->cond, &p->lock); /* the last one's link is not gone yet */
 	ft__ckpt_image_free(&p->fetch.img);
-	p->fetch = (struct pk_fetch){.active = true, .link = -1, .holder = holder, .owner = owner,
-				     .region = region, .first = first, .n = nblocks};
+	p->fetch = (struct pk_fetch){.seq = p->fetch.seq + 1, .active = true, .link = -1,
+				     .holder = holder, .owner = owner, .region = region,
+				     .first = first, .n = nblocks, .block_bytes = block_bytes};
 	pk_unlock(p);
 	pk_wake(p);
 	pk_lock(p);
-	while (!p->fetch.done && !p->stop)
+	while (!p->fetch.done && !p->stop && !p->dead)
 		if (pthread_cond_timedwait(&p->cond, &p->lock, &end) == ETIMEDOUT && !p->fetch.done) {
 			p->fetch.cancel = true;
 			p->fetch.rc = -FT_EIO;

@@ -26,7 +26,8 @@ struct pk_msg {
 	size_t len;             /* the payload: the segments' bytes */
 	void *own;
 	uint64_t round;         /* nonzero: the last message of that round */
-	int release;            /* >= 0: the last message of a reply read from that ward's mirror */
+	struct pk_mirror *release; /* the last message of a reply sent from that mirror's
+				    * memory: it is busy until then */
 };
 
 /* This service's side of control link i. */
@@ -38,8 +39,10 @@ struct pk_link {
 	unsigned char *acc;     /* the record being received */
 	size_t acc_len, acc_cap;
 	int target;             /* connected here: the rank; -1 */
-	bool held;              /* messages are waiting in ctl's buffer: its ward's mirror is busy */
-	bool stream;            /* connected here: it carried this rank's rounds */
+	bool held;              /* messages wait in ctl's buffer (held()) */
+	bool stream;            /* connected here: this rank's rounds go on it (a fetch,
+				 * an announcement: a link of their own) */
+	uint64_t serial;        /* this service's number for the link (a stream is its link's) */
 };
 
 /* A ward's checkpoint as its stream built it. */
@@ -48,6 +51,7 @@ struct pk_mirror {
 	int busy;               /* replies still being written from its memory */
 	struct pk_mirror *prev; /* the stream before this one, served until this one's
 				 * first round commits (that round holds every block) */
+	uint64_t serial;        /* the link its HEAD came on: the stream's records come on it */
 };
 
 enum { RQ_ROUND = 1, RQ_FETCH, RQ_ANNOUNCE };
@@ -59,10 +63,12 @@ struct pk_req {
 };
 
 struct pk_fetch {
+	uint64_t seq;           /* which fetch (a cancelled one's answer is nobody's) */
 	bool active, done, cancel;
 	int link, holder, owner, region, rc;
 	size_t first, n;
 	size_t got, want;       /* bytes of the copies received, expected (n x stride) */
+	size_t block_bytes;     /* the block size the caller expects (0: any) */
 	unsigned char *into;    /* where they go: the image's memory */
 	struct ft__ckpt_image img;
 };
@@ -80,8 +86,9 @@ struct ft__ckpt_peer {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int wake_fd;
+	uint64_t serials;       /* links numbered so far */
 	/* under lock */
-	bool stop;
+	bool stop, dead;        /* dead: the thread has ended (no round is sent any more) */
 	struct pk_req *reqs, *reqs_tail;
 	char (*book)[FT__CTRL_MAX];
 	struct pk_fetch fetch;

@@ -45,11 +45,14 @@ void ft__ckpt_book_pack(const struct ft__ckpt_peer *p, int rank, int64_t *slots)
 	memcpy(slots + (size_t)rank * FT__CKPT_BOOK_SLOT, a, sizeof(a));
 }
 
+/* (also the book a rejoined rank gets with the survivors' state, the same
+ * layout: each slot's text cut at its end, NUL or not) */
 void ft__ckpt_book_unpack(struct ft__ckpt_peer *p, int world_size, const int64_t *slots)
 {
 	for (int r = 0; r < world_size; r++) {
 		char a[FT__CKPT_BOOK_SLOT * 8 + 1];
-		memcpy(a, slots + (size_t)r * FT__CKPT_BOOK_SLOT, FT__CKPT_BOOK_SLOT * 8);
+		memcpy(a, (const char *)slots + (size_t)r * FT__CKPT_BOOK_SLOT * 8,
+		       FT__CKPT_BOOK_SLOT * 8);
 		a[sizeof(a) - 1] = '\0';
 		ft__ckpt_peer_set_addr(p, r, a);
 	}
@@ -77,6 +80,13 @@ void ft__ckpt_route(struct ft_comm *c)
 	if (ck == NULL || ck->peer == NULL)
 		return;
 	h = ft__ckpt_peer_holder(ck->peer, c->members, c->size, c->cfg.rank);
+	if (h < 0) {
+		/* nobody to hold it (this rank alone): no stream, and no round
+		 * saves every block for one */
+		ck->holder = -1;
+		ck->stream_new = false;
+		return;
+	}
 	lost = ft__ckpt_peer_lost(ck->peer, h);
 	if (h != ck->holder || c->generation != ck->route_gen) {
 		/* a new holder, or a new view (the holder may be a new incarnation) */
@@ -122,7 +132,8 @@ int ft__ckpt_fetch(struct ft_comm *c, int owner, int region, size_t first, size_
 		int h = k < 0 ? first_holder : c->members[(c->rank + 1 + k) % c->size];
 		if (h < 0 || (k >= 0 && h == first_holder))
 			continue;
-		rc = ft__ckpt_peer_fetch(p, h, owner, region, first, n, timeout, img);
+		rc = ft__ckpt_peer_fetch(p, h, owner, region, first, n, c->ckpt->cfg.block_bytes,
+					 timeout, img);
 		if (rc == 0 &&
 		    (img->head.job_hash != ft__jnl_job_hash(c->cfg.job_id) ||
 		     img->head.nonce != c->job_nonce)) {
