@@ -22,7 +22,8 @@
  * five times and prints the median: from rank 1's holder's memory (peer),
  * or from rank 1's files with their pages dropped from the page cache
  * first (disk: what a host without them in memory reads), and with them
- * cached ("disk-warm").
+ * cached. Under disk+peer, rank 1's files are on this host, and they are
+ * read (a rank without them here would ask the holder).
  */
 
 static double now_ms(void)
@@ -142,8 +143,9 @@ int main(int argc, char **argv)
 			qsort(r, 5, sizeof(double), cmp_d);
 			printf("ckpt_bench: restore of rank 1's shard (%zu blocks) from %s: median "
 			       "%.2f ms (min %.2f, max %.2f)%s\n", nb,
-			       !disk ? "its holder's memory" : pass == 0 ? "disk (pages dropped)"
-									 : "disk (pages cached)",
+			       strcmp(where, "peer") == 0 ? "its holder's memory"
+			       : !disk ? "its files, found on this host (pages cached)"
+			       : pass == 0 ? "disk (pages dropped)" : "disk (pages cached)",
 			       r[2], r[0], r[4], rc ? ft_strerror(rc) : "");
 		}
 	}
