@@ -193,6 +193,11 @@ static int connect_left(void)
 			i = ft__ctl_connect(c, ft__det_addr(w.d), ME, 0, ft__ms_left(end));
 			continue;
 		}
+		/* the call that reads the ACK sends the PROOF and reads on: with
+		 * heartbeats every millisecond the detector's first one may come
+		 * back in that same call (CI saw it once on a loaded host) */
+		if (rc == 1 && c->links[i].proved)
+			break;
 		cr_assert_eq(rc, 0, "LEFT's link to the detector: %s", ft_err_name(rc));
 	}
 	cr_assert(i < 0 || c->links[i].proved, "the detector never answered LEFT's hello");
