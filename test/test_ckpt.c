@@ -1656,6 +1656,14 @@ Test(ckpt_rejoin, fabric_tcp_kills, .timeout = 200)
 		    "fabric tcp: outside kill", 1);
 }
 
+/* the data over libfabric, the rounds to the holder over its control link */
+Test(ckpt_peer, fabric_tcp_kill, .timeout = 120)
+{
+	fabric_or_skip("tcp;ofi_rxm");
+	run_sharded("FTCC_CKPT_WHERE=peer FTCC_TRANSPORT=fabric FI_PROVIDER='tcp;ofi_rxm'", "--restart",
+		    "rank=1,op=30,action=kill", 60, -1, "", "peer, fabric tcp: kill at op 30", 1);
+}
+
 Test(ckpt_rejoin, fabric_shm_kill, .timeout = 120)
 {
 	fabric_or_skip("shm");
