@@ -584,8 +584,10 @@ static int owner_image(struct ft_comm *c, int owner, int region, size_t first, s
 	char dir[PATH_MAX];
 	int rc;
 
-	if (ck != NULL && owner == c->cfg.rank && ck->nreg > 0 && ck->disk &&
-	    (ck->img.last_round > 0 || !peer)) {
+	/* its own geometry is always its own table's, and so are its blocks
+	 * while its files hold its rounds */
+	if (ck != NULL && owner == c->cfg.rank && ck->nreg > 0 &&
+	    (n == 0 || (ck->disk && (ck->img.last_round > 0 || !peer)))) {
 		*img = &ck->img;
 		return 0;
 	}
@@ -609,13 +611,7 @@ static int owner_image(struct ft_comm *c, int owner, int region, size_t first, s
 	*img = tmp;
 	return 0;
 fetch:
-	rc = ft__ckpt_fetch(c, owner, region, first, n, tmp);
-	if (rc == -FT_EIO && n == 0 && ck != NULL && owner == c->cfg.rank && ck->nreg > 0) {
-		/* asked for its geometry, and no holder has a round of it: its own */
-		*img = &ck->img;
-		return 0;
-	}
-	if (rc != 0)
+	if ((rc = ft__ckpt_fetch(c, owner, region, first, n, tmp)) != 0)
 		return rc;
 	*img = tmp;
 	return 0;
@@ -824,16 +820,13 @@ static int restore_own(struct ft_comm *c)
 		ck->restore_rc = rc;
 		return rc;
 	}
-	if (ck->img.last_round == 0 && ck->peer != NULL) {
-		/* no round of its own here (another host, or no files): its
-		 * holder's copy, unless nobody has one */
-		rc = restore_regions(c, &sum);
-		if (rc != -FT_EIO)
-			goto done;
-		sum = (struct ft_restore_info){0};
-		rc = 0;
-	}
+	/* no round of its own here (another host, or no files): its holder's
+	 * copy, unless nobody has one */
+	if (ck->img.last_round == 0 && ck->peer != NULL &&
+	    (rc = restore_regions(c, &sum)) != -FT_EIO)
+		goto done;
 	if (ck->img.last_round == 0) {
+		memset(&sum, 0, sizeof(sum));
 		/* the earlier incarnation died before its first round counted (in
 		 * ft_init, say): there is nothing to restore; the shards stay as
 		 * this process's application set them, every update since step 0

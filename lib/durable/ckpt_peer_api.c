@@ -16,7 +16,6 @@
 int ft__ckpt_peer_open(const struct ft__ckpt_peer_params *pp, struct ft__ckpt_peer **out)
 {
 	struct ft__ckpt_peer *p = calloc(1, sizeof(*p));
-	pthread_condattr_t ca;
 	int rc;
 
 	*out = NULL;
@@ -29,11 +28,15 @@ int ft__ckpt_peer_open(const struct ft__ckpt_peer_params *pp, struct ft__ckpt_pe
 	p->p.job_id = p->job_id;
 	p->p.token = p->token;
 	p->job_hash = ft__jnl_job_hash(pp->job_id);
-	pthread_mutex_init(&p->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&p->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	if (pthread_mutex_init(&p->lock, NULL) != 0) {
+		free(p);
+		return -FT_ENOMEM;
+	}
+	if (ft__cond_init_monotonic(&p->cond) != 0) {
+		pthread_mutex_destroy(&p->lock);
+		free(p);
+		return -FT_ENOMEM;
+	}
 	p->book = calloc((size_t)pp->world_size, sizeof(*p->book));
 	p->mir = calloc((size_t)pp->world_size, sizeof(*p->mir));
 	p->lost = calloc((size_t)pp->world_size, sizeof(*p->lost));

@@ -275,7 +275,7 @@ static void start_commit_write(struct ft__ckpt *ck, struct ck_round *r, size_t l
 	r->jpos0 = ck->jpos;
 	ck->jpos += len;
 	r->phase = R_COMMITTING;
-	r->left = behind ? r->left + 1 : 1 + (size_t)r->peer_due;
+	r->left = behind ? r->left + 1 : 1; /* not behind: everything else is done, the send too */
 	set_io(&r->jio, r, FT__AIO_WRITE, ck->jfd, r->rec, len, NULL, 0, r->jpos0);
 	r->jio.after_all = behind;
 	ft__aio_start(&ck->aio, &r->jio);

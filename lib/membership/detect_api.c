@@ -36,7 +36,6 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 				    /* at a view change every member may open one at once */
 				    .strangers = p->world_size + FT__CTL_LINKS,
 				    .hello_ms = ft__ctl_hello_ms(p->detect_timeout_ms)};
-	pthread_condattr_t ca;
 	int rc;
 
 	*out = NULL;
@@ -57,15 +56,7 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	if (rc != 0)
 		goto fail_pthread;
 	d->lock_made = true;
-	rc = pthread_condattr_init(&ca);
-	if (rc != 0)
-		goto fail_pthread;
-	/* timed waits are against CLOCK_MONOTONIC, like every deadline here */
-	rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	if (rc == 0)
-		rc = pthread_cond_init(&d->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	if (rc != 0)
+	if ((rc = ft__cond_init_monotonic(&d->cond)) != 0)
 		goto fail_pthread;
 	d->cond_made = true;
 	d->failed = calloc((size_t)p->world_size, sizeof(bool));

@@ -4,6 +4,7 @@
 #define FTCC_INTERNAL_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -74,6 +75,22 @@ static inline int ft__ms_left(int64_t deadline_ms)
 {
 	int64_t left = deadline_ms - ft__now_ms();
 	return left < 0 ? 0 : (left > 1000000000 ? 1000000000 : (int)left);
+}
+
+/* A condition variable whose timed waits are against CLOCK_MONOTONIC, like
+ * every deadline here: 0 or the pthread error. */
+static inline int ft__cond_init_monotonic(pthread_cond_t *cond)
+{
+	pthread_condattr_t ca;
+	int rc = pthread_condattr_init(&ca);
+
+	if (rc != 0)
+		return rc;
+	rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (rc == 0)
+		rc = pthread_cond_init(cond, &ca);
+	pthread_condattr_destroy(&ca);
+	return rc;
 }
 
 #endif
