@@ -54,7 +54,7 @@ struct pk_mirror {
 	uint64_t serial;        /* the link its HEAD came on: the stream's records come on it */
 };
 
-enum { RQ_ROUND = 1, RQ_FETCH, RQ_ANNOUNCE };
+enum { RQ_ROUND = 1, RQ_ANNOUNCE }; /* a fetch is the one pk_fetch, not a request */
 
 struct pk_req {
 	int kind;
