@@ -53,7 +53,7 @@ TORCH_PY ?= /usr/bin/python3
 ifeq ($(origin HAVE_TORCH),undefined)
 HAVE_TORCH := $(shell test -f /usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp && \
 	test -f /usr/include/pybind11/pybind11.h && $(TORCH_PY) -c 'import torch' >/dev/null 2>&1 && echo 1)
-NO_TORCH := Debian's PyTorch is not installed (python3-torch libtorch-dev pybind11-dev: make deps-torch)
+NO_TORCH := the PyTorch of Debian is not installed (python3-torch libtorch-dev pybind11-dev: make deps-torch)
 else
 NO_TORCH := HAVE_TORCH=$(HAVE_TORCH) was set by hand
 endif
