@@ -147,11 +147,11 @@ static void init_fault(struct ft_comm *c, enum ft__fault_phase phase)
 }
 
 /* Whether a new incarnation of a rank the job went on without is taken
- * back (rejoin and shrink, over the file rendezvous: README, "Growing
+ * back (rejoin and shrink, over either membership: README, "Growing
  * back"): it then finds the running job in ft_init. */
 static bool grows(const struct ft_comm *c)
 {
-	return c->cfg.policy != FT_POLICY_ABORT && strcmp(c->cfg.membership, "inband") != 0;
+	return c->cfg.policy != FT_POLICY_ABORT;
 }
 
 static int comm_join(struct ft_comm *c)

@@ -24,7 +24,8 @@
 # for the view the program knew): it never fails, and the newcomer's
 # ft_init ends with FT_EENDED with the job; programs at odds at the grow's
 # op; a forged newcomer record; sharded state (its shard from its files, and
-# from its holder's memory with FTCC_CKPT_WHERE=peer); tcp;ofi_rxm.
+# from its holder's memory with FTCC_CKPT_WHERE=peer); tcp;ofi_rxm; the
+# in-band membership (ftcc-run's store: no rendezvous directory).
 set -u
 B=${1:?usage: grow_test.sh BUILD_DIR}
 PY=/usr/bin/python3
@@ -79,6 +80,17 @@ row() {
 	# view already lacks them)
 	if ! wait_for "$d/trace/rank$low.json" "\"contributors\":$short," 30; then
 		why="the survivors never ran without the killed ranks"
+	fi
+	unset FTCC_STORE
+	if [ "${FTCC_MEMBERSHIP:-}" = inband ] && [ -z "$why" ]; then
+		# the newcomers find the job through ftcc-run's address store, as
+		# its ranks did: its address from a survivor's environment
+		FTCC_STORE=$(pgrep -f "$B/examples/$prog" | while read -r p; do
+			tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "FTCC_JOB_ID=grow-$rows-$$" &&
+				tr '\0' '\n' <"/proc/$p/environ" | sed -n 's/^FTCC_STORE=//p'
+		done | head -1)
+		export FTCC_STORE
+		[ -n "$FTCC_STORE" ] || why="no survivor shows ftcc-run's store"
 	fi
 	local pids="" first=1
 	for r in $killed; do
@@ -289,6 +301,15 @@ for t in $(seq 1 "$TRIALS"); do
 	export FTCC_TRANSPORT=fabric FI_PROVIDER="tcp;ofi_rxm"
 	row "8 ranks over tcp;ofi_rxm, 5 killed and back" 8 train_rejoin "300 1000 10" "5"
 	unset FTCC_TRANSPORT FI_PROVIDER
+	# no shared file system: views settled in-band, the newcomers find the
+	# job through ftcc-run's store, shards from the holders' memory
+	export FTCC_MEMBERSHIP=inband
+	row "in-band: 8 ranks, 6 and 7 killed, both come back" 8 train_rejoin "300 1000 10" "6 7"
+	POLICY=shrink row "in-band, shrink: 4 ranks, 2 killed and back: steps of several collectives" 4 \
+		train_steps "300 4096 10" "2"
+	FTCC_CKPT_WHERE=peer row "in-band: 4 ranks, 1 killed and back: its shard from its holder's memory" \
+		4 train_sharded "300 16384 10" "1"
+	unset FTCC_MEMBERSHIP FTCC_STORE
 done
 say "grow: $((ran - fails)) of $ran rows passed"
 [ $fails = 0 ]

@@ -9,7 +9,7 @@
 
 #include "testutil.h"
 
-#define STEPS 400
+static int steps_n = 400;
 
 /* A peer list of loopback ports the test holds (testutil.c), no rendezvous
  * in the control plane: every job here is in-band. */
@@ -31,6 +31,13 @@ static void rejoin(struct ft_config *cfg, int rank)
 	cfg->detect_timeout_ms = 500;
 }
 
+static void shrink(struct ft_config *cfg, int rank)
+{
+	(void)rank;
+	cfg->policy = FT_POLICY_SHRINK;
+	cfg->detect_timeout_ms = 500;
+}
+
 static void mark(const char *dir, const char *what, int rank)
 {
 	char path[400];
@@ -40,11 +47,12 @@ static void mark(const char *dir, const char *what, int rank)
 }
 
 /*
- * STEPS in-place allreduces of (rank + 1) * (step + 1), each result checked:
- * a new incarnation resumes at the op ft_rejoined names (op s + 1 is step
- * s), so every step's sum is the whole world's. Writes running-R once the
- * job runs, short-R when an op ran with fewer than all, and exits 4 on a
- * wrong sum.
+ * steps_n in-place allreduces of (rank + 1) * (step + 1), each result
+ * checked: a new incarnation resumes at the op ft_rejoined names (op s + 1
+ * is step s), so every step's sum is the whole world's. Writes running-R
+ * once the job runs, short-R when an op ran with fewer than all, whole-R
+ * when a new incarnation ran one with all, last-R when the last step had
+ * all, and exits 4 on a wrong sum.
  */
 static int steps(struct ft_comm *comm, int rank, int n, void *arg)
 {
@@ -53,7 +61,7 @@ static int steps(struct ft_comm *comm, int rank, int n, void *arg)
 	int first = ft_rejoined(comm, &next) == 1 ? (int)next - 1 : 0;
 
 	mark(dir, "running", rank);
-	for (int s = first; s < STEPS; s++) {
+	for (int s = first; s < steps_n; s++) {
 		int64_t v = (int64_t)(rank + 1) * (s + 1), want = (int64_t)n * (n + 1) / 2 * (s + 1);
 		struct ft_op_info info;
 		if (ft_allreduce(comm, FT_IN_PLACE, &v, 1, FT_INT64, FT_SUM, &info) != 0)
@@ -62,6 +70,10 @@ static int steps(struct ft_comm *comm, int rank, int n, void *arg)
 			mark(dir, "short", rank);
 			continue; /* shrink's lossy sum: not checked */
 		}
+		if (first > 0)
+			mark(dir, "whole", rank);
+		if (s == steps_n - 1)
+			mark(dir, "last", rank);
 		if (v != want) {
 			fprintf(stderr, "rank %d step %d: %lld, not %lld\n", rank, s, (long long)v,
 				(long long)want);
@@ -160,28 +172,72 @@ Test(inband_rejoin, a_rank_started_after_its_job_ended_is_told, .timeout = 120)
 	tu_job_cleanup(&job);
 }
 
-/* The rejoin timeout 0: the survivors go on without rank 2 at once. Its new
- * incarnation hears a view without it and is sent away at once
- * (-FT_EEXCLUDED: in-band does not grow back), the survivors unharmed. */
-Test(inband_rejoin, a_rank_too_late_is_sent_away_at_once, .timeout = 120)
+/*
+ * Growing back: the survivors go on without the killed ranks at once (the
+ * rejoin timeout 0, or shrink). Their new incarnations, started once the
+ * job ran short, find it by asking and are taken in at its next op
+ * boundary: each runs steps with every rank in them, exact, and the job's
+ * last step has every rank. The survivors are unharmed.
+ */
+static void grow_back(int n, const int *victims, int nv, void (*policy)(struct ft_config *, int))
 {
 	struct tu_job job;
-	int killed[4] = {0, 0, 1, 0};
+	int killed[8] = {0};
 	int64_t ms;
-
-	rejoin_timeout_ms = 0;
-	inband_job(&job, 4);
-	for (int r = 0; r < 4; r++)
-		tu_spawn(&job, r, steps, job.dir, rejoin);
-	wait_running(&job, "running", 4);
-	kill(job.pids[2], SIGKILL);
-	wait_dead(job.pids[2]);
 	char path[400];
+
+	cr_assert_leq(n, 8);
+	rejoin_timeout_ms = 0;
+	steps_n = 1500;
+	inband_job(&job, n);
+	for (int r = 0; r < n; r++)
+		tu_spawn(&job, r, steps, job.dir, policy);
+	wait_running(&job, "running", n);
+	for (int k = 0; k < nv; k++) {
+		killed[victims[k]] = 1;
+		kill(job.pids[victims[k]], SIGKILL);
+	}
+	for (int k = 0; k < nv; k++)
+		wait_dead(job.pids[victims[k]]);
 	snprintf(path, sizeof(path), "%s/short-0", job.dir);
 	cr_assert(tu_wait_file(path, tu_now_ms() + 30000), "the survivors never went on");
-	cr_expect_eq(tu_start_again(&job, 2, 1, rejoin, steps, job.dir, &ms), -FT_EEXCLUDED,
-		     "the late incarnation was not sent away");
-	cr_expect_lt(ms, 5000, "it took %lld ms", (long long)ms);
+	/* the newcomers at once, each in a process of its own */
+	pid_t np[8];
+	for (int k = 0; k < nv; k++) {
+		np[k] = fork();
+		cr_assert_geq(np[k], 0);
+		if (np[k] == 0)
+			_exit(tu_start_again(&job, victims[k], 1, policy, steps, job.dir, &ms) == 0 ? 0
+												     : 1);
+	}
+	for (int k = 0; k < nv; k++) {
+		int st;
+		cr_assert_eq(waitpid(np[k], &st, 0), np[k]);
+		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			  "rank %d's new incarnation was not taken back, or failed", victims[k]);
+		snprintf(path, sizeof(path), "%s/whole-%d", job.dir, victims[k]);
+		cr_expect_eq(access(path, F_OK), 0, "rank %d ran no step with every rank",
+			     victims[k]);
+	}
 	cr_expect_eq(tu_wait(&job, 60000, killed), 0, "a survivor failed");
+	for (int r = 0; r < n; r++) {
+		snprintf(path, sizeof(path), "%s/last-%d", job.dir, r);
+		cr_expect_eq(access(path, F_OK), 0, "rank %d's last step had not every rank", r);
+	}
 	tu_job_cleanup(&job);
+	steps_n = 400;
+}
+
+Test(inband_rejoin, a_rank_after_the_rejoin_timeout_grows_the_job_back, .timeout = 120)
+{
+	int victims[1] = {2};
+
+	grow_back(4, victims, 1, rejoin);
+}
+
+Test(inband_rejoin, shrink_grows_back_two_of_eight, .timeout = 120)
+{
+	int victims[2] = {3, 6};
+
+	grow_back(8, victims, 2, shrink);
 }

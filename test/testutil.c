@@ -36,7 +36,8 @@ void tu_config(const struct tu_job *job, int rank, struct ft_config *cfg)
 		snprintf(cfg->peers, sizeof(cfg->peers), "%s", job->peers);
 	}
 	cfg->connect_timeout_ms = 20000;
-	cfg->log_level = 0;
+	/* FTCC_TEST_LOG_LEVEL: a failing test's story (3: every info line) */
+	cfg->log_level = getenv("FTCC_TEST_LOG_LEVEL") != NULL ? atoi(getenv("FTCC_TEST_LOG_LEVEL")) : 0;
 }
 
 void tu_job_init(struct tu_job *job, int n)

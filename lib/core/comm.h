@@ -85,7 +85,7 @@ struct ft_comm {
 
 	uint64_t job_nonce;             /* this job's (generation 0's view) */
 	bool finalizing;
-	bool grows;             /* growing back is on (init.c: shrink, rejoin; file rendezvous) */
+	bool grows;             /* growing back is on (init.c: shrink, rejoin) */
 
 	/* new incarnations (comm.c, state.c) */
 	bool rejoined;                  /* this process rejoined a running job */

@@ -978,14 +978,11 @@ void *ft__det_main(void *arg)
 		bool mb_ready = false;
 		for (int j = 0; j < nm; j++)
 			mb_ready |= pfd[n + j].revents != 0;
-		if (mb_ready && !d->out) {
-			/* another rank asks about a newer generation: a failure
-			 * this rank has not heard of yet */
-			uint32_t asked = ft__mb_pump(d->p.mb);
-			if (asked > d->gen && d->target == 0) {
-				ft__info("detector: rank asked about generation %u: recovering", asked);
-				start_recovery(d);
-			}
+		/* another rank asks about a newer generation (detect_grow.c) */
+		uint32_t asked = mb_ready && !d->out ? ft__mb_pump(d->p.mb) : d->asked;
+		if (!d->out && ft__det_asked(d, asked, ft__now_ms())) {
+			ft__info("detector: rank asked about generation %u: recovering", asked);
+			start_recovery(d);
 		}
 	}
 	free(pfd);

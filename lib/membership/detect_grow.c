@@ -209,3 +209,34 @@ int ft__det_newcomers(struct ft__det *d, int *back, int nback, bool lost)
 	}
 	return nback;
 }
+
+/*
+ * Another rank asked about generation `asked` (the in-band membership: its
+ * COLLECT; 0 none): a failure this rank has not heard of, or a grow, whose
+ * coordinator asks at the grow's op. Whether to start recovering now: at
+ * once on a failure known here. A grow is started by its own paths (the
+ * main thread at the grow's op, or the notice once that op began): a
+ * COLLECT that comes before the main thread left the op before must not
+ * stop that op, for the grown view begins at the op after it on every
+ * member. Asked with neither a failure nor a plan known for
+ * detect_timeout_ms: a failure this rank never heard of; it starts then.
+ */
+bool ft__det_asked(struct ft__det *d, uint32_t asked, int64_t now)
+{
+	bool failed = false, planned;
+
+	if (asked <= d->gen || d->target != 0) {
+		d->asked = 0;
+		return false;
+	}
+	if (d->asked != asked) {
+		d->asked = asked;
+		d->asked_ms = now;
+	}
+	lock(d);
+	for (int i = 0; i < d->size; i++)
+		failed |= d->failed[d->members[i]];
+	planned = d->grow_gen == d->gen && d->grow_at != 0;
+	unlock(d);
+	return failed || (!planned && now - d->asked_ms >= d->p.detect_timeout_ms);
+}

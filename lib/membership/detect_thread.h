@@ -61,6 +61,8 @@ struct ft__det {
 	int64_t recover_ms;
 	bool published;
 	bool growing;           /* the recovery under way began as a grow (no failure) */
+	uint32_t asked;         /* a later generation another rank asked about, 0 none */
+	int64_t asked_ms;       /* ... since then */
 	bool grow_lost;         /* ... and has since seen a member lost */
 	bool out;               /* excluded: only waits to be stopped */
 	bool proven;            /* some control link passed both hellos' proofs */
@@ -96,6 +98,7 @@ int ft__det_grow_note(struct ft__det *d, uint32_t gen, uint64_t at);
 int ft__det_grow_command(struct ft__det *d, uint64_t *at);
 void ft__det_grow_lost(struct ft__det *d, bool lost, int64_t now);
 int ft__det_newcomers(struct ft__det *d, int *back, int nback, bool lost);
+bool ft__det_asked(struct ft__det *d, uint32_t asked, int64_t now);
 
 /* A default mutex cannot fail to lock or unlock when used correctly. */
 static inline void lock(struct ft__det *d)

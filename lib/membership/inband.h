@@ -334,6 +334,7 @@ void ft__ib_tell_newcomers(struct inband *b, uint32_t gen, const struct ib_value
 void ft__ib_install_fresh(struct inband *b, uint32_t gen, const struct ib_value *v);
 void ft__ib_newcomer_tick(struct inband *b);
 int ft__ib_newcomer_view(struct inband *b, uint32_t gen, const struct ft__view **view);
+int ft__ib_lookup_unsettled(const struct inband *b, uint32_t gen, int orig, struct ft__member *m);
 
 /* inband_backend.c: the launcher's word (ft__ib_coordinate asks it) */
 bool ft__ib_launchers_word(struct inband *b);

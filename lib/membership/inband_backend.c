@@ -356,6 +356,17 @@ static bool reaches(const struct inband *b, const struct ft__view *v)
 	return false;
 }
 
+/* Every other member of v answered this newcomer's ASK: none of them holds
+ * a newer view (a later one is settled among v's members), so the ranks
+ * left (dead, or newcomers, which answer nothing) are not waited for. */
+static bool members_answered(const struct inband *b, const struct ft__view *v)
+{
+	for (int k = 0; k < v->size; k++)
+		if (v->members[k] != b->rank && !b->r[v->members[k]].answered)
+			return false;
+	return true;
+}
+
 /*
  * A new incarnation's look for its job (inband_rejoin.c's top): 1 and *latest, the
  * newest view its members told; 0 for a first incarnation; -FT_EENDED when
@@ -408,7 +419,7 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 			first = now;
 		if (again)
 			asked_ms = now;
-		if (held && (all || now - first >= ANSWER_MS))
+		if (held && (all || members_answered(b, newest_view(b)) || now - first >= ANSWER_MS))
 			break;
 		/* nobody answers: the job is over; its ranks answer but hold no
 		 * view yet: the job is still starting (this rank was killed inside
@@ -450,6 +461,8 @@ static int ib_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__membe
 	if (v == NULL && gen == b->gen && orig == b->rank && b->published) {
 		*m = b->mine;
 		rc = 0;
+	} else if (v == NULL && orig >= 0 && orig < b->world) {
+		rc = ft__ib_lookup_unsettled(b, gen, orig, m); /* growing back */
 	}
 	for (int i = 0; v != NULL && i < v->size; i++)
 		if (v->members[i] == orig && b->r[orig].have_addr) {

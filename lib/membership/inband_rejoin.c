@@ -47,8 +47,18 @@
  * job: the token) is what a member would take on a COMMIT: addresses, and
  * views newer than the one it holds, of one nonce, at most NEWEST_MAX
  * generations (no message grows the table of views past what a long job
- * holds). Growing back (a newcomer after the rejoin timeout) is the file
- * backend's only: here the newcomer hears the view settled without it.
+ * holds).
+ *
+ * Growing back (detect_grow.c: a newcomer after the rejoin timeout, or
+ * under shrink) needs no message of its own. A newcomer that hears a view
+ * without it asks for the next generation, as above, and keeps asking. A
+ * member's lookup of a generation not settled yet (ft__ib_lookup_unsettled)
+ * shows the live REJOIN records of non-members, so the coordinator's main
+ * thread finds a newcomer waiting and plans the grow, and its detector
+ * awaits it back in the settle. It also shows the coordinator whose COLLECT
+ * for that generation came: a member's main thread, asked at the grow's op
+ * whether the coordinator grows (its record in the next generation, as
+ * the file backend shows it), takes that COLLECT as its word.
  */
 
 #define NEWEST_MAX (1u << 16)   /* the latest generation a newcomer takes on a member's word */
@@ -230,12 +240,15 @@ void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 	ft__ib_get_value(r, b->world, &v);
 	if (r->bad)
 		return;
-	if (gen > NEWEST_MAX || !value_has(&v, from) ||
-	    (had != NULL && (gen <= had->generation || v.nonce != had->nonce))) {
+	if (gen > NEWEST_MAX || !value_has(&v, from) || (had != NULL && v.nonce != had->nonce)) {
 		ft__ib_value_free(&v);
 		return;
 	}
-	b->r[from].answered = true;
+	b->r[from].answered = true; /* (a view it holds already, or older: answered all the same) */
+	if (had != NULL && gen <= had->generation) {
+		ft__ib_value_free(&v);
+		return;
+	}
 	v.ballot = COMMITTED;
 	if (ft__ib_hold_view(b, gen, &v) != 0)
 		return;
@@ -417,4 +430,33 @@ int ft__ib_newcomer_view(struct inband *b, uint32_t gen, const struct ft__view *
 	}
 	*view = v; /* left out */
 	return 1;
+}
+
+/*
+ * What original rank orig is known to publish for generation gen, which is
+ * not settled here (lock held; see the top's growing back): a non-member's
+ * live REJOIN (rejoining, its next op and addresses), or the coordinator
+ * whose COLLECT for gen came (its addresses only: that it settles gen is
+ * all a member asks). -FT_EPEERFAILED: neither.
+ */
+int ft__ib_lookup_unsettled(const struct inband *b, uint32_t gen, int orig, struct ft__member *m)
+{
+	const struct ib_rank *p = &b->r[orig];
+	bool asks = (b->future_gen == gen && gen > b->gen && b->future_from == orig) ||
+		    (b->active && b->gen == gen && b->promised != 0 &&
+		     (int)(b->promised & 0xffff) == orig);
+
+	memset(m, 0, sizeof(*m));
+	if (orig != b->rank && !b->newcomer && ft__ib_back_live(b, orig, gen)) {
+		snprintf(m->addr, sizeof(m->addr), "%s", p->back.addr);
+		snprintf(m->ctrl, sizeof(m->ctrl), "%s", p->back.ctrl);
+		m->next_op = p->back.next_op;
+		m->rejoining = true;
+		return 0;
+	}
+	if (orig == b->rank || !asks || !p->have_addr)
+		return -FT_EPEERFAILED;
+	snprintf(m->addr, sizeof(m->addr), "%s", p->addr);
+	snprintf(m->ctrl, sizeof(m->ctrl), "%s", p->ctrl);
+	return 0;
 }

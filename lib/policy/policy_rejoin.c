@@ -589,13 +589,6 @@ static int wait_taken(struct ft_comm *c, const struct ft__member *me, uint32_t t
 			ft__view_free(v);
 			return -FT_EEXCLUDED;
 		}
-		if (!c->grows) {
-			ft__error("rejoin: generation %u settled without rank %d (it came after the "
-				  "rejoin timeout): the job goes on without it, and the in-band "
-				  "membership does not grow back", target, c->cfg.rank);
-			ft__view_free(v);
-			return -FT_EEXCLUDED;
-		}
 		ft__info("rejoin: generation %u settled without rank %d: it asks for the next one",
 			 target, c->cfg.rank);
 		target = v->generation + 1;
@@ -615,14 +608,6 @@ int ft__rejoin_join(struct ft_comm *c, struct ft__member *me, struct ft__view *l
 	int rc;
 
 	c->job_nonce = latest->nonce;
-	if (!in_view(latest, c->cfg.rank) && !c->grows) {
-		/* only a failed member of the view is awaited back */
-		ft__error("rejoin: the job went on without rank %d (generation %u), and the in-band "
-			  "membership does not grow back: it cannot come back", c->cfg.rank,
-			  latest->generation);
-		ft__view_free(latest);
-		return -FT_EEXCLUDED;
-	}
 	if (!in_view(latest, c->cfg.rank))
 		ft__info("rejoin: the job went on without rank %d (generation %u): it asks to be "
 			 "taken back at the job's next op", c->cfg.rank, latest->generation);
