@@ -65,6 +65,7 @@ row() {
 	mkdir -p "$d/rv" "$d/trace"
 	export FTCC_RENDEZVOUS=$d/rv FTCC_JOB_ID=grow-$rows-$$ FTCC_POLICY=${POLICY:-rejoin}
 	export FTCC_REJOIN_TIMEOUT_MS=0 FTCC_LOG_DIR=$d/logs FTCC_LOG_LEVEL=2 FTCC_CKPT_DIR=$d/ckpt
+	unset FTCC_STORE # (the last row's newcomers': ftcc-run serves one of its own)
 	FTCC_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 	export FTCC_TOKEN
 	local at kills=""
@@ -81,7 +82,6 @@ row() {
 	if ! wait_for "$d/trace/rank$low.json" "\"contributors\":$short," 30; then
 		why="the survivors never ran without the killed ranks"
 	fi
-	unset FTCC_STORE
 	if [ "${FTCC_MEMBERSHIP:-}" = inband ] && [ -z "$why" ]; then
 		# the newcomers find the job through ftcc-run's address store, as
 		# its ranks did: its address from a survivor's environment
