@@ -110,7 +110,7 @@ static void expect_held(unsigned char v, uint64_t round, const char *what)
 
 	/* the send returned; the holder applies what it read in its own time */
 	do {
-		rc = ft__ckpt_peer_fetch(ward, 1, 0, 0, 0, NB, BB, 5000, &img);
+		rc = ft__ckpt_peer_fetch(ward, 1, 0, 0, 0, NB, BB, NULL, 0, 5000, &img);
 		if (rc == 0 && img.last_round == round)
 			break;
 		if (rc == 0)
@@ -130,6 +130,34 @@ static void expect_held(unsigned char v, uint64_t round, const char *what)
 			cr_assert_eq(out[j], v, "%s: block %zu byte %zu", what, b, j);
 	}
 	ft__ckpt_image_free(&img);
+
+	/* the same, checked into a destination as it comes (blocks 1..NB-1:
+	 * the range starts inside the region), which nothing else is written */
+	unsigned char dst[NB * BB + 1];
+	memset(dst, 0xee, sizeof(dst));
+	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 1, NB - 1, BB, dst, 0, 5000, &img), 0,
+		     "%s: fetch into a destination", what);
+	cr_assert_eq(img.mem, NULL, "%s: the copies were held in memory", what);
+	for (size_t b = 1; b < NB; b++) {
+		uint64_t r, step;
+		int slot;
+		char why[160] = "";
+		cr_assert_eq(ft__ckpt_read_block(&img, 0, b, out, &r, &step, &slot, why, sizeof(why)),
+			     0, "%s: sunk block %zu: %s", what, b, why);
+		cr_assert_eq(r, round, "%s: sunk block %zu", what, b);
+		for (size_t j = 0; j < blen(b); j++)
+			cr_assert_eq(dst[(b - 1) * BB + j], v, "%s: sunk block %zu byte %zu", what,
+				     b, j);
+	}
+	for (size_t j = (NB - 2) * BB + blen(NB - 1); j < sizeof(dst); j++)
+		cr_assert_eq(dst[j], 0xee, "%s: byte %zu past the range written", what, j);
+	ft__ckpt_image_free(&img);
+	/* of another run: refused before a byte is written */
+	memset(dst, 0xee, sizeof(dst));
+	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 0, NB, BB, dst, 12345, 5000, &img),
+		     -FT_ECORRUPT, "%s: an answer of another run", what);
+	for (size_t j = 0; j < sizeof(dst); j++)
+		cr_assert_eq(dst[j], 0xee, "%s: another run's byte %zu written", what, j);
 }
 
 /* A member that holds the token and sends whatever it likes, as rank 0. */
@@ -170,7 +198,7 @@ Test(ckpt_peer_unit, rounds_kept_and_fetched_exact, .timeout = 30)
 	geometry(&img, &reg);
 	cr_assert_eq(ft__ckpt_build_journal(&img, false, &head, &hlen), 0);
 	/* nothing held yet: "none" */
-	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 0, NB, BB, 5000, &img), -FT_EIO);
+	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 0, NB, BB, NULL, 0, 5000, &img), -FT_EIO);
 	make_round(m, 1, 0, 0x11);
 	post(m, 1, head, hlen);
 	expect_held(0x11, 1, "round 1");
@@ -178,8 +206,8 @@ Test(ckpt_peer_unit, rounds_kept_and_fetched_exact, .timeout = 30)
 	post(m, 2, NULL, 0);
 	expect_held(0x22, 2, "round 2");
 	/* a range outside the geometry: -FT_EINVAL, nothing else */
-	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 5, NB, BB, 5000, &img), -FT_EINVAL);
-	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 3, 0, 1, BB, 5000, &img), -FT_EINVAL);
+	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 5, NB, BB, NULL, 0, 5000, &img), -FT_EINVAL);
+	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 3, 0, 1, BB, NULL, 0, 5000, &img), -FT_EINVAL);
 	free(head);
 	free(m);
 	ft__ckpt_peer_close(ward);

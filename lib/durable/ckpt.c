@@ -577,7 +577,7 @@ FT__EXPORT int ft_ckpt_priority(struct ft_comm *c, int region, const double *sco
 /* The image of owner's checkpoint: this rank's own table, its files read,
  * or (peer copies) blocks [first, first + n) of region from its holder. */
 static int owner_image(struct ft_comm *c, int owner, int region, size_t first, size_t n,
-		       struct ft__ckpt_image *tmp, const struct ft__ckpt_image **img)
+		       void *dst, struct ft__ckpt_image *tmp, const struct ft__ckpt_image **img)
 {
 	const struct ft__ckpt *ck = c->ckpt;
 	bool peer = ck != NULL && ck->peer != NULL;
@@ -611,7 +611,7 @@ static int owner_image(struct ft_comm *c, int owner, int region, size_t first, s
 	*img = tmp;
 	return 0;
 fetch:
-	if ((rc = ft__ckpt_fetch(c, owner, region, first, n, tmp)) != 0)
+	if ((rc = ft__ckpt_fetch(c, owner, region, first, n, dst, tmp)) != 0)
 		return rc;
 	*img = tmp;
 	return 0;
@@ -644,7 +644,10 @@ static int ckpt_restore_call(struct ft_comm *c, int region, int owner, size_t fi
 	    owner < 0 || owner >= c->cfg.world_size || (nblocks > 0 && dst == NULL))
 		return -FT_EINVAL;
 	memset(&tmp, 0, sizeof(tmp));
-	if ((rc = owner_image(c, owner, region, first_block, nblocks, &tmp, &img)) < 0)
+	/* a fetch from a holder checks each copy into dst as it comes (not
+	 * when dst's values are measured against: FT_RESTORE_CURRENT) */
+	if ((rc = owner_image(c, owner, region, first_block, nblocks,
+			      flags & FT_RESTORE_CURRENT ? NULL : dst, &tmp, &img)) < 0)
 		return rc;
 	bb = (size_t)img->head.block_bytes;
 	if (find_reg(img, region, &p) != 0 || first_block > img->regs[p].nblocks ||
@@ -671,8 +674,10 @@ static int ckpt_restore_call(struct ft_comm *c, int region, int owner, size_t fi
 		char why[160];
 
 		/* read aside: a block without a valid copy leaves dst as it was
-		 * (a copy in memory is checked where it lies, and read straight in) */
-		char *into = img->mem != NULL && !(flags & FT_RESTORE_CURRENT) ? d : old;
+		 * (a copy in memory is checked where it lies, and read straight
+		 * in; a fetched one is in dst already) */
+		char *into = (img->mem != NULL || img->sunk_slot != NULL) &&
+			     !(flags & FT_RESTORE_CURRENT) ? d : old;
 		if (ft__ckpt_read_block(img, p, b, into, &round, &step, &slot, why, sizeof(why)) != 0) {
 			ft__warn("ckpt: rank %d region %d block %zu: no valid copy (%s)", owner,
 				 region, b, why);
@@ -733,7 +738,7 @@ static int ckpt_blocks_call(struct ft_comm *c, int region, int owner, size_t *nb
 	if (region < 0 || region >= FT__STATE_MAX || owner < 0 || owner >= c->cfg.world_size)
 		return -FT_EINVAL;
 	memset(&tmp, 0, sizeof(tmp));
-	if ((rc = owner_image(c, owner, region, 0, 0, &tmp, &img)) < 0)
+	if ((rc = owner_image(c, owner, region, 0, 0, NULL, &tmp, &img)) < 0)
 		return rc;
 	if (find_reg(img, region, &p) != 0) {
 		rc = -FT_EINVAL;

@@ -131,9 +131,18 @@ struct ft__ckpt_image {
 	 * per region and slot, block b's copy at (b - mem_first) x (64 +
 	 * block_bytes), for b in [mem_first, mem_first + mem_n); NULL: none */
 	unsigned char *(*mem)[2];
-	size_t mem_first, mem_n;
-	bool own_mem;
+	size_t mem_first, mem_n;        /* mem_n SIZE_MAX: every block, and one of zeros */
+	bool own_mem;                   /* its slots are ft__big_alloc's, of ft__ckpt_mem_bytes */
+	/* copies already checked and written into the caller's buffer as they
+	 * came (a fetch with a destination, ckpt_peer.h), for blocks [mem_first,
+	 * mem_first + mem_n) of region sunk_reg: each block's slot, -1 when no
+	 * valid copy came (sunk_why says why); NULL: none */
+	int8_t *sunk_slot;
+	const char **sunk_why;
+	size_t sunk_reg;
 };
+/* The bytes of one slot of region reg in an image's memory. */
+size_t ft__ckpt_mem_bytes(const struct ft__ckpt_image *img, size_t reg);
 
 /*
  * The most blocks a checkpoint has over all its regions (ft_ckpt_enable
@@ -164,11 +173,18 @@ int ft__ckpt_parse_more(struct ft__ckpt_image *img, const void *buf, size_t len)
  * -FT_EIO: no journal; otherwise as ft__ckpt_parse (img usable when regs != NULL). */
 int ft__ckpt_image_open(const char *dir, int rank, struct ft__ckpt_image *img);
 void ft__ckpt_image_free(struct ft__ckpt_image *img);
+/* Whether copy head h and its data (the block's length) are the copy of
+ * block `block` of region position reg in slot s that img's table believes:
+ * 0, or -FT_ECORRUPT with *why. */
+int ft__ckpt_check_copy(const struct ft__ckpt_image *img, size_t reg, size_t block, int s,
+			const struct ft__ckpt_copy *h, const void *data, const char **why);
 
 /*
  * Reads the newest believed copy of block `block` of region position reg
  * into dst (len bytes, the block's length). 0 with *round, *step, *slot;
- * -FT_ECORRUPT when neither slot holds one (why says what was wrong).
+ * -FT_ECORRUPT when neither slot holds one (why says what was wrong). A
+ * block of an image whose copies were sunk is in the caller's buffer
+ * already: dst is not written, the rest is as said.
  */
 int ft__ckpt_read_block(const struct ft__ckpt_image *img, size_t reg, size_t block, void *dst,
 		      uint64_t *round, uint64_t *step, int *slot, char *why, size_t whylen);

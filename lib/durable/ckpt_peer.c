@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "bigmem.h"
 #include "ckpt_peer_int.h"
 #include "fdreg.h"
 #include "internal.h"
@@ -348,22 +349,6 @@ static void do_round(struct ft__ckpt_peer *p, const struct ft__ckpt_peer_round *
 
 static int on_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec, size_t len);
 
-/* Maps the pages of a large buffer about to be filled in one call, not a
- * fault each (a 64 MiB answer is 16384 of them); a kernel without
- * MADV_POPULATE_WRITE (before 5.14) takes the faults as they come. */
-static void prefault(void *buf, size_t len)
-{
-#ifdef MADV_POPULATE_WRITE
-	uintptr_t a = ((uintptr_t)buf + 4095) & ~(uintptr_t)4095;
-	uintptr_t e = ((uintptr_t)buf + len) & ~(uintptr_t)4095;
-	if (e > a)
-		(void)madvise((void *)a, e - a, MADV_POPULATE_WRITE);
-#else
-	(void)buf;
-	(void)len;
-#endif
-}
-
 /* A fetch this rank holds the answer to: the thread that owns the mirrors
  * gives it as a holder would send it. */
 static void local_answer(struct ft__ckpt_peer *p, const struct pk_fetch_msg *f)
@@ -491,15 +476,13 @@ static int on_head(struct ft__ckpt_peer *p, int ward, uint64_t serial, const uns
 		ft__ckpt_peer_mirror_free(m);
 		return rc != 0 ? rc : -FT_EPROTO;
 	}
-	size_t bb = (size_t)m->img.head.block_bytes;
 	m->img.mem = calloc(m->img.nregs + 1, sizeof(*m->img.mem));
 	m->img.own_mem = true;
 	m->img.mem_n = SIZE_MAX;
 	rc = m->img.mem == NULL ? -FT_ENOMEM : 0;
 	for (size_t r = 0; rc == 0 && r < m->img.nregs; r++)
 		for (int s = 0; s < 2 && rc == 0; s++)
-			if ((m->img.mem[r][s] = calloc((size_t)m->img.regs[r].nblocks + 1,
-						       FT__CKPT_HDR + bb)) == NULL)
+			if ((m->img.mem[r][s] = ft__big_alloc(ft__ckpt_mem_bytes(&m->img, r))) == NULL)
 				rc = -FT_ENOMEM;
 	if (rc != 0) {
 		ft__warn("ckpt peer: no memory for rank %d's checkpoint", ward);
@@ -584,6 +567,49 @@ static int on_fetch(struct ft__ckpt_peer *p, int i, const unsigned char *rec, si
 	return rc;
 }
 
+/* Copy k of a fetch with a destination, whole: written there if it checks. */
+static void sink_copy(struct pk_fetch *f, size_t k, const unsigned char *copy)
+{
+	const struct ft__ckpt_jregion *r = &f->img.regs[f->img.sunk_reg];
+	size_t b = f->first + k, bb = (size_t)f->img.head.block_bytes;
+	size_t len = b + 1 < r->nblocks ? bb : (size_t)r->bytes - b * bb;
+	struct ft__ckpt_copy h;
+	const char *why = NULL;
+
+	memcpy(&h, copy, sizeof(h));
+	if (ft__ckpt_check_copy(&f->img, f->img.sunk_reg, b, h.slot <= 1 ? (int)h.slot : -1, &h,
+				copy + FT__CKPT_HDR, &why) != 0) {
+		f->img.sunk_why[k] = why;
+		return;
+	}
+	memcpy(f->dst + k * bb, copy + FT__CKPT_HDR, len);
+	f->img.sunk_slot[k] = (int8_t)h.slot;
+}
+
+/* Bytes [got, got + len) of a fetch's copies (at their stride): each copy
+ * that is whole goes to sink_copy, from the message or, split between two,
+ * from carry. */
+static void sink(struct pk_fetch *f, const unsigned char *rec, size_t len)
+{
+	size_t stride = FT__CKPT_HDR + (size_t)f->img.head.block_bytes, at = f->got;
+
+	while (len > 0) {
+		size_t k = at / stride, off = at % stride, take = stride - off;
+		const unsigned char *copy = rec;
+		if (off != 0 || len < stride) {
+			if (take > len)
+				take = len;
+			memcpy(f->carry + off, rec, take);
+			copy = off + take == stride ? f->carry : NULL;
+		}
+		if (copy != NULL)
+			sink_copy(f, k, copy);
+		rec += take;
+		len -= take;
+		at += take;
+	}
+}
+
 /* The fetch's answer on link i (under lock: the caller reads fetch.img once done). */
 static int on_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec, size_t len)
 {
@@ -605,8 +631,10 @@ static int on_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec
 			return -FT_EPROTO;
 		rc = ft__ckpt_parse(rec, len, &f->img);
 		if (rc == 0 && (f->img.head.rank != f->owner ||
-				(f->block_bytes != 0 && f->img.head.block_bytes != f->block_bytes)))
-			rc = -FT_ECORRUPT; /* another rank's, or a geometry the job never had */
+				(f->block_bytes != 0 && f->img.head.block_bytes != f->block_bytes) ||
+				(f->nonce != 0 && (f->img.head.nonce != f->nonce ||
+						   f->img.head.job_hash != f->job_hash))))
+			rc = -FT_ECORRUPT; /* another rank's or run's, or a geometry the job never had */
 		if (rc != 0) {
 			ft__ckpt_image_free(&f->img);
 			f->rc = rc == -FT_ENOMEM ? rc : -FT_ECORRUPT;
@@ -625,27 +653,43 @@ static int on_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec
 			return 0;
 		}
 		bb = (size_t)f->img.head.block_bytes;
+		f->img.mem_first = f->first;
+		f->img.mem_n = f->n;
+		f->want = f->n * (FT__CKPT_HDR + bb);
+		f->got = 0;
+		if (f->dst != NULL) {
+			f->img.sunk_reg = pos;
+			f->img.sunk_slot = malloc(f->n);
+			f->img.sunk_why = calloc(f->n, sizeof(*f->img.sunk_why));
+			f->carry = malloc(FT__CKPT_HDR + bb);
+			if (f->img.sunk_slot == NULL || f->img.sunk_why == NULL || f->carry == NULL) {
+				f->rc = -FT_ENOMEM;
+				f->done = true;
+				return 0;
+			}
+			memset(f->img.sunk_slot, -1, f->n);
+			return 0;
+		}
 		f->img.mem = calloc(f->img.nregs + 1, sizeof(*f->img.mem));
 		f->img.own_mem = true;
 		if (f->img.mem == NULL ||
-		    (f->img.mem[pos][0] = malloc(f->n * (FT__CKPT_HDR + bb))) == NULL) {
+		    (f->img.mem[pos][0] = ft__big_alloc(ft__ckpt_mem_bytes(&f->img, pos))) == NULL) {
 			f->rc = -FT_ENOMEM;
 			f->done = true;
 			return 0;
 		}
 		f->img.mem[pos][1] = f->img.mem[pos][0];
-		prefault(f->img.mem[pos][0], f->n * (FT__CKPT_HDR + bb));
-		f->img.mem_first = f->first;
-		f->img.mem_n = f->n;
 		f->into = f->img.mem[pos][0];
-		f->want = f->n * (FT__CKPT_HDR + bb);
-		f->got = 0;
 		return 0;
 	case FT__CTL_CK_FCOPY:
-		/* the copies at their stride, straight into the image */
-		if (f->into == NULL || len > f->want - f->got)
+		/* the copies at their stride, straight into the image, or checked
+		 * into the destination */
+		if ((f->into == NULL && f->carry == NULL) || len > f->want - f->got)
 			return -FT_EPROTO;
-		memcpy(f->into + f->got, rec, len);
+		if (f->carry != NULL)
+			sink(f, rec, len);
+		else
+			memcpy(f->into + f->got, rec, len);
 		f->got += len;
 		return 0;
 	default:
@@ -738,7 +782,7 @@ static int copies_in(struct ft__ckpt_peer *p, int i, const struct ft__ctl_msg *m
 	    (m->type != FT__CTL_CK_PART && m->type != FT__CTL_CK_FCOPY))
 		return 0;
 	pk_lock(p);
-	if (f->active && !f->done && f->link == i && f->into != NULL)
+	if (f->active && !f->done && f->link == i && (f->into != NULL || f->carry != NULL))
 		rc = on_answer(p, FT__CTL_CK_FCOPY, m->payload, m->len) == 0 ? 1 : -1;
 	pk_unlock(p);
 	return rc;

@@ -87,16 +87,26 @@ uint64_t ft__ckpt_peer_lost(struct ft__ckpt_peer *p, int holder);
  * Fetches from `holder` (this rank too) its copy of original rank owner's
  * checkpoint: into img the owner's geometry and table (HEAD, SNAP) and,
  * when nblocks > 0, the newest committed copy of blocks [first, first +
- * nblocks) of the region of registration index `region`, in img->mem (read
- * by ft__ckpt_read_block as from files, every copy checked then).
+ * nblocks) of the region of registration index `region`:
+ *   - dst NULL: in img->mem (read by ft__ckpt_read_block as from files,
+ *     every copy checked then);
+ *   - else each copy checked as it arrives and its bytes written at dst +
+ *     (block - first) x block bytes, and nowhere else: no copy of the
+ *     range is held in memory, and the last copy is checked while the
+ *     others travel. A block whose copy does not check is not written
+ *     there (img->sunk_slot says which were; ft__ckpt_read_block reports
+ *     them as for files, writing nothing). A failed fetch may have written
+ *     some blocks (each a copy that checked).
  * block_bytes: the block size the job agreed on (an answer of another is
- * refused), 0 any. 0; -FT_EIO when the holder cannot be reached, answers
- * nothing within timeout_ms, or holds no committed round of owner;
- * -FT_ECORRUPT when its answer does not check; -FT_EINVAL for a region or
- * range the owner's geometry does not have.
+ * refused), 0 any. nonce, nonzero: the run the answer must be of (its
+ * job and nonce are checked before any copy is written). 0; -FT_EIO when
+ * the holder cannot be reached, answers nothing within timeout_ms, or
+ * holds no committed round of owner; -FT_ECORRUPT when its answer does not
+ * check, or is of another run; -FT_EINVAL for a region or range the
+ * owner's geometry does not have.
  */
 int ft__ckpt_peer_fetch(struct ft__ckpt_peer *p, int holder, int owner, int region, size_t first,
-			size_t nblocks, size_t block_bytes, int timeout_ms,
+			size_t nblocks, size_t block_bytes, void *dst, uint64_t nonce, int timeout_ms,
 			struct ft__ckpt_image *img);
 
 /*

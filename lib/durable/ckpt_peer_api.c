@@ -101,6 +101,7 @@ void ft__ckpt_peer_close(struct ft__ckpt_peer *p)
 	for (int r = 0; p->mir != NULL && r < p->p.world_size; r++)
 		ft__ckpt_peer_mirror_free(p->mir[r]);
 	ft__ckpt_image_free(&p->fetch.img);
+	free(p->fetch.carry);
 	free(p->mir);
 	free((void *)p->lost);
 	free(p->book);
@@ -195,7 +196,8 @@ void ft__ckpt_peer_wait_sent(struct ft__ckpt_peer *p, uint64_t round)
 }
 
 int ft__ckpt_peer_fetch(struct ft__ckpt_peer *p, int holder, int owner, int region, size_t first,
-			size_t nblocks, size_t block_bytes, int timeout_ms, struct ft__ckpt_image *img)
+			size_t nblocks, size_t block_bytes, void *dst, uint64_t nonce, int timeout_ms,
+			struct ft__ckpt_image *img)
 {
 	struct timespec end;
 	int rc;
@@ -214,9 +216,11 @@ int ft__ckpt_peer_fetch(struct ft__ckpt_peer *p, int holder, int owner, int regi
 	while (p->fetch.cancel && !p->dead)
 		pthread_cond_wait(&p->cond, &p->lock); /* the last one's link is not gone yet */
 	ft__ckpt_image_free(&p->fetch.img);
+	free(p->fetch.carry);
 	p->fetch = (struct pk_fetch){.seq = p->fetch.seq + 1, .active = true, .link = -1,
 				     .holder = holder, .owner = owner, .region = region,
-				     .first = first, .n = nblocks, .block_bytes = block_bytes};
+				     .first = first, .n = nblocks, .block_bytes = block_bytes,
+				     .dst = dst, .nonce = nonce, .job_hash = p->job_hash};
 	pk_unlock(p);
 	pk_wake(p);
 	pk_lock(p);
@@ -235,6 +239,9 @@ int ft__ckpt_peer_fetch(struct ft__ckpt_peer *p, int holder, int owner, int regi
 		memset(&p->fetch.img, 0, sizeof(p->fetch.img));
 	}
 	ft__ckpt_image_free(&p->fetch.img);
+	free(p->fetch.carry);
+	p->fetch.carry = NULL;
+	p->fetch.dst = NULL; /* (done: nothing is written there any more) */
 	bool cancel = p->fetch.cancel;
 	pk_unlock(p);
 	if (cancel)

@@ -70,6 +70,11 @@ struct pk_fetch {
 	size_t got, want;       /* bytes of the copies received, expected (n x stride) */
 	size_t block_bytes;     /* the block size the caller expects (0: any) */
 	unsigned char *into;    /* where they go: the image's memory */
+	/* or, with a destination: each copy checked as it comes and its bytes
+	 * written there (the image's sunk_slot says which did) */
+	unsigned char *dst;
+	uint64_t nonce, job_hash; /* the run the answer must be of (nonce 0: any) */
+	unsigned char *carry;   /* a copy split between two messages */
 	struct ft__ckpt_image img;
 };
 

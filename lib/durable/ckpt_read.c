@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "bigmem.h"
 #include "crc32c.h"
 #include "fdreg.h"
 #include "internal.h"
@@ -23,6 +24,13 @@ int ft__ckpt_path(char *out, size_t cap, const char *dir, int rank, int region, 
 	return n < 0 || (size_t)n >= cap ? -FT_EINVAL : 0;
 }
 
+size_t ft__ckpt_mem_bytes(const struct ft__ckpt_image *img, size_t reg)
+{
+	size_t n = img->mem_n == SIZE_MAX ? (size_t)img->regs[reg].nblocks + 1 : img->mem_n;
+
+	return n * (FT__CKPT_HDR + (size_t)img->head.block_bytes);
+}
+
 void ft__ckpt_image_free(struct ft__ckpt_image *img)
 {
 	if (img == NULL)
@@ -35,11 +43,15 @@ void ft__ckpt_image_free(struct ft__ckpt_image *img)
 	free(img->fd);
 	if (img->mem != NULL && img->own_mem)
 		for (size_t i = 0; i < img->nregs; i++) {
-			free(img->mem[i][0]);
+			/* (ft__ckpt_mem_alloc's sizes: a holder's slots, a fetch's range) */
+			size_t len = ft__ckpt_mem_bytes(img, i);
+			ft__big_free(img->mem[i][0], len);
 			if (img->mem[i][1] != img->mem[i][0])
-				free(img->mem[i][1]);
+				ft__big_free(img->mem[i][1], len);
 		}
 	free(img->mem);
+	free(img->sunk_slot);
+	free(img->sunk_why);
 	free(img->regs);
 	free(img->first);
 	free(img->tab);
@@ -295,7 +307,6 @@ static int read_copy(const struct ft__ckpt_image *img, size_t reg, size_t block,
 	size_t len = (size_t)(block + 1 < r->nblocks ? bb : r->bytes - block * bb);
 	struct ft__ckpt_copy h;
 	const unsigned char *data = dst;
-	uint32_t crc;
 	size_t got = 0;
 
 	if (t->round[s] == 0) {
@@ -332,6 +343,27 @@ static int read_copy(const struct ft__ckpt_image *img, size_t reg, size_t block,
 		}
 		got += (size_t)n;
 	}
+	if (ft__ckpt_check_copy(img, reg, block, s, &h, data, why) != 0)
+		return -FT_ECORRUPT;
+	if (data != dst)
+		memcpy(dst, data, len);
+	return 0;
+}
+
+int ft__ckpt_check_copy(const struct ft__ckpt_image *img, size_t reg, size_t block, int s,
+			const struct ft__ckpt_copy *hp, const void *data, const char **why)
+{
+	const struct ft__ckpt_jregion *r = &img->regs[reg];
+	const struct ft__ckpt_jsnap *t = &img->tab[img->first[reg] + block];
+	uint64_t bb = img->head.block_bytes;
+	size_t len = (size_t)(block + 1 < r->nblocks ? bb : r->bytes - block * bb);
+	struct ft__ckpt_copy h = *hp;
+	uint32_t crc;
+
+	if (s < 0 || s > 1 || t->round[s] == 0) {
+		*why = "no committed copy";
+		return -FT_ECORRUPT;
+	}
 	if (h.magic != FT__CKPT_MAGIC || h.version != FT__CKPT_VERSION) {
 		*why = "bad copy head";
 		return -FT_ECORRUPT;
@@ -351,8 +383,6 @@ static int read_copy(const struct ft__ckpt_image *img, size_t reg, size_t block,
 		*why = "CRC mismatch (torn or flipped)";
 		return -FT_ECORRUPT;
 	}
-	if (data != dst)
-		memcpy(dst, data, len);
 	return 0;
 }
 
@@ -366,6 +396,22 @@ int ft__ckpt_read_block(const struct ft__ckpt_image *img, size_t reg, size_t blo
 	if (reg >= img->nregs || block >= img->regs[reg].nblocks)
 		return -FT_EINVAL;
 	t = &img->tab[img->first[reg] + block];
+	if (img->sunk_slot != NULL) {
+		/* checked as it came, and in the caller's buffer already */
+		size_t k = block - img->mem_first;
+		bool in = reg == img->sunk_reg && block >= img->mem_first && k < img->mem_n;
+		int s = in ? img->sunk_slot[k] : -1;
+		if (s < 0) {
+			if (why != NULL)
+				snprintf(why, whylen, "%s",
+					 in && img->sunk_why[k] != NULL ? img->sunk_why[k] : "not fetched");
+			return -FT_ECORRUPT;
+		}
+		*round = t->round[s];
+		*step = t->step[s];
+		*slot = s;
+		return 0;
+	}
 	order[0] = t->round[1] > t->round[0];
 	order[1] = !order[0];
 	for (int i = 0; i < 2; i++) {

@@ -115,7 +115,7 @@ void ft__ckpt_route(struct ft_comm *c)
 	ck->holder_paused = false;
 }
 
-int ft__ckpt_fetch(struct ft_comm *c, int owner, int region, size_t first, size_t n,
+int ft__ckpt_fetch(struct ft_comm *c, int owner, int region, size_t first, size_t n, void *dst,
 		   struct ft__ckpt_image *img)
 {
 	struct ft__ckpt_peer *p = c->ckpt != NULL ? c->ckpt->peer : NULL;
@@ -133,7 +133,7 @@ int ft__ckpt_fetch(struct ft_comm *c, int owner, int region, size_t first, size_
 		if (h < 0 || (k >= 0 && h == first_holder))
 			continue;
 		rc = ft__ckpt_peer_fetch(p, h, owner, region, first, n, c->ckpt->cfg.block_bytes,
-					 timeout, img);
+					 dst, c->job_nonce, timeout, img);
 		if (rc == 0 &&
 		    (img->head.job_hash != ft__jnl_job_hash(c->cfg.job_id) ||
 		     img->head.nonce != c->job_nonce)) {

@@ -30,9 +30,10 @@ void ft__ckpt_book_get(struct ft_comm *c, char *out);
 void ft__ckpt_route(struct ft_comm *c);
 /* owner's checkpoint from its holder's memory (the holder it chose, else any
  * member that has it): its geometry and table, and blocks [first, first + n)
- * of registration index `region` (ckpt_peer.h). 0, -FT_EIO (nobody has it),
+ * of registration index `region`, in img's memory or (dst not NULL) checked
+ * into dst as they come (ft__ckpt_peer_fetch). 0, -FT_EIO (nobody has it),
  * -FT_ECORRUPT, -FT_EINVAL, -FT_ENOMEM. */
-int ft__ckpt_fetch(struct ft_comm *c, int owner, int region, size_t first, size_t n,
+int ft__ckpt_fetch(struct ft_comm *c, int owner, int region, size_t first, size_t n, void *dst,
 		   struct ft__ckpt_image *img);
 
 #endif
