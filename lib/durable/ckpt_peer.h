@@ -28,7 +28,8 @@
  *     then the newest committed copy of each block asked for, sent from
  *     the mirror's memory (its ward's stream is not read meanwhile, so no
  *     slot sent changes under the send); the fetcher checks every copy as
- *     it checks a file's (ckpt_read.c: heads, rounds, CRC32C).
+ *     it checks a file's (ckpt_read.c: heads, rounds, CRC32C), as it
+ *     arrives when it has a destination for them (ft__ckpt_peer_fetch).
  * A record longer than a control message travels as PART messages and a
  * last message of its kind. Everything a peer sends is checked before use
  * (bounds against the mirror's HEAD, lengths, the ward named by the link's
