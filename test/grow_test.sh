@@ -309,6 +309,10 @@ for t in $(seq 1 "$TRIALS"); do
 		train_steps "300 4096 10" "2"
 	FTCC_CKPT_WHERE=peer row "in-band: 4 ranks, 1 killed and back: its shard from its holder's memory" \
 		4 train_sharded "300 16384 10" "1"
+	row "in-band: 5 ranks, 3 killed; its first newcomer dies waiting, the next comes in" 5 \
+		train_rejoin "300 1000 10" "3" newcomer-dies
+	row "in-band: 6 ranks, 4 and 5 back while survivor 1 dies" 6 train_rejoin "300 1000 10" "4 5" \
+		survivor-dies
 	unset FTCC_MEMBERSHIP FTCC_STORE
 done
 say "grow: $((ran - fails)) of $ran rows passed"

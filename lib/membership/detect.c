@@ -975,11 +975,9 @@ void *ft__det_main(void *arg)
 		for (int j = 0; j + 2 < n && !d->out; j++)
 			if (pfd[2 + j].revents != 0)
 				read_link(d, idx[j]);
-		bool mb_ready = false;
-		for (int j = 0; j < nm; j++)
-			mb_ready |= pfd[n + j].revents != 0;
-		/* another rank asks about a newer generation (detect_grow.c) */
-		uint32_t asked = mb_ready && !d->out ? ft__mb_pump(d->p.mb) : d->asked;
+		/* another rank asks about a newer generation (detect_grow.c); read
+		 * at every turn: the main thread's settles pump the backend too */
+		uint32_t asked = !d->out ? ft__mb_pump(d->p.mb) : 0;
 		if (!d->out && ft__det_asked(d, asked, ft__now_ms())) {
 			ft__info("detector: rank asked about generation %u: recovering", asked);
 			start_recovery(d);

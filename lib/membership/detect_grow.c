@@ -213,19 +213,23 @@ int ft__det_newcomers(struct ft__det *d, int *back, int nback, bool lost)
 /*
  * Another rank asked about generation `asked` (the in-band membership: its
  * COLLECT; 0 none): a failure this rank has not heard of, or a grow, whose
- * coordinator asks at the grow's op. Whether to start recovering now: at
- * once on a failure known here. A grow is started by its own paths (the
- * main thread at the grow's op, or the notice once that op began): a
- * COLLECT that comes before the main thread left the op before must not
- * stop that op, for the grown view begins at the op after it on every
- * member. Asked with neither a failure nor a plan known for
- * detect_timeout_ms: a failure this rank never heard of; it starts then.
+ * coordinator (the view's lowest member, recover.c) asks at the grow's op.
+ * Whether to start recovering now:
+ * - asked by any other member: not a grow's settle, at once;
+ * - asked by the lowest member alone: a grow is started by its own paths
+ *   (the main thread at the grow's op, or the notice once that op began),
+ *   for a COLLECT that comes before the main thread left the op before must
+ *   not stop that op: the grown view begins at the op after it on every
+ *   member. With neither a plan known nor another asker for
+ *   detect_timeout_ms, it is a failure this rank has not heard of: it
+ *   starts then, as a grow does (no forced settle on its account: the
+ *   members that know of a failure force).
  */
 bool ft__det_asked(struct ft__det *d, uint32_t asked, int64_t now)
 {
-	bool failed = false, planned;
+	bool planned, other = false;
 
-	if (asked <= d->gen || d->target != 0) {
+	if (asked <= d->gen || d->target != 0 || d->size == 0) {
 		d->asked = 0;
 		return false;
 	}
@@ -233,10 +237,18 @@ bool ft__det_asked(struct ft__det *d, uint32_t asked, int64_t now)
 		d->asked = asked;
 		d->asked_ms = now;
 	}
+	for (int i = 1; i < d->size && !other; i++) {
+		struct ft__member m;
+		other = d->members[i] != d->p.rank &&
+			ft__mb_lookup(d->p.mb, asked, d->members[i], &m) == 0 && !m.rejoining;
+	}
+	if (other)
+		return true;
 	lock(d);
-	for (int i = 0; i < d->size; i++)
-		failed |= d->failed[d->members[i]];
 	planned = d->grow_gen == d->gen && d->grow_at != 0;
 	unlock(d);
-	return failed || (!planned && now - d->asked_ms >= d->p.detect_timeout_ms);
+	if (planned || now - d->asked_ms < d->p.detect_timeout_ms)
+		return false;
+	d->growing = true;
+	return true;
 }

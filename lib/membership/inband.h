@@ -59,6 +59,7 @@ struct ib_rank {
 	bool answered;          /* a newcomer's: it answered this rank's ASK with a view */
 	bool heard;             /* ... or at least that it lives (none settled yet) */
 	bool sent;              /* ... its ASK or REJOIN went to it (on the current link) */
+	uint32_t collect_gen;   /* the latest generation it asked this rank about (its COLLECT) */
 };
 
 struct ib_value {

@@ -55,10 +55,12 @@
  * member's lookup of a generation not settled yet (ft__ib_lookup_unsettled)
  * shows the live REJOIN records of non-members, so the coordinator's main
  * thread finds a newcomer waiting and plans the grow, and its detector
- * awaits it back in the settle. It also shows the coordinator whose COLLECT
+ * awaits it back in the settle. It also shows each member whose COLLECT
  * for that generation came: a member's main thread, asked at the grow's op
  * whether the coordinator grows (its record in the next generation, as
- * the file backend shows it), takes that COLLECT as its word.
+ * the file backend shows it), takes that COLLECT as its word, and its
+ * detector tells a grow's settle (the coordinator's COLLECT alone) from
+ * another's (detect_grow.c, ft__det_asked).
  */
 
 #define NEWEST_MAX (1u << 16)   /* the latest generation a newcomer takes on a member's word */
@@ -434,27 +436,27 @@ int ft__ib_newcomer_view(struct inband *b, uint32_t gen, const struct ft__view *
 
 /*
  * What original rank orig is known to publish for generation gen, which is
- * not settled here (lock held; see the top's growing back): a non-member's
- * live REJOIN (rejoining, its next op and addresses), or the coordinator
- * whose COLLECT for gen came (its addresses only: that it settles gen is
- * all a member asks). -FT_EPEERFAILED: neither.
+ * not settled here (lock held; see the top's growing back): the live
+ * REJOIN of a rank the view before gen left out (rejoining, its next op and
+ * addresses), or, for a member that sent a COLLECT for gen, its addresses
+ * only (that it settles gen is all a member asks). -FT_EPEERFAILED:
+ * neither.
  */
 int ft__ib_lookup_unsettled(const struct inband *b, uint32_t gen, int orig, struct ft__member *m)
 {
 	const struct ib_rank *p = &b->r[orig];
-	bool asks = (b->future_gen == gen && gen > b->gen && b->future_from == orig) ||
-		    (b->active && b->gen == gen && b->promised != 0 &&
-		     (int)(b->promised & 0xffff) == orig);
+	const struct ft__view *prev = gen > 0 ? view_of(b, gen - 1) : NULL;
 
 	memset(m, 0, sizeof(*m));
-	if (orig != b->rank && !b->newcomer && ft__ib_back_live(b, orig, gen)) {
+	if (orig != b->rank && !b->newcomer && prev != NULL && !view_has(prev, orig) &&
+	    ft__ib_back_live(b, orig, gen)) {
 		snprintf(m->addr, sizeof(m->addr), "%s", p->back.addr);
 		snprintf(m->ctrl, sizeof(m->ctrl), "%s", p->back.ctrl);
 		m->next_op = p->back.next_op;
 		m->rejoining = true;
 		return 0;
 	}
-	if (orig == b->rank || !asks || !p->have_addr)
+	if (orig == b->rank || gen == 0 || p->collect_gen != gen || !p->have_addr)
 		return -FT_EPEERFAILED;
 	snprintf(m->addr, sizeof(m->addr), "%s", p->addr);
 	snprintf(m->ctrl, sizeof(m->ctrl), "%s", p->ctrl);

@@ -265,6 +265,7 @@ static void on_collect(struct inband *b, int from, int link, struct rbuf *r)
 	if (r->bad || !ballot_ok(b, ballot, from))
 		return;
 	note_ballot(b, ballot);
+	b->r[from].collect_gen = b->gen;
 	if (ballot < b->promised && view_of(b, b->gen) == NULL) {
 		answer_ballot(b, link, FT__CTL_MB_NACK, b->promised);
 		return;
@@ -452,6 +453,8 @@ static void on_other_collect(struct inband *b, uint32_t gen, int from, int link,
 	note_ballot(b, ballot);
 	if (gen > b->gen + (uint64_t)1)
 		return; /* out of reach: see on_msg */
+	if (gen > b->r[from].collect_gen)
+		b->r[from].collect_gen = gen;
 	if (gen > b->gen || !b->active) {
 		/* a failure this rank has not heard of: answered once it
 		 * begins that generation (the detector is told, see pump) */
