@@ -15,8 +15,9 @@ trials every rank has forked a worker that outlives it (a data loader's).
 
 Verdicts, against a failure-free run of the same cell:
   wrong  an op at 5 contributors whose digest is not the failure-free
-         one, two ranks that printed different results for one op, or
-         survivors that end with different models;
+         one (before any op by fewer: after one, a rank grown back in
+         runs on the survivors' model), two ranks that printed different
+         results for one op, or survivors that end with different models;
   hung   the job did not end within its deadline;
   lost   a rank that was not killed did not finish (excluded, failed);
   exact  every op at 5 contributors (rejoin: the killed ranks came back);
@@ -119,6 +120,11 @@ def judge(ref, policy, rc, out, victims):
     ops, models, status = parse(out)
     if rc == 124:
         return "hung", "past its deadline"
+    # after an op by fewer, the model is not the failure-free run's: the ops
+    # at N contributors after it (a killed rank grown back in) are judged by
+    # agreement alone
+    first_lossy = min((op for op, results in ops.items() if any(c < N for _, c, _ in results)),
+                      default=None)
     for op, results in ops.items():
         # every survivor returns the same result; a victim may have held one
         # (its own, returned before it died) that the others computed anew
@@ -126,7 +132,8 @@ def judge(ref, policy, rc, out, victims):
         if len(lasting) > 1:
             return "wrong", f"op {op}: survivors printed {sorted(lasting)}"
         for digest, contributors, _ in results:
-            if contributors == N and ref.get(op) != digest:
+            if contributors == N and ref.get(op) != digest and \
+                    (first_lossy is None or op < first_lossy):
                 return "wrong", f"op {op}: digest {digest} at {N} contributors, want {ref.get(op)}"
     lasting = {r: m for r, m in models.items() if r not in victims or policy == "rejoin"}
     if len(set(lasting.values())) > 1:

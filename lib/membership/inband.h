@@ -58,6 +58,8 @@ struct ib_rank {
 	struct ib_back back;    /* a new incarnation of it asking back */
 	bool answered;          /* a newcomer's: it answered this rank's ASK with a view */
 	bool heard;             /* ... or at least that it lives (none settled yet) */
+	bool counts_me;         /* ... and that its book holds this incarnation's listener:
+				 * the job's first view awaits this process */
 	bool sent;              /* ... its ASK or REJOIN went to it (on the current link) */
 	uint32_t collect_gen;   /* the latest generation it asked this rank about (its COLLECT) */
 };
@@ -322,7 +324,7 @@ int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, const int *b
 void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m);
 
 /* inband_rejoin.c: new incarnations (see its top) */
-void ft__ib_on_ask(struct inband *b, int link);
+void ft__ib_on_ask(struct inband *b, int from, int link, struct rbuf *r);
 void ft__ib_on_rejoin(struct inband *b, int from, int link, uint32_t gen, struct rbuf *r);
 void ft__ib_on_addrs(struct inband *b, int from, uint32_t gen, struct rbuf *r);
 void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r);

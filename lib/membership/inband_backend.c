@@ -368,6 +368,23 @@ static bool members_answered(const struct inband *b, const struct ft__view *v)
 }
 
 /*
+ * A new incarnation whose job is still starting, and whose first view
+ * awaits this very process: it joined ftcc-run's store again before the
+ * book went out (its last incarnation died first), so every rank's book
+ * holds this process's listener and counts it in the first view, maybe as
+ * its coordinator (each rank that answered its ASK, which names that
+ * listener, says so). It takes part in the job's start as a first
+ * incarnation would: waiting for a view instead, every rank would wait for
+ * it until the connect timeout, and the whole job would fail.
+ */
+static void start_again(struct inband *b)
+{
+	ft__info("membership: rank %d's job is still starting and its first view awaits this "
+		 "new incarnation: it takes part as at the start", b->rank);
+	b->newcomer = false;
+}
+
+/*
  * A new incarnation's look for its job (inband_rejoin.c's top): 1 and *latest, the
  * newest view its members told; 0 for a first incarnation; -FT_EENDED when
  * no rank answered within the window, -FT_ETIMEDOUT when they answered but
@@ -381,6 +398,7 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 	int64_t start = ft__now_ms(), first = 0, asked_ms = start;
 	int64_t window = 2 * (int64_t)b->reply_wait_ms > 2000 ? 2 * (int64_t)b->reply_wait_ms : 2000;
 	int64_t start_ms = b->book_params.timeout_ms > window ? b->book_params.timeout_ms : window;
+	int64_t heard_ms = 0;
 	bool heard = false;
 	int rc = 0;
 
@@ -400,20 +418,27 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 	for (;;) {
 		struct timespec ts = {0, 2000000};
 		int64_t now = ft__now_ms();
-		bool all = true, again = now - asked_ms >= ASK_AGAIN_MS;
+		bool all = true, again = now - asked_ms >= ASK_AGAIN_MS, awaited = true,
+		     all_heard = true;
 		ft__ib_pump(b);
 		for (int r = 0; r < b->world; r++) {
 			int i;
 			if (r == b->rank || b->book[r][0] == '\0' || b->r[r].answered)
 				continue;
 			all = false;
+			all_heard &= b->r[r].heard;
 			heard |= b->r[r].heard;
+			awaited &= !b->r[r].heard || b->r[r].counts_me;
 			if (again && b->r[r].heard)
 				b->r[r].sent = false; /* it held no view: asked again */
+			/* (its ASK names its listener: see start_again) */
 			if (!b->r[r].sent && (i = ft__ib_link_to(b, r)) >= 0 &&
-			    ft__ctl_send(&b->ctl, i, FT__CTL_MB_ASK, 0, NULL, 0) == 0)
+			    ft__ctl_send(&b->ctl, i, FT__CTL_MB_ASK, 0, b->ctl.addr,
+					 (uint32_t)strlen(b->ctl.addr) + 1) == 0)
 				b->r[r].sent = true;
 		}
+		if (heard && heard_ms == 0)
+			heard_ms = now;
 		bool held = newest_view(b) != NULL;
 		if (held && first == 0)
 			first = now;
@@ -421,6 +446,11 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 			asked_ms = now;
 		if (held && (all || members_answered(b, newest_view(b)) || now - first >= ANSWER_MS))
 			break;
+		if (!held && heard && awaited && (all_heard || now - heard_ms >= ANSWER_MS)) {
+			start_again(b);
+			unlock_ib(b);
+			return 0;
+		}
 		/* nobody answers: the job is over; its ranks answer but hold no
 		 * view yet: the job is still starting (this rank was killed inside
 		 * ft_init), its first view is awaited */

@@ -149,17 +149,25 @@ static void answer(struct inband *b, int i, const struct ft__view *v)
 	ft__ib_reply(b, i, v->generation, FT__CTL_MB_LATEST, &w);
 }
 
-void ft__ib_on_ask(struct inband *b, int link)
+void ft__ib_on_ask(struct inband *b, int from, int link, struct rbuf *r)
 {
 	const struct ft__view *v = newest_view(b);
-	struct wbuf none = {0};
+	unsigned char counts;
+	struct wbuf none = {.p = &counts, .cap = 1};
 
 	if (b->newcomer)
 		return; /* no member: it has no view to give */
-	if (v != NULL)
+	if (v != NULL) {
 		answer(b, link, v);
-	else /* the job's first view is not settled here yet: it lives */
-		ft__ib_reply(b, link, 0, FT__CTL_MB_LATEST, &none);
+		return;
+	}
+	/* the job's first view is not settled here yet: it lives; and whether
+	 * that view awaits the asker (its book entry is the asker's listener,
+	 * the one its ASK names: it joined the store before the book went out) */
+	counts = r->len > 0 && r->len < FT__BOOK_ENTRY_MAX && r->p[r->len - 1] == '\0' &&
+		 !b->r[from].gone && strcmp(b->book[from], (const char *)r->p) == 0;
+	none.len = 1;
+	ft__ib_reply(b, link, 0, FT__CTL_MB_LATEST, &none);
 }
 
 void ft__ib_on_rejoin(struct inband *b, int from, int link, uint32_t gen, struct rbuf *r)
@@ -237,8 +245,10 @@ void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 	if (!b->newcomer)
 		return;
 	b->r[from].heard = true;
-	if (r->len == 0)
-		return; /* no view there yet */
+	if (r->len <= 1) { /* no view there yet; 1: and its first view awaits this process */
+		b->r[from].counts_me = r->len == 1 && r->p[0] == 1;
+		return;
+	}
 	ft__ib_get_value(r, b->world, &v);
 	if (r->bad)
 		return;

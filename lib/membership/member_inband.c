@@ -526,7 +526,7 @@ void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 		on_commit(b, m->from, m->gen, &r);
 		break;
 	case FT__CTL_MB_ASK:
-		ft__ib_on_ask(b, link);
+		ft__ib_on_ask(b, m->from, link, &r);
 		break;
 	case FT__CTL_MB_REJOIN:
 		ft__ib_on_rejoin(b, m->from, link, m->gen, &r);
