@@ -135,8 +135,8 @@ static void expect_held(unsigned char v, uint64_t round, const char *what)
 	 * the range starts inside the region), which nothing else is written */
 	unsigned char dst[NB * BB + 1];
 	memset(dst, 0xee, sizeof(dst));
-	cr_assert_eq(ft__ckpt_peer_fetch(ward, 1, 0, 0, 1, NB - 1, BB, dst, 0, 5000, &img), 0,
-		     "%s: fetch into a destination", what);
+	rc = ft__ckpt_peer_fetch(ward, 1, 0, 0, 1, NB - 1, BB, dst, 0, 5000, &img);
+	cr_assert_eq(rc, 0, "%s: fetch into a destination: %s", what, ft_strerror(rc));
 	cr_assert_eq(img.mem, NULL, "%s: the copies were held in memory", what);
 	for (size_t b = 1; b < NB; b++) {
 		uint64_t r, step;

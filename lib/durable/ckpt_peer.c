@@ -30,6 +30,7 @@ static struct pk_mirror *served(struct pk_mirror *m)
 struct pk_fetch_msg {
 	int32_t owner, region;
 	uint64_t first, n;
+	struct pk_local_id local;       /* the fetcher's, when it may read in one copy */
 };
 
 /* The position of the region a fetch asks for, nregs when it has no such
@@ -190,6 +191,8 @@ void ft__ckpt_peer_drop(struct ft__ckpt_peer *p, int i, const char *why)
 	if (why != NULL && p->ctl.links[i].fd >= 0)
 		ft__info("ckpt peer: link with rank %d closed: %s", p->ctl.links[i].peer, why);
 	pk_lock(p);
+	if (l->lent != NULL)
+		l->lent->busy--;
 	for (size_t k = l->head; k < l->tail; k++) {
 		struct pk_msg *m = &l->q[k];
 		if (m->round != 0) {
@@ -347,8 +350,6 @@ static void do_round(struct ft__ckpt_peer *p, const struct ft__ckpt_peer_round *
 	pk_unlock(p);
 }
 
-static int on_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec, size_t len);
-
 /* A fetch this rank holds the answer to: the thread that owns the mirrors
  * gives it as a holder would send it. */
 static void local_answer(struct ft__ckpt_peer *p, const struct pk_fetch_msg *f)
@@ -360,21 +361,21 @@ static void local_answer(struct ft__ckpt_peer *p, const struct pk_fetch_msg *f)
 
 	pk_lock(p);
 	if (m == NULL) {
-		on_answer(p, FT__CTL_CK_NONE, NULL, 0);
+		ft__pk_answer(p, FT__CTL_CK_NONE, NULL, 0);
 	} else if (ft__ckpt_build_journal(&m->img, true, &jr, &jlen) != 0) {
 		p->fetch.rc = -FT_ENOMEM;
 		p->fetch.done = true;
 	} else {
-		on_answer(p, FT__CTL_CK_IMAGE, (const unsigned char *)jr, jlen);
+		ft__pk_answer(p, FT__CTL_CK_IMAGE, (const unsigned char *)jr, jlen);
 		pos = asked_region(m, f);
 		for (uint64_t b = f->first; pos < m->img.nregs && b < f->first + f->n && !p->fetch.done;
 		     b++) {
 			struct iovec c = newest_copy(m, pos, b);
-			on_answer(p, FT__CTL_CK_FCOPY, c.iov_base,
+			ft__pk_answer(p, FT__CTL_CK_FCOPY, c.iov_base,
 				  FT__CKPT_HDR + (size_t)m->img.head.block_bytes);
 		}
 		if (!p->fetch.done)
-			on_answer(p, FT__CTL_CK_END, NULL, 0);
+			ft__pk_answer(p, FT__CTL_CK_END, NULL, 0);
 	}
 	free(jr);
 	p->fetch.active = false;
@@ -390,6 +391,8 @@ static void do_fetch(struct ft__ckpt_peer *p)
 	pk_lock(p);
 	m = (struct pk_fetch_msg){.owner = p->fetch.owner, .region = p->fetch.region,
 				  .first = p->fetch.first, .n = p->fetch.n};
+	if (!p->no_local)
+		m.local = p->local;
 	int holder = p->fetch.holder;
 	pk_unlock(p);
 	if (holder == p->p.rank) {
@@ -526,6 +529,36 @@ static int on_copy(struct ft__ckpt_peer *p, int ward, const unsigned char *rec, 
 	return 0;
 }
 
+/* A fetcher on this kernel reads the copies itself (ckpt_peer_int.h): where
+ * they are, and mirror m lent (busy) until its DONE. */
+static int lend(struct ft__ckpt_peer *p, int i, struct pk_mirror *m, size_t pos,
+		const struct pk_fetch_msg *f)
+{
+	size_t bytes = sizeof(struct pk_local_msg) + (size_t)(f->n + 7) / 8;
+	struct pk_local_msg h = {.pid = (int32_t)getpid(),
+				 .stride = (uint32_t)(FT__CKPT_HDR + m->img.head.block_bytes),
+				 .n = f->n,
+				 .base = {(uintptr_t)m->img.mem[pos][0], (uintptr_t)m->img.mem[pos][1]}};
+	unsigned char *rec;
+	int rc;
+
+	if (p->link[i].lent != NULL)
+		return -FT_EPROTO; /* a fetch before the last one's DONE */
+	if ((rec = calloc(1, bytes)) == NULL)
+		return -FT_ENOMEM;
+	memcpy(rec, &h, sizeof(h));
+	for (uint64_t b = f->first; b < f->first + f->n; b++)
+		if ((unsigned char *)newest_copy(m, pos, b).iov_base !=
+		    m->img.mem[pos][0] + b * h.stride)
+			rec[sizeof(h) + (b - f->first) / 8] |= (unsigned char)(1u << ((b - f->first) % 8));
+	if ((rc = q_record(p, i, FT__CTL_CK_LOCAL, &(struct iovec){rec, bytes}, 1, rec)) != 0)
+		return rc;
+	m->busy++;
+	p->link[i].lent = m;
+	p->link[i].lent_ms = ft__now_ms();
+	return 0;
+}
+
 /* A fetch from link i: the mirror's image, the newest copies asked for, END. */
 static int on_fetch(struct ft__ckpt_peer *p, int i, const unsigned char *rec, size_t len)
 {
@@ -545,6 +578,9 @@ static int on_fetch(struct ft__ckpt_peer *p, int i, const unsigned char *rec, si
 	if ((rc = q_record(p, i, FT__CTL_CK_IMAGE, &(struct iovec){jr, jlen}, 1, jr)) != 0)
 		return rc;
 	pos = asked_region(m, &f);
+	if (pos < m->img.nregs && f.n > 0 && !p->no_local && ft__pk_local_same(&f.local, &p->local) &&
+	    sizeof(struct pk_local_msg) + (f.n + 7) / 8 <= p->ctl.max_payload)
+		return lend(p, i, m, pos, &f);
 	if (pos < m->img.nregs && f.n > 0) {
 		/* one record: each block's newest copy at a stride of 64 + block
 		 * bytes (the last one's tail is the slot's zeros) */
@@ -567,136 +603,6 @@ static int on_fetch(struct ft__ckpt_peer *p, int i, const unsigned char *rec, si
 	return rc;
 }
 
-/* Copy k of a fetch with a destination, whole: written there if it checks. */
-static void sink_copy(struct pk_fetch *f, size_t k, const unsigned char *copy)
-{
-	const struct ft__ckpt_jregion *r = &f->img.regs[f->img.sunk_reg];
-	size_t b = f->first + k, bb = (size_t)f->img.head.block_bytes;
-	size_t len = b + 1 < r->nblocks ? bb : (size_t)r->bytes - b * bb;
-	struct ft__ckpt_copy h;
-	const char *why = NULL;
-
-	memcpy(&h, copy, sizeof(h));
-	if (ft__ckpt_check_copy(&f->img, f->img.sunk_reg, b, h.slot <= 1 ? (int)h.slot : -1, &h,
-				copy + FT__CKPT_HDR, &why) != 0) {
-		f->img.sunk_why[k] = why;
-		return;
-	}
-	memcpy(f->dst + k * bb, copy + FT__CKPT_HDR, len);
-	f->img.sunk_slot[k] = (int8_t)h.slot;
-}
-
-/* Bytes [got, got + len) of a fetch's copies (at their stride): each copy
- * that is whole goes to sink_copy, from the message or, split between two,
- * from carry. */
-static void sink(struct pk_fetch *f, const unsigned char *rec, size_t len)
-{
-	size_t stride = FT__CKPT_HDR + (size_t)f->img.head.block_bytes, at = f->got;
-
-	while (len > 0) {
-		size_t k = at / stride, off = at % stride, take = stride - off;
-		const unsigned char *copy = rec;
-		if (off != 0 || len < stride) {
-			if (take > len)
-				take = len;
-			memcpy(f->carry + off, rec, take);
-			copy = off + take == stride ? f->carry : NULL;
-		}
-		if (copy != NULL)
-			sink_copy(f, k, copy);
-		rec += take;
-		len -= take;
-		at += take;
-	}
-}
-
-/* The fetch's answer on link i (under lock: the caller reads fetch.img once done). */
-static int on_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec, size_t len)
-{
-	struct pk_fetch *f = &p->fetch;
-	size_t pos, bb;
-	int rc = 0;
-
-	switch (type) {
-	case FT__CTL_CK_NONE:
-		f->rc = -FT_EIO;
-		f->done = true;
-		return 0;
-	case FT__CTL_CK_END:
-		f->rc = f->img.regs != NULL && f->got == f->want ? 0 : -FT_EPROTO;
-		f->done = true;
-		return 0;
-	case FT__CTL_CK_IMAGE:
-		if (f->img.regs != NULL)
-			return -FT_EPROTO;
-		rc = ft__ckpt_parse(rec, len, &f->img);
-		if (rc == 0 && (f->img.head.rank != f->owner ||
-				(f->block_bytes != 0 && f->img.head.block_bytes != f->block_bytes) ||
-				(f->nonce != 0 && (f->img.head.nonce != f->nonce ||
-						   f->img.head.job_hash != f->job_hash))))
-			rc = -FT_ECORRUPT; /* another rank's or run's, or a geometry the job never had */
-		if (rc != 0) {
-			ft__ckpt_image_free(&f->img);
-			f->rc = rc == -FT_ENOMEM ? rc : -FT_ECORRUPT;
-			f->done = true;
-			return 0;
-		}
-		if (f->n == 0)
-			return 0;
-		for (pos = 0; pos < f->img.nregs && f->img.regs[pos].index != (uint32_t)f->region;
-		     pos++)
-			;
-		if (pos == f->img.nregs || f->first > f->img.regs[pos].nblocks ||
-		    f->n > f->img.regs[pos].nblocks - f->first) {
-			f->rc = -FT_EINVAL;
-			f->done = true;
-			return 0;
-		}
-		bb = (size_t)f->img.head.block_bytes;
-		f->img.mem_first = f->first;
-		f->img.mem_n = f->n;
-		f->want = f->n * (FT__CKPT_HDR + bb);
-		f->got = 0;
-		if (f->dst != NULL) {
-			f->img.sunk_reg = pos;
-			f->img.sunk_slot = malloc(f->n);
-			f->img.sunk_why = calloc(f->n, sizeof(*f->img.sunk_why));
-			f->carry = malloc(FT__CKPT_HDR + bb);
-			if (f->img.sunk_slot == NULL || f->img.sunk_why == NULL || f->carry == NULL) {
-				f->rc = -FT_ENOMEM;
-				f->done = true;
-				return 0;
-			}
-			memset(f->img.sunk_slot, -1, f->n);
-			return 0;
-		}
-		f->img.mem = calloc(f->img.nregs + 1, sizeof(*f->img.mem));
-		f->img.own_mem = true;
-		if (f->img.mem == NULL ||
-		    (f->img.mem[pos][0] = ft__big_alloc(ft__ckpt_mem_bytes(&f->img, pos))) == NULL) {
-			f->rc = -FT_ENOMEM;
-			f->done = true;
-			return 0;
-		}
-		f->img.mem[pos][1] = f->img.mem[pos][0];
-		f->into = f->img.mem[pos][0];
-		return 0;
-	case FT__CTL_CK_FCOPY:
-		/* the copies at their stride, straight into the image, or checked
-		 * into the destination */
-		if ((f->into == NULL && f->carry == NULL) || len > f->want - f->got)
-			return -FT_EPROTO;
-		if (f->carry != NULL)
-			sink(f, rec, len);
-		else
-			memcpy(f->into + f->got, rec, len);
-		f->got += len;
-		return 0;
-	default:
-		return -FT_EPROTO;
-	}
-}
-
 /* One whole record of kind type from link i. */
 static int on_record(struct ft__ckpt_peer *p, int i, int type, const unsigned char *rec, size_t len)
 {
@@ -707,11 +613,15 @@ static int on_record(struct ft__ckpt_peer *p, int i, int type, const unsigned ch
 		pk_lock(p);
 		if (!p->fetch.active || p->fetch.link != i || p->fetch.done)
 			rc = -FT_EPROTO; /* an answer nobody asked for */
-		else if ((rc = on_answer(p, type, rec, len)) == 0 && p->fetch.done) {
+		else if ((rc = ft__pk_answer(p, type, rec, len)) == 0 && p->fetch.done) {
 			p->fetch.active = false;
 			pthread_cond_broadcast(&p->cond);
 		}
 		pk_unlock(p);
+		/* the holder's mirror was read where it lies: it is the holder's again */
+		if (rc == 0 && type == FT__CTL_CK_LOCAL &&
+		    (rc = q_push(p, i, FT__CTL_CK_DONE, NULL, 0, NULL)) == 0)
+			q_flush(p, i);
 		return rc;
 	}
 	switch (type) {
@@ -732,6 +642,12 @@ static int on_record(struct ft__ckpt_peer *p, int i, int type, const unsigned ch
 		return 0;
 	case FT__CTL_CK_FETCH:
 		return on_fetch(p, i, rec, len);
+	case FT__CTL_CK_DONE:
+		if (p->link[i].lent == NULL || len != 0)
+			return -FT_EPROTO;
+		p->link[i].lent->busy--;
+		p->link[i].lent = NULL;
+		return 0;
 	case FT__CTL_CK_ADDR:
 		if (len < 2 || len > FT__CTRL_MAX || rec[len - 1] != '\0' || strlen((const char *)rec) != len - 1)
 			return -FT_EPROTO;
@@ -760,6 +676,8 @@ static bool held(struct ft__ckpt_peer *p, int i)
 		return false;
 	if (p->link[i].head < p->link[i].tail)
 		return true;
+	if (p->link[i].lent != NULL)
+		return false; /* its DONE gives the mirror back (the fetcher may be the ward) */
 	if (peer < 0)
 		return false;
 	for (const struct pk_mirror *m = p->mir[peer]; m != NULL; m = m->prev)
@@ -783,7 +701,7 @@ static int copies_in(struct ft__ckpt_peer *p, int i, const struct ft__ctl_msg *m
 		return 0;
 	pk_lock(p);
 	if (f->active && !f->done && f->link == i && (f->into != NULL || f->carry != NULL))
-		rc = on_answer(p, FT__CTL_CK_FCOPY, m->payload, m->len) == 0 ? 1 : -1;
+		rc = ft__pk_answer(p, FT__CTL_CK_FCOPY, m->payload, m->len) == 0 ? 1 : -1;
 	pk_unlock(p);
 	return rc;
 }
@@ -810,7 +728,7 @@ static void link_read(struct ft__ckpt_peer *p, int i)
 			l->serial = ++p->serials; /* a new link accepted here */
 			continue;
 		}
-		if (m.type < FT__CTL_CK_PART || m.type > FT__CTL_CK_ADDR) {
+		if (m.type < FT__CTL_CK_PART || m.type > FT__CTL_CK_DONE) {
 			ft__ckpt_peer_drop(p, i, "a message of another kind");
 			return;
 		}
@@ -923,6 +841,8 @@ void *ft__ckpt_peer_main(void *arg)
 				link_read(p, i);
 			if (l->head < l->tail && now - l->moved_ms > p->p.stall_ms)
 				ft__ckpt_peer_drop(p, i, "its peer took nothing for too long");
+			else if (l->lent != NULL && now - l->lent_ms > p->p.stall_ms)
+				ft__ckpt_peer_drop(p, i, "its peer read our memory for too long");
 		}
 		int k = ft__ctl_pollfds(&p->ctl, pfd, idx);
 		pfd[k++] = (struct pollfd){.fd = p->wake_fd, .events = POLLIN};

@@ -41,6 +41,10 @@ int ft__ckpt_peer_open(const struct ft__ckpt_peer_params *pp, struct ft__ckpt_pe
 	p->mir = calloc((size_t)pp->world_size, sizeof(*p->mir));
 	p->lost = calloc((size_t)pp->world_size, sizeof(*p->lost));
 	p->fetch.link = -1;
+	/* FTCC_CKPT_LOCAL=0: every fetch over the link, even from a holder on this host */
+	const char *lc = getenv("FTCC_CKPT_LOCAL");
+	p->no_local = lc != NULL && strcmp(lc, "0") == 0;
+	ft__pk_local_id(&p->local);
 	if (p->book == NULL || p->mir == NULL || p->lost == NULL ||
 	    (p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
 		ft__ckpt_peer_close(p);
@@ -195,9 +199,9 @@ void ft__ckpt_peer_wait_sent(struct ft__ckpt_peer *p, uint64_t round)
 	pk_unlock(p);
 }
 
-int ft__ckpt_peer_fetch(struct ft__ckpt_peer *p, int holder, int owner, int region, size_t first,
-			size_t nblocks, size_t block_bytes, void *dst, uint64_t nonce, int timeout_ms,
-			struct ft__ckpt_image *img)
+static int fetch_once(struct ft__ckpt_peer *p, int holder, int owner, int region, size_t first,
+		      size_t nblocks, size_t block_bytes, void *dst, uint64_t nonce, int timeout_ms,
+		      struct ft__ckpt_image *img)
 {
 	struct timespec end;
 	int rc;
@@ -246,6 +250,20 @@ int ft__ckpt_peer_fetch(struct ft__ckpt_peer *p, int holder, int owner, int regi
 	pk_unlock(p);
 	if (cancel)
 		pk_wake(p);
+	return rc;
+}
+
+int ft__ckpt_peer_fetch(struct ft__ckpt_peer *p, int holder, int owner, int region, size_t first,
+			size_t nblocks, size_t block_bytes, void *dst, uint64_t nonce, int timeout_ms,
+			struct ft__ckpt_image *img)
+{
+	int rc = fetch_once(p, holder, owner, region, first, nblocks, block_bytes, dst, nonce,
+			    timeout_ms, img);
+
+	/* the kernel refused to read the holder's memory in one copy: over the link */
+	if (rc == -FT_ENOSYS)
+		rc = fetch_once(p, holder, owner, region, first, nblocks, block_bytes, dst, nonce,
+				timeout_ms, img);
 	return rc;
 }
 

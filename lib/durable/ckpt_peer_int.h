@@ -16,6 +16,29 @@
 #define PK_HEAD_MAX 8192        /* a HEAD record, a fetch, an address */
 #define PK_PENDING 8            /* rounds in flight (the writer has at most two) */
 
+/*
+ * Reading a holder's memory in one copy (ckpt_peer_fetch.c): a fetcher on
+ * the holder's own kernel and pid namespace says so in its FETCH (local);
+ * the holder then answers, after the IMAGE, with LOCAL: its pid and where
+ * each copy asked for lies (struct pk_local_msg), and lends the mirror
+ * (busy) until the fetcher's DONE. The fetcher reads
+ * the copies with process_vm_readv and checks each as if it had come over
+ * the link. A read the kernel refuses (EPERM: ptrace rules; ENOSYS) turns
+ * the single copy off for this service and the fetch is made again over
+ * the link; the addresses are the holder's word, and a copy read from a
+ * wrong one fails its checks like any other.
+ */
+struct pk_local_id {
+	char boot[40];          /* /proc/sys/kernel/random/boot_id; "" unknown: never local */
+	uint64_t pidns_ino, pidns_dev;
+};
+struct pk_local_msg {
+	int32_t pid;
+	uint32_t stride;        /* 64 + block bytes */
+	uint64_t n;
+	uint64_t base[2];       /* the region's slots: block b's copy at base[s] + b x stride */
+	/* then n bits, the slot of each block asked for (in one message, else no LOCAL) */
+};
 /* One message out: its header, then its payload: up to PK_SEGS pieces of
  * memory (borrowed, or one owned block freed once the message is written). */
 #define PK_SEGS 16
@@ -39,6 +62,9 @@ struct pk_link {
 	unsigned char *acc;     /* the record being received */
 	size_t acc_len, acc_cap;
 	int target;             /* connected here: the rank; -1 */
+	struct pk_mirror *lent; /* accepted here: the mirror a fetcher reads itself (LOCAL),
+				 * busy until its DONE, or until stall_ms after lent_ms */
+	int64_t lent_ms;
 	bool held;              /* messages wait in ctl's buffer (held()) */
 	bool stream;            /* connected here: this rank's rounds go on it (a fetch,
 				 * an announcement: a link of their own) */
@@ -97,6 +123,8 @@ struct ft__ckpt_peer {
 	struct pk_req *reqs, *reqs_tail;
 	char (*book)[FT__CTRL_MAX];
 	struct pk_fetch fetch;
+	struct pk_local_id local;       /* this process's, for single-copy fetches */
+	bool no_local;                  /* FTCC_CKPT_LOCAL=0, or a read was refused */
 	uint64_t pend[PK_PENDING];      /* rounds posted, not finished (0: free) */
 	bool fin[PK_PENDING];
 	_Atomic uint64_t sent;
@@ -123,9 +151,16 @@ static inline void pk_wake(struct ft__ckpt_peer *p)
 }
 
 
+void ft__pk_local_id(struct pk_local_id *id);
+bool ft__pk_local_same(const struct pk_local_id *a, const struct pk_local_id *b);
+
 /* ckpt_peer.c: the service thread; a link dropped (what it queued given up); a mirror freed */
 void *ft__ckpt_peer_main(void *arg);
 void ft__ckpt_peer_drop(struct ft__ckpt_peer *p, int i, const char *why);
 void ft__ckpt_peer_mirror_free(struct pk_mirror *m);
+
+/* ckpt_peer_fetch.c: a record of the fetch's answer (under lock: the caller
+ * reads fetch.img once done); 0, or -FT_EPROTO for one that does not fit */
+int ft__pk_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec, size_t len);
 
 #endif

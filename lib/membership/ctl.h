@@ -88,7 +88,7 @@ enum ft__ctl_type {
 	/* checkpoints in a peer's memory (lib/durable/ckpt_peer.c) */
 	FT__CTL_CK_PART = 32, FT__CTL_CK_HEAD, FT__CTL_CK_COPY, FT__CTL_CK_COMMIT,
 	FT__CTL_CK_FETCH, FT__CTL_CK_IMAGE, FT__CTL_CK_FCOPY, FT__CTL_CK_END, FT__CTL_CK_NONE,
-	FT__CTL_CK_ADDR
+	FT__CTL_CK_ADDR, FT__CTL_CK_LOCAL, FT__CTL_CK_DONE
 };
 
 #define FT__CTL_HDR_BYTES 16 /* a message's header */
