@@ -8,6 +8,7 @@
 
 #include "ckpt.h"
 #include "ckpt_peer.h"
+#include "ckpt_peer_int.h"
 #include "ctl.h"
 #include "ftcc.h"
 #include "internal.h"
@@ -186,7 +187,22 @@ static int forge_link(void)
 	return i;
 }
 
+static void kept_and_fetched(void);
+
+/* a fetcher on the holder's kernel reads its memory itself (LOCAL) */
 Test(ckpt_peer_unit, rounds_kept_and_fetched_exact, .timeout = 30)
+{
+	kept_and_fetched();
+}
+
+/* the same over the link (a holder on another host) */
+Test(ckpt_peer_unit, rounds_kept_and_fetched_exact_over_the_link, .timeout = 30)
+{
+	setenv("FTCC_CKPT_LOCAL", "0", 1);
+	kept_and_fetched();
+}
+
+static void kept_and_fetched(void)
 {
 	struct ft__ckpt_image img;
 	struct ft__ckpt_jregion reg;
@@ -237,7 +253,7 @@ Test(ckpt_peer_unit, forged_records_are_refused_and_the_copy_stays, .timeout = 6
 	expect_held(0x33, 1, "before");
 
 	/* each forged record on a link of its own: the holder drops the link */
-	struct forged bad[8];
+	struct forged bad[9];
 	struct ft__ckpt_copy c = m->head[0];
 	struct ft__ckpt_copy c_far = c, c_slot = c, c_len = c;
 	c_far.block = NB + 5;
@@ -266,6 +282,7 @@ Test(ckpt_peer_unit, forged_records_are_refused_and_the_copy_stays, .timeout = 6
 	bad[n++] = (struct forged){"a fetch of the wrong length", FT__CTL_CK_FETCH, big, 5};
 	bad[n++] = (struct forged){"a message of an unknown type", 99, big, 10};
 	bad[n++] = (struct forged){"a copy head alone", FT__CTL_CK_COPY, big, 3};
+	bad[n++] = (struct forged){"a DONE with nothing lent", FT__CTL_CK_DONE, big, 0};
 	for (int k = 0; k < n; k++) {
 		int i = forge_link();
 		struct ft__ctl_msg msg;
@@ -319,10 +336,7 @@ Test(ckpt_peer_unit, forged_records_are_refused_and_the_copy_stays, .timeout = 6
 	/* a member that asks and asks and never reads an answer: one answer at
 	 * a time is queued for it, and the others are still served */
 	{
-		struct {
-			int32_t owner, region;
-			uint64_t first, n;
-		} ask = {0, 0, 0, NB};
+		struct pk_fetch_msg ask = {0, 0, 0, NB, {{0}, 0, 0}};
 		int i = forge_link();
 		for (int k = 0; k < 500; k++)
 			if (ft__ctl_send(&forger, i, FT__CTL_CK_FETCH, 0, &ask, sizeof(ask)) != 0)
@@ -332,6 +346,31 @@ Test(ckpt_peer_unit, forged_records_are_refused_and_the_copy_stays, .timeout = 6
 		post(m, 4, NULL, 0);
 		expect_held(0x66, 4, "the ward's stream while a member does not read");
 		ft__ctl_close(&forger);
+	}
+	/* a member on this kernel that is lent the mirror (LOCAL) and never
+	 * gives it back: the link is dropped after stall_ms, and the ward's
+	 * stream, held meanwhile, goes on */
+	{
+		struct pk_fetch_msg ask = {0, 0, 0, NB, {{0}, 0, 0}};
+		struct ft__ctl_msg msg;
+		bool lent = false;
+		int i = forge_link(), rc = 0;
+		ft__pk_local_id(&ask.local);
+		cr_assert_eq(ft__ctl_send(&forger, i, FT__CTL_CK_FETCH, 0, &ask, sizeof(ask)), 0);
+		long t0 = tu_now_ms();
+		for (long end = t0 + 8000; (rc = ft__ctl_next(&forger, i, &msg)) >= 0 &&
+					   tu_now_ms() < end;) {
+			lent |= rc == 1 && msg.type == FT__CTL_CK_LOCAL;
+			if (rc == 0)
+				tu_sleep_ms(2);
+		}
+		cr_assert(lent, "the holder lent its mirror to a member on its kernel");
+		cr_assert_lt(rc, 0, "a lent mirror never given back: the link closed");
+		cr_assert_geq(tu_now_ms() - t0, 1500, "the link closed before stall_ms");
+		ft__ctl_close(&forger);
+		make_round(m, 5, 1, 0x77);
+		post(m, 5, NULL, 0);
+		expect_held(0x77, 5, "the ward's stream after a lent mirror was taken back");
 	}
 	free(head);
 	free(m);

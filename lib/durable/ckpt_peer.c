@@ -27,11 +27,6 @@ static struct pk_mirror *served(struct pk_mirror *m)
 	return m != NULL && m->img.commits > 0 ? m : NULL;
 }
 
-struct pk_fetch_msg {
-	int32_t owner, region;
-	uint64_t first, n;
-	struct pk_local_id local;       /* the fetcher's, when it may read in one copy */
-};
 
 /* The position of the region a fetch asks for, nregs when it has no such
  * region or range (the answer then has no copies; the fetcher says why). */

@@ -151,6 +151,12 @@ static inline void pk_wake(struct ft__ckpt_peer *p)
 }
 
 
+/* A FETCH: the owner's region, blocks [first, first + n) (n 0: its table only). */
+struct pk_fetch_msg {
+	int32_t owner, region;
+	uint64_t first, n;
+	struct pk_local_id local;       /* the fetcher's, when it may read in one copy */
+};
 void ft__pk_local_id(struct pk_local_id *id);
 bool ft__pk_local_same(const struct pk_local_id *a, const struct pk_local_id *b);
 

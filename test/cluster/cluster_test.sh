@@ -199,7 +199,9 @@ if want kill; then
 fi
 
 # A whole host lost with its ranks' running checkpoints: they were in
-# the memory of the next host's ranks, which the survivors read them from.
+# the memory of the next host's ranks, which the survivors read them from
+# over the network (FTCC_CKPT_LOCAL=0: the namespace hosts share one
+# kernel, where a fetch would read the holder's memory in one copy).
 if want ckpt-peer; then
 	d="ckpt-peer: tcp, shrink, checkpoints in peers' memory: host 4 killed mid-job"
 	t0=$(date +%s)
@@ -207,6 +209,7 @@ if want ckpt-peer; then
 	# shellcheck disable=SC2086
 	timeout -k 5 "$DEADLINE" "$NETNS" "$C" mpirun -np 8 --enable-recovery $MEMB \
 		-x FTCC_POLICY=shrink -x FTCC_CKPT_WHERE=peer -x "FTCC_CKPT_DIR=$C.ck" -x FTCC_LOG_LEVEL=2 \
+		-x FTCC_CKPT_LOCAL=0 \
 		"$B/examples/train_sharded" 400 65536 5 take >"$OUT" 2>&1 &
 	job=$!
 	t=0

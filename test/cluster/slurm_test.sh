@@ -303,8 +303,9 @@ rejoin_row() { # TRIAL LOGS(shared|local|inband)
 # host 4 killed once every rank's rounds go to its holder and some 0.3 s
 # more; ranks 6 and 7, started again on host 5, find the job, get the
 # replicated state from a survivor and their shards from host 1's memory
-# (ranks 0 and 1 hold them), each block the values of one step; every rank
-# ends with its shard exact.
+# (ranks 0 and 1 hold them) over the network (FTCC_CKPT_LOCAL=0: the
+# namespace hosts share one kernel), each block the values of one step;
+# every rank ends with its shard exact.
 shard_row() { # TRIAL
 	d="rejoin-shard: in-band rejoin on host 5, the lost host's shards from host 1's memory (FTCC_CKPT_WHERE=peer), no file"
 	t0=$(date +%s) st=0 st2=0
@@ -314,7 +315,7 @@ shard_row() { # TRIAL
 	ck=$SHARED/ck-$job
 	# shellcheck disable=SC2086
 	rejoin_env "$job" LOGS=local FTCC_MEMBERSHIP=inband FTCC_BOOTSTRAP=peers FTCC_PEERS="$(peers 4)" $tok \
-		FTCC_CKPT_WHERE=peer FTCC_CKPT_DIR="$ck" srun --no-kill -N4 -n8 -w h1,h2,h3,h4 --mpi=none --label \
+		FTCC_CKPT_WHERE=peer FTCC_CKPT_LOCAL=0 FTCC_CKPT_DIR="$ck" srun --no-kill -N4 -n8 -w h1,h2,h3,h4 --mpi=none --label \
 		sh -c "$RANK_LOGS" "$B/examples/train_sharded" 400 65536 5 >"$OUT" 2>&1 &
 	main=$!
 	wait_lines "$OUT" "rounds go to rank" 8 "$DEADLINE"
@@ -323,7 +324,7 @@ shard_row() { # TRIAL
 	k=$(now_ms)
 	# shellcheck disable=SC2016,SC2086
 	rejoin_env "$job" LOGS=local FTCC_MEMBERSHIP=inband FTCC_BOOTSTRAP=peers FTCC_PEERS="$(peers 5)" $tok \
-		FTCC_CKPT_WHERE=peer FTCC_CKPT_DIR="$ck" srun -w h5 -N1 -n2 --mpi=none --label sh -c \
+		FTCC_CKPT_WHERE=peer FTCC_CKPT_LOCAL=0 FTCC_CKPT_DIR="$ck" srun -w h5 -N1 -n2 --mpi=none --label sh -c \
 		'FTCC_RANK=$((6 + SLURM_PROCID)) FTCC_WORLD_SIZE=8 FTCC_INCARNATION=1 exec sh -c "$0" "$@"' \
 		"$RANK_LOGS" "$B/examples/train_sharded" 400 65536 5 >"$OUT.new" 2>&1 || st2=$?
 	e=$(now_ms)
