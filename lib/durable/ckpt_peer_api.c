@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <time.h>
 
+#include "bigmem.h"
 #include "ckpt_peer_int.h"
 #include "fdreg.h"
 #include "internal.h"
@@ -106,6 +107,7 @@ void ft__ckpt_peer_close(struct ft__ckpt_peer *p)
 		ft__ckpt_peer_mirror_free(p->mir[r]);
 	ft__ckpt_image_free(&p->fetch.img);
 	free(p->fetch.carry);
+	ft__big_free(p->bounce, p->bounce_len);
 	free(p->mir);
 	free((void *)p->lost);
 	free(p->book);

@@ -76,7 +76,15 @@ static int local_read(struct ft__ckpt_peer *p, const unsigned char *rec, size_t 
 		return -FT_EPROTO;
 	chunk = ((size_t)2 << 20) / stride;
 	chunk = chunk < 1 ? 1 : chunk > 1024 ? 1024 : chunk; /* (IOV_MAX) */
-	bounce = ft__big_alloc(chunk * stride);
+	/* the service keeps the buffer the copies pass through for the next
+	 * fetch (a new one per fetch costs its page faults, or a compaction) */
+	if (p->bounce_len < chunk * stride) {
+		ft__big_free(p->bounce, p->bounce_len);
+		p->bounce_len = 0;
+		if ((p->bounce = ft__big_alloc(chunk * stride)) != NULL)
+			p->bounce_len = chunk * stride;
+	}
+	bounce = p->bounce;
 	remote = malloc(chunk * sizeof(*remote));
 	if (bounce == NULL || remote == NULL) {
 		rc = -FT_ENOMEM;
@@ -106,7 +114,6 @@ static int local_read(struct ft__ckpt_peer *p, const unsigned char *rec, size_t 
 		}
 	}
 out:
-	ft__big_free(bounce, chunk * stride);
 	free(remote);
 	return rc;
 }

@@ -125,6 +125,8 @@ struct ft__ckpt_peer {
 	struct pk_fetch fetch;
 	struct pk_local_id local;       /* this process's, for single-copy fetches */
 	bool no_local;                  /* FTCC_CKPT_LOCAL=0, or a read was refused */
+	unsigned char *bounce;          /* what single-copy reads pass through (ft__big_alloc) */
+	size_t bounce_len;
 	uint64_t pend[PK_PENDING];      /* rounds posted, not finished (0: free) */
 	bool fin[PK_PENDING];
 	_Atomic uint64_t sent;
