@@ -579,7 +579,11 @@ struct ft_restore_info {
  * counts them), or the files are another job's; -FT_EIO when the owner has
  * no checkpoint here; -FT_EINVAL for a range outside the region, a region
  * that is not the owner's sharded region, an unknown flag, dst NULL.
- * info may be NULL.
+ * info may be NULL. From a holder's memory (without FT_RESTORE_CURRENT)
+ * each block is written into dst as its copy arrives and checks: a fetch
+ * cut short (its holder lost meanwhile; the next member is then asked)
+ * may have written some blocks before, each a copy that checked, which
+ * info and the result do not count.
  */
 int ft_ckpt_restore(struct ft_comm *comm, int region, int owner, size_t first_block,
 		    size_t nblocks, void *dst, unsigned flags, struct ft_restore_info *info);

@@ -24,10 +24,13 @@
 /* The ward (rank 0) and its holder (rank 1). */
 static struct ft__ckpt_peer *ward, *holder;
 
+static bool over_the_link; /* FTCC_CKPT_LOCAL=0's: no fetch in one copy */
+
 static void open_both(void)
 {
 	struct ft__ckpt_peer_params pp = {.world_size = 2, .job_id = JOB, .token = TOKEN,
-					  .bind_host = "127.0.0.1", .stall_ms = 2000};
+					  .bind_host = "127.0.0.1", .stall_ms = 2000,
+					  .no_local = over_the_link};
 
 	pp.rank = 0;
 	cr_assert_eq(ft__ckpt_peer_open(&pp, &ward), 0);
@@ -198,7 +201,7 @@ Test(ckpt_peer_unit, rounds_kept_and_fetched_exact, .timeout = 30)
 /* the same over the link (a holder on another host) */
 Test(ckpt_peer_unit, rounds_kept_and_fetched_exact_over_the_link, .timeout = 30)
 {
-	setenv("FTCC_CKPT_LOCAL", "0", 1);
+	over_the_link = true;
 	kept_and_fetched();
 }
 
@@ -371,6 +374,34 @@ Test(ckpt_peer_unit, forged_records_are_refused_and_the_copy_stays, .timeout = 6
 		make_round(m, 5, 1, 0x77);
 		post(m, 5, NULL, 0);
 		expect_held(0x77, 5, "the ward's stream after a lent mirror was taken back");
+	}
+	/* a member lent the mirror that sends a stream's HEAD and COMMIT on
+	 * that link (which would free the mirror it reads): the link is
+	 * closed, and the held copy stays */
+	{
+		struct pk_fetch_msg ask = {0, 0, 0, NB, {{0}, 0, 0}};
+		struct ft__ctl_msg msg;
+		bool lent = false;
+		int i = forge_link(), rc = 0;
+		ft__pk_local_id(&ask.local);
+		cr_assert_eq(ft__ctl_send(&forger, i, FT__CTL_CK_FETCH, 0, &ask, sizeof(ask)), 0);
+		for (long end = tu_now_ms() + 5000;
+		     !lent && (rc = ft__ctl_next(&forger, i, &msg)) >= 0 && tu_now_ms() < end;) {
+			lent |= rc == 1 && msg.type == FT__CTL_CK_LOCAL;
+			if (rc == 0)
+				tu_sleep_ms(2);
+		}
+		cr_assert(lent, "lent again");
+		cr_assert_eq(ft__ctl_send(&forger, i, FT__CTL_CK_HEAD, 0, head, hlen), 0);
+		(void)ft__ctl_send(&forger, i, FT__CTL_CK_COMMIT, 0, m->commit, m->commit_len);
+		long t0 = tu_now_ms();
+		for (long end = t0 + 5000; (rc = ft__ctl_next(&forger, i, &msg)) >= 0 &&
+					   tu_now_ms() < end;)
+			tu_sleep_ms(2);
+		cr_assert_lt(rc, 0, "a stream on a lent link: the link closed");
+		cr_assert_lt(tu_now_ms() - t0, 1500, "closed at once, not at the lend's end");
+		ft__ctl_close(&forger);
+		expect_held(0x77, 5, "a stream on a lent link");
 	}
 	free(head);
 	free(m);

@@ -207,6 +207,7 @@ struct ft__tp_env {
 	char ckpt_dir[512];         /* FTCC_CKPT_DIR: checkpoints' base directory; "": the log's */
 	char ckpt_from[512];        /* FTCC_CKPT_FROM: an exported checkpoint to start from; "": none */
 	int ckpt_where;             /* FTCC_CKPT_WHERE: enum ft_ckpt_where; 0: unset */
+	int ckpt_local;             /* FTCC_CKPT_LOCAL: 1 single-copy fetches on one kernel; 0 not */
 	char launcher_addrs[256];   /* host:port of the launcher (Open MPI's mpirun), comma-
 				     * separated: where a rank looks for its interface; "" */
 };

@@ -121,7 +121,7 @@ enum var_home { H_NONE, H_CFG, H_TP };
 /* The transports' knobs as parsed, before they become struct ft__tp_env. */
 struct tp_knobs {
 	int spin_us, tcp_buffer, max_msg, incarnation, wait, mr_local, guard, engine, link_ep;
-	int ckpt_where;
+	int ckpt_where, ckpt_local;
 	char provider[64], ep[8], ckpt_dir[512], ckpt_from[512];
 };
 
@@ -234,6 +234,8 @@ static const struct var vars[] = {
 	 "an exported checkpoint (ftcc-ckpt export) the shards start from"},
 	{"FTCC_CKPT_WHERE", V_ENUM, TP_NUM(ckpt_where), 0, 0, NAMES(wheres), false, "disk",
 	 "where running checkpoints go: disk, disk+peer or peer (a rank on another host's memory)"},
+	{"FTCC_CKPT_LOCAL", V_ENUM, TP_NUM(ckpt_local), 0, 0, NAMES(bits), false, "1",
+	 "1: a fetch from a holder on this kernel reads its memory in one copy; 0: over the link"},
 };
 
 /* Parses variable v from the environment into base (the struct of its home);
@@ -569,7 +571,7 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e)
 	e->world_size = cfg->world_size;
 	e->local_ranks = ft__boot_local_ranks(process_env, NULL);
 	ft__boot_launcher_addrs(process_env, NULL, e->launcher_addrs, sizeof(e->launcher_addrs));
-	struct tp_knobs k = {.spin_us = -1, .guard = 1, .link_ep = -1};
+	struct tp_knobs k = {.spin_us = -1, .guard = 1, .link_ep = -1, .ckpt_local = 1};
 	int rc;
 
 	/* every value checked (README: a malformed one is FT_ECONFIG, named) */
@@ -595,6 +597,7 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e)
 	snprintf(e->ckpt_dir, sizeof(e->ckpt_dir), "%s", k.ckpt_dir);
 	snprintf(e->ckpt_from, sizeof(e->ckpt_from), "%s", k.ckpt_from);
 	e->ckpt_where = k.ckpt_where;
+	e->ckpt_local = k.ckpt_local;
 	/* process durability: shared memory (survives the process, and a
 	 * mapped page cache file on disk would be written back: 64 MiB per op);
 	 * host durability: the disk, under $TMPDIR */

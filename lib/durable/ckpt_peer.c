@@ -386,8 +386,10 @@ static void do_fetch(struct ft__ckpt_peer *p)
 	pk_lock(p);
 	m = (struct pk_fetch_msg){.owner = p->fetch.owner, .region = p->fetch.region,
 				  .first = p->fetch.first, .n = p->fetch.n};
-	if (!p->no_local)
+	if (!p->no_local && p->fetch.local_ok) {
 		m.local = p->local;
+		p->fetch.asked_local = true;
+	}
 	int holder = p->fetch.holder;
 	pk_unlock(p);
 	if (holder == p->p.rank) {
@@ -445,6 +447,15 @@ static size_t acc_limit(struct ft__ckpt_peer *p, int i)
 	       (size_t)24 * mi->img.nblocks;
 }
 
+/* Whether m or a mirror before it is being sent from or read (busy). */
+static bool chain_busy(const struct pk_mirror *m)
+{
+	for (; m != NULL; m = m->prev)
+		if (m->busy > 0)
+			return true;
+	return false;
+}
+
 void ft__ckpt_peer_mirror_free(struct pk_mirror *m)
 {
 	if (m == NULL)
@@ -487,7 +498,7 @@ static int on_head(struct ft__ckpt_peer *p, int ward, uint64_t serial, const uns
 		ft__ckpt_peer_mirror_free(m);
 		return rc;
 	}
-	if (old != NULL && old->img.commits == 0) {
+	if (old != NULL && old->img.commits == 0 && old->busy == 0) {
 		/* a stream that never committed: the one before it stays */
 		m->prev = old->prev;
 		old->prev = NULL;
@@ -550,7 +561,9 @@ static int lend(struct ft__ckpt_peer *p, int i, struct pk_mirror *m, size_t pos,
 		return rc;
 	m->busy++;
 	p->link[i].lent = m;
-	p->link[i].lent_ms = ft__now_ms();
+	/* given back within stall_ms, and 10 ms a MiB read (100 MiB/s) */
+	p->link[i].lent_until_ms = ft__now_ms() + p->p.stall_ms +
+				   (int64_t)(((uint64_t)f->n * h.stride) >> 20) * 10;
 	return 0;
 }
 
@@ -605,20 +618,34 @@ static int on_record(struct ft__ckpt_peer *p, int i, int type, const unsigned ch
 	int from = cl->peer, rc = 0;
 
 	if (cl->ours) {
+		bool early = false;
 		pk_lock(p);
 		if (!p->fetch.active || p->fetch.link != i || p->fetch.done)
 			rc = -FT_EPROTO; /* an answer nobody asked for */
 		else if ((rc = ft__pk_answer(p, type, rec, len)) == 0 && p->fetch.done) {
 			p->fetch.active = false;
 			pthread_cond_broadcast(&p->cond);
+			/* ended before its last record (an IMAGE refused): the
+			 * rest of the answer is nobody's, and goes with the link */
+			early = type != FT__CTL_CK_END && type != FT__CTL_CK_NONE &&
+				type != FT__CTL_CK_LOCAL;
 		}
 		pk_unlock(p);
+		if (early) {
+			ft__ckpt_peer_drop(p, i, "the rest of an answer no longer wanted");
+			return 0;
+		}
 		/* the holder's mirror was read where it lies: it is the holder's again */
 		if (rc == 0 && type == FT__CTL_CK_LOCAL &&
 		    (rc = q_push(p, i, FT__CTL_CK_DONE, NULL, 0, NULL)) == 0)
 			q_flush(p, i);
 		return rc;
 	}
+	/* a link lent a mirror is read for its DONE: no stream goes on it (a
+	 * HEAD or COMMIT there could free the mirror being read) */
+	if (p->link[i].lent != NULL &&
+	    (type == FT__CTL_CK_HEAD || type == FT__CTL_CK_COPY || type == FT__CTL_CK_COMMIT))
+		return -FT_EPROTO;
 	switch (type) {
 	case FT__CTL_CK_HEAD:
 		return on_head(p, from, p->link[i].serial, rec, len);
@@ -632,8 +659,12 @@ static int on_record(struct ft__ckpt_peer *p, int i, int type, const unsigned ch
 			return on_copy(p, from, rec, len);
 		if (ft__ckpt_parse_more(&p->mir[from]->img, rec, len) != 0)
 			return -FT_EPROTO;
-		ft__ckpt_peer_mirror_free(p->mir[from]->prev); /* the new stream holds every block now */
-		p->mir[from]->prev = NULL;
+		/* the new stream holds every block now (one sent from is freed
+		 * at a later COMMIT) */
+		if (!chain_busy(p->mir[from]->prev)) {
+			ft__ckpt_peer_mirror_free(p->mir[from]->prev);
+			p->mir[from]->prev = NULL;
+		}
 		return 0;
 	case FT__CTL_CK_FETCH:
 		return on_fetch(p, i, rec, len);
@@ -656,7 +687,6 @@ static int on_record(struct ft__ckpt_peer *p, int i, int type, const unsigned ch
 	}
 }
 
-/* Whether link i's messages wait: its ward's mirror is being sent to a fetcher. */
 /*
  * Whether link i is not read for now: a link accepted here with an answer
  * still going out on it (one at a time: a member cannot queue answer on
@@ -836,7 +866,7 @@ void *ft__ckpt_peer_main(void *arg)
 				link_read(p, i);
 			if (l->head < l->tail && now - l->moved_ms > p->p.stall_ms)
 				ft__ckpt_peer_drop(p, i, "its peer took nothing for too long");
-			else if (l->lent != NULL && now - l->lent_ms > p->p.stall_ms)
+			else if (l->lent != NULL && now > l->lent_until_ms)
 				ft__ckpt_peer_drop(p, i, "its peer read our memory for too long");
 		}
 		int k = ft__ctl_pollfds(&p->ctl, pfd, idx);

@@ -47,6 +47,8 @@ struct ft__ckpt_peer_params {
 	const char *bind_host, *publish_host;
 	int dead_ms;            /* the links' keepalive and TCP_USER_TIMEOUT; 0: none */
 	int stall_ms;           /* a link whose output makes no progress this long is dropped */
+	bool no_local;          /* fetches over the link even from a holder on this kernel
+				 * (FTCC_CKPT_LOCAL=0; ckpt_peer_int.h: reading in one copy) */
 };
 
 /* Listens and starts the service thread. */

@@ -42,9 +42,7 @@ int ft__ckpt_peer_open(const struct ft__ckpt_peer_params *pp, struct ft__ckpt_pe
 	p->mir = calloc((size_t)pp->world_size, sizeof(*p->mir));
 	p->lost = calloc((size_t)pp->world_size, sizeof(*p->lost));
 	p->fetch.link = -1;
-	/* FTCC_CKPT_LOCAL=0: every fetch over the link, even from a holder on this host */
-	const char *lc = getenv("FTCC_CKPT_LOCAL");
-	p->no_local = lc != NULL && strcmp(lc, "0") == 0;
+	p->no_local = pp->no_local;
 	ft__pk_local_id(&p->local);
 	if (p->book == NULL || p->mir == NULL || p->lost == NULL ||
 	    (p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
@@ -203,7 +201,7 @@ void ft__ckpt_peer_wait_sent(struct ft__ckpt_peer *p, uint64_t round)
 
 static int fetch_once(struct ft__ckpt_peer *p, int holder, int owner, int region, size_t first,
 		      size_t nblocks, size_t block_bytes, void *dst, uint64_t nonce, int timeout_ms,
-		      struct ft__ckpt_image *img)
+		      bool local_ok, struct ft__ckpt_image *img)
 {
 	struct timespec end;
 	int rc;
@@ -226,7 +224,8 @@ static int fetch_once(struct ft__ckpt_peer *p, int holder, int owner, int region
 	p->fetch = (struct pk_fetch){.seq = p->fetch.seq + 1, .active = true, .link = -1,
 				     .holder = holder, .owner = owner, .region = region,
 				     .first = first, .n = nblocks, .block_bytes = block_bytes,
-				     .dst = dst, .nonce = nonce, .job_hash = p->job_hash};
+				     .dst = dst, .nonce = nonce, .job_hash = p->job_hash,
+				     .local_ok = local_ok};
 	pk_unlock(p);
 	pk_wake(p);
 	pk_lock(p);
@@ -260,12 +259,12 @@ int ft__ckpt_peer_fetch(struct ft__ckpt_peer *p, int holder, int owner, int regi
 			struct ft__ckpt_image *img)
 {
 	int rc = fetch_once(p, holder, owner, region, first, nblocks, block_bytes, dst, nonce,
-			    timeout_ms, img);
+			    timeout_ms, true, img);
 
-	/* the kernel refused to read the holder's memory in one copy: over the link */
+	/* the holder's memory could not be read in one copy here: over the link */
 	if (rc == -FT_ENOSYS)
 		rc = fetch_once(p, holder, owner, region, first, nblocks, block_bytes, dst, nonce,
-				timeout_ms, img);
+				timeout_ms, false, img);
 	return rc;
 }
 

@@ -57,7 +57,8 @@ static void sink(struct pk_fetch *f, const unsigned char *rec, size_t len)
  * A LOCAL answer (ckpt_peer_int.h): the copies read from the holder's
  * memory a chunk at a time and taken as FCOPY bytes. 0; -FT_EPROTO for a
  * record that does not fit the fetch; -FT_ENOSYS when the kernel refuses
- * the reads here (the fetch is made again over the link); -FT_ECORRUPT when
+ * the reads here, or there is no memory for them (the fetch is made again
+ * over the link); -FT_ECORRUPT when
  * the holder's addresses cannot be read.
  */
 static int local_read(struct ft__ckpt_peer *p, const unsigned char *rec, size_t len)
@@ -87,7 +88,7 @@ static int local_read(struct ft__ckpt_peer *p, const unsigned char *rec, size_t 
 	bounce = p->bounce;
 	remote = malloc(chunk * sizeof(*remote));
 	if (bounce == NULL || remote == NULL) {
-		rc = -FT_ENOMEM;
+		rc = -FT_ENOSYS; /* no memory for it: this fetch over the link */
 		goto out;
 	}
 	for (size_t k = 0; k < h.n && rc == 0; k += chunk) {
@@ -139,8 +140,8 @@ int ft__pk_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec, s
 		rc = ft__ckpt_parse(rec, len, &f->img);
 		if (rc == 0 && (f->img.head.rank != f->owner ||
 				(f->block_bytes != 0 && f->img.head.block_bytes != f->block_bytes) ||
-				(f->nonce != 0 && (f->img.head.nonce != f->nonce ||
-						   f->img.head.job_hash != f->job_hash))))
+				f->img.head.job_hash != f->job_hash ||
+				(f->nonce != 0 && f->img.head.nonce != f->nonce)))
 			rc = -FT_ECORRUPT; /* another rank's or run's, or a geometry the job never had */
 		if (rc != 0) {
 			ft__ckpt_image_free(&f->img);
@@ -200,8 +201,9 @@ int ft__pk_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec, s
 		f->got += len;
 		return 0;
 	case FT__CTL_CK_LOCAL:
-		/* (after the IMAGE, which set what is wanted; the END is ours) */
-		if (f->got != 0 || f->want == 0)
+		/* (asked for, after the IMAGE, which set what is wanted; the END
+		 * is ours) */
+		if (!f->asked_local || f->got != 0 || f->want == 0)
 			return -FT_EPROTO;
 		rc = local_read(p, rec, len);
 		if (rc == -FT_EPROTO)

@@ -1,4 +1,4 @@
-/* ckpt_peer_int.h: the peer checkpoint service's own state, shared by its thread (ckpt_peer.c) and its callers' side (ckpt_peer_api.c). */
+/* ckpt_peer_int.h: the peer checkpoint service's own state, shared by its thread (ckpt_peer.c), its fetcher's side (ckpt_peer_fetch.c) and its callers' side (ckpt_peer_api.c). */
 /* SPDX-License-Identifier: MIT */
 #ifndef FTCC_CKPT_PEER_INT_H
 #define FTCC_CKPT_PEER_INT_H
@@ -63,8 +63,8 @@ struct pk_link {
 	size_t acc_len, acc_cap;
 	int target;             /* connected here: the rank; -1 */
 	struct pk_mirror *lent; /* accepted here: the mirror a fetcher reads itself (LOCAL),
-				 * busy until its DONE, or until stall_ms after lent_ms */
-	int64_t lent_ms;
+				 * busy until its DONE, or until lent_until_ms (then dropped) */
+	int64_t lent_until_ms;
 	bool held;              /* messages wait in ctl's buffer (held()) */
 	bool stream;            /* connected here: this rank's rounds go on it (a fetch,
 				 * an announcement: a link of their own) */
@@ -100,6 +100,8 @@ struct pk_fetch {
 	 * written there (the image's sunk_slot says which did) */
 	unsigned char *dst;
 	uint64_t nonce, job_hash; /* the run the answer must be of (nonce 0: any) */
+	bool local_ok;          /* this fetch may read the holder's memory in one copy */
+	bool asked_local;       /* ... and its FETCH said so (a LOCAL answer is taken only then) */
 	unsigned char *carry;   /* a copy split between two messages */
 	struct ft__ckpt_image img;
 };

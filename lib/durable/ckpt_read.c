@@ -43,7 +43,7 @@ void ft__ckpt_image_free(struct ft__ckpt_image *img)
 	free(img->fd);
 	if (img->mem != NULL && img->own_mem)
 		for (size_t i = 0; i < img->nregs; i++) {
-			/* (ft__ckpt_mem_alloc's sizes: a holder's slots, a fetch's range) */
+			/* (ft__big_alloc'd at ft__ckpt_mem_bytes: a holder's slots, a fetch's range) */
 			size_t len = ft__ckpt_mem_bytes(img, i);
 			ft__big_free(img->mem[i][0], len);
 			if (img->mem[i][1] != img->mem[i][0])

@@ -29,7 +29,8 @@ int ft__ckpt_remote_open(struct ft_comm *c, struct ft__ckpt_peer **out)
 		.token = c->cfg.token, .bind_host = c->host.listen, .publish_host = c->host.publish,
 		.dead_ms = c->cfg.detect_timeout_ms,
 		/* a holder that takes nothing for this long is as good as dead */
-		.stall_ms = c->cfg.detect_timeout_ms > 2000 ? c->cfg.detect_timeout_ms : 2000};
+		.stall_ms = c->cfg.detect_timeout_ms > 2000 ? c->cfg.detect_timeout_ms : 2000,
+		.no_local = c->tp_env.ckpt_local == 0};
 
 	return ft__ckpt_peer_open(&pp, out);
 }

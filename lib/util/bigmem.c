@@ -1,11 +1,13 @@
 /* bigmem.c: large buffers in huge pages where the kernel gives them (bigmem.h). */
 /* SPDX-License-Identifier: MIT */
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 
 #include "bigmem.h"
 
 #define HUGE_BYTES ((size_t)2 << 20)
+#define SMALL_BYTES ((size_t)1 << 20)  /* below: calloc */
 
 static size_t rounded(size_t len)
 {
@@ -17,6 +19,8 @@ void *ft__big_alloc(size_t len)
 	size_t n = rounded(len ? len : 1);
 	char *raw, *p;
 
+	if (len < SMALL_BYTES)
+		return calloc(1, len ? len : 1); /* (not worth a huge page each) */
 	if (n < len)
 		return NULL;
 	/* a huge page needs an aligned start: map one more, trim both ends */
@@ -39,6 +43,8 @@ void *ft__big_alloc(size_t len)
 
 void ft__big_free(void *p, size_t len)
 {
-	if (p != NULL)
-		(void)munmap(p, rounded(len ? len : 1));
+	if (p != NULL && len < SMALL_BYTES)
+		free(p);
+	else if (p != NULL)
+		(void)munmap(p, rounded(len));
 }

@@ -13,6 +13,7 @@
  * page faults as its bytes arrive, which cost more than the copy itself
  * (about 7 us each on a virtual machine with shadow page tables: 110 ms for
  * 64 MiB, against 3 ms with huge pages). Either advice refused is no error.
+ * Below 1 MiB: calloc's memory (a huge page each is not worth it).
  */
 void *ft__big_alloc(size_t len);
 /* Frees what ft__big_alloc(len) gave (the same len); NULL is fine. */
