@@ -104,6 +104,22 @@ static void post(struct round_msg *m, uint64_t round, const char *head, size_t h
 	ft__ckpt_peer_wait_sent(ward, round);
 }
 
+/* Block b of a fetched image reads as of round, and its bytes (where the
+ * read leaves them: out, or the fetch's destination) are all v. */
+static void expect_block(const struct ft__ckpt_image *img, size_t b, unsigned char *out,
+			 const unsigned char *data, unsigned char v, uint64_t round, const char *what)
+{
+	uint64_t r, step;
+	int slot;
+	char why[160] = "";
+
+	cr_assert_eq(ft__ckpt_read_block(img, 0, b, out, &r, &step, &slot, why, sizeof(why)), 0,
+		     "%s: block %zu: %s", what, b, why);
+	cr_assert_eq(r, round, "%s: block %zu", what, b);
+	for (size_t j = 0; j < blen(b); j++)
+		cr_assert_eq(data[j], v, "%s: block %zu byte %zu", what, b, j);
+}
+
 /* The holder's copy of the ward, fetched and read: every block v, from round. */
 static void expect_held(unsigned char v, uint64_t round, const char *what)
 {
@@ -123,16 +139,8 @@ static void expect_held(unsigned char v, uint64_t round, const char *what)
 	} while (tu_now_ms() < end);
 	cr_assert_eq(rc, 0, "%s: fetch: %s", what, ft_strerror(rc));
 	cr_assert_eq(img.last_round, round, "%s: the holder's newest round", what);
-	for (size_t b = 0; b < NB; b++) {
-		uint64_t r, step;
-		int slot;
-		char why[160] = "";
-		cr_assert_eq(ft__ckpt_read_block(&img, 0, b, out, &r, &step, &slot, why, sizeof(why)),
-			     0, "%s: block %zu: %s", what, b, why);
-		cr_assert_eq(r, round, "%s: block %zu", what, b);
-		for (size_t j = 0; j < blen(b); j++)
-			cr_assert_eq(out[j], v, "%s: block %zu byte %zu", what, b, j);
-	}
+	for (size_t b = 0; b < NB; b++)
+		expect_block(&img, b, out, out, v, round, what);
 	ft__ckpt_image_free(&img);
 
 	/* the same, checked into a destination as it comes (blocks 1..NB-1:
@@ -142,17 +150,8 @@ static void expect_held(unsigned char v, uint64_t round, const char *what)
 	rc = ft__ckpt_peer_fetch(ward, 1, 0, 0, 1, NB - 1, BB, dst, 0, 5000, &img);
 	cr_assert_eq(rc, 0, "%s: fetch into a destination: %s", what, ft_strerror(rc));
 	cr_assert_eq(img.mem, NULL, "%s: the copies were held in memory", what);
-	for (size_t b = 1; b < NB; b++) {
-		uint64_t r, step;
-		int slot;
-		char why[160] = "";
-		cr_assert_eq(ft__ckpt_read_block(&img, 0, b, out, &r, &step, &slot, why, sizeof(why)),
-			     0, "%s: sunk block %zu: %s", what, b, why);
-		cr_assert_eq(r, round, "%s: sunk block %zu", what, b);
-		for (size_t j = 0; j < blen(b); j++)
-			cr_assert_eq(dst[(b - 1) * BB + j], v, "%s: sunk block %zu byte %zu", what,
-				     b, j);
-	}
+	for (size_t b = 1; b < NB; b++)
+		expect_block(&img, b, out, dst + (b - 1) * BB, v, round, what);
 	for (size_t j = (NB - 2) * BB + blen(NB - 1); j < sizeof(dst); j++)
 		cr_assert_eq(dst[j], 0xee, "%s: byte %zu past the range written", what, j);
 	ft__ckpt_image_free(&img);
