@@ -239,6 +239,27 @@ struct forged {
 	size_t len;
 };
 
+/* A forger's link on this kernel, lent the ward's mirror (its FETCH asked
+ * for one copy, and LOCAL came). */
+static int lent_link(void)
+{
+	struct pk_fetch_msg ask = {0, 0, 0, NB, {{0}, 0, 0}};
+	struct ft__ctl_msg msg;
+	bool lent = false;
+	int i = forge_link(), rc = 0;
+
+	ft__pk_local_id(&ask.local);
+	cr_assert_eq(ft__ctl_send(&forger, i, FT__CTL_CK_FETCH, 0, &ask, sizeof(ask)), 0);
+	for (long end = tu_now_ms() + 5000;
+	     !lent && (rc = ft__ctl_next(&forger, i, &msg)) >= 0 && tu_now_ms() < end;) {
+		lent |= rc == 1 && msg.type == FT__CTL_CK_LOCAL;
+		if (rc == 0)
+			tu_sleep_ms(2);
+	}
+	cr_assert(lent, "the holder lent its mirror to a member on its kernel");
+	return i;
+}
+
 Test(ckpt_peer_unit, forged_records_are_refused_and_the_copy_stays, .timeout = 60)
 {
 	struct ft__ckpt_image img;
@@ -353,20 +374,12 @@ Test(ckpt_peer_unit, forged_records_are_refused_and_the_copy_stays, .timeout = 6
 	 * gives it back: the link is dropped after stall_ms, and the ward's
 	 * stream, held meanwhile, goes on */
 	{
-		struct pk_fetch_msg ask = {0, 0, 0, NB, {{0}, 0, 0}};
 		struct ft__ctl_msg msg;
-		bool lent = false;
-		int i = forge_link(), rc = 0;
-		ft__pk_local_id(&ask.local);
-		cr_assert_eq(ft__ctl_send(&forger, i, FT__CTL_CK_FETCH, 0, &ask, sizeof(ask)), 0);
 		long t0 = tu_now_ms();
+		int i = lent_link(), rc = 0;
 		for (long end = t0 + 8000; (rc = ft__ctl_next(&forger, i, &msg)) >= 0 &&
-					   tu_now_ms() < end;) {
-			lent |= rc == 1 && msg.type == FT__CTL_CK_LOCAL;
-			if (rc == 0)
-				tu_sleep_ms(2);
-		}
-		cr_assert(lent, "the holder lent its mirror to a member on its kernel");
+					   tu_now_ms() < end;)
+			tu_sleep_ms(2);
 		cr_assert_lt(rc, 0, "a lent mirror never given back: the link closed");
 		cr_assert_geq(tu_now_ms() - t0, 1500, "the link closed before stall_ms");
 		ft__ctl_close(&forger);
@@ -378,19 +391,8 @@ Test(ckpt_peer_unit, forged_records_are_refused_and_the_copy_stays, .timeout = 6
 	 * that link (which would free the mirror it reads): the link is
 	 * closed, and the held copy stays */
 	{
-		struct pk_fetch_msg ask = {0, 0, 0, NB, {{0}, 0, 0}};
 		struct ft__ctl_msg msg;
-		bool lent = false;
-		int i = forge_link(), rc = 0;
-		ft__pk_local_id(&ask.local);
-		cr_assert_eq(ft__ctl_send(&forger, i, FT__CTL_CK_FETCH, 0, &ask, sizeof(ask)), 0);
-		for (long end = tu_now_ms() + 5000;
-		     !lent && (rc = ft__ctl_next(&forger, i, &msg)) >= 0 && tu_now_ms() < end;) {
-			lent |= rc == 1 && msg.type == FT__CTL_CK_LOCAL;
-			if (rc == 0)
-				tu_sleep_ms(2);
-		}
-		cr_assert(lent, "lent again");
+		int i = lent_link(), rc = 0;
 		cr_assert_eq(ft__ctl_send(&forger, i, FT__CTL_CK_HEAD, 0, head, hlen), 0);
 		(void)ft__ctl_send(&forger, i, FT__CTL_CK_COMMIT, 0, m->commit, m->commit_len);
 		long t0 = tu_now_ms();
