@@ -119,6 +119,7 @@ struct inband {
 	uint32_t future_gen;    /* ... and the COLLECT to answer when it begins it */
 	int future_from, future_link;
 	uint64_t future_ballot;
+	bool future_zero;       /* ... a COLLECT of generation 0 a newcomer kept (start_again) */
 	bool noquorum;
 
 	/* coordinating it */

@@ -321,7 +321,10 @@ static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int n
 	if (ncand > 0 && b->owed_to >= 0 && b->published)
 		ft__ib_answer_collect(b, b->owed_to, b->owed_link, b->owed_ballot);
 	done = view_of(b, gen);
-	if (ncand == 0 && b->incarnation > 0 && b->mine.rejoining)
+	/* a newcomer not taken yet (once taken, the views it holds are its
+	 * answers: the one that took it, and an older one it asks about is not
+	 * the newest) */
+	if (ncand == 0 && b->newcomer && b->mine.rejoining)
 		rc = ft__ib_newcomer_view(b, gen, &done); /* inband_rejoin.c */
 	if (done == NULL && gen == 0 && b->published && ncand > 0)
 		probe_at_start(b, cand, ncand);

@@ -206,7 +206,7 @@ void ft__ib_begin(struct inband *b, uint32_t gen)
 	ft__ib_value_free(&b->best);
 	ft__ib_value_free(&b->proposal);
 	b->owed_to = -1;
-	if (b->future_gen == gen && gen > 0) {
+	if (b->future_gen == gen && (gen > 0 || b->future_zero)) {
 		b->owed_to = b->future_from;
 		b->owed_link = b->future_link;
 		b->owed_ballot = b->future_ballot;

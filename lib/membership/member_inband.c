@@ -482,8 +482,22 @@ void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 		return;
 	/* a new incarnation not taken back yet is no acceptor: it has none
 	 * of its last incarnation's promises (inband_rejoin.c) */
-	if (b->newcomer && (m->type == FT__CTL_MB_COLLECT || m->type == FT__CTL_MB_PROPOSE))
+	if (b->newcomer && (m->type == FT__CTL_MB_COLLECT || m->type == FT__CTL_MB_PROPOSE)) {
+		/* but a COLLECT of the job's first view is kept: this process may
+		 * yet take part in it (inband_backend.c, start_again), and its
+		 * coordinator asks each rank once */
+		if (m->type == FT__CTL_MB_COLLECT && m->gen == 0 && m->len >= sizeof(ballot)) {
+			memcpy(&ballot, m->payload, sizeof(ballot));
+			if (ballot_ok(b, ballot, m->from) && ballot >= b->future_ballot) {
+				b->future_zero = true;
+				b->future_gen = 0;
+				b->future_from = m->from;
+				b->future_link = link;
+				b->future_ballot = ballot;
+			}
+		}
 		return;
+	}
 	/* a coordinator of generation g is a member of view g - 1, which this
 	 * rank holds or is settling (it begins g - 1 only once it holds g - 2):
 	 * a question about a later one sets no detector recovering */

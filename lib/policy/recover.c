@@ -290,6 +290,20 @@ static int view_before(struct ft_comm *c, struct ft__call *k, struct ft__run *ru
 }
 
 
+/* Whether the state still goes to a newcomer of this view at op seq or
+ * later (newcomers.c). A grow waits until it went: a newcomer taken in the
+ * meanwhile would hold only the view that takes it, not the one that took
+ * the other (the in-band membership keeps no older view for it), and
+ * could not tell, as every member does, that the other is new too: they
+ * would choose different senders of the state. */
+static bool state_owed(const struct ft_comm *c, uint64_t seq)
+{
+	for (int i = 0; i < c->nowed; i++)
+		if (c->owed_op[i] >= seq)
+			return true;
+	return false;
+}
+
 /* Whether a new incarnation of a rank outside this view waits to be taken
  * into the next generation, and can take part from op at (its application
  * runs it, or its log replays at - 1: the settle's own rule). */
@@ -358,7 +372,7 @@ static int recover_grow(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 		if (rc != 0 || c->size >= c->cfg.world_size)
 			return rc;
 	}
-	if (lead && newcomer_waiting(c, run->seq + 1))
+	if (lead && !state_owed(c, run->seq) && newcomer_waiting(c, run->seq + 1))
 		ft__det_grow_plan(c->det, c->generation, run->seq + 1);
 	return 0;
 }
