@@ -291,13 +291,16 @@ static int view_before(struct ft_comm *c, struct ft__call *k, struct ft__run *ru
 
 
 /* Whether the state still goes to a newcomer of this view at op seq or
- * later (newcomers.c). A grow waits until it went: a newcomer taken in the
- * meanwhile would hold only the view that takes it, not the one that took
- * the other (the in-band membership keeps no older view for it), and
- * could not tell, as every member does, that the other is new too: they
- * would choose different senders of the state. */
+ * later (newcomers.c), under the in-band membership. A grow waits until it
+ * went (one op at most): a newcomer taken in the meanwhile would hold only
+ * the view that takes it, not the one that took the other (in-band keeps
+ * no older view for it; the file rendezvous shows every record), and could
+ * not tell, as every member does, that the other is new too: they would
+ * choose different senders of the state. */
 static bool state_owed(const struct ft_comm *c, uint64_t seq)
 {
+	if (strcmp(c->cfg.membership, "inband") != 0)
+		return false;
 	for (int i = 0; i < c->nowed; i++)
 		if (c->owed_op[i] >= seq)
 			return true;
