@@ -95,6 +95,7 @@ struct inband {
 	/* a new incarnation looking for its running job (inband_rejoin.c) */
 	uint32_t incarnation;
 	bool newcomer;          /* it found one: views come from its members' word */
+	uint32_t taken_gen;     /* ... the generation that took it (newcomer false again) */
 	int64_t rejoin_ms;      /* when it last sent its REJOIN round */
 	bool started;           /* a view is held here: the job's first view is past (a
 				 * rank that rejoined never holds generation 0's) */

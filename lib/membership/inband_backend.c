@@ -321,11 +321,18 @@ static int ib_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int n
 	if (ncand > 0 && b->owed_to >= 0 && b->published)
 		ft__ib_answer_collect(b, b->owed_to, b->owed_link, b->owed_ballot);
 	done = view_of(b, gen);
-	/* a newcomer not taken yet (once taken, the views it holds are its
-	 * answers: the one that took it, and an older one it asks about is not
-	 * the newest) */
-	if (ncand == 0 && b->newcomer && b->mine.rejoining)
-		rc = ft__ib_newcomer_view(b, gen, &done); /* inband_rejoin.c */
+	/* a newcomer: while it waits, the newest view it heard (inband_rejoin.c).
+	 * Once taken, each view as it was settled (newcomers.c counts the
+	 * newcomers of each), but for one before the view that took it that it
+	 * does not hold, or that holds its last incarnation: it asked for that
+	 * one and was taken by a later (ft__ib_newcomer_view), which answers */
+	if (ncand == 0 && b->incarnation > 0 && b->mine.rejoining) {
+		if (b->newcomer)
+			rc = ft__ib_newcomer_view(b, gen, &done);
+		else if (gen < b->taken_gen && (done == NULL || view_has(done, b->rank)) &&
+			 view_of(b, b->taken_gen) != NULL)
+			done = view_of(b, b->taken_gen);
+	}
 	if (done == NULL && gen == 0 && b->published && ncand > 0)
 		probe_at_start(b, cand, ncand);
 	if (done == NULL && b->active && b->gen == gen && ncand > 0) {
@@ -375,10 +382,12 @@ static bool members_answered(const struct inband *b, const struct ft__view *v)
  * awaits this very process: it joined ftcc-run's store again before the
  * book went out (its last incarnation died first), so every rank's book
  * holds this process's listener and counts it in the first view, maybe as
- * its coordinator (each rank that answered its ASK, which names that
- * listener, says so). It takes part in the job's start as a first
+ * its coordinator (every rank the book holds answered its ASK, which names
+ * that listener, and said so). It takes part in the job's start as a first
  * incarnation would: waiting for a view instead, every rank would wait for
- * it until the connect timeout, and the whole job would fail.
+ * it until the connect timeout, and the whole job would fail. Only under
+ * the store: a peer list gives every incarnation the same listener, so the
+ * answer says nothing of which one the first view counts.
  */
 static void start_again(struct inband *b)
 {
@@ -401,7 +410,6 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 	int64_t start = ft__now_ms(), first = 0, asked_ms = start;
 	int64_t window = 2 * (int64_t)b->reply_wait_ms > 2000 ? 2 * (int64_t)b->reply_wait_ms : 2000;
 	int64_t start_ms = b->book_params.timeout_ms > window ? b->book_params.timeout_ms : window;
-	int64_t heard_ms = 0;
 	bool heard = false;
 	int rc = 0;
 
@@ -440,8 +448,6 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 					 (uint32_t)strlen(b->ctl.addr) + 1) == 0)
 				b->r[r].sent = true;
 		}
-		if (heard && heard_ms == 0)
-			heard_ms = now;
 		bool held = newest_view(b) != NULL;
 		if (held && first == 0)
 			first = now;
@@ -449,7 +455,7 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 			asked_ms = now;
 		if (held && (all || members_answered(b, newest_view(b)) || now - first >= ANSWER_MS))
 			break;
-		if (!held && heard && awaited && (all_heard || now - heard_ms >= ANSWER_MS)) {
+		if (!held && heard && awaited && all_heard && store_book(b)) {
 			start_again(b);
 			unlock_ib(b);
 			return 0;

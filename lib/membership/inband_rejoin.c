@@ -155,15 +155,16 @@ void ft__ib_on_ask(struct inband *b, int from, int link, struct rbuf *r)
 	unsigned char counts;
 	struct wbuf none = {.p = &counts, .cap = 1};
 
-	if (b->newcomer)
-		return; /* no member: it has no view to give */
+	if (b->newcomer && v != NULL)
+		return; /* no member: its view is its members' word */
 	if (v != NULL) {
 		answer(b, link, v);
 		return;
 	}
-	/* the job's first view is not settled here yet: it lives; and whether
-	 * that view awaits the asker (its book entry is the asker's listener,
-	 * the one its ASK names: it joined the store before the book went out) */
+	/* the job's first view is not settled here yet (a newcomer too, asking
+	 * as the asker does): it lives; and whether that view awaits the asker
+	 * (its book entry is the asker's listener, the one its ASK names: it
+	 * joined the store before the book went out) */
 	counts = r->len > 0 && r->len < FT__BOOK_ENTRY_MAX && r->p[r->len - 1] == '\0' &&
 		 !b->r[from].gone && strcmp(b->book[from], (const char *)r->p) == 0;
 	none.len = 1;
@@ -353,6 +354,7 @@ void ft__ib_install_fresh(struct inband *b, uint32_t gen, const struct ib_value 
 			snprintf(p->ctrl, sizeof(p->ctrl), "%s", b->mine.ctrl);
 			p->have_addr = true;
 			b->newcomer = false; /* a member from now on */
+			b->taken_gen = gen;
 			continue;
 		}
 		if (!p->back.have || p->back.gen != gen)
