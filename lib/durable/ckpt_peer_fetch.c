@@ -138,11 +138,16 @@ int ft__pk_answer(struct ft__ckpt_peer *p, int type, const unsigned char *rec, s
 		if (f->img.regs != NULL)
 			return -FT_EPROTO;
 		rc = ft__ckpt_parse(rec, len, &f->img);
-		if (rc == 0 && (f->img.head.rank != f->owner ||
-				(f->block_bytes != 0 && f->img.head.block_bytes != f->block_bytes) ||
-				f->img.head.job_hash != f->job_hash ||
-				(f->nonce != 0 && f->img.head.nonce != f->nonce)))
-			rc = -FT_ECORRUPT; /* another rank's or run's, or a geometry the job never had */
+		if (rc == 0 && (f->img.head.job_hash != f->job_hash ||
+				(f->nonce != 0 && f->img.head.nonce != f->nonce))) {
+			ft__error("ckpt: rank %d's copy of rank %d's checkpoint is not this job's",
+				  f->holder, f->owner);
+			rc = -FT_ECORRUPT;
+		} else if (rc == 0 && (f->img.head.rank != f->owner ||
+				       (f->block_bytes != 0 &&
+					f->img.head.block_bytes != f->block_bytes))) {
+			rc = -FT_ECORRUPT; /* another rank's, or a geometry the job never had */
+		}
 		if (rc != 0) {
 			ft__ckpt_image_free(&f->img);
 			f->rc = rc == -FT_ENOMEM ? rc : -FT_ECORRUPT;

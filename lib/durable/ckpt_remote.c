@@ -8,7 +8,6 @@
 #include "ckpt_writer.h"
 #include "comm.h"
 #include "internal.h"
-#include "jnl.h"
 
 /* A round goes to a holder lost with its stream again no sooner than this
  * (a holder unreachable for a while would otherwise cost a whole round,
@@ -133,16 +132,9 @@ int ft__ckpt_fetch(struct ft_comm *c, int owner, int region, size_t first, size_
 		int h = k < 0 ? first_holder : c->members[(c->rank + 1 + k) % c->size];
 		if (h < 0 || (k >= 0 && h == first_holder))
 			continue;
+		/* (the fetch refuses an answer of another job or run) */
 		rc = ft__ckpt_peer_fetch(p, h, owner, region, first, n, c->ckpt->cfg.block_bytes,
 					 dst, c->job_nonce, timeout, img);
-		if (rc == 0 &&
-		    (img->head.job_hash != ft__jnl_job_hash(c->cfg.job_id) ||
-		     img->head.nonce != c->job_nonce)) {
-			ft__error("ckpt: rank %d's copy of rank %d's checkpoint is not this job's", h,
-				  owner);
-			ft__ckpt_image_free(img);
-			rc = -FT_ECORRUPT;
-		}
 		if (rc == 0) {
 			ft__info("ckpt: rank %d's checkpoint comes from rank %d's memory", owner, h);
 			return 0;
