@@ -109,6 +109,9 @@ verdict() {
 		sed 's/^/     /' "$OUT" | tail -40
 	fi
 	rm -rf "${RDV:?}"/*; [ -z "${CLUSTER_KEEP:-}" ] || cp "$OUT" "$CLUSTER_KEEP.$pass.$fail"
+	# the next row's output starts empty: its job truncates $OUT only once
+	# started, and a row waiting for lines must not count this row's
+	rm -f "$OUT"
 }
 
 fabric() { command -v fi_info >/dev/null 2>&1 && fi_info -p "$1" >/dev/null 2>&1; }

@@ -93,10 +93,10 @@ cleanup() {
 	if [ -f "$C/cluster" ]; then "$SLURM" "$C" stop >/dev/null 2>&1 || true; fi
 	if [ -n "${SLURM_LOGS:-}" ]; then
 		mkdir -p "$SLURM_LOGS" || true
-		cp "$C"/slurm/*.log "$OUT" "$SLURM_LOGS"/ 2>/dev/null || true
+		cp "$C"/slurm/*.log "$OUT.last" "$SLURM_LOGS"/ 2>/dev/null || true
 	fi
 	"$NETNS" "$C" destroy || true
-	rm -rf "$OUT" "$OUT.new" "$OUT.ops" "$C" "$C".r? "$C.ref.ops" "$SHARED"
+	rm -rf "$OUT" "$OUT.last" "$OUT.new" "$OUT.ops" "$C" "$C".r? "$C.ref.ops" "$SHARED"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
@@ -127,7 +127,10 @@ verdict() { # STATUS OK-DETAIL FAIL-DETAIL (the row's description: $d, its start
 		echo "FAIL $d: $3 ($(($(date +%s) - t0)) s)"
 		sed 's/^/     /' "$OUT" | grep -v "ftcc\[[0-9]*\] \(info\|debug\)" | tail -40
 	fi
+	# the next row's output starts empty: its job truncates $OUT only once
+	# started, and a row waiting for lines must not count this row's
 	rm -rf "${SHARED:?}"/*
+	mv -f "$OUT" "$OUT.last" 2>/dev/null || true
 }
 want() { case " $ROWS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 fabric() { command -v fi_info >/dev/null 2>&1 && fi_info -p "$1" >/dev/null 2>&1; }
