@@ -41,6 +41,17 @@ static void quiet(void)
 	ft__log_level = -1;
 }
 
+static void open_rank(int r, uint32_t incarnation)
+{
+	struct ft__mb_params p = {.backend = "inband", .job_id = "ib", .rank = r,
+				  .world_size = n, .token = "tok", .reply_wait_ms = 100,
+				  .incarnation = incarnation,
+				  .book = {.how = "peers", .peers = peers, .job_id = "ib",
+					   .rank = r, .world_size = n, .timeout_ms = 5000}};
+	cr_assert_eq(ft__mb_open(&mb[r], &p), 0, "rank %d: open", r);
+	open_[r] = true;
+}
+
 static void job(int size)
 {
 	n = size;
@@ -57,14 +68,8 @@ static void job(int size)
 		snprintf(peers + strlen(peers), sizeof(peers) - strlen(peers), "%s127.0.0.1:%d",
 			 r ? "," : "", ntohs(a.sin_port));
 	}
-	for (int r = 0; r < n; r++) {
-		struct ft__mb_params p = {.backend = "inband", .job_id = "ib", .rank = r,
-					  .world_size = n, .token = "tok", .reply_wait_ms = 100,
-					  .book = {.how = "peers", .peers = peers, .job_id = "ib",
-						   .rank = r, .world_size = n, .timeout_ms = 5000}};
-		cr_assert_eq(ft__mb_open(&mb[r], &p), 0, "rank %d: open", r);
-		open_[r] = true;
-	}
+	for (int r = 0; r < n; r++)
+		open_rank(r, 0);
 }
 
 static void end_job(void)
@@ -486,6 +491,66 @@ Test(inband, forged_ballots_and_generations)
 		expect_view(&v[r], all, 3, "generation 1");
 		ft__view_free(&v[r]);
 	}
+}
+
+static void *resume_main(void *arg)
+{
+	struct ft__view v = {0};
+	int rc = ft__mb_resume(arg, &v);
+
+	ft__view_free(&v);
+	return (void *)(intptr_t)rc;
+}
+
+/* The next message on link i of ctl within ms: its type (-1: none). */
+static int next_type(struct ft__ctl *ctl, int i, long ms, struct ft__ctl_msg *m)
+{
+	for (long end = tu_now_ms() + ms; tu_now_ms() < end; tu_sleep_ms(2)) {
+		int rc = ft__ctl_next(ctl, i, m);
+		if (rc < 0)
+			return -1;
+		if (rc > 0)
+			return m->type;
+	}
+	return -1;
+}
+
+/*
+ * A new incarnation that asks for its job while the job's first view is
+ * being settled keeps the highest COLLECT of generation 0 it got (it may
+ * yet take part: start_again), and refuses a lower one with a NACK that
+ * names the one kept, as an acceptor would: that coordinator asks again
+ * above it (the one kept may be a dead coordinator's; unanswered, the
+ * first view would wait out the connect timeout).
+ */
+Test(inband, a_newcomer_refuses_a_lower_collect_of_the_first_view, .timeout = 30)
+{
+	job(3);
+	ft__mb_close(&mb[2], 0, false);
+	open_rank(2, 1);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, resume_main, &mb[2]), 0);
+	struct ft__ctl ctl;
+	struct ft__ctl_msg m;
+	uint64_t hi = (uint64_t)5 << 16, lo = (uint64_t)3 << 16, got = 0;
+	int i = fake_peer(&ctl, 0, 2), type;
+
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COLLECT, 0, &hi, 8), 0);
+	while ((type = next_type(&ctl, i, 300, &m)) >= 0)
+		cr_assert_neq(type, FT__CTL_MB_NACK, "the highest COLLECT so far was refused");
+	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COLLECT, 0, &lo, 8), 0);
+	while ((type = next_type(&ctl, i, 1000, &m)) >= 0 && type != FT__CTL_MB_NACK)
+		;
+	cr_assert_eq(type, FT__CTL_MB_NACK, "a lower COLLECT of generation 0 got no NACK");
+	cr_assert_eq(m.gen, 0);
+	cr_assert_eq(m.len, 8);
+	memcpy(&got, m.payload, 8);
+	cr_assert_eq(got, hi, "the NACK names ballot %llx, not the one kept", (unsigned long long)got);
+	ft__ctl_close(&ctl);
+	void *rc;
+	cr_assert_eq(pthread_join(t, &rc), 0);
+	/* nobody answered its ASK: the job is over, as far as it can tell */
+	cr_assert_eq((int)(intptr_t)rc, -FT_EENDED);
 }
 
 /* ---- what counts as a certain death ---- */

@@ -189,6 +189,27 @@ void ft__ib_on_rejoin(struct inband *b, int from, int link, uint32_t gen, struct
 		answer(b, link, v); /* settled already: it asks for a later one */
 }
 
+/*
+ * A newcomer told a member's listener that its book did not hold (its
+ * launcher's book had no entry yet: that rank died before the book went
+ * out, and came back): what it knew of rank e was of another process. A
+ * death it held certain no longer keeps it from e (its REJOIN goes to
+ * every member, the coordinator among them).
+ */
+static void another_process(struct inband *b, int e)
+{
+	struct ib_rank *p = &b->r[e];
+
+	p->certain = false;
+	p->retry_ms = 0;
+	if (p->gone) {
+		p->gone = p->late = false;
+		b->ngone--;
+	}
+	if (p->link >= 0)
+		ft__ib_drop(b, p->link);
+}
+
 void ft__ib_on_addrs(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 {
 	const struct ft__view *prev = gen > 0 ? view_of(b, gen - 1) : NULL;
@@ -212,6 +233,8 @@ void ft__ib_on_addrs(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 		if (!ft__ib_back_live(b, e, p->back.gen) || p->back.gen < gen)
 			p->back = rec;
 		if (b->newcomer) {
+			if (strcmp(b->book[e], rec.mb) != 0)
+				another_process(b, e);
 			snprintf(p->addr, sizeof(p->addr), "%s", rec.addr);
 			snprintf(p->ctrl, sizeof(p->ctrl), "%s", rec.ctrl);
 			snprintf(b->book[e], sizeof(b->book[e]), "%s", rec.mb);

@@ -494,6 +494,14 @@ void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 				b->future_from = m->from;
 				b->future_link = link;
 				b->future_ballot = ballot;
+			} else if (ballot_ok(b, ballot, m->from) && b->future_zero && b->future_gen == 0) {
+				/* a lower ballot than the one kept is refused as an
+				 * acceptor would: its coordinator asks again above it
+				 * (the one kept may be a dead coordinator's) */
+				unsigned char buf[8];
+				struct wbuf w = {.p = buf, .cap = sizeof(buf)};
+				put_u64(&w, b->future_ballot);
+				ft__ib_reply(b, link, 0, FT__CTL_MB_NACK, &w);
 			}
 		}
 		return;
