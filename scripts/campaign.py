@@ -26,8 +26,7 @@ Verdicts, against a failure-free run of the same cell:
 CAMPAIGN_SEED replays a campaign; each failure prints its command line.
 CAMPAIGN_JOBS trials run at once (default 1). CAMPAIGN_MEMBERSHIP=file
 (or inband) keeps only that membership's cells; CAMPAIGN_SKIP=policy/membership,...
-leaves those cells out (make test's slice leaves out rejoin/inband: its
-known defect, README "Rejoin over in-band membership", would make it flaky). Every rank's ft_init waits at
+leaves those cells out. Every rank's ft_init waits at
 most FTCC_CONNECT_TIMEOUT_MS = 10 s here (a job that cannot start fails
 sooner than at the default 30 s; the verdict is the same).
 """
