@@ -2,9 +2,13 @@
 /* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "ckpt_peer.h"
@@ -406,6 +410,203 @@ Test(ckpt_peer_unit, forged_records_are_refused_and_the_copy_stays, .timeout = 6
 	}
 	free(head);
 	free(m);
+	ft__ckpt_peer_close(ward);
+	ft__ckpt_peer_close(holder);
+}
+
+/* ---- a holder that lies in its LOCAL answer ---- */
+
+/* The holder's true answer to a fetch of every block on this kernel: its
+ * IMAGE and its LOCAL, as the forger (rank 0) got them. */
+struct answer {
+	unsigned char image[4096];
+	size_t image_len;
+	unsigned char local[sizeof(struct pk_local_msg) + (NB + 7) / 8];
+	size_t local_len;
+};
+
+static void true_answer(struct answer *a)
+{
+	struct pk_fetch_msg ask = {0, 0, 0, NB, {{0}, 0, 0}};
+	struct ft__ctl_msg msg;
+	int i = forge_link(), rc = 0;
+
+	memset(a, 0, sizeof(*a));
+	ft__pk_local_id(&ask.local);
+	cr_assert_eq(ft__ctl_send(&forger, i, FT__CTL_CK_FETCH, 0, &ask, sizeof(ask)), 0);
+	for (long end = tu_now_ms() + 5000;
+	     a->local_len == 0 && (rc = ft__ctl_next(&forger, i, &msg)) >= 0 && tu_now_ms() < end;) {
+		if (rc == 0) {
+			tu_sleep_ms(2);
+		} else if (msg.type == FT__CTL_CK_IMAGE) {
+			cr_assert_leq(msg.len, sizeof(a->image));
+			memcpy(a->image, msg.payload, msg.len);
+			a->image_len = msg.len;
+		} else if (msg.type == FT__CTL_CK_LOCAL) {
+			cr_assert_eq(msg.len, sizeof(a->local));
+			memcpy(a->local, msg.payload, msg.len);
+			a->local_len = msg.len;
+		}
+	}
+	cr_assert(a->image_len > 0 && a->local_len > 0, "the holder answered IMAGE and LOCAL");
+	ft__ctl_close(&forger); /* (the lend ends with the link) */
+}
+
+struct fetch_job {
+	unsigned char dst[NB * BB];
+	struct ft__ckpt_image img;
+	int rc;
+};
+
+static void *fetch_main(void *arg)
+{
+	struct fetch_job *j = arg;
+
+	j->rc = ft__ckpt_peer_fetch(ward, 1, 0, 0, 0, NB, BB, j->dst, 0, 3000, &j->img);
+	return NULL;
+}
+
+/* The ward fetches from `liar` (in rank 1's place), which answers its FETCH
+ * with the holder's true IMAGE and LOCAL `loc`: the fetch's result. */
+static int fetch_from_liar(struct ft__ctl *liar, const struct answer *a, const void *loc,
+			   size_t loc_len, struct fetch_job *j)
+{
+	pthread_t t;
+	bool answered = false;
+
+	memset(j->dst, 0xee, sizeof(j->dst));
+	cr_assert_eq(pthread_create(&t, NULL, fetch_main, j), 0);
+	for (long end = tu_now_ms() + 5000; !answered && tu_now_ms() < end; tu_sleep_ms(1)) {
+		ft__ctl_accept(liar);
+		for (int i = 0; i < liar->nlinks && !answered; i++) {
+			struct ft__ctl_msg msg;
+			while (!answered && liar->links[i].fd >= 0 && ft__ctl_next(liar, i, &msg) == 1) {
+				if (msg.type != FT__CTL_CK_FETCH)
+					continue;
+				cr_assert_eq(ft__ctl_send(liar, i, FT__CTL_CK_IMAGE, 0, a->image,
+							  a->image_len), 0);
+				cr_assert_eq(ft__ctl_send(liar, i, FT__CTL_CK_LOCAL, 0, loc, loc_len), 0);
+				answered = true;
+			}
+		}
+	}
+	cr_assert(answered, "the ward asked the liar");
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	return j->rc;
+}
+
+/*
+ * A member on the holder's kernel reads the holder's memory where the
+ * holder says its copies lie (LOCAL): a holder that lies about it (a
+ * process that is gone, addresses nothing is mapped at, copies at the wrong
+ * place, a count that is not the fetch's) costs that fetch only. It fails
+ * at once (or every copy fails its check), nothing is written in the
+ * destination, and the ward reads its true holder afterwards as before.
+ */
+Test(ckpt_peer_unit, a_holder_lying_in_its_one_copy_answer, .timeout = 60)
+{
+	struct ft__ckpt_image img;
+	struct ft__ckpt_jregion reg;
+	struct round_msg *m = malloc(sizeof(*m));
+	struct fetch_job *j = calloc(1, sizeof(*j));
+	struct answer a;
+	struct pk_local_msg loc;
+	unsigned char lie[sizeof(a.local)];
+	char *head, holder_addr[64];
+	size_t hlen;
+	int rc;
+
+	open_both();
+	geometry(&img, &reg);
+	cr_assert_eq(ft__ckpt_build_journal(&img, false, &head, &hlen), 0);
+	make_round(m, 1, 0, 0x44);
+	post(m, 1, head, hlen);
+	/* (until the holder applied the round: its answer holds it) */
+	for (long end = tu_now_ms() + 5000;; tu_sleep_ms(5)) {
+		true_answer(&a);
+		struct ft__ckpt_image held;
+		if (ft__ckpt_parse(a.image, a.image_len, &held) == 0) {
+			uint64_t last = held.last_round;
+			ft__ckpt_image_free(&held);
+			if (last == 1)
+				break;
+		}
+		cr_assert_lt(tu_now_ms(), end, "the holder never held round 1");
+	}
+	memcpy(&loc, a.local, sizeof(loc));
+
+	struct ft__ctl liar;
+	struct ft__ctl_params cp = {.rank = 1, .world_size = 2, .job_id = JOB, .token = TOKEN,
+				    .bind_host = "127.0.0.1", .min_payload = UINT16_MAX,
+				    .who = "liar"};
+	cr_assert_eq(ft__ctl_open(&liar, &cp), 0);
+	ft__ckpt_peer_get_addr(ward, 1, holder_addr, sizeof(holder_addr));
+	ft__ckpt_peer_set_addr(ward, 1, liar.addr);
+
+	/* a process that is gone (a child, reaped) */
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0)
+		_exit(0);
+	cr_assert_eq(waitpid(child, NULL, 0), child);
+	struct pk_local_msg l = loc;
+	l.pid = child;
+	memcpy(lie, a.local, sizeof(lie));
+	memcpy(lie, &l, sizeof(l));
+	rc = fetch_from_liar(&liar, &a, lie, sizeof(lie), j);
+	cr_assert_eq(rc, -FT_ECORRUPT, "a gone process: %s", ft_strerror(rc));
+	for (size_t k = 0; k < sizeof(j->dst); k++)
+		cr_assert_eq(j->dst[k], 0xee, "a gone process: byte %zu written", k);
+
+	/* addresses nothing is mapped at */
+	l = loc;
+	l.base[0] = l.base[1] = 4096;
+	memcpy(lie, &l, sizeof(l));
+	rc = fetch_from_liar(&liar, &a, lie, sizeof(lie), j);
+	cr_assert_eq(rc, -FT_ECORRUPT, "unmapped addresses: %s", ft_strerror(rc));
+	for (size_t k = 0; k < sizeof(j->dst); k++)
+		cr_assert_eq(j->dst[k], 0xee, "unmapped addresses: byte %zu written", k);
+
+	/* the copies a header's length off: read, each fails its check, none
+	 * is written, and reading them says so */
+	l = loc;
+	l.base[0] += FT__CKPT_HDR;
+	l.base[1] += FT__CKPT_HDR;
+	memcpy(lie, &l, sizeof(l));
+	rc = fetch_from_liar(&liar, &a, lie, sizeof(lie), j);
+	if (rc == 0) {
+		unsigned char out[BB];
+		for (size_t b = 0; b < NB; b++) {
+			uint64_t r, step;
+			int slot;
+			char why[160] = "";
+			cr_assert_neq(ft__ckpt_read_block(&j->img, 0, b, out, &r, &step, &slot, why,
+							  sizeof(why)), 0,
+				      "a copy read at the wrong place checked: block %zu", b);
+		}
+		ft__ckpt_image_free(&j->img);
+	} else {
+		cr_assert_eq(rc, -FT_ECORRUPT, "copies at the wrong place: %s", ft_strerror(rc));
+	}
+	for (size_t k = 0; k < sizeof(j->dst); k++)
+		cr_assert_eq(j->dst[k], 0xee, "copies at the wrong place: byte %zu written", k);
+
+	/* a count that is not the fetch's: the answer is refused */
+	l = loc;
+	l.n = NB + 1000;
+	memcpy(lie, &l, sizeof(l));
+	rc = fetch_from_liar(&liar, &a, lie, sizeof(lie), j);
+	cr_assert_neq(rc, 0, "a LOCAL of another count was taken");
+	for (size_t k = 0; k < sizeof(j->dst); k++)
+		cr_assert_eq(j->dst[k], 0xee, "another count: byte %zu written", k);
+
+	/* the true holder again: exact */
+	ft__ckpt_peer_set_addr(ward, 1, holder_addr);
+	ft__ctl_close(&liar);
+	expect_held(0x44, 1, "after the lies");
+	free(head);
+	free(m);
+	free(j);
 	ft__ckpt_peer_close(ward);
 	ft__ckpt_peer_close(holder);
 }
