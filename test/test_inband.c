@@ -515,38 +515,57 @@ static int next_type(struct ft__ctl *ctl, int i, long ms, struct ft__ctl_msg *m)
 	return -1;
 }
 
+/* The next NACK on link i of ctl within ms: the ballot it names (0: none came). */
+static uint64_t next_nack(struct ft__ctl *ctl, int i, long ms)
+{
+	struct ft__ctl_msg m;
+	uint64_t b = 0;
+	int type;
+
+	while ((type = next_type(ctl, i, ms, &m)) >= 0 && type != FT__CTL_MB_NACK)
+		;
+	if (type != FT__CTL_MB_NACK)
+		return 0;
+	cr_assert_eq(m.gen, 0);
+	cr_assert_eq(m.len, 8);
+	memcpy(&b, m.payload, 8);
+	return b;
+}
+
 /*
  * A new incarnation that asks for its job while the job's first view is
  * being settled keeps the highest COLLECT of generation 0 it got (it may
- * yet take part: start_again), and refuses a lower one with a NACK that
- * names the one kept, as an acceptor would: that coordinator asks again
+ * yet take part: start_again), and refuses the others with a NACK that
+ * names the one kept, as an acceptor would: a lower one at once, and the
+ * one it kept before when a higher one comes. Their coordinators ask again
  * above it (the one kept may be a dead coordinator's; unanswered, the
  * first view would wait out the connect timeout).
  */
-Test(inband, a_newcomer_refuses_a_lower_collect_of_the_first_view, .timeout = 30)
+Test(inband, a_newcomer_refuses_lower_collects_of_the_first_view, .timeout = 30)
 {
 	job(3);
 	ft__mb_close(&mb[2], 0, false);
 	open_rank(2, 1);
 	pthread_t t;
 	cr_assert_eq(pthread_create(&t, NULL, resume_main, &mb[2]), 0);
-	struct ft__ctl ctl;
+	struct ft__ctl c0, c1;
 	struct ft__ctl_msg m;
-	uint64_t hi = (uint64_t)5 << 16, lo = (uint64_t)3 << 16, got = 0;
-	int i = fake_peer(&ctl, 0, 2), type;
+	uint64_t hi = (uint64_t)5 << 16, lo = (uint64_t)3 << 16 | 1, top = (uint64_t)7 << 16 | 1;
+	int i0 = fake_peer(&c0, 0, 2), i1 = fake_peer(&c1, 1, 2), type;
 
-	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COLLECT, 0, &hi, 8), 0);
-	while ((type = next_type(&ctl, i, 300, &m)) >= 0)
+	cr_assert_eq(ft__ctl_send(&c0, i0, FT__CTL_MB_COLLECT, 0, &hi, 8), 0);
+	while ((type = next_type(&c0, i0, 100, &m)) >= 0)
 		cr_assert_neq(type, FT__CTL_MB_NACK, "the highest COLLECT so far was refused");
-	cr_assert_eq(ft__ctl_send(&ctl, i, FT__CTL_MB_COLLECT, 0, &lo, 8), 0);
-	while ((type = next_type(&ctl, i, 1000, &m)) >= 0 && type != FT__CTL_MB_NACK)
-		;
-	cr_assert_eq(type, FT__CTL_MB_NACK, "a lower COLLECT of generation 0 got no NACK");
-	cr_assert_eq(m.gen, 0);
-	cr_assert_eq(m.len, 8);
-	memcpy(&got, m.payload, 8);
-	cr_assert_eq(got, hi, "the NACK names ballot %llx, not the one kept", (unsigned long long)got);
-	ft__ctl_close(&ctl);
+	/* lower: refused, naming the one kept */
+	cr_assert_eq(ft__ctl_send(&c1, i1, FT__CTL_MB_COLLECT, 0, &lo, 8), 0);
+	cr_assert_eq(next_nack(&c1, i1, 1000), hi, "a lower COLLECT of generation 0: no NACK "
+		     "naming the one kept");
+	/* higher: kept, and the one kept before refused */
+	cr_assert_eq(ft__ctl_send(&c1, i1, FT__CTL_MB_COLLECT, 0, &top, 8), 0);
+	cr_assert_eq(next_nack(&c0, i0, 1000), top, "the COLLECT kept before a higher one: no "
+		     "NACK naming the higher");
+	ft__ctl_close(&c0);
+	ft__ctl_close(&c1);
 	void *rc;
 	cr_assert_eq(pthread_join(t, &rc), 0);
 	/* nobody answered its ASK: the job is over, as far as it can tell */

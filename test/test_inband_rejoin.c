@@ -129,7 +129,7 @@ static void wait_running(const struct tu_job *job, const char *what, int n)
 /* Rank 2 SIGKILLed mid-job and started again on the same port: it finds the
  * job by asking, is taken back in the failure's view, and every step of
  * every rank, its own included, has the whole world's sum. */
-Test(inband_rejoin, a_restarted_rank_comes_back_exactly, .timeout = 120)
+static void comes_back_exactly(bool names)
 {
 	struct tu_job job;
 	int killed[4] = {0, 0, 1, 0};
@@ -138,6 +138,15 @@ Test(inband_rejoin, a_restarted_rank_comes_back_exactly, .timeout = 120)
 
 	rejoin_timeout_ms = 20000;
 	inband_job(&job, 4);
+	if (names) { /* the same ports, by name */
+		char named[sizeof(job.peers)] = "";
+		for (char *p = job.peers, *q; *p != '\0'; p = *q ? q + 1 : q) {
+			q = p + strcspn(p, ",");
+			snprintf(named + strlen(named), sizeof(named) - strlen(named), "%slocalhost%.*s",
+				 named[0] ? "," : "", (int)(q - strchr(p, ':')), strchr(p, ':'));
+		}
+		snprintf(job.peers, sizeof(job.peers), "%s", named);
+	}
 	for (int r = 0; r < 4; r++)
 		tu_spawn(&job, r, steps, job.dir, rejoin);
 	wait_running(&job, "running", 4);
@@ -152,6 +161,20 @@ Test(inband_rejoin, a_restarted_rank_comes_back_exactly, .timeout = 120)
 		cr_expect_neq(access(path, F_OK), 0, "rank %d ran an op short of ranks", r);
 	}
 	tu_job_cleanup(&job);
+}
+
+Test(inband_rejoin, a_restarted_rank_comes_back_exactly, .timeout = 120)
+{
+	comes_back_exactly(false);
+}
+
+/* The same with a peer list that names the host: a member tells the
+ * newcomer the other ranks' listeners as its book writes them and its own
+ * by number, one listener written two ways (the newcomer once dropped its
+ * live links over it, and gave up) */
+Test(inband_rejoin, a_restarted_rank_comes_back_exactly_by_host_name, .timeout = 120)
+{
+	comes_back_exactly(true);
 }
 
 /* A new incarnation after its job ended: no rank answers, and its ft_init

@@ -190,11 +190,13 @@ void ft__ib_on_rejoin(struct inband *b, int from, int link, uint32_t gen, struct
 }
 
 /*
- * A newcomer told a member's listener that its book did not hold (its
- * launcher's book had no entry yet: that rank died before the book went
- * out, and came back): what it knew of rank e was of another process. A
- * death it held certain no longer keeps it from e (its REJOIN goes to
- * every member, the coordinator among them).
+ * A newcomer that holds rank e dead told a member's listener for e that
+ * its book did not hold (its launcher's book had no entry yet: that rank
+ * died before the book went out, and came back): what it knew of rank e
+ * was of another process. A death it held certain no longer keeps it from
+ * e (its REJOIN goes to every member, the coordinator among them). Only
+ * then: the same listener may be written otherwise (a name in a peer list,
+ * the number its rank publishes), and a live link is not dropped for it.
  */
 static void another_process(struct inband *b, int e)
 {
@@ -233,7 +235,7 @@ void ft__ib_on_addrs(struct inband *b, int from, uint32_t gen, struct rbuf *r)
 		if (!ft__ib_back_live(b, e, p->back.gen) || p->back.gen < gen)
 			p->back = rec;
 		if (b->newcomer) {
-			if (strcmp(b->book[e], rec.mb) != 0)
+			if ((p->certain || p->gone) && strcmp(b->book[e], rec.mb) != 0)
 				another_process(b, e);
 			snprintf(p->addr, sizeof(p->addr), "%s", rec.addr);
 			snprintf(p->ctrl, sizeof(p->ctrl), "%s", rec.ctrl);

@@ -471,6 +471,21 @@ static void on_other_collect(struct inband *b, uint32_t gen, int from, int link,
 	send_record(b, link, gen, ballot); /* a late coordinator: tell it what was committed */
 }
 
+/* A newcomer refuses a COLLECT of the job's first view from rank `from`
+ * on link i, below the ballot it keeps now, as an acceptor would: that
+ * coordinator asks again above it (the one kept may be a dead
+ * coordinator's, and the first view would wait out the connect timeout). */
+static void nack_zero(struct inband *b, int i, int from, uint64_t kept)
+{
+	unsigned char buf[8];
+	struct wbuf w = {.p = buf, .cap = sizeof(buf)};
+
+	if (i < 0 || i >= b->ctl.nlinks || b->ctl.links[i].fd < 0 || b->ctl.links[i].peer != from)
+		return;
+	put_u64(&w, kept);
+	ft__ib_reply(b, i, 0, FT__CTL_MB_NACK, &w);
+}
+
 /* Handles one message. */
 void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 {
@@ -489,19 +504,16 @@ void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 		if (m->type == FT__CTL_MB_COLLECT && m->gen == 0 && m->len >= sizeof(ballot)) {
 			memcpy(&ballot, m->payload, sizeof(ballot));
 			if (ballot_ok(b, ballot, m->from) && ballot >= b->future_ballot) {
+				/* the one kept before is refused now (below) */
+				if (b->future_zero && b->future_gen == 0 && ballot > b->future_ballot)
+					nack_zero(b, b->future_link, b->future_from, ballot);
 				b->future_zero = true;
 				b->future_gen = 0;
 				b->future_from = m->from;
 				b->future_link = link;
 				b->future_ballot = ballot;
 			} else if (ballot_ok(b, ballot, m->from) && b->future_zero && b->future_gen == 0) {
-				/* a lower ballot than the one kept is refused as an
-				 * acceptor would: its coordinator asks again above it
-				 * (the one kept may be a dead coordinator's) */
-				unsigned char buf[8];
-				struct wbuf w = {.p = buf, .cap = sizeof(buf)};
-				put_u64(&w, b->future_ballot);
-				ft__ib_reply(b, link, 0, FT__CTL_MB_NACK, &w);
+				nack_zero(b, link, m->from, b->future_ballot);
 			}
 		}
 		return;
