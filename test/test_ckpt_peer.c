@@ -467,13 +467,17 @@ static void *fetch_main(void *arg)
 }
 
 /* The ward fetches from `liar` (in rank 1's place), which answers its FETCH
- * with the holder's true IMAGE and LOCAL `loc`: the fetch's result. */
-static int fetch_from_liar(struct ft__ctl *liar, const struct answer *a, const void *loc,
-			   size_t loc_len, struct fetch_job *j)
+ * with the holder's true IMAGE and LOCAL, its head replaced by l: the
+ * fetch's result, once nothing was found written in the destination. */
+static int told(struct ft__ctl *liar, const struct answer *a, const struct pk_local_msg *l,
+		struct fetch_job *j, const char *what)
 {
+	unsigned char lie[sizeof(a->local)];
 	pthread_t t;
 	bool answered = false;
 
+	memcpy(lie, a->local, sizeof(lie));
+	memcpy(lie, l, sizeof(*l));
 	memset(j->dst, 0xee, sizeof(j->dst));
 	cr_assert_eq(pthread_create(&t, NULL, fetch_main, j), 0);
 	for (long end = tu_now_ms() + 5000; !answered && tu_now_ms() < end; tu_sleep_ms(1)) {
@@ -485,13 +489,16 @@ static int fetch_from_liar(struct ft__ctl *liar, const struct answer *a, const v
 					continue;
 				cr_assert_eq(ft__ctl_send(liar, i, FT__CTL_CK_IMAGE, 0, a->image,
 							  a->image_len), 0);
-				cr_assert_eq(ft__ctl_send(liar, i, FT__CTL_CK_LOCAL, 0, loc, loc_len), 0);
+				cr_assert_eq(ft__ctl_send(liar, i, FT__CTL_CK_LOCAL, 0, lie, sizeof(lie)),
+					     0);
 				answered = true;
 			}
 		}
 	}
-	cr_assert(answered, "the ward asked the liar");
+	cr_assert(answered, "%s: the ward asked the liar", what);
 	cr_assert_eq(pthread_join(t, NULL), 0);
+	for (size_t k = 0; k < sizeof(j->dst); k++)
+		cr_assert_eq(j->dst[k], 0xee, "%s: byte %zu written", what, k);
 	return j->rc;
 }
 
@@ -511,7 +518,6 @@ Test(ckpt_peer_unit, a_holder_lying_in_its_one_copy_answer, .timeout = 60)
 	struct fetch_job *j = calloc(1, sizeof(*j));
 	struct answer a;
 	struct pk_local_msg loc;
-	unsigned char lie[sizeof(a.local)];
 	char *head, holder_addr[64];
 	size_t hlen;
 	int rc;
@@ -551,29 +557,21 @@ Test(ckpt_peer_unit, a_holder_lying_in_its_one_copy_answer, .timeout = 60)
 	cr_assert_eq(waitpid(child, NULL, 0), child);
 	struct pk_local_msg l = loc;
 	l.pid = child;
-	memcpy(lie, a.local, sizeof(lie));
-	memcpy(lie, &l, sizeof(l));
-	rc = fetch_from_liar(&liar, &a, lie, sizeof(lie), j);
+	rc = told(&liar, &a, &l, j, "a gone process");
 	cr_assert_eq(rc, -FT_ECORRUPT, "a gone process: %s", ft_strerror(rc));
-	for (size_t k = 0; k < sizeof(j->dst); k++)
-		cr_assert_eq(j->dst[k], 0xee, "a gone process: byte %zu written", k);
 
 	/* addresses nothing is mapped at */
 	l = loc;
 	l.base[0] = l.base[1] = 4096;
-	memcpy(lie, &l, sizeof(l));
-	rc = fetch_from_liar(&liar, &a, lie, sizeof(lie), j);
+	rc = told(&liar, &a, &l, j, "unmapped addresses");
 	cr_assert_eq(rc, -FT_ECORRUPT, "unmapped addresses: %s", ft_strerror(rc));
-	for (size_t k = 0; k < sizeof(j->dst); k++)
-		cr_assert_eq(j->dst[k], 0xee, "unmapped addresses: byte %zu written", k);
 
 	/* the copies a header's length off: read, each fails its check, none
 	 * is written, and reading them says so */
 	l = loc;
 	l.base[0] += FT__CKPT_HDR;
 	l.base[1] += FT__CKPT_HDR;
-	memcpy(lie, &l, sizeof(l));
-	rc = fetch_from_liar(&liar, &a, lie, sizeof(lie), j);
+	rc = told(&liar, &a, &l, j, "copies at the wrong place");
 	if (rc == 0) {
 		unsigned char out[BB];
 		for (size_t b = 0; b < NB; b++) {
@@ -588,17 +586,11 @@ Test(ckpt_peer_unit, a_holder_lying_in_its_one_copy_answer, .timeout = 60)
 	} else {
 		cr_assert_eq(rc, -FT_ECORRUPT, "copies at the wrong place: %s", ft_strerror(rc));
 	}
-	for (size_t k = 0; k < sizeof(j->dst); k++)
-		cr_assert_eq(j->dst[k], 0xee, "copies at the wrong place: byte %zu written", k);
 
 	/* a count that is not the fetch's: the answer is refused */
 	l = loc;
 	l.n = NB + 1000;
-	memcpy(lie, &l, sizeof(l));
-	rc = fetch_from_liar(&liar, &a, lie, sizeof(lie), j);
-	cr_assert_neq(rc, 0, "a LOCAL of another count was taken");
-	for (size_t k = 0; k < sizeof(j->dst); k++)
-		cr_assert_eq(j->dst[k], 0xee, "another count: byte %zu written", k);
+	cr_assert_neq(told(&liar, &a, &l, j, "another count"), 0, "a LOCAL of another count was taken");
 
 	/* the true holder again: exact */
 	ft__ckpt_peer_set_addr(ward, 1, holder_addr);
