@@ -40,52 +40,16 @@ item() {
 		timeout -k 10 "$deadline" "$@"
 		echo $? >"$log.rc"
 	} 2>&1 | tee "$log"
-	judge "$log" $(($(date +%s) - t0))
-}
-# judge LOG SECONDS: a row's verdict from its status, counted and said.
-judge() {
-	name=$(cat "$1.name")
-	if [ "$(cat "$1.rc")" = 0 ]; then
+	if [ "$(cat "$log.rc")" = 0 ]; then
 		pass=$((pass + 1))
 		verdict=ok
 	else
 		fail=$((fail + 1))
 		failed="$failed $name"
-		failed_logs="$failed_logs $1"
-		verdict="FAILED (status $(cat "$1.rc"))"
+		failed_logs="$failed_logs $log"
+		verdict="FAILED (status $(cat "$log.rc"))"
 	fi
-	echo "== $name: $verdict in $2 s"
-}
-# aside NAME DEADLINE COMMAND...: a row that mostly waits (for daemons, for
-# namespace hosts' links) run alongside the others, under its deadline;
-# its output and verdict come at aside_done.
-aside_pids="" aside_logs=""
-aside() {
-	name=$1
-	deadline=$2
-	shift 2
-	n_item=$((n_item + 1))
-	log="$LOGS/$n_item.log"
-	echo "$name" >"$log.name"
-	echo "== $name: runs alongside the next rows (its output comes at the end)"
-	(
-		t0=$(date +%s)
-		timeout -k 10 "$deadline" "$@" >"$log" 2>&1
-		echo $? >"$log.rc"
-		echo $(($(date +%s) - t0)) >"$log.time"
-	) &
-	aside_pids="$aside_pids $!"
-	aside_logs="$aside_logs $log"
-}
-aside_done() {
-	for p in $aside_pids; do
-		wait "$p"
-	done
-	for log in $aside_logs; do
-		echo "== $(cat "$log.name") (ran alongside)"
-		cat "$log"
-		judge "$log" "$(cat "$log.time")"
-	done
+	echo "== $name: $verdict in $(($(date +%s) - t0)) s"
 }
 # Every fuzz harness's corpus (seeds, kept finds, regressions) under ASan and UBSan.
 fuzz_replays() {
@@ -122,25 +86,6 @@ item check-lib 300 "$(dirname "$0")/check-lib.sh" "$B"
 item check-house 60 /usr/bin/python3 "$(dirname "$0")/check-house.py"
 item check-build 300 "$(dirname "$0")/check-build.sh"
 item check-install 300 "$(dirname "$0")/check-install.sh" "$B"
-# Alongside the rows below (their jobs mostly wait: Slurm's daemons, the
-# namespace hosts; about a tenth of a core), one after the other:
-# - a whole namespace host lost with its ranks' running checkpoints, which
-#   the survivors read back from the next host's memory (cluster_test.sh's
-#   ckpt-peer row; make cluster-test runs every row);
-# - Slurm: srun jobs on a real Slurm cluster of network-namespace hosts
-#   (test/cluster/slurm_test.sh: the collectives matrix, a host killed
-#   under shrink, exact rejoin on a spare host, a partition).
-# Each says SKIPPED and why when it cannot run here (not root, no
-# namespaces, no Slurm).
-if [ -x "$B/examples/train_sharded" ] && [ -x "$B/test/tsan_rank" ] && [ -x "$B/test/part_rank" ]; then
-	aside namespace_hosts 720 sh -c 'rc=0
-		CLUSTER_ROWS=ckpt-peer "$0" "$2" || rc=$?
-		[ "$rc" -eq 77 ] && rc=0
-		"$1" "$2" || { r=$?; [ "$r" -eq 77 ] || rc=$r; }
-		exit "$rc"' \
-		"$(dirname "$0")"/../test/cluster/cluster_test.sh \
-		"$(dirname "$0")"/../test/cluster/slurm_test.sh "$B"
-fi
 # Exact rejoin: real processes killed from outside and at injection points,
 # every result against a failure-free run; the fallbacks (test/rejoin_tests.sh).
 if [ -x "$B/examples/train_rejoin" ] && [ -z "${FTCC_SKIP_REJOIN:-}" ]; then
@@ -165,6 +110,22 @@ if ls "$B"/python/ftcc/_C*.so >/dev/null 2>&1; then
 		"$(dirname "$0")"/../test/torch/test_torch.py
 else
 	echo "== SKIPPED: torch_backend: $B/python/ftcc not built (Debian's PyTorch missing: make deps-torch)"
+fi
+# A whole namespace host lost with its ranks' running checkpoints, which
+# the survivors read back from the next host's memory (cluster_test.sh's
+# ckpt-peer row; make cluster-test runs every row).
+if [ -x "$B/examples/train_sharded" ] && [ -x "$B/test/tsan_rank" ]; then
+	item cluster_ckpt_peer 120 env CLUSTER_ROWS=ckpt-peer sh -c \
+		'"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
+		"$(dirname "$0")"/../test/cluster/cluster_test.sh "$B"
+fi
+# Slurm: srun jobs on a real Slurm cluster of network-namespace hosts
+# (test/cluster/slurm_test.sh: the collectives matrix, a host killed under
+# shrink, exact rejoin on a spare host, a partition); it says SKIPPED and
+# why when it cannot run here (not root, no namespaces, no Slurm).
+if [ -x "$B/test/part_rank" ] && [ -x "$B/test/tsan_rank" ]; then
+	item slurm 600 sh -c '"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
+		"$(dirname "$0")"/../test/cluster/slurm_test.sh "$B"
 fi
 fuzz_replays
 for t in "$@"; do
@@ -204,5 +165,4 @@ for t in "$@"; do
 		"$t" --jobs "$JOBS" --short-filename ;;
 	esac
 done
-aside_done
 summary
