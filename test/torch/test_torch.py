@@ -38,9 +38,13 @@ def job(what, size, extra_env=None):
                     q.kill()
                 pytest.fail(f"{what} at {size} ranks: past the {DEADLINE} s deadline")
             outs.append(out.decode(errors="replace"))
+        # a failure shows every rank's output (a rank waiting for another
+        # says little of why that one never came)
+        every = "".join(f"\n--- rank {r} (status {p.returncode}):\n{out}"
+                        for r, (p, out) in enumerate(zip(procs, outs)))
         for r, (p, out) in enumerate(zip(procs, outs)):
-            assert p.returncode == 0, f"{what} at {size} ranks: rank {r} failed:\n{out}"
-            assert f"rank {r}: {what} ok" in out, out
+            assert p.returncode == 0, f"{what} at {size} ranks: rank {r} failed:{every}"
+            assert f"rank {r}: {what} ok" in out, every
         return outs
 
 
