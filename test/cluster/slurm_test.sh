@@ -67,7 +67,7 @@
 # SLURM_ROWS picks rows (default all), SLURM_TRIALS repeats the matrix, kill
 # and rejoin rows (1), SLURM_DEADLINE is each job's deadline in s (60),
 # SLURM_LOGS=DIR keeps the daemons' logs (slurmctld, each slurmd and its
-# slurmstepds) and the last row's output there.
+# slurmstepds), the rows' traces (FTCC_TRACE) and the last row's output there.
 # Exit 0 all passed, 1 a row failed, 77 skipped (not root, no namespaces, no
 # Slurm): SKIPPED says why.
 set -eu
@@ -129,6 +129,9 @@ verdict() { # STATUS OK-DETAIL FAIL-DETAIL (the row's description: $d, its start
 	fi
 	# the next row's output starts empty: its job truncates $OUT only once
 	# started, and a row waiting for lines must not count this row's
+	if [ -n "${SLURM_LOGS:-}" ]; then # the rows' traces too
+		mkdir -p "$SLURM_LOGS" && cp -r "$SHARED"/trace-* "$SLURM_LOGS"/ 2>/dev/null || true
+	fi
 	rm -rf "${SHARED:?}"/*
 	mv -f "$OUT" "$OUT.last" 2>/dev/null || true
 }
