@@ -175,22 +175,29 @@ std::string local_host()
 	return buf;
 }
 
-/* A port free on host now (the kernel's pick), for this rank's listener. */
-int free_port(const std::string &host)
+/* A port of host for this rank's membership listener, held bound (not
+ * listening, SO_REUSEADDR, *fd) until ft_init has bound its listener there:
+ * a port chosen and let go could be given to another socket's bind to
+ * port 0 meanwhile (this rank's other listeners, another rank's). */
+int reserve_port(const std::string &host, int *fd)
 {
 	struct sockaddr_in a = {};
 	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+	int one = 1, port = -1;
 
+	*fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	a.sin_family = AF_INET;
-	if (fd >= 0 && inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1 &&
-	    bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+	if (*fd >= 0 && setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+	    inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1 &&
+	    bind(*fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(*fd, (struct sockaddr *)&a, &len) == 0)
 		port = ntohs(a.sin_port);
-	if (fd >= 0)
-		close(fd);
-	if (port < 0)
+	if (port < 0) {
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
 		throw std::runtime_error("ftcc: no free port on " + host);
+	}
 	return port;
 }
 
@@ -263,6 +270,18 @@ struct FtccOpInfo {
 	std::vector<int> members; /* original (torch) ranks, in dense order */
 };
 
+/* A socket held bound (reserve_port), closed when let go or on the way out. */
+struct Reserved {
+	int fd = -1;
+	void release()
+	{
+		if (fd >= 0)
+			close(fd);
+		fd = -1;
+	}
+	~Reserved() { release(); }
+};
+
 class ProcessGroupFtcc : public FtccBase {
 public:
 	ProcessGroupFtcc(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
@@ -272,6 +291,7 @@ public:
 		struct ft_config cfg;
 		std::string token;
 		int rc;
+		Reserved reserved; /* reserve_port's, let go once ft_init returns */
 
 		if (env("FTCC_RANK").empty() && env("FTCC_RENDEZVOUS").empty() &&
 		    env("FTCC_MEMBERSHIP").empty() && env("FTCC_BOOTSTRAP").empty()) {
@@ -279,7 +299,7 @@ public:
 			Overrides o;
 			o.set("FTCC_RANK", std::to_string(rank));
 			o.set("FTCC_WORLD_SIZE", std::to_string(size));
-			from_store(store, rank, size, timeout, &o, &token);
+			from_store(store, rank, size, timeout, &o, &token, &reserved.fd);
 			config(&cfg, rank, size);
 		} else {
 			config(&cfg, rank, size);
@@ -313,6 +333,7 @@ public:
 			shutdown();
 			throw;
 		}
+		reserved.release();
 		std::memset(cfg.token, 0, sizeof(cfg.token));
 		if (rc != 0) {
 			shutdown();
@@ -681,7 +702,8 @@ private:
 	}
 
 	void from_store(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
-			std::chrono::milliseconds timeout, Overrides *o, std::string *token)
+			std::chrono::milliseconds timeout, Overrides *o, std::string *token,
+			int *reserved)
 	{
 		py::gil_scoped_release nogil; /* store gets wait for the other ranks */
 		if (rank == 0) {
@@ -689,7 +711,7 @@ private:
 			store->set("ftcc/token", bytes_of(hex_random(32)));
 		}
 		std::string host = local_host();
-		std::string mine = host + ":" + std::to_string(free_port(host));
+		std::string mine = host + ":" + std::to_string(reserve_port(host, reserved));
 		store->set("ftcc/peer/" + std::to_string(rank), bytes_of(mine));
 		std::string peers;
 		for (int r = 0; r < size; r++) {
