@@ -78,7 +78,6 @@ struct inband {
 	struct ft__ctl ctl;
 	bool ctl_open;
 	int rank, world;
-	int ngone;              /* ranks the book marks gone */
 	int reply_wait_ms;
 	char (*book)[FT__BOOK_ENTRY_MAX];
 	struct ib_rank *r;

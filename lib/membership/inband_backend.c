@@ -99,7 +99,6 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	for (int r = 0; r < b->world; r++)
 		if (b->book[r][0] == '\0' && r != b->rank) {
 			b->r[r].gone = true;
-			b->ngone++;
 			ft__ib_mark_certain(b, r, "its launcher saw it die before it joined");
 		}
 	snprintf(mb->where, sizeof(mb->where), "(in-band, listening at %s)", b->ctl.addr);

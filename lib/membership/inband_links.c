@@ -36,7 +36,6 @@ void ft__ib_late_gone(struct inband *b, int r, const char *why)
 	if (r < 0 || r >= b->world || r == b->rank || b->r[r].gone || b->started)
 		return;
 	b->r[r].gone = b->r[r].late = true;
-	b->ngone++;
 	ft__ib_mark_certain(b, r, why);
 	if (b->r[r].link >= 0)
 		ft__ib_drop(b, b->r[r].link);

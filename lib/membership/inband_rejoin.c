@@ -190,13 +190,15 @@ void ft__ib_on_rejoin(struct inband *b, int from, int link, uint32_t gen, struct
 }
 
 /*
- * A newcomer that holds rank e dead told a member's listener for e that
- * its book did not hold (its launcher's book had no entry yet: that rank
- * died before the book went out, and came back): what it knew of rank e
- * was of another process. A death it held certain no longer keeps it from
- * e (its REJOIN goes to every member, the coordinator among them). Only
- * then: the same listener may be written otherwise (a name in a peer list,
- * the number its rank publishes), and a live link is not dropped for it.
+ * What this rank knew of rank e was of another process: its death (certain,
+ * or gone before the job's first view), the wait before linking again, and
+ * the link to it go. A view takes a new incarnation of e in
+ * (ft__ib_install_fresh); or a newcomer that holds e dead is told a
+ * member's listener for e that its book did not hold (its launcher's book
+ * had no entry yet: e died before the book went out, and came back), and
+ * its REJOIN must reach e too (the coordinator, maybe). Only then: the same
+ * listener may be written otherwise (a name in a peer list, the number its
+ * rank publishes), and a live link is not dropped for it.
  */
 static void another_process(struct inband *b, int e)
 {
@@ -204,10 +206,7 @@ static void another_process(struct inband *b, int e)
 
 	p->certain = false;
 	p->retry_ms = 0;
-	if (p->gone) {
-		p->gone = p->late = false;
-		b->ngone--;
-	}
+	p->gone = p->late = false;
 	if (p->link >= 0)
 		ft__ib_drop(b, p->link);
 }
@@ -388,14 +387,7 @@ void ft__ib_install_fresh(struct inband *b, uint32_t gen, const struct ib_value 
 		snprintf(p->ctrl, sizeof(p->ctrl), "%s", p->back.ctrl);
 		snprintf(b->book[e], sizeof(b->book[e]), "%s", p->back.mb);
 		p->have_addr = true;
-		p->certain = false;
-		if (p->gone) { /* gone before the job's first view: a new process now */
-			p->gone = p->late = false;
-			b->ngone--;
-		}
-		p->retry_ms = 0;
-		if (p->link >= 0)
-			ft__ib_drop(b, p->link); /* the old incarnation's */
+		another_process(b, e); /* the old incarnation's marks and link go */
 		ft__info("membership: rank %d is back in generation %u (a new incarnation at %s)", e,
 			 gen, p->addr);
 	}

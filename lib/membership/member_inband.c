@@ -486,6 +486,33 @@ static void nack_zero(struct inband *b, int i, int from, uint64_t kept)
 	ft__ib_reply(b, i, 0, FT__CTL_MB_NACK, &w);
 }
 
+/* A newcomer's COLLECT of the job's first view: the highest is kept, this
+ * process may yet take part in that view (inband_backend.c, start_again)
+ * and its coordinator asks each rank once; the others are refused. */
+static void keep_zero(struct inband *b, int link, const struct ft__ctl_msg *m)
+{
+	bool kept = b->future_zero && b->future_gen == 0;
+	uint64_t ballot;
+
+	if (m->len < sizeof(ballot))
+		return;
+	memcpy(&ballot, m->payload, sizeof(ballot));
+	if (!ballot_ok(b, ballot, m->from))
+		return;
+	if (ballot < b->future_ballot) {
+		if (kept)
+			nack_zero(b, link, m->from, b->future_ballot);
+		return;
+	}
+	if (kept && ballot > b->future_ballot)
+		nack_zero(b, b->future_link, b->future_from, ballot);
+	b->future_zero = true;
+	b->future_gen = 0;
+	b->future_from = m->from;
+	b->future_link = link;
+	b->future_ballot = ballot;
+}
+
 /* Handles one message. */
 void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 {
@@ -498,24 +525,8 @@ void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 	/* a new incarnation not taken back yet is no acceptor: it has none
 	 * of its last incarnation's promises (inband_rejoin.c) */
 	if (b->newcomer && (m->type == FT__CTL_MB_COLLECT || m->type == FT__CTL_MB_PROPOSE)) {
-		/* but a COLLECT of the job's first view is kept: this process may
-		 * yet take part in it (inband_backend.c, start_again), and its
-		 * coordinator asks each rank once */
-		if (m->type == FT__CTL_MB_COLLECT && m->gen == 0 && m->len >= sizeof(ballot)) {
-			memcpy(&ballot, m->payload, sizeof(ballot));
-			if (ballot_ok(b, ballot, m->from) && ballot >= b->future_ballot) {
-				/* the one kept before is refused now (below) */
-				if (b->future_zero && b->future_gen == 0 && ballot > b->future_ballot)
-					nack_zero(b, b->future_link, b->future_from, ballot);
-				b->future_zero = true;
-				b->future_gen = 0;
-				b->future_from = m->from;
-				b->future_link = link;
-				b->future_ballot = ballot;
-			} else if (ballot_ok(b, ballot, m->from) && b->future_zero && b->future_gen == 0) {
-				nack_zero(b, link, m->from, b->future_ballot);
-			}
-		}
+		if (m->type == FT__CTL_MB_COLLECT && m->gen == 0)
+			keep_zero(b, link, m);
 		return;
 	}
 	/* a coordinator of generation g is a member of view g - 1, which this
