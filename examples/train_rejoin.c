@@ -39,12 +39,20 @@
  * the tests kill it inside allgathers only.
  */
 
+/* FNV-1a over 8-byte words (then the tail bytes): a digest that costs the
+ * step little next to a byte at a time (a 64 MiB model: 10 ms against
+ * 300 here), since the time a rejoin takes is measured with it in the way */
 static uint64_t fnv(const void *p, size_t n)
 {
 	const unsigned char *b = p;
-	uint64_t h = 1469598103934665603ull;
+	uint64_t h = 1469598103934665603ull, w;
+	size_t i = 0;
 
-	for (size_t i = 0; i < n; i++)
+	for (; i + 8 <= n; i += 8) {
+		memcpy(&w, b + i, 8);
+		h = (h ^ w) * 1099511628211ull;
+	}
+	for (; i < n; i++)
 		h = (h ^ b[i]) * 1099511628211ull;
 	return h;
 }

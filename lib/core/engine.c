@@ -159,10 +159,11 @@ static int on_recv_broadcast(struct ft__coll *co, const struct ft__recv_entry *e
 			if ((rc = co->hooks->frame_received(co, &h, co->dst + off)) != 0)
 				return rc;
 		}
-		if (co->root_pos != co->s.n - 1)
+		if (co->root_pos != co->bcast_last)
 			rc = post_send(co, 0, e->k, co->dst);
 		if (rc == 0 && ++co->data_done == co->data_total) {
 			rc = data_complete(co);
+			/* the last rank of the whole ring answers the root */
 			if (rc == 0 && co->root_pos == co->s.n - 1)
 				rc = post_send(co, 1, 0, co->dst);
 		}
@@ -171,7 +172,7 @@ static int on_recv_broadcast(struct ft__coll *co, const struct ft__recv_entry *e
 	if (e->g == 1) /* the root hears that every rank has the data */
 		return data_complete(co);
 	/* commit step: pass it on to the last rank */
-	return co->root_pos != co->s.n - 1 ? post_send(co, 2, 0, co->dst) : 0;
+	return co->root_pos != co->bcast_last ? post_send(co, 2, 0, co->dst) : 0;
 }
 
 static int on_recv(struct ft__coll *co)
@@ -455,14 +456,20 @@ int ft__engine_broadcast(struct ft_comm *c, const struct ft__call *k, const stru
 	if (c->size == 1)
 		return data_complete(co);
 	co->root_pos = ft__mod(c->rank - root, c->size);
+	co->bcast_last = k->span > 0 && k->span < c->size - 1 ? k->span : c->size - 1;
+	if (co->root_pos > co->bcast_last || (co->bcast_last < c->size - 1 && a->commit))
+		return -FT_EINVAL; /* not a rank it reaches; a chain has no commit steps */
 	co->s.data_last = 1;
 	co->last_step = a->commit ? 2 : 1;
 	if (co->root_pos == 0) {
-		/* The root sends everything and waits for the last rank's empty frame. */
+		/* The root sends everything and waits for the last rank's empty
+		 * frame; in a chain, only for its frames to be out. */
 		co->rg = 1;
-		co->recv_total = 1;
+		co->recv_total = co->bcast_last == c->size - 1 ? 1 : 0;
 		for (uint32_t s = 0; rc == 0 && s < ft__chunk_nseg(&co->s, 0); s++)
 			rc = post_send(co, 0, s, k->dst);
+		if (rc == 0 && co->recv_total == 0)
+			rc = data_complete(co);
 	} else {
 		co->data_total = ft__chunk_nseg(&co->s, 0);
 		co->recv_total = co->data_total + (co->last_step > co->s.data_last ? 1 : 0);

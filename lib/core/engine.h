@@ -40,6 +40,9 @@ struct ft__call {
 	enum ft_dtype dtype;
 	enum ft_op op;
 	int root;               /* broadcast: original rank of the root */
+	int span;               /* broadcast: it goes only to the span ranks after the
+				 * root in ring order (a chain, without commit
+				 * steps); 0: to every rank */
 	bool in_place;
 	/* the attempt leaves the input where it is, whole: a restart needs no
 	 * backup of an in-place one (allgather; a packed reduce-scatter) */
@@ -98,6 +101,7 @@ struct ft__coll {
 	ft__accum_save_fn accum_save;
 	ft__combine_save_sum_fn combine_save_sum; /* NULL: sum apart */
 	int root_pos;
+	int bcast_last;         /* broadcast: root_pos of the last rank it reaches */
 	uint32_t last_step;     /* commit steps after s.data_last, if any */
 	size_t data_total, data_done;   /* data frames this rank receives */
 	size_t staged_done;     /* reduce-scatter frames reduced (in place: input saved first) */
@@ -127,7 +131,8 @@ struct ft__coll {
 int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
 			 struct ft__coll *co);
 /* One attempt at a broadcast of k->count bytes at k->dst from original rank
- * k->root, which must be a member of the current view. */
+ * k->root, which must be a member of the current view; with k->span, only
+ * the ranks it reaches call it (the root returns once its frames are out). */
 int ft__engine_broadcast(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
 			 struct ft__coll *co);
 

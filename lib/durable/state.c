@@ -1,5 +1,6 @@
 /* state.c: application state registered with ft_state_register, and its live transfer to a rank that rejoined. */
 /* SPDX-License-Identifier: MIT */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,6 +8,7 @@
 #include "ckpt_remote.h"
 #include "comm.h"
 #include "policy.h"
+#include "trace.h"
 
 /*
  * When a view takes a new incarnation back (its member record says
@@ -49,10 +51,60 @@ static int replicated(const struct ft_comm *c, int *idx)
 	return n;
 }
 
-static int bcast(struct ft_comm *c, uint64_t seq, void *buf, size_t bytes)
+/* Who sends op seq's transfer, and to whom (every member finds the same). */
+struct route {
+	int root;       /* original rank that sends it */
+	int span;       /* to the span members after it in ring order; 0: to every member */
+	bool in;        /* this rank takes part */
+};
+
+static bool due_at(const struct ft_comm *c, int pos, uint64_t seq)
+{
+	return c->fresh_op[c->members[ft__mod(pos, c->size)]] == seq;
+}
+
+/*
+ * Along chains when it can: the newcomers due at seq stand in runs of
+ * consecutive ring positions (a lost host's ranks are neighbours), and
+ * each run gets the state from the member just before it, which forwards
+ * nothing, while the members in no run go straight on to the op. A
+ * broadcast over the whole ring would pass the bytes through every member
+ * (n - 1 hops, each a copy in and out), and every member would wait for
+ * it; a run of k newcomers takes k hops, and runs go at once. The regions
+ * are replicated: every member that is not new holds the same bytes at
+ * the op's start. When the member before a run is new itself (due at
+ * another op), the whole ring from state_root, as before.
+ */
+static struct route route_of(const struct ft_comm *c, uint64_t seq)
+{
+	struct route whole = {.root = c->state_root, .span = 0, .in = true}, r = {.in = false};
+	int n = c->size, start = -1;
+
+	if (c->fresh_op == NULL || n < 2)
+		return whole;
+	for (int p = 0; p < n && start < 0; p++)
+		if (!due_at(c, p, seq))
+			start = p;
+	if (start < 0)
+		return whole; /* nobody holds it (transfer says so) */
+	for (int i = 1; i <= n; i++) {
+		int p = start + i, q = p - 1, len = 0;
+		if (!due_at(c, p, seq) || due_at(c, q, seq))
+			continue; /* not the first of a run */
+		if (c->fresh_op[c->members[ft__mod(q, n)]] != 0)
+			return whole; /* the member before it has no state to give */
+		while (len < n && due_at(c, p + len, seq))
+			len++;
+		if (ft__mod(c->rank - q, n) <= len)
+			r = (struct route){.root = c->members[ft__mod(q, n)], .span = len, .in = true};
+	}
+	return r;
+}
+
+static int bcast(struct ft_comm *c, const struct route *rt, uint64_t seq, void *buf, size_t bytes)
 {
 	struct ft__call k = {.kind = FT__COLL_BROADCAST, .dst = buf, .count = bytes, .es = 1,
-			     .dtype = FT_UINT8, .root = c->state_root};
+			     .dtype = FT_UINT8, .root = rt->root, .span = rt->span};
 	struct ft__attempt a = {.op_seq = seq};
 	struct ft__coll co;
 	int rc;
@@ -64,12 +116,17 @@ static int bcast(struct ft_comm *c, uint64_t seq, void *buf, size_t bytes)
 
 static int transfer(struct ft_comm *c, uint64_t seq)
 {
-	bool root = c->cfg.rank == c->state_root;
+	struct route rt = route_of(c, seq);
+	bool root = c->cfg.rank == rt.root;
 	struct state_head h;
 	int rc, mismatch = 0, idx[FT__STATE_MAX], nrep = replicated(c, idx);
+	uint64_t t0 = ft__now_ns();
+	char args[96];
 
 	if (c->state_root < 0)
 		return -FT_EPEERFAILED; /* nobody holds it: no exact way on */
+	if (!rt.in)
+		return 0;
 	memset(&h, 0, sizeof(h));
 	if (root) {
 		h.n = (uint64_t)nrep;
@@ -79,7 +136,7 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 		h.ckpt_on = c->ckpt != NULL;
 		h.ckpt_book = ft__ckpt_book_size(c) > 0;
 	}
-	if ((rc = bcast(c, seq, &h, sizeof(h))) != 0)
+	if ((rc = bcast(c, &rt, seq, &h, sizeof(h))) != 0)
 		return rc;
 	if (h.n > FT__STATE_MAX)
 		return -FT_EPROTO;
@@ -97,7 +154,7 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 			if (into == NULL)
 				return -FT_ENOMEM;
 		}
-		rc = bcast(c, seq, into, h.bytes[i]);
+		rc = bcast(c, &rt, seq, into, h.bytes[i]);
 		free(scratch);
 		if (rc != 0)
 			return rc;
@@ -105,6 +162,10 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 	if (root)
 		ft__info("state: %llu regions sent at op %llu", (unsigned long long)h.n,
 			 (unsigned long long)seq);
+	snprintf(args, sizeof(args),
+		 "{\"op_seq\": %llu, \"regions\": %llu, \"root\": %d, \"span\": %d}",
+		 (unsigned long long)seq, (unsigned long long)h.n, rt.root, rt.span);
+	ft__trace_complete(c->trace, "state", "rejoin", t0, ft__now_ns(), args);
 	if (mismatch && c->rejoined) {
 		ft__error("state: rank %d registered %d replicated regions, the survivors %llu (or "
 			  "of other sizes): not restored", c->cfg.rank, nrep, (unsigned long long)h.n);
@@ -117,7 +178,7 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 			return -FT_ENOMEM;
 		if (root)
 			ft__ckpt_book_get(c, book);
-		if ((rc = bcast(c, seq, book, n)) != 0) {
+		if ((rc = bcast(c, &rt, seq, book, n)) != 0) {
 			free(book);
 			return rc;
 		}
