@@ -1,4 +1,4 @@
-/* test_inband_rejoin.c: rejoin over in-band membership: a restarted rank finds its job by asking its ranks and is taken back, exactly; one too late, or after the job ended, is told at once. */
+/* test_inband_rejoin.c: rejoin over in-band membership: a restarted rank finds its job by asking its ranks and is taken back, exactly; one too late, or after the job ended, is told at once; the state goes along chains of newcomers. */
 /* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
@@ -263,4 +263,153 @@ Test(inband_rejoin, shrink_grows_back_two_of_eight, .timeout = 120)
 	int victims[2] = {3, 6};
 
 	grow_back(8, victims, 2, shrink);
+}
+
+/*
+ * The state goes to the newcomers along chains (state.c, route_of): ranks
+ * 1, 3 and 4 of 6 SIGKILLed at once and started again, all due at the same
+ * op: rank 1 gets the replicated state from rank 0, rank 3 from rank 2 and
+ * passes it to rank 4; rank 5 is in no chain and takes no part. Every
+ * step's sum depends on the state (each rank adds its st[0]), so a
+ * newcomer with a wrong state shows in every rank's sum; each rank writes
+ * the digest of its state at the end, and all must agree.
+ */
+#define CHAIN_WORDS 8192
+
+static void chain_trace(struct ft_config *cfg, int rank, const char *who)
+{
+	const char *dir = getenv("FTCC_TEST_CHAIN_DIR");
+
+	rejoin(cfg, rank);
+	snprintf(cfg->trace, sizeof(cfg->trace), "%s/%s.json", dir, who); /* who.<rank>.json */
+}
+
+static void chain_first(struct ft_config *cfg, int rank)
+{
+	chain_trace(cfg, rank, "first");
+}
+
+static void chain_new(struct ft_config *cfg, int rank)
+{
+	chain_trace(cfg, rank, "new");
+}
+
+static int chain_steps(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	const char *dir = arg;
+	static uint64_t st[CHAIN_WORDS];
+	uint64_t next = 0, h = 1469598103934665603ull;
+	char path[400];
+	FILE *f;
+	int first;
+
+	if (ft_state_register(comm, st, sizeof(st), FT_STATE_REPLICATED) < 0 ||
+	    ft_state_sync(comm) != 0)
+		return 3;
+	first = ft_rejoined(comm, &next) == 1 ? (int)next - 1 : 0;
+	mark(dir, "running", rank);
+	for (int s = first; s < steps_n; s++) {
+		int64_t v = (int64_t)(rank + 1) * (s + 1) + (int64_t)(st[0] & 0xffff);
+		int64_t want = (int64_t)n * (n + 1) / 2 * (s + 1) + (int64_t)n * (int64_t)(st[0] & 0xffff);
+		if (ft_allreduce(comm, FT_IN_PLACE, &v, 1, FT_INT64, FT_SUM, NULL) != 0)
+			return 2;
+		if (v != want) {
+			fprintf(stderr, "rank %d step %d: %lld, not %lld\n", rank, s, (long long)v,
+				(long long)want);
+			return 4;
+		}
+		for (int j = 0; j < CHAIN_WORDS; j++)
+			st[j] = st[j] * 6364136223846793005ull + (uint64_t)v + (uint64_t)j;
+		tu_sleep_ms(2);
+	}
+	for (int j = 0; j < CHAIN_WORDS; j++)
+		h = (h ^ st[j]) * 1099511628211ull;
+	snprintf(path, sizeof(path), "%s/digest-%d", dir, rank);
+	if ((f = fopen(path, "w")) == NULL)
+		return 5;
+	fprintf(f, "%016llx\n", (unsigned long long)h);
+	fclose(f);
+	return 0;
+}
+
+/* The "state" events of a trace file: how many, and the args of the last. */
+static int state_events(const char *path, char *args, size_t len)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	int k = 0;
+
+	args[0] = '\0';
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		const char *a;
+		if (strstr(line, "\"name\":\"state\"") == NULL || (a = strstr(line, "\"args\":")) == NULL)
+			continue;
+		snprintf(args, len, "%s", a);
+		k++;
+	}
+	fclose(f);
+	return k;
+}
+
+Test(inband_rejoin, the_state_goes_along_chains_of_newcomers, .timeout = 120)
+{
+	struct tu_job job;
+	const int victims[3] = {1, 3, 4};
+	int killed[6] = {0, 1, 0, 1, 1, 0};
+	char path[400], args[512], digest[6][32];
+	pid_t np[3];
+	int64_t ms;
+
+	rejoin_timeout_ms = 20000;
+	steps_n = 300;
+	inband_job(&job, 6);
+	setenv("FTCC_TEST_CHAIN_DIR", job.dir, 1);
+	for (int r = 0; r < 6; r++)
+		tu_spawn(&job, r, chain_steps, job.dir, chain_first);
+	wait_running(&job, "running", 6);
+	tu_sleep_ms(100);
+	for (int k = 0; k < 3; k++)
+		kill(job.pids[victims[k]], SIGKILL);
+	for (int k = 0; k < 3; k++)
+		wait_dead(job.pids[victims[k]]);
+	for (int k = 0; k < 3; k++) {
+		np[k] = fork();
+		cr_assert_geq(np[k], 0);
+		if (np[k] == 0)
+			_exit(tu_start_again(&job, victims[k], 1, chain_new, chain_steps, job.dir,
+					     &ms) == 0 ? 0 : 1);
+	}
+	for (int k = 0; k < 3; k++) {
+		int st;
+		cr_assert_eq(waitpid(np[k], &st, 0), np[k]);
+		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			  "rank %d's new incarnation failed", victims[k]);
+	}
+	cr_expect_eq(tu_wait(&job, 60000, killed), 0, "a survivor failed");
+	unsetenv("FTCC_TEST_CHAIN_DIR");
+	for (int r = 0; r < 6; r++) {
+		FILE *f;
+		snprintf(path, sizeof(path), "%s/digest-%d", job.dir, r);
+		f = fopen(path, "r");
+		cr_assert_not_null(f, "rank %d wrote no digest", r);
+		cr_assert_not_null(fgets(digest[r], sizeof(digest[r]), f));
+		fclose(f);
+		cr_expect_str_eq(digest[r], digest[0], "rank %d's state differs from rank 0's", r);
+	}
+	/* who took part: roots 0 and 2, the newcomers; not rank 5 */
+	snprintf(path, sizeof(path), "%s/first.5.json", job.dir);
+	cr_expect_eq(state_events(path, args, sizeof(args)), 0, "rank 5 took part: %s", args);
+	snprintf(path, sizeof(path), "%s/first.0.json", job.dir);
+	cr_expect_geq(state_events(path, args, sizeof(args)), 1); /* (again if the op ran again) */
+	cr_expect(strstr(args, "\"root\": 0, \"span\": 1") != NULL, "rank 0: %s", args);
+	snprintf(path, sizeof(path), "%s/first.2.json", job.dir);
+	cr_expect_geq(state_events(path, args, sizeof(args)), 1); /* (again if the op ran again) */
+	cr_expect(strstr(args, "\"root\": 2, \"span\": 2") != NULL, "rank 2: %s", args);
+	snprintf(path, sizeof(path), "%s/new.4.json", job.dir);
+	cr_expect_geq(state_events(path, args, sizeof(args)), 1); /* (again if the op ran again) */
+	cr_expect(strstr(args, "\"root\": 2, \"span\": 2") != NULL, "rank 4: %s", args);
+	tu_job_cleanup(&job);
+	steps_n = 400;
 }

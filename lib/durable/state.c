@@ -14,11 +14,11 @@
  * When a view takes a new incarnation back (its member record says
  * rejoining), every member notes the op at whose start the state is owed:
  * the first op the newcomer's application runs (its published next op).
- * At the start of that op, on every member, before its first attempt, the
- * lowest member that is not new (state_root) broadcasts a header (the
- * number and sizes of its regions) and then each region; the newcomer
- * receives them into its own registered regions, everyone else passes
- * them on. The survivors are then at the start of a collective, not in
+ * At the start of that op, on every member, before its first attempt, a
+ * member that is not new broadcasts a header (the number and sizes of its
+ * regions) and then each region to the newcomers (route_of: along chains
+ * of newcomers, else over the whole ring from state_root); a newcomer
+ * receives them into its own registered regions and passes them on. The survivors are then at the start of a collective, not in
  * the middle of an update: a consistent point. The newcomer usually takes
  * them in ft_state_sync, before computing its input, and otherwise at the
  * start of that op. The transfer carries the op's sequence number, so it
