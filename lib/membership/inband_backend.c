@@ -1,5 +1,6 @@
 /* inband_backend.c: the in-band membership's backend operations (open, publish, settle, lookup, depart, close), the launcher's word and the probes of a job's start. */
 /* SPDX-License-Identifier: MIT */
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -403,6 +404,29 @@ static void start_again(struct inband *b)
  * (wait_taken, while it waits to be taken): 1 while a member still holds
  * the link to it, else 0.
  */
+/*
+ * Until one of the control links (or the listener) has something, at most
+ * ms (lock held, dropped meanwhile). A newcomer's asking is a few round
+ * trips per rank (connect, hello, ASK, answers): sleeping a fixed 2 ms
+ * between looks cost up to 2 ms a trip, some 10 ms of the 20 from its
+ * ft_init to its ASK back.
+ */
+static void wait_links(struct inband *b, int ms)
+{
+	struct pollfd *pfd = calloc((size_t)b->ctl.nlinks + 1, sizeof(*pfd));
+	int n = pfd != NULL ? ft__ctl_pollfds(&b->ctl, pfd, NULL) : 0;
+
+	unlock_ib(b);
+	if (n > 0) {
+		(void)poll(pfd, (nfds_t)n, ms);
+	} else {
+		struct timespec ts = {0, (long)ms * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	free(pfd);
+	lock_ib(b);
+}
+
 static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 {
 	struct inband *b = IB(mb);
@@ -426,7 +450,6 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 	}
 	b->newcomer = true;
 	for (;;) {
-		struct timespec ts = {0, 2000000};
 		int64_t now = ft__now_ms();
 		bool all = true, again = now - asked_ms >= ASK_AGAIN_MS, awaited = true,
 		     all_heard = true;
@@ -464,9 +487,7 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 		 * ft_init), its first view is awaited */
 		if (now - start >= (heard ? start_ms : window))
 			break;
-		unlock_ib(b);
-		nanosleep(&ts, NULL);
-		lock_ib(b);
+		wait_links(b, 2);
 	}
 	if (newest_view(b) != NULL) {
 		const struct ft__view *v = newest_view(b);
