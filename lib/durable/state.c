@@ -18,8 +18,9 @@
  * member that is not new broadcasts a header (the number and sizes of its
  * regions) and then each region to the newcomers (route_of: along chains
  * of newcomers, else over the whole ring from state_root); a newcomer
- * receives them into its own registered regions and passes them on. The survivors are then at the start of a collective, not in
- * the middle of an update: a consistent point. The newcomer usually takes
+ * receives them into its own registered regions and passes them on. The
+ * survivors are then at the start of a collective, not in the middle of
+ * an update: a consistent point. The newcomer usually takes
  * them in ft_state_sync, before computing its input, and otherwise at the
  * start of that op. The transfer carries the op's sequence number, so it
  * cannot be mistaken for another op's frames.
@@ -111,7 +112,18 @@ static int bcast(struct ft_comm *c, const struct route *rt, uint64_t seq, void *
 
 	memset(&co, 0, sizeof(co));
 	rc = ft__comm_connect_ring(c);
-	return rc != 0 ? rc : ft__engine_broadcast(c, &k, &a, &co);
+	if (rc == 0)
+		rc = ft__engine_broadcast(c, &k, &a, &co);
+	if (rc == -FT_EMISMATCH) {
+		/* frames of another root or size: the members found different
+		 * routes (README, "Rejoin": the limits), not a newcomer's
+		 * registration, which transfer() tells apart: never taken for
+		 * a state that was restored */
+		ft__error("state: at op %llu, frames that another route sends (this rank expected "
+			  "rank %d's, span %d)", (unsigned long long)seq, rt->root, rt->span);
+		rc = -FT_EPROTO;
+	}
+	return rc;
 }
 
 static int transfer(struct ft_comm *c, uint64_t seq)
@@ -166,12 +178,13 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 		 "{\"op_seq\": %llu, \"regions\": %llu, \"root\": %d, \"span\": %d}",
 		 (unsigned long long)seq, (unsigned long long)h.n, rt.root, rt.span);
 	ft__trace_complete(c->trace, "state", "rejoin", t0, ft__now_ns(), args);
-	if (mismatch && c->rejoined) {
+	mismatch = mismatch && c->rejoined;
+	if (mismatch)
 		ft__error("state: rank %d registered %d replicated regions, the survivors %llu (or "
 			  "of other sizes): not restored", c->cfg.rank, nrep, (unsigned long long)h.n);
-		return -FT_EMISMATCH;
-	}
 	if (h.ckpt_book == 1) {
+		/* (passed on even by a newcomer that keeps nothing: the chain
+		 * goes on past it) */
 		size_t n = (size_t)c->cfg.world_size * FT__CKPT_BOOK_SLOT * 8;
 		char *book = calloc(1, n);
 		if (book == NULL)
@@ -182,13 +195,15 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 			free(book);
 			return rc;
 		}
-		if (c->rejoined && !c->state_received) {
+		if (!mismatch && c->rejoined && !c->state_received) {
 			free(c->ckpt_hint_book);
 			c->ckpt_hint_book = book;
 		} else {
 			free(book);
 		}
 	}
+	if (mismatch)
+		return -FT_EMISMATCH;
 	if (c->rejoined && !c->state_received)
 		c->ckpt_hint_on = h.ckpt_on == 1;
 	if (c->rejoined && !c->state_received)
