@@ -397,14 +397,6 @@ static void start_again(struct inband *b)
 }
 
 /*
- * A new incarnation's look for its job (inband_rejoin.c's top): 1 and *latest, the
- * newest view its members told; 0 for a first incarnation; -FT_EENDED when
- * no rank answered within the window, -FT_ETIMEDOUT when they answered but
- * the job's first view never settled. Asked again
- * (wait_taken, while it waits to be taken): 1 while a member still holds
- * the link to it, else 0.
- */
-/*
  * Until one of the control links (or the listener) has something, at most
  * ms (lock held, dropped meanwhile). A newcomer's asking is a few round
  * trips per rank (connect, hello, ASK, answers): sleeping a fixed 2 ms
@@ -427,6 +419,14 @@ static void wait_links(struct inband *b, int ms)
 	lock_ib(b);
 }
 
+/*
+ * A new incarnation's look for its job (inband_rejoin.c's top): 1 and *latest, the
+ * newest view its members told; 0 for a first incarnation; -FT_EENDED when
+ * no rank answered within the window, -FT_ETIMEDOUT when they answered but
+ * the job's first view never settled. Asked again
+ * (wait_taken, while it waits to be taken): 1 while a member still holds
+ * the link to it, else 0.
+ */
 static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 {
 	struct inband *b = IB(mb);
