@@ -118,11 +118,16 @@ step "inband injection points" env FTCC_MEMBERSHIP=inband FAULTS="$IB" REJOIN_PA
 # two newcomers next to each other, taken in two generations, with no log
 # (the state from a survivor, along one chain): rank 3 killed in op 5, then
 # rank 4 in op 5 again once generation 1 took rank 3 back (and the other
-# order); the later newcomer finds the same route as the others
+# order); the later newcomer finds the same route as the others. Killed
+# inside the transfer: the chain's root (rank 2, sending rank 3 the state),
+# and the middle of a chain 2 -> 3 -> 4 (rank 3's new incarnation, passing
+# it on; its next one is taken while rank 4 still awaits the state)
 IB2="rank=3,op=5,phase=allgather,step=1,seg=0;rank=4,op=5,phase=reduce_scatter,step=0,seg=0,gen=1"
 IB2="$IB2|rank=4,op=5,phase=allgather,step=1,seg=0;rank=3,op=5,phase=reduce_scatter,step=0,seg=0,gen=1"
-step "inband two newcomers in two generations, no log" env FTCC_MEMBERSHIP=inband \
-	FTCC_LOG_DURABILITY=none FAULTS="$IB2" REJOIN_PAUSE_MS=0 "$C" "$B" 6 10 100000
+IB2="$IB2|rank=3,op=5,phase=allgather,step=1,seg=0;rank=2,op=5,phase=broadcast,step=0,seg=1,gen=1"
+IB2="$IB2|rank=3,op=5,phase=allgather,step=1,seg=0;rank=4,op=5,phase=allgather,step=1,seg=0;rank=3,op=5,phase=broadcast,step=0,seg=1,inc=1"
+step "inband two newcomers in two generations, kills in the transfer, no log" env FTCC_MEMBERSHIP=inband \
+	FTCC_LOG_DURABILITY=none FAULTS="$IB2" REJOIN_PAUSE_MS=0 "$C" "$B" 6 10 4000000
 step "inband tcp n=4 random kills" env FTCC_MEMBERSHIP=inband REJOIN_PAUSE_MS=10 \
 	TRIALS="$(few 3 "$mode")" "$C" "$B" 4 20 100000
 step "inband tcp n=5 two kills" env FTCC_MEMBERSHIP=inband REJOIN_PAUSE_MS=10 \
