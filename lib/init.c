@@ -130,6 +130,16 @@ static bool comm_interrupted(void *arg)
 	return c->det != NULL && ft__det_pending(c->det);
 }
 
+/* The detector's thread: a settled view left these ranks out (a transport may fence them). */
+static void tell_transport_left_out(void *arg, int rank)
+{
+	const struct ft_comm *c = arg;
+
+	if (c->tp_ops->size > offsetof(struct ft__transport_ops, left_out) &&
+	    c->tp_ops->left_out != NULL)
+		c->tp_ops->left_out(c->tp, rank);
+}
+
 static int ring_size(void *arg)
 {
 	return ((const struct ft_comm *)arg)->size;
@@ -230,6 +240,8 @@ static int comm_join(struct ft_comm *c)
 			.rejoin_timeout_ms = c->cfg.rejoin_timeout_ms,
 			.grow = grows(c),
 			.trace = c->trace,
+			.left_out = tell_transport_left_out,
+			.left_out_arg = c,
 		};
 		if ((rc = ft__det_create(&dp, &c->det)) != 0)
 			return rc;

@@ -123,11 +123,11 @@ Test(guard, frees_the_lock_a_killed_process_held, .timeout = 30)
 	long t0;
 
 	fake_make(&own, "own");
-	cr_assert(ft__fab_guard_add(g, own.name, getpid(), true),
+	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN),
 		  "the guard refused a well-formed region");
 	holder = child(&own, true);
 	/* The holder is a peer whose region is unnamed: its death alone is watched. */
-	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-gone", holder, false));
+	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-gone", holder, 1));
 	cr_assert(!lock_within(&own, 100), "the child does not hold the lock");
 	kill(holder, SIGKILL);
 	waitpid(holder, NULL, 0);
@@ -146,11 +146,11 @@ Test(guard, leaves_a_live_holder_alone, .timeout = 30)
 	pid_t holder, other;
 
 	fake_make(&own, "live");
-	cr_assert(ft__fab_guard_add(g, own.name, getpid(), true));
+	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
 	holder = child(&own, true);
 	other = child(&own, false);
-	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-holder", holder, false));
-	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-other", other, false));
+	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-holder", holder, 1));
+	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-other", other, 2));
 	/* Nobody died: a lock held for a whole second stays held. */
 	cr_expect(!lock_within(&own, 1000), "the guard freed a lock whose holder is alive");
 	kill(holder, SIGKILL);
@@ -161,14 +161,92 @@ Test(guard, leaves_a_live_holder_alone, .timeout = 30)
 	fake_drop(&own);
 }
 
+/* Waits up to ms for pid to end; its wait status, or -1 if it still lives. */
+static int ended_within(pid_t pid, long ms)
+{
+	long end = now_ms() + ms;
+	int st;
+
+	do {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return st;
+		usleep(2000);
+	} while (now_ms() < end);
+	return -1;
+}
+
+/* A peer stopped while it holds a lock (of our region, or of its own) and
+ * then left out of the view: the guard kills it, then frees the lock. */
+static void fence_case(bool its_own_region)
+{
+	struct ft_guard *g = guard_or_skip();
+	struct fake own, theirs;
+	struct fake *held = its_own_region ? &theirs : &own;
+	int out = 5, st;
+	pid_t holder;
+	long t0;
+
+	fake_make(&own, "fence-own");
+	fake_make(&theirs, "fence-theirs");
+	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
+	holder = child(held, true);
+	kill(holder, SIGSTOP);
+	memcpy(theirs.head + 4, &holder, sizeof(holder)); /* the region names its owner */
+	cr_assert(ft__fab_guard_add(g, theirs.name, holder, out));
+	cr_assert(!lock_within(held, 500), "the child does not hold the lock");
+	cr_assert_eq(ended_within(holder, 0), -1, "the guard killed a peer nobody left out");
+	t0 = now_ms();
+	ft__fab_guard_left_out(g, out);
+	st = ended_within(holder, 5000);
+	cr_assert(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+		  "a left-out peer holding a lock for good still lives 5 s later (status %d)", st);
+	cr_expect_geq(now_ms() - t0, 200, "killed after %ld ms: the guard did not wait to be sure",
+		      now_ms() - t0);
+	cr_assert(lock_within(held, 5000), "the lock of the killed holder is still held after 5 s");
+	ft__fab_guard_close(g);
+	fake_drop(&own);
+	fake_drop(&theirs);
+}
+
+Test(guard, kills_a_left_out_peer_stopped_with_our_lock, .timeout = 30)
+{
+	fence_case(false);
+}
+
+Test(guard, kills_a_left_out_peer_stopped_with_its_own_lock, .timeout = 30)
+{
+	fence_case(true);
+}
+
+Test(guard, leaves_a_left_out_peer_holding_no_lock_alone, .timeout = 30)
+{
+	struct ft_guard *g = guard_or_skip();
+	struct fake own;
+	int out = 3;
+	pid_t peer;
+
+	fake_make(&own, "fence-none");
+	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
+	peer = child(&own, false);
+	kill(peer, SIGSTOP);
+	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-left-out", peer, out));
+	ft__fab_guard_left_out(g, out);
+	/* It learns from its next call that it is out: no lock wedges anyone. */
+	cr_expect_eq(ended_within(peer, 1500), -1, "the guard killed a left-out peer holding no lock");
+	kill(peer, SIGKILL);
+	waitpid(peer, NULL, 0);
+	ft__fab_guard_close(g);
+	fake_drop(&own);
+}
+
 Test(guard, refuses_a_region_that_names_another_owner)
 {
 	struct ft_guard *g = guard_or_skip();
 	struct fake own;
 
 	fake_make(&own, "other");
-	cr_expect(!ft__fab_guard_add(g, own.name, getpid() + 1, true));
-	cr_expect(!ft__fab_guard_add(g, "ftcc-test-guard-missing", getpid(), true));
+	cr_expect(!ft__fab_guard_add(g, own.name, getpid() + 1, FT__GUARD_OWN));
+	cr_expect(!ft__fab_guard_add(g, "ftcc-test-guard-missing", getpid(), FT__GUARD_OWN));
 	ft__fab_guard_close(g);
 	fake_drop(&own);
 }

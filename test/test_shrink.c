@@ -855,6 +855,14 @@ Test(shrink, all_but_one, .timeout = 120)
  * by a heartbeat period and some scheduling delay: 1 s of margin), then go
  * on until it has been let go and has learnt it was left out.
  */
+/* The ranks run over libfabric's shm provider (its guard may fence a rank). */
+static bool over_shm(void)
+{
+	const char *tp = getenv("FTCC_TEST_TRANSPORT"), *prov = getenv("FI_PROVIDER");
+
+	return tp != NULL && strcmp(tp, "fabric") == 0 && prov != NULL && strcmp(prov, "shm") == 0;
+}
+
 Test(shrink, stopped_rank_detected_by_heartbeat, .timeout = 120)
 {
 	struct tu_job job;
@@ -898,8 +906,15 @@ Test(shrink, stopped_rank_detected_by_heartbeat, .timeout = 120)
 	close(open(release, O_CREAT | O_WRONLY, 0600));
 	expect[2] = 1;
 	cr_assert_eq(tu_wait(&job, 30000, expect), 0, "a survivor failed or hung");
-	cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 42,
-		  "the stopped rank, let go, must get -FT_EEXCLUDED (exit 42; status %d)", st);
+	if (st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && over_shm()) {
+		/* stopped inside the provider with a lock its neighbours need:
+		 * their guards kill it once it is left out (README, libfabric) */
+		fprintf(stderr, "shrink.stopped_rank: it was stopped holding a shm lock: the "
+			"survivors' guard killed it\n");
+	} else {
+		cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 42,
+			  "the stopped rank, let go, must get -FT_EEXCLUDED (exit 42; status %d)", st);
+	}
 	for (int r = 0, first = 1; r < sc.n; r++) {
 		struct outcome o;
 		if (r == 2)

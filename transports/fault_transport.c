@@ -453,6 +453,12 @@ static int fault_watch_fd(struct ft__transport *tp, int fd)
 		       : -FT_ENOSYS;
 }
 
+static void fault_left_out(struct ft__transport *tp, int rank)
+{
+	if (tp->ops->size > offsetof(struct ft__transport_ops, left_out) && tp->ops->left_out != NULL)
+		tp->ops->left_out(tp->inner, rank);
+}
+
 static const struct ft__transport_ops fault_ops = {
 	.size = sizeof(struct ft__transport_ops),
 	.name = "fault",
@@ -468,4 +474,5 @@ static const struct ft__transport_ops fault_ops = {
 	.close = fault_close,
 	.segment_bytes = fault_segment_bytes,
 	.watch_fd = fault_watch_fd,
+	.left_out = fault_left_out,
 };

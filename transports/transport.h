@@ -290,6 +290,11 @@ struct ft__transport_ops {
 	 * on peers learns of a failure at once. One fd; the caller keeps it open
 	 * until close. 0 or a negative FT_E* code. */
 	int (*watch_fd)(struct ft__transport *tp, int fd);
+	/* Optional, from any thread (the detector's): the settled view left out
+	 * original rank rank. fabric's shm guard then kills it if it still
+	 * lives while a lock of a shared region stays held, since a rank
+	 * stopped inside the provider would wedge this one (fabric/guard.c). */
+	void (*left_out)(struct ft__transport *tp, int rank);
 };
 
 const struct ft__transport_ops *ft__transport_lookup(const char *name);

@@ -355,6 +355,9 @@ static void adopt_view(struct ft__det *d, struct ft__view *v)
 		go_out(d, -FT_EEXCLUDED, "the settled view leaves it out");
 		return;
 	}
+	for (int i = 0; d->p.left_out != NULL && i < d->size; i++) /* a transport may fence them */
+		if (!in_list(v->members, v->size, d->members[i]))
+			d->p.left_out(d->p.left_out_arg, d->members[i]);
 	free(d->members);
 	d->members = v->members;
 	d->size = v->size;

@@ -28,6 +28,10 @@ struct ft__det_params {
 	bool grow;                      /* new incarnations of ranks outside the view are
 					 * taken back (growing back: detect_grow.c) */
 	struct ft__trace *trace;        /* the communicator's, or NULL; outlives the detector */
+	/* Optional: called from the detector's thread for each member of a
+	 * view that the settled view after it leaves out (original rank). */
+	void (*left_out)(void *arg, int rank);
+	void *left_out_arg;             /* outlives the detector */
 };
 
 /* Opens the control listener (so that its address can be published). */

@@ -65,7 +65,8 @@ uint32_t ft__fi_version(void);
  *   mr.c        the registration cache (FI_MR_LOCAL providers only);
  *   shm.c       peers on this host: pid liveness, shm region cleanup, the SAR
  *               yield;
- *   guard.c     frees the shm region locks a killed process left held;
+ *   guard.c     frees the shm region locks a killed process left held, and
+ *               kills a left-out one that wedges them;
  *   bell.c      a doorbell that local peers ring (providers with no wait fd).
  * What they share is declared here, named ft__fab_*; the rest is static.
  * Unless said otherwise, a function given a transport or a link is called
@@ -144,7 +145,8 @@ uint32_t ft__fi_version(void);
  * says why).
  *
  * A rank killed inside shm can leave a region's spinlock held; the guard
- * thread of guard.c frees such a lock after a death.
+ * thread of guard.c frees such a lock after a death. A rank stopped there
+ * and left out of the view is killed first (fab_left_out).
  *
  * Lifetime: operations posted to the provider reference memory of their link
  * (control messages, header slots) or of the user. Closing a link cancels its
@@ -560,20 +562,27 @@ bool ft__fab_sar_midway(const struct ft__transport *tp);
 bool ft__fab_sar_yield(const struct ft__transport *tp);
 
 /* ---- guard.c: frees the shm region locks that a killed process left held ---- */
+/* (and kills a left-out process whose held lock wedges this one) */
 
 struct ft_guard;
 
 /* A guard for this process's shm regions; NULL when libfabric's shm region layout is not known. */
 struct ft_guard *ft__fab_guard_open(void);
+#define FT__GUARD_OWN (-1)
 /*
- * Watches the region named region (a file in /dev/shm) of process pid: own
- * (one of this process's endpoints; it must still be named) or a peer's (its
- * lock is watched if it is still named, its death in any case). A peer's
- * death starts a vigil over the locks of this process's regions and of the
- * dead peer's. Peers stay watched until they die or the guard closes.
- * Returns whether the region is watched.
+ * Watches the region named region (a file in /dev/shm) of process pid: one
+ * of this process's endpoints (rank FT__GUARD_OWN; it must still be named)
+ * or the region of the peer of original rank rank (its lock is watched if
+ * it is still named, its death in any case). A peer's death starts a vigil
+ * over the locks of this process's regions and of the dead peer's. Peers
+ * stay watched until they die or the guard closes. Returns whether the
+ * region is watched.
  */
-bool ft__fab_guard_add(struct ft_guard *g, const char *region, int pid, bool own);
+bool ft__fab_guard_add(struct ft_guard *g, const char *region, int pid, int rank);
+/* The settled view left out the peer of original rank rank (any thread): a
+ * vigil over the locks begins, and the left-out peers that still live are
+ * killed if a lock stays held (guard.c). */
+void ft__fab_guard_left_out(struct ft_guard *g, int rank);
 /* Stops watching one of this process's regions (its endpoint closed). */
 void ft__fab_guard_remove(struct ft_guard *g, const char *region);
 void ft__fab_guard_close(struct ft_guard *g);

@@ -1,9 +1,10 @@
-/* guard.c: frees the shm region locks that a killed process left held. */
+/* guard.c: frees the shm region locks that a killed process left held; fences a left-out one that wedges them. */
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,18 @@
  * region heads itself (a page each, while the files are still named) and
  * touches nothing but the lock word, with the C library's own spinlock calls.
  *
+ * A peer that is stopped (SIGSTOP, a debugger) while it holds a lock wedges
+ * its peers as surely, and heartbeats get it left out of the view, but it
+ * lives: a lock freed under it would be taken twice the moment it runs
+ * again, in a region the survivors still use. So when the settled view
+ * leaves peers out (ft__fab_guard_left_out) the guard keeps a vigil too,
+ * and if a lock of this process's regions or of a left-out peer's stays
+ * held at every look for GUARD_HELD_MS while a left-out peer lives, it
+ * kills the left-out peers that live (SIGKILL through their pidfds: no
+ * other process can be hit), and then frees the lock as after any death.
+ * A left-out peer that holds no lock is left alone, to learn from its
+ * next call that it is out (-FT_EEXCLUDED).
+ *
  * This reads libfabric's private layout (struct smr_region: the owner's pid
  * at byte 4, the lock at byte 24), which the guard checks as far as it can:
  * libfabric 1.17 only, and a region is watched only if its head names its
@@ -54,7 +67,9 @@
 struct guard_region {
 	char name[GUARD_NAME_MAX];
 	int pid, pidfd;         /* pidfd: a peer's, -1 for our own regions */
+	int rank;               /* a peer's original rank; FT__GUARD_OWN for our own */
 	bool own, dead;
+	bool left_out;          /* the settled view left its rank out; alive at the news */
 	char *head;             /* the region's first page, mapped here */
 	int64_t held_since;     /* ms; 0: free at the last look */
 };
@@ -85,28 +100,79 @@ static void region_drop(struct ft_guard *g, unsigned i)
 	g->r[i] = g->r[--g->n];
 }
 
-/* Returns whether r's lock was freed: held at every look for GUARD_HELD_MS. */
-static bool region_check(struct guard_region *r, int64_t now)
+/* How long r's lock has been held at every look, this one included (0: free now). */
+static int64_t held_for(struct guard_region *r, int64_t now)
 {
 	pthread_spinlock_t *lk = region_lock(r);
 
 	if (pthread_spin_trylock(lk) == 0) {
 		pthread_spin_unlock(lk);
 		r->held_since = 0;
-		return false;
+		return 0;
 	}
-	if (r->held_since == 0) {
+	if (r->held_since == 0)
 		r->held_since = now;
+	return now - r->held_since;
+}
+
+/* Returns whether r's lock was freed: held at every look for GUARD_HELD_MS. */
+static bool region_check(struct guard_region *r, int64_t now)
+{
+	if (held_for(r, now) < GUARD_HELD_MS)
 		return false;
-	}
-	if (now - r->held_since < GUARD_HELD_MS)
-		return false;
-	pthread_spin_unlock(lk);
+	pthread_spin_unlock(region_lock(r));
 	r->held_since = 0;
 	ft__warn("fabric: the lock of shm region %s (%s, pid %d) was held %d ms after a peer died: "
 		 "freed it",
 		 r->name, r->own ? "this process" : "a dead peer", r->pid, GUARD_HELD_MS);
 	return true;
+}
+
+/* SIGKILL through r's pidfd, which no other process can be hit through. */
+static bool kill_peer(const struct guard_region *r)
+{
+#ifdef SYS_pidfd_send_signal
+	if (syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0) == 0)
+		return true;
+#else
+	errno = ENOSYS;
+#endif
+	ft__warn("fabric: guard: cannot kill rank %d (pid %d), left out of the view, whose lock "
+		 "wedges this rank: %s",
+		 r->rank, r->pid, strerror(errno));
+	return false;
+}
+
+/* Kills the living left-out peers when a lock of ours or of theirs has been
+ * held at every look for GUARD_HELD_MS (see the head of this file). */
+static void fence_look(struct ft_guard *g, int64_t now)
+{
+	struct guard_region *wedged = NULL;
+	bool alive = false;
+
+	for (unsigned i = 0; i < g->n; i++)
+		alive |= g->r[i].left_out && !g->r[i].dead;
+	if (!alive)
+		return;
+	for (unsigned i = 0; i < g->n; i++) {
+		struct guard_region *r = &g->r[i];
+		if ((r->own || (r->left_out && !r->dead)) && r->head != NULL &&
+		    held_for(r, now) >= GUARD_HELD_MS && wedged == NULL)
+			wedged = r;
+	}
+	if (wedged == NULL)
+		return;
+	for (unsigned i = 0; i < g->n; i++) {
+		struct guard_region *r = &g->r[i];
+		if (!r->left_out || r->dead)
+			continue;
+		r->left_out = false;
+		if (kill_peer(r))
+			ft__warn("fabric: rank %d (pid %d), left out of the view, still lives while the "
+				 "lock of shm region %s has been held %d ms: killed it, as a stopped "
+				 "holder would wedge this rank for good",
+				 r->rank, r->pid, wedged->name, GUARD_HELD_MS);
+	}
 }
 
 /* One look after a wake-up; called with g->mu held. */
@@ -129,9 +195,10 @@ static void guard_look(struct ft_guard *g)
 			if (g->r[i].dead)
 				region_drop(g, i);
 			else
-				i++;
+				g->r[i++].left_out = false;
 		return;
 	}
+	fence_look(g, now);
 	/* The dead peers' locks first: a thread of ours may hold our own lock
 	 * while it waits on one of theirs. */
 	for (unsigned i = 0; i < g->n; i++)
@@ -244,9 +311,10 @@ static char *map_head(const char *name, int pid)
 	return head;
 }
 
-bool ft__fab_guard_add(struct ft_guard *g, const char *region, int pid, bool own)
+bool ft__fab_guard_add(struct ft_guard *g, const char *region, int pid, int rank)
 {
-	struct guard_region r = {.pid = pid, .pidfd = -1, .own = own};
+	bool own = rank == FT__GUARD_OWN;
+	struct guard_region r = {.pid = pid, .pidfd = -1, .rank = rank, .own = own};
 	bool ok = false;
 
 	if (g == NULL || strlen(region) >= sizeof(r.name))
@@ -305,6 +373,28 @@ void ft__fab_guard_remove(struct ft_guard *g, const char *region)
 			break;
 		}
 	pthread_mutex_unlock(&g->mu);
+}
+
+void ft__fab_guard_left_out(struct ft_guard *g, int rank)
+{
+	bool any = false;
+
+	if (g == NULL)
+		return;
+	pthread_mutex_lock(&g->mu);
+	for (unsigned i = 0; i < g->n; i++) {
+		struct guard_region *r = &g->r[i];
+		if (!r->own && !r->dead && r->rank == rank) {
+			r->left_out = true;
+			r->held_since = 0;
+			any = true;
+		}
+	}
+	if (any)
+		g->vigil_until = ft__now_ms() + GUARD_VIGIL_MS;
+	pthread_mutex_unlock(&g->mu);
+	if (any)
+		guard_wake(g);
 }
 
 void ft__fab_guard_close(struct ft_guard *g)

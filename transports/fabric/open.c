@@ -459,6 +459,11 @@ static int fab_watch_fd(struct ft__transport *tp, int fd)
 	return 0;
 }
 
+static void fab_left_out(struct ft__transport *tp, int rank)
+{
+	ft__fab_guard_left_out(tp->guard, rank);
+}
+
 const struct ft__transport_ops ft__fabric_ops = {
 	.size = sizeof(struct ft__transport_ops),
 	.name = "fabric",
@@ -474,4 +479,5 @@ const struct ft__transport_ops ft__fabric_ops = {
 	.close = fab_close,
 	.segment_bytes = fab_segment_bytes,
 	.watch_fd = fab_watch_fd,
+	.left_out = fab_left_out,
 };

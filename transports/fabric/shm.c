@@ -183,7 +183,7 @@ void ft__fab_watch_peer(struct ft__link *l, uint64_t node, int pid, const uint8_
 		return;
 	if (l->tp->guard != NULL && pid != l->tp->pid &&
 	    shm_region(l->tp->prov, l->peer_name, l->peer_namelen, pid, region))
-		ft__fab_guard_add(l->tp->guard, region, pid, false);
+		ft__fab_guard_add(l->tp->guard, region, pid, l->peer);
 	if (l->tp->bell != NULL && bell >= 0) {
 		l->peer_bell = pid == l->tp->pid ? l->tp->bell : ft__fab_bell_map(pid, bell);
 		if (l->peer_bell == NULL)
@@ -282,7 +282,7 @@ void ft__fab_guard_own(struct ft__transport *tp, const uint8_t *name, size_t len
 	if (tp->guard == NULL || !shm_region(tp->prov, name, len, tp->pid, region))
 		return;
 	if (open)
-		ft__fab_guard_add(tp->guard, region, tp->pid, true);
+		ft__fab_guard_add(tp->guard, region, tp->pid, FT__GUARD_OWN);
 	else
 		ft__fab_guard_remove(tp->guard, region);
 }
