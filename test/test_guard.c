@@ -239,6 +239,113 @@ Test(guard, leaves_a_left_out_peer_holding_no_lock_alone, .timeout = 30)
 	fake_drop(&own);
 }
 
+/* This process's own thread holds its lock while it waits on a left-out
+ * peer's, which the peer holds, stopped: the guard kills the peer and frees
+ * the peer's lock, never ours under our live thread. */
+Test(guard, never_frees_our_lock_under_our_thread_while_it_fences, .timeout = 30)
+{
+	struct ft_guard *g = guard_or_skip();
+	struct fake own, theirs;
+	int out = 5, st;
+	pid_t peer;
+	bool ours_free;
+
+	fake_make(&own, "fence-mine");
+	fake_make(&theirs, "fence-peer");
+	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
+	peer = child(&theirs, true);
+	kill(peer, SIGSTOP);
+	memcpy(theirs.head + 4, &peer, sizeof(peer));
+	cr_assert(ft__fab_guard_add(g, theirs.name, peer, out));
+	pthread_spin_lock(fake_lock(&own));
+	ft__fab_guard_left_out(g, out);
+	st = ended_within(peer, 5000);
+	cr_assert(st != -1, "the stopped left-out holder still lives 5 s later");
+	cr_assert(lock_within(&theirs, 5000), "the lock of the killed holder is still held");
+	ours_free = pthread_spin_trylock(fake_lock(&own)) == 0;
+	cr_expect(!ours_free, "the guard freed this process's lock while its own thread held it");
+	pthread_spin_unlock(fake_lock(&own));
+	ft__fab_guard_close(g);
+	fake_drop(&own);
+	fake_drop(&theirs);
+}
+
+/* Two left-out peers, one stopped with its own region's lock: only that one
+ * is killed; the other, and a peer still in the view, live on. */
+Test(guard, kills_only_the_left_out_peer_whose_lock_is_held, .timeout = 30)
+{
+	struct ft_guard *g = guard_or_skip();
+	struct fake own, theirs;
+	int holder_rank = 5, idle_rank = 6;
+	pid_t holder, idle, member;
+
+	fake_make(&own, "fence-one");
+	fake_make(&theirs, "fence-one-peer");
+	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
+	holder = child(&theirs, true);
+	kill(holder, SIGSTOP);
+	memcpy(theirs.head + 4, &holder, sizeof(holder));
+	idle = child(&own, false);
+	member = child(&own, false);
+	cr_assert(ft__fab_guard_add(g, theirs.name, holder, holder_rank));
+	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-idle", idle, idle_rank));
+	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-member", member, 7));
+	ft__fab_guard_left_out(g, holder_rank);
+	ft__fab_guard_left_out(g, idle_rank);
+	cr_assert(ended_within(holder, 5000) != -1, "the stopped left-out holder still lives");
+	cr_expect_eq(ended_within(idle, 1000), -1, "the guard killed a left-out peer holding no lock");
+	cr_expect_eq(ended_within(member, 0), -1, "the guard killed a peer still in the view");
+	kill(idle, SIGKILL);
+	kill(member, SIGKILL);
+	waitpid(idle, NULL, 0);
+	waitpid(member, NULL, 0);
+	ft__fab_guard_close(g);
+	fake_drop(&own);
+	fake_drop(&theirs);
+}
+
+/* A vigil that ended while our lock was held leaves nothing behind: a
+ * brief hold at the next vigil's start kills no one and frees nothing. */
+Test(guard, starts_each_vigil_afresh, .timeout = 30)
+{
+	struct ft_guard *g = guard_or_skip();
+	struct fake own;
+	int first = 5, second = 6;
+	pid_t a, b;
+	long t0;
+	bool ours_free;
+
+	fake_make(&own, "fence-afresh");
+	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
+	a = child(&own, false);
+	b = child(&own, false);
+	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-first", a, first));
+	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-second", b, second));
+	t0 = now_ms();
+	ft__fab_guard_left_out(g, first); /* a vigil of 3 s */
+	while (now_ms() < t0 + 2850)
+		usleep(1000);
+	pthread_spin_lock(fake_lock(&own)); /* held across the vigil's end, 200 ms */
+	while (now_ms() < t0 + 3050)
+		usleep(1000);
+	pthread_spin_unlock(fake_lock(&own));
+	usleep(300000);
+	pthread_spin_lock(fake_lock(&own)); /* then 30 ms as a new vigil starts */
+	ft__fab_guard_left_out(g, second);
+	usleep(30000);
+	ours_free = pthread_spin_trylock(fake_lock(&own)) == 0;
+	pthread_spin_unlock(fake_lock(&own));
+	cr_expect(!ours_free, "a 30 ms hold of our lock was freed: the last vigil's look lingered");
+	cr_expect_eq(ended_within(b, 500), -1, "a 30 ms hold killed a left-out peer");
+	cr_expect_eq(ended_within(a, 0), -1, "a hold of 200 ms killed a left-out peer");
+	kill(a, SIGKILL);
+	kill(b, SIGKILL);
+	waitpid(a, NULL, 0);
+	waitpid(b, NULL, 0);
+	ft__fab_guard_close(g);
+	fake_drop(&own);
+}
+
 Test(guard, refuses_a_region_that_names_another_owner)
 {
 	struct ft_guard *g = guard_or_skip();

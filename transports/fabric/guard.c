@@ -43,10 +43,12 @@
  * leaves peers out (ft__fab_guard_left_out) the guard keeps a vigil too,
  * and if a lock of this process's regions or of a left-out peer's stays
  * held at every look for GUARD_HELD_MS while a left-out peer lives, it
- * kills the left-out peers that live (SIGKILL through their pidfds: no
- * other process can be hit), and then frees the lock as after any death.
- * A left-out peer that holds no lock is left alone, to learn from its
- * next call that it is out (-FT_EEXCLUDED).
+ * kills (SIGKILL through its pidfd: no other process can be hit) the
+ * left-out peer whose region it is, or, for a lock of ours, whose holder a
+ * spinlock does not name, every left-out peer that lives; it frees the
+ * lock only once they are dead, as after any death. A left-out peer is
+ * otherwise left alone, to learn from its next call that it is out
+ * (-FT_EEXCLUDED).
  *
  * This reads libfabric's private layout (struct smr_region: the owner's pid
  * at byte 4, the lock at byte 24), which the guard checks as far as it can:
@@ -70,6 +72,7 @@ struct guard_region {
 	int rank;               /* a peer's original rank; FT__GUARD_OWN for our own */
 	bool own, dead;
 	bool left_out;          /* the settled view left its rank out; alive at the news */
+	bool fenced;            /* its process was sent SIGKILL (or that failed) */
 	char *head;             /* the region's first page, mapped here */
 	int64_t held_since;     /* ms; 0: free at the last look */
 };
@@ -143,36 +146,41 @@ static bool kill_peer(const struct guard_region *r)
 	return false;
 }
 
-/* Kills the living left-out peers when a lock of ours or of theirs has been
- * held at every look for GUARD_HELD_MS (see the head of this file). */
-static void fence_look(struct ft_guard *g, int64_t now)
+/*
+ * While a left-out peer lives, a lock held at every look for GUARD_HELD_MS
+ * is killed for: the left-out peer whose own region it is, or, for one of
+ * this process's locks, whose holder a spinlock does not name, every
+ * left-out peer that lives. Returns whether a kill is under way (a wedge
+ * seen now, or a killed peer not yet seen dead): then no lock may be freed
+ * at this look, since its holder may live yet; its death, seen at a later
+ * look, frees the lock.
+ */
+static bool fence_look(struct ft_guard *g, int64_t now)
 {
 	struct guard_region *wedged = NULL;
-	bool alive = false;
+	bool pending = false;
 
-	for (unsigned i = 0; i < g->n; i++)
-		alive |= g->r[i].left_out && !g->r[i].dead;
-	if (!alive)
-		return;
 	for (unsigned i = 0; i < g->n; i++) {
 		struct guard_region *r = &g->r[i];
-		if ((r->own || (r->left_out && !r->dead)) && r->head != NULL &&
+		pending |= r->fenced && !r->dead;
+		if ((r->own || (r->left_out && !r->dead && !r->fenced)) && r->head != NULL &&
 		    held_for(r, now) >= GUARD_HELD_MS && wedged == NULL)
 			wedged = r;
 	}
-	if (wedged == NULL)
-		return;
-	for (unsigned i = 0; i < g->n; i++) {
+	for (unsigned i = 0; wedged != NULL && i < g->n; i++) {
 		struct guard_region *r = &g->r[i];
-		if (!r->left_out || r->dead)
+		if (!r->left_out || r->dead || r->fenced || (!wedged->own && r->pid != wedged->pid))
 			continue;
-		r->left_out = false;
+		for (unsigned k = i; k < g->n; k++) /* its other regions: one kill, one warning */
+			g->r[k].fenced |= g->r[k].pid == r->pid && !g->r[k].own;
+		pending = true;
 		if (kill_peer(r))
 			ft__warn("fabric: rank %d (pid %d), left out of the view, still lives while the "
 				 "lock of shm region %s has been held %d ms: killed it, as a stopped "
 				 "holder would wedge this rank for good",
 				 r->rank, r->pid, wedged->name, GUARD_HELD_MS);
 	}
+	return pending;
 }
 
 /* One look after a wake-up; called with g->mu held. */
@@ -191,14 +199,22 @@ static void guard_look(struct ft_guard *g)
 		ft__debug("fabric: guard: pid %d (shm region %s) exited", r->pid, r->name);
 	}
 	if (now >= g->vigil_until) {
+		/* the next vigil starts from a clean slate */
 		for (unsigned i = 0; i < g->n;)
-			if (g->r[i].dead)
+			if (g->r[i].dead) {
 				region_drop(g, i);
-			else
-				g->r[i++].left_out = false;
+			} else {
+				g->r[i].left_out = g->r[i].fenced = false;
+				g->r[i++].held_since = 0;
+			}
 		return;
 	}
-	fence_look(g, now);
+	if (fence_look(g, now)) {
+		for (unsigned i = 0; i < g->n; i++)
+			if (g->r[i].own)
+				g->r[i].held_since = 0;
+		return;
+	}
 	/* The dead peers' locks first: a thread of ours may hold our own lock
 	 * while it waits on one of theirs. */
 	for (unsigned i = 0; i < g->n; i++)
