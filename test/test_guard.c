@@ -80,6 +80,12 @@ static pid_t child(struct fake *f, bool take)
 	return pid;
 }
 
+static void reap(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
 static long now_ms(void)
 {
 	struct timespec ts;
@@ -129,8 +135,7 @@ Test(guard, frees_the_lock_a_killed_process_held, .timeout = 30)
 	/* The holder is a peer whose region is unnamed: its death alone is watched. */
 	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-gone", holder, 1));
 	cr_assert(!lock_within(&own, 100), "the child does not hold the lock");
-	kill(holder, SIGKILL);
-	waitpid(holder, NULL, 0);
+	reap(holder);
 	t0 = now_ms();
 	cr_assert(lock_within(&own, 5000), "the lock of a killed holder is still held after 5 s");
 	cr_expect_geq(now_ms() - t0, 200, "freed after %ld ms: the guard did not wait to be sure",
@@ -153,10 +158,8 @@ Test(guard, leaves_a_live_holder_alone, .timeout = 30)
 	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-other", other, 2));
 	/* Nobody died: a lock held for a whole second stays held. */
 	cr_expect(!lock_within(&own, 1000), "the guard freed a lock whose holder is alive");
-	kill(holder, SIGKILL);
-	kill(other, SIGKILL);
-	waitpid(holder, NULL, 0);
-	waitpid(other, NULL, 0);
+	reap(holder);
+	reap(other);
 	ft__fab_guard_close(g);
 	fake_drop(&own);
 }
@@ -175,6 +178,16 @@ static int ended_within(pid_t pid, long ms)
 	return -1;
 }
 
+/* A child stopped while it holds held's lock; named's head names it its owner. */
+static pid_t stopped_child(struct fake *held, struct fake *named)
+{
+	pid_t pid = child(held, true);
+
+	kill(pid, SIGSTOP);
+	memcpy(named->head + 4, &pid, sizeof(pid));
+	return pid;
+}
+
 /* A peer stopped while it holds a lock (of our region, or of its own) and
  * then left out of the view: the guard kills it, then frees the lock. */
 static void fence_case(bool its_own_region)
@@ -189,9 +202,7 @@ static void fence_case(bool its_own_region)
 	fake_make(&own, "fence-own");
 	fake_make(&theirs, "fence-theirs");
 	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
-	holder = child(held, true);
-	kill(holder, SIGSTOP);
-	memcpy(theirs.head + 4, &holder, sizeof(holder)); /* the region names its owner */
+	holder = stopped_child(held, &theirs); /* its region names it its owner */
 	cr_assert(ft__fab_guard_add(g, theirs.name, holder, out));
 	cr_assert(!lock_within(held, 500), "the child does not hold the lock");
 	cr_assert_eq(ended_within(holder, 0), -1, "the guard killed a peer nobody left out");
@@ -233,8 +244,7 @@ Test(guard, leaves_a_left_out_peer_holding_no_lock_alone, .timeout = 30)
 	ft__fab_guard_left_out(g, out);
 	/* It learns from its next call that it is out: no lock wedges anyone. */
 	cr_expect_eq(ended_within(peer, 1500), -1, "the guard killed a left-out peer holding no lock");
-	kill(peer, SIGKILL);
-	waitpid(peer, NULL, 0);
+	reap(peer);
 	ft__fab_guard_close(g);
 	fake_drop(&own);
 }
@@ -253,9 +263,7 @@ Test(guard, never_frees_our_lock_under_our_thread_while_it_fences, .timeout = 30
 	fake_make(&own, "fence-mine");
 	fake_make(&theirs, "fence-peer");
 	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
-	peer = child(&theirs, true);
-	kill(peer, SIGSTOP);
-	memcpy(theirs.head + 4, &peer, sizeof(peer));
+	peer = stopped_child(&theirs, &theirs);
 	cr_assert(ft__fab_guard_add(g, theirs.name, peer, out));
 	pthread_spin_lock(fake_lock(&own));
 	ft__fab_guard_left_out(g, out);
@@ -282,9 +290,7 @@ Test(guard, kills_only_the_left_out_peer_whose_lock_is_held, .timeout = 30)
 	fake_make(&own, "fence-one");
 	fake_make(&theirs, "fence-one-peer");
 	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
-	holder = child(&theirs, true);
-	kill(holder, SIGSTOP);
-	memcpy(theirs.head + 4, &holder, sizeof(holder));
+	holder = stopped_child(&theirs, &theirs);
 	idle = child(&own, false);
 	member = child(&own, false);
 	cr_assert(ft__fab_guard_add(g, theirs.name, holder, holder_rank));
@@ -295,10 +301,8 @@ Test(guard, kills_only_the_left_out_peer_whose_lock_is_held, .timeout = 30)
 	cr_assert(ended_within(holder, 5000) != -1, "the stopped left-out holder still lives");
 	cr_expect_eq(ended_within(idle, 1000), -1, "the guard killed a left-out peer holding no lock");
 	cr_expect_eq(ended_within(member, 0), -1, "the guard killed a peer still in the view");
-	kill(idle, SIGKILL);
-	kill(member, SIGKILL);
-	waitpid(idle, NULL, 0);
-	waitpid(member, NULL, 0);
+	reap(idle);
+	reap(member);
 	ft__fab_guard_close(g);
 	fake_drop(&own);
 	fake_drop(&theirs);
@@ -338,10 +342,8 @@ Test(guard, starts_each_vigil_afresh, .timeout = 30)
 	cr_expect(!ours_free, "a 30 ms hold of our lock was freed: the last vigil's look lingered");
 	cr_expect_eq(ended_within(b, 500), -1, "a 30 ms hold killed a left-out peer");
 	cr_expect_eq(ended_within(a, 0), -1, "a hold of 200 ms killed a left-out peer");
-	kill(a, SIGKILL);
-	kill(b, SIGKILL);
-	waitpid(a, NULL, 0);
-	waitpid(b, NULL, 0);
+	reap(a);
+	reap(b);
 	ft__fab_guard_close(g);
 	fake_drop(&own);
 }
