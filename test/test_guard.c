@@ -308,6 +308,38 @@ Test(guard, kills_only_the_left_out_peer_whose_lock_is_held, .timeout = 30)
 	fake_drop(&theirs);
 }
 
+/* A peer killed holding its own region's lock, our thread holding ours
+ * while it waits on that one, and an idle left-out peer, stopped: the dead
+ * peer's lock is freed, and the idle one lives. */
+Test(guard, a_dead_peers_lock_kills_no_left_out_peer, .timeout = 30)
+{
+	struct ft_guard *g = guard_or_skip();
+	struct fake own, theirs;
+	int dead_rank = 4, idle_rank = 6;
+	pid_t dead, idle;
+
+	fake_make(&own, "fence-dead-own");
+	fake_make(&theirs, "fence-dead-peer");
+	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
+	dead = stopped_child(&theirs, &theirs);
+	idle = child(&own, false);
+	kill(idle, SIGSTOP);
+	cr_assert(ft__fab_guard_add(g, theirs.name, dead, dead_rank));
+	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-idle2", idle, idle_rank));
+	pthread_spin_lock(fake_lock(&own));
+	reap(dead);
+	ft__fab_guard_left_out(g, dead_rank);
+	ft__fab_guard_left_out(g, idle_rank);
+	cr_assert(lock_within(&theirs, 5000), "the dead peer's lock is still held after 5 s");
+	pthread_spin_unlock(fake_lock(&own)); /* our thread got it and went on */
+	cr_expect_eq(ended_within(idle, 1000), -1,
+		     "the guard killed an idle left-out peer for a dead one's lock");
+	reap(idle);
+	ft__fab_guard_close(g);
+	fake_drop(&own);
+	fake_drop(&theirs);
+}
+
 /* A vigil that ended while our lock was held leaves nothing behind: a
  * brief hold at the next vigil's start kills no one and frees nothing. */
 Test(guard, starts_each_vigil_afresh, .timeout = 30)

@@ -72,7 +72,7 @@ struct guard_region {
 	int rank;               /* a peer's original rank; FT__GUARD_OWN for our own */
 	bool own, dead;
 	bool left_out;          /* the settled view left its rank out; alive at the news */
-	bool fenced;            /* its process was sent SIGKILL (or that failed) */
+	bool fenced;            /* its process was sent SIGKILL */
 	char *head;             /* the region's first page, mapped here */
 	int64_t held_since;     /* ms; 0: free at the last look */
 };
@@ -131,11 +131,12 @@ static bool region_check(struct guard_region *r, int64_t now)
 	return true;
 }
 
-/* SIGKILL through r's pidfd, which no other process can be hit through. */
+/* SIGKILL through r's pidfd, which no other process can be hit through
+ * (ESRCH: it has just died, as wanted). */
 static bool kill_peer(const struct guard_region *r)
 {
 #ifdef SYS_pidfd_send_signal
-	if (syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0) == 0)
+	if (syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0) == 0 || errno == ESRCH)
 		return true;
 #else
 	errno = ENOSYS;
@@ -150,31 +151,40 @@ static bool kill_peer(const struct guard_region *r)
  * While a left-out peer lives, a lock held at every look for GUARD_HELD_MS
  * is killed for: the left-out peer whose own region it is, or, for one of
  * this process's locks, whose holder a spinlock does not name, every
- * left-out peer that lives. Returns whether a kill is under way (a wedge
- * seen now, or a killed peer not yet seen dead): then no lock may be freed
- * at this look, since its holder may live yet; its death, seen at a later
- * look, frees the lock.
+ * left-out peer that lives (not while a dead peer's lock is held: ours may
+ * wait on that one, which the death path frees). Returns whether a kill
+ * is under way (a wedge seen now, or a killed peer not yet seen dead):
+ * then no lock may be freed at this look, since its holder may live yet;
+ * its death, seen at a later look, frees the lock. A peer that cannot be
+ * killed is no longer fenced: the vigil goes on as after a death.
  */
 static bool fence_look(struct ft_guard *g, int64_t now)
 {
 	struct guard_region *wedged = NULL;
-	bool pending = false;
+	bool pending = false, dead_held = false;
 
+	for (unsigned i = 0; i < g->n; i++)
+		dead_held |= g->r[i].dead && g->r[i].head != NULL && held_for(&g->r[i], now) > 0;
 	for (unsigned i = 0; i < g->n; i++) {
 		struct guard_region *r = &g->r[i];
 		pending |= r->fenced && !r->dead;
-		if ((r->own || (r->left_out && !r->dead && !r->fenced)) && r->head != NULL &&
-		    held_for(r, now) >= GUARD_HELD_MS && wedged == NULL)
+		if (((r->own && !dead_held) || (r->left_out && !r->dead && !r->fenced)) &&
+		    r->head != NULL && held_for(r, now) >= GUARD_HELD_MS && wedged == NULL)
 			wedged = r;
 	}
 	for (unsigned i = 0; wedged != NULL && i < g->n; i++) {
 		struct guard_region *r = &g->r[i];
+		bool killed;
 		if (!r->left_out || r->dead || r->fenced || (!wedged->own && r->pid != wedged->pid))
 			continue;
+		killed = kill_peer(r);
 		for (unsigned k = i; k < g->n; k++) /* its other regions: one kill, one warning */
-			g->r[k].fenced |= g->r[k].pid == r->pid && !g->r[k].own;
-		pending = true;
-		if (kill_peer(r))
+			if (g->r[k].pid == r->pid && !g->r[k].own) {
+				g->r[k].fenced = killed;
+				g->r[k].left_out = killed;
+			}
+		pending |= killed;
+		if (killed)
 			ft__warn("fabric: rank %d (pid %d), left out of the view, still lives while the "
 				 "lock of shm region %s has been held %d ms: killed it, as a stopped "
 				 "holder would wedge this rank for good",
@@ -195,6 +205,7 @@ static void guard_look(struct ft_guard *g)
 		if (r->own || r->dead || r->pidfd < 0 || poll(&p, 1, 0) != 1)
 			continue;
 		r->dead = true;
+		r->held_since = 0; /* held for GUARD_HELD_MS after the death, as every dead one's */
 		g->vigil_until = now + GUARD_VIGIL_MS;
 		ft__debug("fabric: guard: pid %d (shm region %s) exited", r->pid, r->name);
 	}
