@@ -164,7 +164,10 @@ static bool fence_look(struct ft_guard *g, int64_t now)
 	bool pending = false, dead_held = false;
 
 	for (unsigned i = 0; i < g->n; i++)
-		dead_held |= g->r[i].dead && g->r[i].head != NULL && held_for(&g->r[i], now) > 0;
+		if (g->r[i].dead && g->r[i].head != NULL) {
+			held_for(&g->r[i], now);
+			dead_held |= g->r[i].held_since != 0; /* held now, if only since this look */
+		}
 	for (unsigned i = 0; i < g->n; i++) {
 		struct guard_region *r = &g->r[i];
 		pending |= r->fenced && !r->dead;
