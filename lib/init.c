@@ -81,10 +81,9 @@ static int local_ranks(const struct ft_comm *c)
 /* Segment size when the configuration leaves it to the transport (tp NULL: none opened). */
 static size_t default_segment(struct ft_comm *c)
 {
-	size_t s = c->tp != NULL && c->tp_ops->size > offsetof(struct ft__transport_ops, segment_bytes) &&
-			   c->tp_ops->segment_bytes != NULL
-		   ? c->tp_ops->segment_bytes(c->tp)
-		   : 0;
+	size_t s = c->tp != NULL && FT__TP_HAS(c->tp_ops, segment_bytes)
+			   ? c->tp_ops->segment_bytes(c->tp)
+			   : 0;
 
 	return s >= 4096 && s <= FT__FRAME_MAX_PAYLOAD ? s : DEFAULT_SEGMENT;
 }
@@ -135,8 +134,7 @@ static void tell_transport_left_out(void *arg, int rank)
 {
 	const struct ft_comm *c = arg;
 
-	if (c->tp_ops->size > offsetof(struct ft__transport_ops, left_out) &&
-	    c->tp_ops->left_out != NULL)
+	if (FT__TP_HAS(c->tp_ops, left_out))
 		c->tp_ops->left_out(c->tp, rank);
 }
 
@@ -247,8 +245,7 @@ static int comm_join(struct ft_comm *c)
 			return rc;
 		/* an op waiting on its peers ends the moment a failure is known
 		 * (without it, at the engine's next tick) */
-		if (c->tp_ops->size > offsetof(struct ft__transport_ops, watch_fd) &&
-		    c->tp_ops->watch_fd != NULL &&
+		if (FT__TP_HAS(c->tp_ops, watch_fd) &&
 		    c->tp_ops->watch_fd(c->tp, ft__det_wake_fd(c->det)) != 0)
 			ft__info("init: the transport cannot watch the detector; ops learn of a "
 				 "failure on their tick");

@@ -448,14 +448,14 @@ static size_t fault_segment_bytes(struct ft__transport *tp)
 
 static int fault_watch_fd(struct ft__transport *tp, int fd)
 {
-	return tp->ops->size > offsetof(struct ft__transport_ops, watch_fd) && tp->ops->watch_fd != NULL
+	return FT__TP_HAS(tp->ops, watch_fd)
 		       ? tp->ops->watch_fd(tp->inner, fd)
 		       : -FT_ENOSYS;
 }
 
 static void fault_left_out(struct ft__transport *tp, int rank)
 {
-	if (tp->ops->size > offsetof(struct ft__transport_ops, left_out) && tp->ops->left_out != NULL)
+	if (FT__TP_HAS(tp->ops, left_out))
 		tp->ops->left_out(tp->inner, rank);
 }
 

@@ -297,6 +297,11 @@ struct ft__transport_ops {
 	void (*left_out)(struct ft__transport *tp, int rank);
 };
 
+/* Whether ops has the optional operation op (a table from an older, shorter
+ * struct ft__transport_ops has not). */
+#define FT__TP_HAS(ops, op) \
+	((ops)->size > offsetof(struct ft__transport_ops, op) && (ops)->op != NULL)
+
 const struct ft__transport_ops *ft__transport_lookup(const char *name);
 struct ft__fault;
 /* Puts the fault transport (transports/fault_transport.c) around ops and tp, which it
