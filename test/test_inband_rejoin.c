@@ -128,13 +128,17 @@ static void wait_running(const struct tu_job *job, const char *what, int n)
 
 /* Rank 2 SIGKILLed mid-job and started again on the same port: it finds the
  * job by asking, is taken back in the failure's view, and every step of
- * every rank, its own included, has the whole world's sum. */
-static void comes_back_exactly(bool names)
+ * every rank, its own included, has the whole world's sum. hostile: from
+ * before the kill to the end, a stranger holds idle, slow, garbage and reset
+ * connections on every membership listener, the new incarnation's as soon
+ * as it listens again (while it finds its job and asks back) among them. */
+static void comes_back_exactly(bool names, bool hostile)
 {
 	struct tu_job job;
 	int killed[4] = {0, 0, 1, 0};
 	int64_t ms;
 	char path[400];
+	pid_t attacker = -1;
 
 	rejoin_timeout_ms = 20000;
 	inband_job(&job, 4);
@@ -150,12 +154,20 @@ static void comes_back_exactly(bool names)
 	for (int r = 0; r < 4; r++)
 		tu_spawn(&job, r, steps, job.dir, rejoin);
 	wait_running(&job, "running", 4);
+	if (hostile) {
+		uint16_t ports[TU_HOSTILE_PORTS];
+		int np = tu_listening_ports(&job, ports);
+		cr_assert_eq(np, 4, "found %d membership listeners of 4", np);
+		attacker = tu_hostile_start(ports, np);
+		tu_sleep_ms(500); /* its idle connections are in place */
+	}
 	tu_sleep_ms(200);
 	kill(job.pids[2], SIGKILL);
 	wait_dead(job.pids[2]);
 	cr_expect_eq(tu_start_again(&job, 2, 1, rejoin, steps, job.dir, &ms), 0,
 		     "the new incarnation failed");
 	cr_expect_eq(tu_wait(&job, 60000, killed), 0, "a survivor failed");
+	tu_hostile_stop(attacker);
 	for (int r = 0; r < 4; r++) {
 		snprintf(path, sizeof(path), "%s/short-%d", job.dir, r);
 		cr_expect_neq(access(path, F_OK), 0, "rank %d ran an op short of ranks", r);
@@ -165,7 +177,12 @@ static void comes_back_exactly(bool names)
 
 Test(inband_rejoin, a_restarted_rank_comes_back_exactly, .timeout = 120)
 {
-	comes_back_exactly(false);
+	comes_back_exactly(false, false);
+}
+
+Test(inband_rejoin, a_restarted_rank_comes_back_exactly_among_strangers, .timeout = 120)
+{
+	comes_back_exactly(false, true);
 }
 
 /* The same with a peer list that names the host: a member tells the
@@ -174,7 +191,7 @@ Test(inband_rejoin, a_restarted_rank_comes_back_exactly, .timeout = 120)
  * live links over it, and gave up) */
 Test(inband_rejoin, a_restarted_rank_comes_back_exactly_by_host_name, .timeout = 120)
 {
-	comes_back_exactly(true);
+	comes_back_exactly(true, false);
 }
 
 /* A new incarnation after its job ended: no rank answers, and its ft_init

@@ -530,133 +530,7 @@ Test(shrink, fault_at_every_phase, .timeout = 300)
 	}
 }
 
-/* ---- a hostile network ---- */
-
-#define HOSTILE_PORTS 64
-#define HOSTILE_IDLE 40 /* idle connections held on each port */
-
-/* Every port a rank listens on, from the rendezvous (data and control
- * addresses of generation 0's member files) and the in-band peer list. */
-static int listening_ports(const struct tu_job *job, uint16_t *ports)
-{
-	int n = 0;
-
-	for (int r = 0; r < job->n; r++) {
-		char path[400], addr[256], pid[32], host[256], ctrl[256];
-		FILE *f;
-		snprintf(path, sizeof(path), "%s/%s/gen-0/member-%d", job->dir, job->job_id, r);
-		if ((f = fopen(path, "r")) == NULL)
-			continue;
-		if (fscanf(f, "%255s %31s %255s %255s", addr, pid, host, ctrl) == 4) {
-			const char *a[2] = {addr, ctrl};
-			for (int k = 0; k < 2 && n < HOSTILE_PORTS; k++) {
-				const char *colon = strrchr(a[k], ':'), *raw = strrchr(a[k], '/');
-				unsigned hi, lo;
-				if (strncmp(a[k], "127.0.0.1:", 10) == 0 && colon != NULL)
-					ports[n++] = (uint16_t)atoi(colon + 1);
-				/* a libfabric address over TCP ends in its sockaddr_in, in
-				 * hex (family 2, little-endian; then the port); shm's is
-				 * a name, no TCP port */
-				else if (raw != NULL && strncmp(raw + 1, "0200", 4) == 0 &&
-					 sscanf(raw + 5, "%2x%2x", &hi, &lo) == 2)
-					ports[n++] = (uint16_t)(hi << 8 | lo);
-			}
-		}
-		fclose(f);
-	}
-	for (const char *p = job->peers; *p != '\0' && n < HOSTILE_PORTS;) {
-		const char *colon = strchr(p, ':'), *comma = strchr(p, ',');
-		if (colon == NULL)
-			break;
-		ports[n++] = (uint16_t)atoi(colon + 1);
-		if (comma == NULL)
-			break;
-		p = comma + 1;
-	}
-	return n;
-}
-
-static int hostile_dial(uint16_t port)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 &&
-	    errno != EINPROGRESS) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-/* Whether fd's peer closed it (or it never connected). */
-static bool hostile_closed(int fd)
-{
-	char b[512];
-	ssize_t r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
-
-	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-}
-
-/*
- * The attacker, a process of its own until killed: on every port, holds
- * HOSTILE_IDLE idle connections (one opened again whenever one is closed),
- * one slow one (a garbage byte a second), and keeps opening connections
- * that send a burst of garbage and close, and ones reset at once.
- */
-static void hostile_run(const uint16_t *ports, int np)
-{
-	static int idle[HOSTILE_PORTS][HOSTILE_IDLE], slow[HOSTILE_PORTS];
-	unsigned char junk[4096];
-	long next_slow = 0;
-
-	for (size_t k = 0; k < sizeof(junk); k++)
-		junk[k] = (unsigned char)(k * 131 + 7);
-	signal(SIGPIPE, SIG_IGN);
-	for (int p = 0; p < np; p++) {
-		slow[p] = -1;
-		for (int k = 0; k < HOSTILE_IDLE; k++)
-			idle[p][k] = -1;
-	}
-	for (;;) {
-		long now = tu_now_ms();
-		for (int p = 0; p < np; p++) {
-			for (int k = 0; k < HOSTILE_IDLE; k++) {
-				if (idle[p][k] >= 0 && !hostile_closed(idle[p][k]))
-					continue;
-				if (idle[p][k] >= 0)
-					close(idle[p][k]);
-				idle[p][k] = hostile_dial(ports[p]);
-			}
-			if (slow[p] < 0 || hostile_closed(slow[p])) {
-				if (slow[p] >= 0)
-					close(slow[p]);
-				slow[p] = hostile_dial(ports[p]);
-			} else if (now >= next_slow) {
-				(void)send(slow[p], junk + (now % 64), 1, MSG_NOSIGNAL);
-			}
-			int g = hostile_dial(ports[p]);
-			if (g >= 0) {
-				struct pollfd pf = {.fd = g, .events = POLLOUT};
-				if (poll(&pf, 1, 50) == 1)
-					(void)send(g, junk, sizeof(junk), MSG_NOSIGNAL);
-				close(g);
-			}
-			int rs = hostile_dial(ports[p]);
-			if (rs >= 0) {
-				struct linger lg = {.l_onoff = 1, .l_linger = 0};
-				struct pollfd pf = {.fd = rs, .events = POLLOUT};
-				(void)poll(&pf, 1, 50);
-				setsockopt(rs, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-				close(rs);
-			}
-		}
-		if (now >= next_slow)
-			next_slow = now + 1000;
-		tu_sleep_ms(50);
-	}
-}
+/* ---- a hostile network (testutil.c) ---- */
 
 struct hostile_plan {
 	int victim;
@@ -668,18 +542,12 @@ struct hostile_plan {
 static void act_hostile(struct tu_job *job, void *arg)
 {
 	struct hostile_plan *h = arg;
-	uint16_t ports[HOSTILE_PORTS];
-	int np = listening_ports(job, ports);
+	uint16_t ports[TU_HOSTILE_PORTS];
+	int np = tu_listening_ports(job, ports);
 
 	cr_assert_geq(np, job->n, "found %d listening ports for %d ranks", np, job->n);
 	fprintf(stderr, "hostile_network: attacking %d listening ports of %d ranks\n", np, job->n);
-	h->attacker = fork();
-	if (h->attacker == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		hostile_run(ports, np);
-		_exit(0);
-	}
-	cr_assert_gt(h->attacker, 0);
+	h->attacker = tu_hostile_start(ports, np);
 	tu_sleep_ms(h->delay_ms);
 	kill(job->pids[h->victim], SIGKILL);
 }
@@ -703,8 +571,7 @@ Test(shrink, hostile_network, .timeout = 300)
 		snprintf(what, sizeof(what), "hostile network, rank %d of 4 killed, count %zu",
 			 h.victim, sc.count);
 		int lost = run_scenario(act_hostile, &h, 120000, what);
-		kill(h.attacker, SIGKILL);
-		waitpid(h.attacker, NULL, 0);
+		tu_hostile_stop(h.attacker);
 		cr_assert_eq(lost, 1, "%s: the job lost %d ranks", what, lost);
 	}
 }
@@ -728,7 +595,7 @@ static int sum_of_ranks(struct ft_comm *comm, int r, int n, void *arg)
 Test(shrink, hostile_network_from_the_start, .timeout = 120)
 {
 	struct tu_job job;
-	uint16_t ports[HOSTILE_PORTS];
+	uint16_t ports[TU_HOSTILE_PORTS];
 	pid_t attacker;
 	int np;
 
@@ -738,21 +605,14 @@ Test(shrink, hostile_network_from_the_start, .timeout = 120)
 		cr_skip_test("SKIPPED: the ports are known before ft_init only with a peer list "
 			     "(FTCC_TEST_MEMBERSHIP=inband; make test runs it so)");
 	}
-	np = listening_ports(&job, ports);
+	np = tu_listening_ports(&job, ports);
 	cr_assert_eq(np, 2);
-	attacker = fork();
-	cr_assert_geq(attacker, 0);
-	if (attacker == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		hostile_run(ports, np);
-		_exit(0);
-	}
+	attacker = tu_hostile_start(ports, np);
 	tu_sleep_ms(200);
 	for (int r = 0; r < 2; r++)
 		tu_spawn(&job, r, sum_of_ranks, NULL, NULL);
 	int bad = tu_wait(&job, 60000, NULL);
-	kill(attacker, SIGKILL);
-	waitpid(attacker, NULL, 0);
+	tu_hostile_stop(attacker);
 	tu_job_cleanup(&job);
 	cr_assert_eq(bad, 0, "%d of 2 ranks failed to start or sum under the attack", bad);
 }

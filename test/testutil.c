@@ -2,6 +2,8 @@
 /* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
+#include <poll.h>
+
 #include "testutil.h"
 
 long tu_now_ms(void)
@@ -279,4 +281,173 @@ int tu_start_again(struct tu_job *job, int r, int inc, void (*tweak)(struct ft_c
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	*ms = tu_now_ms() - t0;
 	return rc;
+}
+
+/* ---- a hostile network ---- */
+
+#define HOSTILE_IDLE 40 /* idle connections held on each port */
+
+int tu_listening_ports(const struct tu_job *job, uint16_t *ports)
+{
+	int n = 0;
+
+	for (int r = 0; r < job->n; r++) {
+		char path[400], addr[256], pid[32], host[256], ctrl[256];
+		FILE *f;
+		snprintf(path, sizeof(path), "%s/%s/gen-0/member-%d", job->dir, job->job_id, r);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fscanf(f, "%255s %31s %255s %255s", addr, pid, host, ctrl) == 4) {
+			const char *a[2] = {addr, ctrl};
+			for (int k = 0; k < 2 && n < TU_HOSTILE_PORTS; k++) {
+				const char *colon = strrchr(a[k], ':'), *raw = strrchr(a[k], '/');
+				unsigned hi, lo;
+				if (strncmp(a[k], "127.0.0.1:", 10) == 0 && colon != NULL)
+					ports[n++] = (uint16_t)atoi(colon + 1);
+				/* a libfabric address over TCP ends in its sockaddr_in, in
+				 * hex (family 2, little-endian; then the port); shm's is
+				 * a name, no TCP port */
+				else if (raw != NULL && strncmp(raw + 1, "0200", 4) == 0 &&
+					 sscanf(raw + 5, "%2x%2x", &hi, &lo) == 2)
+					ports[n++] = (uint16_t)(hi << 8 | lo);
+			}
+		}
+		fclose(f);
+	}
+	for (const char *p = job->peers; *p != '\0' && n < TU_HOSTILE_PORTS;) {
+		const char *colon = strchr(p, ':'), *comma = strchr(p, ',');
+		if (colon == NULL)
+			break;
+		ports[n++] = (uint16_t)atoi(colon + 1);
+		if (comma == NULL)
+			break;
+		p = comma + 1;
+	}
+	return n;
+}
+
+static int hostile_dial(uint16_t port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 &&
+	    errno != EINPROGRESS) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Whether fd's peer closed it (or it never connected). */
+static bool hostile_closed(int fd)
+{
+	char b[512];
+	ssize_t r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* Whether something listens on port (a connection made and closed at once). */
+static bool hostile_listens(uint16_t port)
+{
+	int fd = hostile_dial(port), err = -1;
+	socklen_t len = sizeof(err);
+	struct pollfd pf = {.fd = fd, .events = POLLOUT};
+
+	if (fd < 0)
+		return false;
+	if (poll(&pf, 1, 20) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+		err = -1;
+	close(fd);
+	return err == 0;
+}
+
+/* tu_hostile_start's attacker (testutil.h), until killed. Between rounds
+ * it looks every 2 ms whether a port nobody listened on listens now, and
+ * then starts the next round at once: a rank's new incarnation meets its 40
+ * idle connections within a few ms of listening, while it finds its job. */
+static void hostile_run(const uint16_t *ports, int np)
+{
+	static int idle[TU_HOSTILE_PORTS][HOSTILE_IDLE], slow[TU_HOSTILE_PORTS];
+	static bool down[TU_HOSTILE_PORTS];
+	unsigned char junk[4096];
+	long next_slow = 0;
+
+	for (size_t k = 0; k < sizeof(junk); k++)
+		junk[k] = (unsigned char)(k * 131 + 7);
+	signal(SIGPIPE, SIG_IGN);
+	for (int p = 0; p < np; p++) {
+		slow[p] = -1;
+		for (int k = 0; k < HOSTILE_IDLE; k++)
+			idle[p][k] = -1;
+	}
+	for (;;) {
+		long now = tu_now_ms();
+		for (int p = 0; p < np; p++) {
+			for (int k = 0; k < HOSTILE_IDLE; k++) {
+				if (idle[p][k] >= 0 && !hostile_closed(idle[p][k]))
+					continue;
+				if (idle[p][k] >= 0)
+					close(idle[p][k]);
+				idle[p][k] = hostile_dial(ports[p]);
+			}
+			if (slow[p] < 0 || hostile_closed(slow[p])) {
+				if (slow[p] >= 0)
+					close(slow[p]);
+				slow[p] = hostile_dial(ports[p]);
+			} else if (now >= next_slow) {
+				(void)send(slow[p], junk + (now % 64), 1, MSG_NOSIGNAL);
+			}
+			int g = hostile_dial(ports[p]);
+			if (g >= 0) {
+				struct pollfd pf = {.fd = g, .events = POLLOUT};
+				if (poll(&pf, 1, 50) == 1)
+					(void)send(g, junk, sizeof(junk), MSG_NOSIGNAL);
+				close(g);
+			}
+			int rs = hostile_dial(ports[p]);
+			if (rs >= 0) {
+				struct linger lg = {.l_onoff = 1, .l_linger = 0};
+				struct pollfd pf = {.fd = rs, .events = POLLOUT};
+				(void)poll(&pf, 1, 50);
+				setsockopt(rs, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+				close(rs);
+			}
+		}
+		if (now >= next_slow)
+			next_slow = now + 1000;
+		for (int p = 0; p < np; p++)
+			down[p] = !hostile_listens(ports[p]);
+		for (long end = tu_now_ms() + 50; tu_now_ms() < end;) {
+			bool up = false;
+			tu_sleep_ms(2);
+			for (int p = 0; p < np && !up; p++)
+				up = down[p] && hostile_listens(ports[p]);
+			if (up)
+				break;
+		}
+	}
+}
+
+pid_t tu_hostile_start(const uint16_t *ports, int np)
+{
+	pid_t pid = fork();
+
+	cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		hostile_run(ports, np);
+		_exit(0);
+	}
+	return pid;
+}
+
+void tu_hostile_stop(pid_t attacker)
+{
+	if (attacker > 0) {
+		kill(attacker, SIGKILL);
+		waitpid(attacker, NULL, 0);
+	}
 }

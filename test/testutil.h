@@ -11,6 +11,7 @@
 #include <ftcc.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,5 +91,23 @@ int tu_run(int n, long deadline_ms, tu_rank_fn fn, void *arg);
  * time in *ms. */
 int tu_start_again(struct tu_job *job, int r, int inc, void (*tweak)(struct ft_config *, int),
 		   tu_rank_fn fn, void *arg, int64_t *ms);
+
+/* A hostile network: what anyone who can reach a port can do (no token). */
+#define TU_HOSTILE_PORTS 64
+/* Every port a rank of job listens on, at most TU_HOSTILE_PORTS: from the
+ * rendezvous (data and control addresses of generation 0's member files)
+ * and the in-band peer list (membership listeners, where new incarnations
+ * listen again). Returns how many. */
+int tu_listening_ports(const struct tu_job *job, uint16_t *ports);
+/*
+ * Forks the attacker, a process of its own until tu_hostile_stop (or this
+ * process's death): on every port, it holds 40 idle connections (one opened
+ * again whenever one is closed; a port nobody listens on yet is dialled
+ * again and again), one slow one (a garbage byte a second), and keeps
+ * opening connections that send a burst of garbage and close, and ones
+ * reset at once.
+ */
+pid_t tu_hostile_start(const uint16_t *ports, int np);
+void tu_hostile_stop(pid_t attacker);
 
 #endif
