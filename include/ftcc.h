@@ -120,8 +120,9 @@ struct ft_config {
 	enum ft_policy policy;
 	char log_dir[FT_PATH_MAX];
 	enum ft_durability log_durability;
-	int heartbeat_ms;
-	int detect_timeout_ms;
+	int heartbeat_ms;               /* the failure detector's heartbeat */
+	int detect_timeout_ms;          /* heartbeat silence that declares a neighbour: at
+					 * least 2 x heartbeat_ms and 50 (else -FT_EINVAL) */
 	int rejoin_timeout_ms;
 	int connect_timeout_ms;         /* rendezvous and link set-up deadline */
 	int op_timeout_ms;              /* a collective making no progress this long fails; 0 = never */

@@ -270,18 +270,20 @@ Test(config, timeouts, .timeout = 20)
 	cr_expect_eq(cfg.connect_timeout_ms, 1234);
 	cr_expect_eq(cfg.op_timeout_ms, 2147483647);
 
-	/* Bounds, and detect == heartbeat is allowed. */
+	/* Bounds: the smallest heartbeat with the smallest detect timeout, the
+	 * largest detect timeout with the largest heartbeat it leaves room for
+	 * (detect_timeout_leaves_room_for_a_late_heartbeat: the rule) */
 	base_env();
 	set("FTCC_HEARTBEAT_MS", "1");
-	set("FTCC_DETECT_TIMEOUT_MS", "1");
+	set("FTCC_DETECT_TIMEOUT_MS", "50");
 	load_ok(&cfg);
 	cr_expect_eq(cfg.heartbeat_ms, 1);
-	cr_expect_eq(cfg.detect_timeout_ms, 1);
+	cr_expect_eq(cfg.detect_timeout_ms, 50);
 	base_env();
-	set("FTCC_HEARTBEAT_MS", "3600000");
+	set("FTCC_HEARTBEAT_MS", "1800000");
 	set("FTCC_DETECT_TIMEOUT_MS", "3600000");
 	load_ok(&cfg);
-	cr_expect_eq(cfg.heartbeat_ms, 3600000);
+	cr_expect_eq(cfg.heartbeat_ms, 1800000);
 	cr_expect_eq(cfg.detect_timeout_ms, 3600000);
 }
 
@@ -610,6 +612,42 @@ Test(config, detect_timeout_below_heartbeat, .timeout = 20)
 	base_env();
 	set("FTCC_HEARTBEAT_MS", "1001");
 	expect_bad("FTCC_DETECT_TIMEOUT_MS", NULL, "default 1000 below heartbeat 1001");
+}
+
+static struct ft_config one_rank(void);
+
+/* Room for a heartbeat the scheduler delays: at least twice the heartbeat
+ * and 50 ms, from the environment and in a struct, on the edges. */
+Test(config, detect_timeout_leaves_room_for_a_late_heartbeat, .timeout = 20)
+{
+	struct ft_config cfg;
+	struct ft_comm *c = NULL;
+	char err[512] = "";
+	const struct {
+		const char *hb, *detect;
+		bool ok;
+	} rows[] = {{"500", "999", false}, {"500", "1000", true}, {"501", NULL, false},
+		    {"500", NULL, true},     {"10", "49", false},   {"10", "50", true},
+		    {"1", "3", false},       {"25", "50", true}};
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		base_env();
+		set("FTCC_HEARTBEAT_MS", rows[i].hb);
+		if (rows[i].detect != NULL)
+			set("FTCC_DETECT_TIMEOUT_MS", rows[i].detect);
+		int rc = ft_config_from_env(&cfg, err, sizeof(err));
+		cr_expect_eq(rc, rows[i].ok ? 0 : -FT_ECONFIG, "heartbeat %s, detect %s: %s",
+			     rows[i].hb, rows[i].detect ? rows[i].detect : "(default)", ft_err_name(rc));
+		if (!rows[i].ok)
+			cr_expect_neq(strstr(err, "twice FTCC_HEARTBEAT_MS"), NULL, "message: %s", err);
+	}
+	cfg = one_rank();
+	cfg.heartbeat_ms = 100;
+	cfg.detect_timeout_ms = 199;
+	cr_expect_eq(ft_init(&cfg, &c), -FT_EINVAL, "a struct with detect 199, heartbeat 100");
+	cfg.detect_timeout_ms = 200;
+	cr_assert_eq(ft_init(&cfg, &c), 0, "a struct with detect 200, heartbeat 100");
+	cr_expect_eq(ft_finalize(c), 0);
 }
 
 static void expect_rdv_under(const struct ft_config *cfg, const char *tmpdir)
@@ -1073,7 +1111,8 @@ Test(init, struct_size_checked, .timeout = 20)
 	cfg.rank = 0;
 	cfg.world_size = 1;
 	snprintf(cfg.transport, sizeof(cfg.transport), "tcp");
-	cfg.heartbeat_ms = cfg.detect_timeout_ms = cfg.connect_timeout_ms = 100;
+	cfg.heartbeat_ms = cfg.connect_timeout_ms = 100;
+	cfg.detect_timeout_ms = 1000;
 	cfg.pipeline_depth = 4;
 	expect_init_fails(&cfg, -FT_EINVAL, "struct_size 0");
 	cfg = one_rank();

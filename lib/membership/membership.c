@@ -131,12 +131,13 @@ int ft__mb_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, i
 		for (int i = 0; i < ncand; i++) {
 			struct ft__member m;
 			if (ft__mb_lookup(mb, gen, cand[i], &m) != 0)
-				ft__error("membership: rank %d never registered %s (generation %u)",
-					  cand[i], mb->where, gen);
+				ft__error("membership: rank %d never registered %s (generation %u) "
+					  "within the connect timeout (%d ms)",
+					  cand[i], mb->where, gen, timeout_ms);
 		}
 	} else if (ncand > 0) {
-		ft__error("membership: no view for generation %u %s (coordinator rank %d)", gen,
-			  mb->where, cand[0]);
+		ft__error("membership: no view for generation %u %s (coordinator rank %d) within "
+			  "the connect timeout (%d ms)", gen, mb->where, cand[0], timeout_ms);
 	}
 	return -FT_ETIMEDOUT;
 }
