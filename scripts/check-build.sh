@@ -14,7 +14,7 @@ if ! pkg-config --exists libfabric 2>/dev/null; then
 	echo "check-build: SKIPPED: libfabric is not installed, so its appearing cannot be tried"
 	exit 0
 fi
-mk() { make -s -j2 -C "$top" B="$B" CFLAGS=-O0 "$@" lib 2>&1; }
+mk() { MAKEFLAGS= make -s -j2 -C "$top" B="$B" CFLAGS=-O0 "$@" lib 2>&1; }
 out=$(mk HAVE_FABRIC=) || { printf '%s\n' "$out"; echo "check-build: the build without libfabric failed"; exit 1; }
 case $out in
 *"building without the libfabric transport"*) ;;

@@ -614,41 +614,6 @@ Test(config, detect_timeout_below_heartbeat, .timeout = 20)
 	expect_bad("FTCC_DETECT_TIMEOUT_MS", NULL, "default 1000 below heartbeat 1001");
 }
 
-static struct ft_config one_rank(void);
-
-/* Room for a heartbeat the scheduler delays: at least twice the heartbeat
- * and 50 ms, from the environment and in a struct, on the edges. */
-Test(config, detect_timeout_leaves_room_for_a_late_heartbeat, .timeout = 20)
-{
-	struct ft_config cfg;
-	struct ft_comm *c = NULL;
-	char err[512] = "";
-	const struct {
-		const char *hb, *detect;
-		bool ok;
-	} rows[] = {{"500", "999", false}, {"500", "1000", true}, {"501", NULL, false},
-		    {"500", NULL, true},     {"10", "49", false},   {"10", "50", true},
-		    {"1", "3", false},       {"25", "50", true}};
-
-	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-		base_env();
-		set("FTCC_HEARTBEAT_MS", rows[i].hb);
-		if (rows[i].detect != NULL)
-			set("FTCC_DETECT_TIMEOUT_MS", rows[i].detect);
-		int rc = ft_config_from_env(&cfg, err, sizeof(err));
-		cr_expect_eq(rc, rows[i].ok ? 0 : -FT_ECONFIG, "heartbeat %s, detect %s: %s",
-			     rows[i].hb, rows[i].detect ? rows[i].detect : "(default)", ft_err_name(rc));
-		if (!rows[i].ok)
-			cr_expect_neq(strstr(err, "twice FTCC_HEARTBEAT_MS"), NULL, "message: %s", err);
-	}
-	cfg = one_rank();
-	cfg.heartbeat_ms = 100;
-	cfg.detect_timeout_ms = 199;
-	cr_expect_eq(ft_init(&cfg, &c), -FT_EINVAL, "a struct with detect 199, heartbeat 100");
-	cfg.detect_timeout_ms = 200;
-	cr_assert_eq(ft_init(&cfg, &c), 0, "a struct with detect 200, heartbeat 100");
-	cr_expect_eq(ft_finalize(c), 0);
-}
 
 static void expect_rdv_under(const struct ft_config *cfg, const char *tmpdir)
 {
@@ -1396,3 +1361,41 @@ Test(config, readme_names_exactly_the_variables, .timeout = 20)
 	}
 }
 
+/* Room for a heartbeat the scheduler delays: at least twice the heartbeat
+ * and 50 ms, from the environment and in a struct, on the edges. */
+Test(config, detect_timeout_leaves_room_for_a_late_heartbeat, .timeout = 20)
+{
+	struct ft_config cfg;
+	struct ft_comm *c = NULL;
+	char err[512] = "";
+	const struct {
+		const char *hb, *detect;
+		bool ok;
+	} rows[] = {{"500", "999", false}, {"500", "1000", true}, {"501", NULL, false},
+		    {"500", NULL, true},     {"10", "49", false},   {"10", "50", true},
+		    {"1", "3", false},       {"25", "50", true}};
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		err[0] = '\0';
+		base_env();
+		set("FTCC_HEARTBEAT_MS", rows[i].hb);
+		if (rows[i].detect != NULL)
+			set("FTCC_DETECT_TIMEOUT_MS", rows[i].detect);
+		int rc = ft_config_from_env(&cfg, err, sizeof(err));
+		cr_expect_eq(rc, rows[i].ok ? 0 : -FT_ECONFIG, "heartbeat %s, detect %s: %s",
+			     rows[i].hb, rows[i].detect ? rows[i].detect : "(default)", ft_err_name(rc));
+		if (!rows[i].ok)
+			cr_expect_neq(strstr(err, "twice the heartbeat"), NULL, "message: %s", err);
+	}
+	cfg = one_rank();
+	cfg.heartbeat_ms = 100;
+	cfg.detect_timeout_ms = 199;
+	cr_expect_eq(ft_init(&cfg, &c), -FT_EINVAL, "a struct with detect 199, heartbeat 100");
+	cfg.heartbeat_ms = 10;
+	cfg.detect_timeout_ms = 49;
+	cr_expect_eq(ft_init(&cfg, &c), -FT_EINVAL, "a struct with detect 49, heartbeat 10");
+	cfg.heartbeat_ms = 100;
+	cfg.detect_timeout_ms = 200;
+	cr_assert_eq(ft_init(&cfg, &c), 0, "a struct with detect 200, heartbeat 100");
+	cr_expect_eq(ft_finalize(c), 0);
+}

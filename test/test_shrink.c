@@ -571,7 +571,7 @@ Test(shrink, hostile_network, .timeout = 300)
 		snprintf(what, sizeof(what), "hostile network, rank %d of 4 killed, count %zu",
 			 h.victim, sc.count);
 		int lost = run_scenario(act_hostile, &h, 120000, what);
-		tu_hostile_stop(h.attacker);
+		cr_expect(tu_hostile_stop(h.attacker), "%s: the attacker died before the end", what);
 		cr_assert_eq(lost, 1, "%s: the job lost %d ranks", what, lost);
 	}
 }
@@ -612,8 +612,9 @@ Test(shrink, hostile_network_from_the_start, .timeout = 120)
 	for (int r = 0; r < 2; r++)
 		tu_spawn(&job, r, sum_of_ranks, NULL, NULL);
 	int bad = tu_wait(&job, 60000, NULL);
-	tu_hostile_stop(attacker);
+	bool attacked = tu_hostile_stop(attacker);
 	tu_job_cleanup(&job);
+	cr_expect(attacked, "the attacker died before the end");
 	cr_assert_eq(bad, 0, "%d of 2 ranks failed to start or sum under the attack", bad);
 }
 

@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 
 #include <poll.h>
+#include <sys/resource.h>
 
 #include "testutil.h"
 
@@ -358,7 +359,7 @@ static bool hostile_listens(uint16_t port)
 
 	if (fd < 0)
 		return false;
-	if (poll(&pf, 1, 20) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+	if (poll(&pf, 1, 5) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
 		err = -1;
 	close(fd);
 	return err == 0;
@@ -433,21 +434,35 @@ static void hostile_run(const uint16_t *ports, int np)
 
 pid_t tu_hostile_start(const uint16_t *ports, int np)
 {
-	pid_t pid = fork();
+	pid_t parent = getpid(), pid = fork();
 
 	cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
 	if (pid == 0) {
+		struct rlimit rl;
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(0); /* the test died before the line above */
+		/* 41 held connections a port: as many descriptors as allowed */
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			(void)setrlimit(RLIMIT_NOFILE, &rl);
+		}
 		hostile_run(ports, np);
 		_exit(0);
 	}
 	return pid;
 }
 
-void tu_hostile_stop(pid_t attacker)
+bool tu_hostile_stop(pid_t attacker)
 {
-	if (attacker > 0) {
-		kill(attacker, SIGKILL);
-		waitpid(attacker, NULL, 0);
-	}
+	int st;
+
+	if (attacker <= 0)
+		return false;
+	/* gone already (reaped here, or by tu_wait's waitpid(-1)): it died */
+	if (waitpid(attacker, &st, WNOHANG) != 0)
+		return false;
+	if (kill(attacker, SIGKILL) != 0 || waitpid(attacker, &st, 0) != attacker)
+		return false;
+	return WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
 }

@@ -108,6 +108,8 @@ int tu_listening_ports(const struct tu_job *job, uint16_t *ports);
  * reset at once.
  */
 pid_t tu_hostile_start(const uint16_t *ports, int np);
-void tu_hostile_stop(pid_t attacker);
+/* Kills the attacker; false when it had died before (the attack stopped
+ * early: a test that relied on it must fail). */
+bool tu_hostile_stop(pid_t attacker);
 
 #endif

@@ -201,8 +201,9 @@ int ft__mb_try_settle_back(struct ft__mb *mb, uint32_t gen, const int *cand, int
 			   const int *back, int nback, bool force, struct ft__view *view);
 /* See resume above. */
 int ft__mb_resume(struct ft__mb *mb, struct ft__view *latest);
-/* Retries try_settle (backing off) for up to timeout_ms: 0 and *view,
- * -FT_ETIMEDOUT (naming who never published), or the backend's error. */
+/* Retries try_settle (backing off) for up to timeout_ms, ft_init's connect
+ * timeout (its messages say so): 0 and *view, -FT_ETIMEDOUT (naming who
+ * never published), or the backend's error. */
 int ft__mb_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int ncand, int timeout_ms,
 		  struct ft__view *view);
 int ft__mb_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__member *m);
