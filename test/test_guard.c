@@ -188,35 +188,53 @@ static pid_t stopped_child(struct fake *held, struct fake *named)
 	return pid;
 }
 
+/* A guard with a region of this process's (own, watched) and a peer's
+ * (theirs, to be watched once its process exists): the fence tests' set-up. */
+struct fence {
+	struct ft_guard *g;
+	struct fake own, theirs;
+};
+
+static void fence_open(struct fence *f, const char *own, const char *theirs)
+{
+	f->g = guard_or_skip();
+	fake_make(&f->own, own);
+	fake_make(&f->theirs, theirs);
+	cr_assert(ft__fab_guard_add(f->g, f->own.name, getpid(), FT__GUARD_OWN));
+}
+
+static void fence_close(struct fence *f)
+{
+	ft__fab_guard_close(f->g);
+	fake_drop(&f->own);
+	fake_drop(&f->theirs);
+}
+
 /* A peer stopped while it holds a lock (of our region, or of its own) and
  * then left out of the view: the guard kills it, then frees the lock. */
 static void fence_case(bool its_own_region)
 {
-	struct ft_guard *g = guard_or_skip();
-	struct fake own, theirs;
-	struct fake *held = its_own_region ? &theirs : &own;
+	struct fence f;
+	struct fake *held;
 	int out = 5, st;
 	pid_t holder;
 	long t0;
 
-	fake_make(&own, "fence-own");
-	fake_make(&theirs, "fence-theirs");
-	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
-	holder = stopped_child(held, &theirs); /* its region names it its owner */
-	cr_assert(ft__fab_guard_add(g, theirs.name, holder, out));
+	fence_open(&f, "fence-own", "fence-theirs");
+	held = its_own_region ? &f.theirs : &f.own;
+	holder = stopped_child(held, &f.theirs); /* its region names it its owner */
+	cr_assert(ft__fab_guard_add(f.g, f.theirs.name, holder, out));
 	cr_assert(!lock_within(held, 500), "the child does not hold the lock");
 	cr_assert_eq(ended_within(holder, 0), -1, "the guard killed a peer nobody left out");
 	t0 = now_ms();
-	ft__fab_guard_left_out(g, out);
+	ft__fab_guard_left_out(f.g, out);
 	st = ended_within(holder, 5000);
 	cr_assert(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
 		  "a left-out peer holding a lock for good still lives 5 s later (status %d)", st);
 	cr_expect_geq(now_ms() - t0, 200, "killed after %ld ms: the guard did not wait to be sure",
 		      now_ms() - t0);
 	cr_assert(lock_within(held, 5000), "the lock of the killed holder is still held after 5 s");
-	ft__fab_guard_close(g);
-	fake_drop(&own);
-	fake_drop(&theirs);
+	fence_close(&f);
 }
 
 Test(guard, kills_a_left_out_peer_stopped_with_our_lock, .timeout = 30)
@@ -254,58 +272,48 @@ Test(guard, leaves_a_left_out_peer_holding_no_lock_alone, .timeout = 30)
  * the peer's lock, never ours under our live thread. */
 Test(guard, never_frees_our_lock_under_our_thread_while_it_fences, .timeout = 30)
 {
-	struct ft_guard *g = guard_or_skip();
-	struct fake own, theirs;
+	struct fence f;
 	int out = 5, st;
 	pid_t peer;
 	bool ours_free;
 
-	fake_make(&own, "fence-mine");
-	fake_make(&theirs, "fence-peer");
-	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
-	peer = stopped_child(&theirs, &theirs);
-	cr_assert(ft__fab_guard_add(g, theirs.name, peer, out));
-	pthread_spin_lock(fake_lock(&own));
-	ft__fab_guard_left_out(g, out);
+	fence_open(&f, "fence-mine", "fence-peer");
+	peer = stopped_child(&f.theirs, &f.theirs);
+	cr_assert(ft__fab_guard_add(f.g, f.theirs.name, peer, out));
+	pthread_spin_lock(fake_lock(&f.own));
+	ft__fab_guard_left_out(f.g, out);
 	st = ended_within(peer, 5000);
 	cr_assert(st != -1, "the stopped left-out holder still lives 5 s later");
-	cr_assert(lock_within(&theirs, 5000), "the lock of the killed holder is still held");
-	ours_free = pthread_spin_trylock(fake_lock(&own)) == 0;
+	cr_assert(lock_within(&f.theirs, 5000), "the lock of the killed holder is still held");
+	ours_free = pthread_spin_trylock(fake_lock(&f.own)) == 0;
 	cr_expect(!ours_free, "the guard freed this process's lock while its own thread held it");
-	pthread_spin_unlock(fake_lock(&own));
-	ft__fab_guard_close(g);
-	fake_drop(&own);
-	fake_drop(&theirs);
+	pthread_spin_unlock(fake_lock(&f.own));
+	fence_close(&f);
 }
 
 /* Two left-out peers, one stopped with its own region's lock: only that one
  * is killed; the other, and a peer still in the view, live on. */
 Test(guard, kills_only_the_left_out_peer_whose_lock_is_held, .timeout = 30)
 {
-	struct ft_guard *g = guard_or_skip();
-	struct fake own, theirs;
+	struct fence f;
 	int holder_rank = 5, idle_rank = 6;
 	pid_t holder, idle, member;
 
-	fake_make(&own, "fence-one");
-	fake_make(&theirs, "fence-one-peer");
-	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
-	holder = stopped_child(&theirs, &theirs);
-	idle = child(&own, false);
-	member = child(&own, false);
-	cr_assert(ft__fab_guard_add(g, theirs.name, holder, holder_rank));
-	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-idle", idle, idle_rank));
-	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-member", member, 7));
-	ft__fab_guard_left_out(g, holder_rank);
-	ft__fab_guard_left_out(g, idle_rank);
+	fence_open(&f, "fence-one", "fence-one-peer");
+	holder = stopped_child(&f.theirs, &f.theirs);
+	idle = child(&f.own, false);
+	member = child(&f.own, false);
+	cr_assert(ft__fab_guard_add(f.g, f.theirs.name, holder, holder_rank));
+	cr_assert(ft__fab_guard_add(f.g, "ftcc-test-guard-idle", idle, idle_rank));
+	cr_assert(ft__fab_guard_add(f.g, "ftcc-test-guard-member", member, 7));
+	ft__fab_guard_left_out(f.g, holder_rank);
+	ft__fab_guard_left_out(f.g, idle_rank);
 	cr_assert(ended_within(holder, 5000) != -1, "the stopped left-out holder still lives");
 	cr_expect_eq(ended_within(idle, 1000), -1, "the guard killed a left-out peer holding no lock");
 	cr_expect_eq(ended_within(member, 0), -1, "the guard killed a peer still in the view");
 	reap(idle);
 	reap(member);
-	ft__fab_guard_close(g);
-	fake_drop(&own);
-	fake_drop(&theirs);
+	fence_close(&f);
 }
 
 /* A peer killed holding its own region's lock, our thread holding ours
@@ -313,31 +321,26 @@ Test(guard, kills_only_the_left_out_peer_whose_lock_is_held, .timeout = 30)
  * peer's lock is freed, and the idle one lives. */
 Test(guard, a_dead_peers_lock_kills_no_left_out_peer, .timeout = 30)
 {
-	struct ft_guard *g = guard_or_skip();
-	struct fake own, theirs;
+	struct fence f;
 	int dead_rank = 4, idle_rank = 6;
 	pid_t dead, idle;
 
-	fake_make(&own, "fence-dead-own");
-	fake_make(&theirs, "fence-dead-peer");
-	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
-	dead = stopped_child(&theirs, &theirs);
-	idle = child(&own, false);
+	fence_open(&f, "fence-dead-own", "fence-dead-peer");
+	dead = stopped_child(&f.theirs, &f.theirs);
+	idle = child(&f.own, false);
 	kill(idle, SIGSTOP);
-	cr_assert(ft__fab_guard_add(g, theirs.name, dead, dead_rank));
-	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-idle2", idle, idle_rank));
-	pthread_spin_lock(fake_lock(&own));
+	cr_assert(ft__fab_guard_add(f.g, f.theirs.name, dead, dead_rank));
+	cr_assert(ft__fab_guard_add(f.g, "ftcc-test-guard-idle2", idle, idle_rank));
+	pthread_spin_lock(fake_lock(&f.own));
 	reap(dead);
-	ft__fab_guard_left_out(g, dead_rank);
-	ft__fab_guard_left_out(g, idle_rank);
-	cr_assert(lock_within(&theirs, 5000), "the dead peer's lock is still held after 5 s");
-	pthread_spin_unlock(fake_lock(&own)); /* our thread got it and went on */
+	ft__fab_guard_left_out(f.g, dead_rank);
+	ft__fab_guard_left_out(f.g, idle_rank);
+	cr_assert(lock_within(&f.theirs, 5000), "the dead peer's lock is still held after 5 s");
+	pthread_spin_unlock(fake_lock(&f.own)); /* our thread got it and went on */
 	cr_expect_eq(ended_within(idle, 1000), -1,
 		     "the guard killed an idle left-out peer for a dead one's lock");
 	reap(idle);
-	ft__fab_guard_close(g);
-	fake_drop(&own);
-	fake_drop(&theirs);
+	fence_close(&f);
 }
 
 /* A vigil that ended while our lock was held leaves nothing behind: a
