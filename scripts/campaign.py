@@ -23,6 +23,18 @@ Verdicts, against a failure-free run of the same cell:
   exact  every op at 5 contributors (rejoin: the killed ranks came back);
   lossy  some ops by fewer (shrink's result over the survivors; under
          rejoin, its fallback when a killed rank could not come back).
+With the nemesis on (the default; CAMPAIGN_NEMESIS=0 turns it off), every
+trial also draws one to three of the world's ordinary faults
+(scripts/nemesis.py: connection bursts, idle, slow and garbage connections
+from another user to every listening port, a killed rank's ports squatted,
+the rendezvous and log directories filled, packet loss, a rate-limited
+link, a healthy rank stopped for bursts or held to a small CPU share, the
+wall clock stepped, the monotonic clock far from zero, a healthy rank's
+descriptors exhausted), in a network and mount namespace of the trial's
+own; a table per fault follows the table per cell. A rank whose
+descriptors were exhausted may leave, but only with an error that says so
+(else it is a healthy rank lost). The nemesis needs root; without it the
+campaign says so and runs the kills alone.
 CAMPAIGN_SEED replays a campaign; each failure prints its command line.
 CAMPAIGN_JOBS trials run at once (default 1). CAMPAIGN_MEMBERSHIP=file
 (or inband) keeps only that membership's cells; CAMPAIGN_SKIP=policy/membership,...
@@ -34,9 +46,13 @@ import concurrent.futures
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+
+import nemesis
 
 B = sys.argv[1] if len(sys.argv) > 1 else "build"
 TRIALS = int(sys.argv[2]) if len(sys.argv) > 2 else int(os.environ.get("CAMPAIGN_TRIALS", "1000"))
@@ -76,7 +92,7 @@ def env_for(policy, membership, prov):
     return env
 
 
-def run(policy, membership, prov, kills, fork):
+def run(policy, membership, prov, kills, fork, spec=None):
     args = [f"{B}/ftcc-run", "-n", str(N), "--tag", "--timeout", str(DEADLINE)]
     if policy == "rejoin":
         args += ["--restart", "--max-restarts", "3"]
@@ -88,12 +104,23 @@ def run(policy, membership, prov, kills, fork):
     if fork:
         args.append("fork")
     env = env_for(policy, membership, prov)
+    work, cmd, wall = None, args, None
+    if spec is not None:
+        work = tempfile.mkdtemp(prefix="ftcc-nemesis-")
+        cmd = nemesis.command(spec, args, work)
+        # the wall clock is the machine's: put it back whatever the trial did
+        wall = time.clock_gettime(time.CLOCK_REALTIME) - time.clock_gettime(time.CLOCK_MONOTONIC)
     try:
-        p = subprocess.run(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            timeout=DEADLINE + 60)
-        return p.returncode, p.stdout.decode(errors="replace"), args, env
+        return p.returncode, p.stdout.decode(errors="replace"), cmd, env
     except subprocess.TimeoutExpired as e:
-        return 124, (e.stdout or b"").decode(errors="replace"), args, env
+        return 124, (e.stdout or b"").decode(errors="replace"), cmd, env
+    finally:
+        if spec is not None and "clock" in spec["kinds"]:
+            time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_MONOTONIC) + wall)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def parse(out):
@@ -115,10 +142,24 @@ def parse(out):
     return ops, models, status
 
 
+STARVED = re.compile(r"^nemesis: fds-starved rank (\d+)$", re.M)
+# what a rank out of descriptors must say when it leaves
+SAYS_FDS = re.compile(r"descriptor|Too many open files|EMFILE", re.I)
+
+
 def judge(ref, policy, rc, out, victims):
     ops, models, status = parse(out)
     if rc == 124:
         return "hung", "past its deadline"
+    # a rank whose descriptors the nemesis exhausted may leave, saying why
+    for m in STARVED.finditer(out):
+        r = int(m.group(1))
+        st = status.get(r)
+        if st is not None and st != ("exit", 0):
+            said = [ln for ln in out.splitlines() if re.match(rf"^\[{r}\.\d+ ", ln)]
+            if not any(SAYS_FDS.search(ln) for ln in said):
+                return "lost", f"rank {r} left out of descriptors without saying so"
+            victims = victims | {r}
     # after an op by fewer, the model is not the failure-free run's: the ops
     # at N contributors after it (a killed rank grown back in) are judged by
     # agreement alone
@@ -160,8 +201,13 @@ def main():
                               ("rejoin", "file", prov, name), ("rejoin", "inband", prov, name)]
                   if os.environ.get("CAMPAIGN_MEMBERSHIP", c[1]) == c[1] and
                   f"{c[0]}/{c[1]}" not in os.environ.get("CAMPAIGN_SKIP", "").split(",")]
+    kinds = []
+    if os.environ.get("CAMPAIGN_NEMESIS", "1") != "0":
+        kinds, why = nemesis.available()
+        for line in why:
+            print(f"campaign: nemesis: SKIPPED: {line}", flush=True)
     print(f"campaign: seed {SEED} (CAMPAIGN_SEED replays it), {TRIALS} trials over "
-          f"{len(cells)} cells", flush=True)
+          f"{len(cells)} cells, nemesis {' '.join(kinds) if kinds else 'off'}", flush=True)
     refs, span = {}, {}
     for policy, membership, prov, name in cells:
         t0 = time.time()
@@ -176,6 +222,8 @@ def main():
         span[(policy, membership, name)] = time.time() - t0
     table = {c[:2] + (c[3],): dict(trials=0, exact=0, lossy=0, wrong=0, hung=0, lost=0)
              for c in cells}
+    by_kind = {k: dict(trials=0, exact=0, lossy=0, wrong=0, hung=0, lost=0)
+               for k in ["none"] + nemesis.KINDS}
     plans = []
     for t in range(TRIALS):
         policy, membership, prov, name = cells[t % len(cells)]
@@ -188,11 +236,16 @@ def main():
         kills = [(victims[0], first)]
         for v in victims[1:]:
             kills.append((v, kills[-1][1] + rnd.uniform(0, 0.15)))
-        plans.append((t, cells[t % len(cells)], victims, kills, rnd.random() < 1 / 3))
+        fork = rnd.random() < 1 / 3
+        spec = None
+        if kinds:
+            spec = nemesis.draw(rnd, kinds, span[key])
+            spec["victims"] = victims
+        plans.append((t, cells[t % len(cells)], victims, kills, fork, spec))
 
     def trial(plan):
-        t, (policy, membership, prov, name), victims, kills, fork = plan
-        rc, out, args, env = run(policy, membership, prov, kills, fork)
+        t, (policy, membership, prov, name), victims, kills, fork, spec = plan
+        rc, out, args, env = run(policy, membership, prov, kills, fork, spec)
         verdict, why = judge(refs[(policy, membership, name)], policy, rc, out, set(victims))
         return plan, verdict, why, out, args, env
 
@@ -205,12 +258,18 @@ def main():
             row = table[(policy, membership, name)]
             row["trials"] += 1
             row[verdict] += 1
+            spec = plan[5]
+            for k in (spec["kinds"] if spec else ["none"]):
+                by_kind[k]["trials"] += 1
+                by_kind[k][verdict] += 1
             done += 1
             if verdict in ("wrong", "hung", "lost"):
                 bad += 1
                 envs = " ".join(f"{k}={env[k]}" for k in sorted(env)
                                 if k.startswith("FTCC_") or k.startswith("FI_"))
-                print(f"campaign: trial {t} {policy}/{membership}/{name} {verdict}: {why}\n"
+                faults = " ".join(spec["kinds"]) if spec else "none"
+                print(f"campaign: trial {t} {policy}/{membership}/{name} (nemesis: {faults}) "
+                      f"{verdict}: {why}\n"
                       f"  {envs} {' '.join(args)}\n" + "\n".join(
                           "  | " + ln for ln in out.splitlines() if " digest " not in ln)[-4000:],
                       flush=True)
@@ -231,6 +290,14 @@ def main():
             tot[c] += row[c]
     print(f"| all | | | {tot['trials']} | {tot['exact']} | {tot['lossy']} | {tot['wrong']} | "
           f"{tot['hung']} | {tot['lost']} |")
+    if kinds:
+        print()
+        print("| nemesis | trials | exact | lossy | wrong | hung | healthy lost |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for k, row in by_kind.items():
+            if row["trials"]:
+                print(f"| {k} | {row['trials']} | {row['exact']} | {row['lossy']} | "
+                      f"{row['wrong']} | {row['hung']} | {row['lost']} |")
     print(f"campaign: seed {SEED}: {bad} trials wrong, hung or with a healthy rank lost")
     return 1 if bad else 0
 

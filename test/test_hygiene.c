@@ -450,7 +450,9 @@ Test(hygiene, rank_dead_inside_init_is_not_awaited, .timeout = 60)
  * until their connect timeout. ftcc-run saw it die and says so (gone-<r>):
  * they start without it at once.
  */
-Test(hygiene, rank_dead_at_start_under_ftcc_run, .timeout = 90)
+/* Rank 2 of a 4-rank shrink job under ftcc-run ends at its start by
+ * `death` (a shell command); the 3 others must finish without it, soon. */
+static void rank_ends_at_start(const char *death)
 {
 	const char *b = getenv("FTCC_BUILD_DIR") ? getenv("FTCC_BUILD_DIR") : "build";
 	char cmd[1200], out[256] = "";
@@ -461,8 +463,8 @@ Test(hygiene, rank_dead_at_start_under_ftcc_run, .timeout = 90)
 	snprintf(cmd, sizeof(cmd),
 		 "env -u FTCC_JOB_ID -u FTCC_RENDEZVOUS FTCC_POLICY=shrink "
 		 "FTCC_CONNECT_TIMEOUT_MS=20000 %s/ftcc-run -n 4 --ignore-killed sh -c "
-		 "'[ \"$FTCC_RANK\" = 2 ] && kill -9 $$; exec %s/examples/train_steps 20 100 1' "
-		 "2>&1", b, b);
+		 "'[ \"$FTCC_RANK\" = 2 ] && %s; exec %s/examples/train_steps 20 100 1' "
+		 "2>&1", b, death, b);
 	p = popen(cmd, "r");
 	cr_assert_not_null(p);
 	while (fgets(out, sizeof(out), p) != NULL)
@@ -471,4 +473,20 @@ Test(hygiene, rank_dead_at_start_under_ftcc_run, .timeout = 90)
 	cr_expect_eq(models, 3, "%d of the 3 ranks that lived finished", models);
 	cr_expect_lt(tu_now_ms() - t0, 10000, "the job waited %ld ms for a rank seen dead",
 		     tu_now_ms() - t0);
+}
+
+Test(hygiene, rank_dead_at_start_under_ftcc_run, .timeout = 90)
+{
+	rank_ends_at_start("kill -9 $$");
+}
+
+/*
+ * The same for a rank that fails at its start (its ft_init out of
+ * descriptors or memory, before it took its lock): ftcc-run once marked
+ * only ranks killed by a signal, and the others waited for this one until
+ * their connect timeout, then all failed (the nemesis campaign's fds).
+ */
+Test(hygiene, rank_failed_at_start_under_ftcc_run, .timeout = 90)
+{
+	rank_ends_at_start("exit 3");
 }
