@@ -14,42 +14,74 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # libfabric shm: SAR copies, as ftcc-run gives its ranks (README, "shm copies").
 export FI_SHM_DISABLE_CMA="${FI_SHM_DISABLE_CMA:-1}"
 JOBS=${FTCC_TEST_JOBS:-2}
-pass=0
-fail=0
-failed=""
 # Each row's output is kept; what a failed row said is repeated at the end,
 # where a CI log that shows only its tail still shows why.
 LOGS="$B/test-logs"
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
 n_item=0
-failed_logs=""
 start_all=$(date +%s)
-# item NAME DEADLINE_S COMMAND...: one row of the suite, under its deadline,
-# with its run time (a hang is a failure).
+# Rows run FTCC_TEST_LANES at a time (default 2): most of a row's time is
+# waiting (detection, timeouts, a rank's start), not CPU. A row that needs
+# the machine to itself (namespace hosts, the campaign's clock steps and
+# cgroups, a rebuild) runs alone (item --alone). Each row's output goes to
+# its log and is printed whole when the row ends.
+LANES=${FTCC_TEST_LANES:-2}
+running=""
+# reap N: waits until fewer than N rows run.
+reap() {
+	while :; do
+		still=""
+		n=0
+		for p in $running; do
+			if kill -0 "$p" 2>/dev/null; then
+				still="$still $p"
+				n=$((n + 1))
+			else
+				wait "$p" 2>/dev/null
+			fi
+		done
+		running=$still
+		[ "$n" -lt "$1" ] && return 0
+		sleep 0.2
+	done
+}
+# run_item NAME DEADLINE_S LOG COMMAND...: the row under its deadline (a hang
+# is a failure), its status and time, then its whole output at once.
+run_item() {
+	name=$1
+	deadline=$2
+	log=$3
+	shift 3
+	t0=$(date +%s)
+	timeout -k 10 "$deadline" "$@" </dev/null >"$log" 2>&1
+	rc=$?
+	echo "$rc" >"$log.rc"
+	if [ "$rc" = 0 ]; then verdict=ok; else verdict="FAILED (status $rc)"; fi
+	echo "== $name: $verdict in $(($(date +%s) - t0)) s" >"$log.verdict"
+	flock "$LOGS/.out" sh -c 'echo "== $0"; cat "$1" "$1.verdict"' "$name" "$log"
+}
+# item [--alone] NAME DEADLINE_S COMMAND...: one row of the suite.
 item() {
+	alone=""
+	[ "$1" = --alone ] && alone=1 && shift
+	n_item=$((n_item + 1))
+	log="$LOGS/$n_item.log"
+	echo "$1" >"$log.name"
+	if [ -n "$alone" ] || [ "$LANES" -le 1 ]; then
+		reap 1
+		name=$1
+		deadline=$2
+		shift 2
+		run_item "$name" "$deadline" "$log" "$@"
+		return 0
+	fi
+	reap "$LANES"
 	name=$1
 	deadline=$2
 	shift 2
-	echo "== $name"
-	t0=$(date +%s)
-	n_item=$((n_item + 1))
-	log="$LOGS/$n_item.log"
-	echo "$name" >"$log.name"
-	{
-		timeout -k 10 "$deadline" "$@"
-		echo $? >"$log.rc"
-	} 2>&1 | tee "$log"
-	if [ "$(cat "$log.rc")" = 0 ]; then
-		pass=$((pass + 1))
-		verdict=ok
-	else
-		fail=$((fail + 1))
-		failed="$failed $name"
-		failed_logs="$failed_logs $log"
-		verdict="FAILED (status $(cat "$log.rc"))"
-	fi
-	echo "== $name: $verdict in $(($(date +%s) - t0)) s"
+	run_item "$name" "$deadline" "$log" "$@" &
+	running="$running $!"
 }
 # Every fuzz harness's corpus (seeds, kept finds, regressions) under ASan and UBSan.
 fuzz_replays() {
@@ -63,14 +95,27 @@ fuzz_replays() {
 # What failed and why (a CI log that shows only its tail still shows it: the
 # failures, errors, and a detector's declarations on its own evidence); the status.
 summary() {
+	reap 1
+	pass=0
+	fail=0
+	failed=""
 	echo
-	for log in $failed_logs; do
+	i=1
+	while [ "$i" -le "$n_item" ]; do
+		log="$LOGS/$i.log"
+		i=$((i + 1))
+		if [ "$(cat "$log.rc" 2>/dev/null)" = 0 ]; then
+			pass=$((pass + 1))
+			continue
+		fi
+		fail=$((fail + 1))
+		failed="$failed $(cat "$log.name")"
 		echo "== why $(cat "$log.name") failed (all of it: $log):"
 		grep -E '\[FAIL\]|\[----\] .*:[0-9]+: |Timed out|[Cc]rash|FAILED|error|not ok|declaring rank' "$log" |
 			grep -v '^== ' | tail -n 20
 	done
 	[ -n "$failed" ] && echo "failed:$failed"
-	echo "tests: $pass passed, $fail failed in $(($(date +%s) - start_all)) s"
+	echo "tests: $pass passed, $fail failed in $(($(date +%s) - start_all)) s ($LANES at a time)"
 	[ "$fail" -eq 0 ]
 }
 if [ -n "$units" ]; then
@@ -84,7 +129,7 @@ if [ -n "$units" ]; then
 fi
 item check-lib 300 "$(dirname "$0")/check-lib.sh" "$B"
 item check-house 60 /usr/bin/python3 "$(dirname "$0")/check-house.py"
-item check-build 300 "$(dirname "$0")/check-build.sh"
+item --alone check-build 300 "$(dirname "$0")/check-build.sh"
 item check-install 300 "$(dirname "$0")/check-install.sh" "$B"
 # Exact rejoin: real processes killed from outside and at injection points,
 # every result against a failure-free run; the fallbacks (test/rejoin_tests.sh).
@@ -101,7 +146,7 @@ fi
 # membership, each over TCP, shm and tcp;ofi_rxm), kills from outside,
 # every verdict checked.
 if [ -x "$B/examples/train_steps" ] && [ -x /usr/bin/python3 ]; then
-	item campaign_slice 900 /usr/bin/python3 \
+	item --alone campaign_slice 900 /usr/bin/python3 \
 		"$(dirname "$0")"/campaign.py "$B" "${FTCC_CAMPAIGN_SLICE:-12}"
 fi
 # The PyTorch backend (bindings/torch): pytest, multi-process jobs under deadlines.
@@ -115,7 +160,7 @@ fi
 # the survivors read back from the next host's memory (cluster_test.sh's
 # ckpt-peer row; make cluster-test runs every row).
 if [ -x "$B/examples/train_sharded" ] && [ -x "$B/test/tsan_rank" ]; then
-	item cluster_ckpt_peer 120 env CLUSTER_ROWS=ckpt-peer sh -c \
+	item --alone cluster_ckpt_peer 120 env CLUSTER_ROWS=ckpt-peer sh -c \
 		'"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
 		"$(dirname "$0")"/../test/cluster/cluster_test.sh "$B"
 fi
@@ -124,7 +169,7 @@ fi
 # shrink, exact rejoin on a spare host, a partition); it says SKIPPED and
 # why when it cannot run here (not root, no namespaces, no Slurm).
 if [ -x "$B/test/part_rank" ] && [ -x "$B/test/tsan_rank" ]; then
-	item slurm 600 sh -c '"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
+	item --alone slurm 600 sh -c '"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
 		"$(dirname "$0")"/../test/cluster/slurm_test.sh "$B"
 fi
 fuzz_replays
