@@ -38,6 +38,7 @@ extern "C" {
 	XX(CONNREFUSED, ECONNREFUSED, "connection refused")                              \
 	XX(ACCES, EACCES, "refused: a directory or file that is not this user's")        \
 	XX(NOSPC, ENOSPC, "no space left on the device")                                 \
+	XX(MFILE, EMFILE, "out of file descriptors (this process's limit or the system's)") \
 	XX(CONFIG, FT_ERR_BASE + 1, "bad configuration or environment variable")         \
 	XX(PEERFAILED, FT_ERR_BASE + 2, "a peer failed")                                 \
 	XX(EXCLUDED, FT_ERR_BASE + 3, "this rank is not a member of the current view")   \

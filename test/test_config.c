@@ -1019,7 +1019,7 @@ Test(errors, every_code_has_its_name_and_message, .timeout = 20)
 	};
 	size_t n = sizeof(codes) / sizeof(codes[0]);
 
-	cr_expect_eq(n, 22u);
+	cr_expect_eq(n, 23u);
 	for (size_t i = 0; i < n; i++) {
 		cr_expect_gt(codes[i].code, 0, "%s", codes[i].name);
 		cr_expect_str_eq(ft_err_name(-codes[i].code), codes[i].name);
@@ -1030,6 +1030,7 @@ Test(errors, every_code_has_its_name_and_message, .timeout = 20)
 	}
 	cr_expect_eq(FT_EINVAL, EINVAL);
 	cr_expect_eq(FT_ETIMEDOUT, ETIMEDOUT);
+	cr_expect_eq(FT_EMFILE, EMFILE);
 	cr_expect_gt(FT_ECONFIG, FT_ERR_BASE);
 	cr_expect_gt(FT_EABORTED, FT_ERR_BASE);
 	cr_expect_eq(FT_EPARTITIONED, FT_ERR_BASE + 12);

@@ -490,3 +490,55 @@ Test(hygiene, rank_failed_at_start_under_ftcc_run, .timeout = 90)
 {
 	rank_ends_at_start("exit 3");
 }
+
+/*
+ * A rank that runs out of descriptors in its ft_init, at each point the
+ * limit reaches (the detector, the rendezvous, the control and data
+ * links): it says so (FT_EMFILE), never "out of memory", an I/O error or
+ * an exclusion, and the others go on without it at once. Each limit once
+ * failed another way: "out of memory" (an eventfd), "input/output error"
+ * (a member file), "not a member of the current view" (its detector
+ * could not accept, the others declared it), or both ranks waiting out
+ * the connect timeout (its data listener could not accept, and poll
+ * spun on it).
+ */
+Test(hygiene, rank_out_of_descriptors_says_so, .timeout = 240)
+{
+	const char *b = getenv("FTCC_BUILD_DIR") ? getenv("FTCC_BUILD_DIR") : "build";
+	static const int limits[] = {6, 8, 10, 11, 12, 13, 14, 15};
+
+	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+		char cmd[1200], out[512] = "", bad[512] = "";
+		long t0 = tu_now_ms();
+		int models = 0, said = 0, other = 0;
+		FILE *p;
+
+		snprintf(cmd, sizeof(cmd),
+			 "env -u FTCC_JOB_ID -u FTCC_RENDEZVOUS FTCC_POLICY=shrink "
+			 "FTCC_CONNECT_TIMEOUT_MS=20000 %s/ftcc-run -n 3 sh -c "
+			 "'[ \"$FTCC_RANK\" = 2 ] && ulimit -n %d; "
+			 "exec %s/examples/train_steps 20 100 1' 2>&1", b, limits[i], b);
+		p = popen(cmd, "r");
+		cr_assert_not_null(p);
+		while (fgets(out, sizeof(out), p) != NULL) {
+			models += strncmp(out, "[0] model ", 10) == 0 ||
+				  strncmp(out, "[1] model ", 10) == 0;
+			said += strncmp(out, "[2] model ", 10) == 0 ||
+				strstr(out, "[2] ft_init: out of file descriptors") != NULL;
+			if (strncmp(out, "[2] ft_init: ", 13) == 0 &&
+			    strstr(out, "out of file descriptors") == NULL) {
+				other++;
+				snprintf(bad, sizeof(bad), "%s", out);
+			}
+		}
+		pclose(p);
+		cr_expect_eq(models, 2, "limit %d: %d of the 2 ranks with descriptors finished",
+			     limits[i], models);
+		cr_expect_eq(said, 1, "limit %d: the short rank neither finished nor said why",
+			     limits[i]);
+		cr_expect_eq(other, 0, "limit %d: the short rank said another error: %s", limits[i],
+			     bad);
+		cr_expect_lt(tu_now_ms() - t0, 10000, "limit %d: the job took %ld ms", limits[i],
+			     tu_now_ms() - t0);
+	}
+}

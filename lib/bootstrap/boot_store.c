@@ -364,7 +364,7 @@ int ft__boot_store_book(const struct ft__book_params *p, const char *mine,
 	jlen = ft__store_join_encode(&j, join);
 	for (;;) {
 		rc = store_try(&to, join, jlen, p, mine, book, deadline, why);
-		if (rc == 0 || rc == -FT_EIO || rc == -FT_ENOMEM)
+		if (rc == 0 || rc == -FT_EIO || ft__err_shortage(rc))
 			return rc;
 		if (rc == -FT_ECONFIG || rc == -FT_EAUTH ||
 		    (rc == -FT_EBUSY && ft__ms_left(deadline) == 0)) {

@@ -82,7 +82,7 @@ static int read_token(int dirfd, const char *dir, char *token, size_t cap)
 		return 1;
 	if (fd < 0) {
 		ft__error("token: cannot open %s/token: %s", dir, strerror(errno));
-		return errno == ELOOP ? -FT_EACCES : -FT_EIO;
+		return errno == ELOOP ? -FT_EACCES : ft__err_local(errno);
 	}
 	n = fstat(fd, &st) == 0 ? read(fd, buf, sizeof(buf)) : -1;
 	close(fd);
@@ -116,7 +116,7 @@ static int write_token(int dirfd, const char *dir)
 	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0 || write(fd, hex, TOKEN_HEX + 1) != TOKEN_HEX + 1) {
 		ft__error("token: cannot write %s/%s: %s", dir, tmp, strerror(errno));
-		rc = -FT_EIO;
+		rc = ft__err_local(errno);
 	}
 	if (fd >= 0)
 		close(fd);
@@ -144,7 +144,7 @@ static int file_token(struct ft_config *cfg)
 		return rc;
 	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dirfd < 0)
-		return -FT_EIO;
+		return ft__err_local(errno);
 	rc = read_token(dirfd, dir, cfg->token, sizeof(cfg->token));
 	if (rc == 1 && (rc = write_token(dirfd, dir)) == 0)
 		rc = read_token(dirfd, dir, cfg->token, sizeof(cfg->token));

@@ -71,7 +71,7 @@ static int post_send(struct ft__coll *co, uint32_t g, uint32_t k, const char *ba
 	}
 	rc = c->tp_ops->post_send(c->send_link, &h, base + off, NULL);
 	if (rc != 0) {
-		if (rc == -FT_ENOMEM)
+		if (ft__err_shortage(rc))
 			return rc;
 		send_broken(co, rc);
 		return 0;

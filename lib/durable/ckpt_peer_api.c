@@ -44,10 +44,14 @@ int ft__ckpt_peer_open(const struct ft__ckpt_peer_params *pp, struct ft__ckpt_pe
 	p->fetch.link = -1;
 	p->no_local = pp->no_local;
 	ft__pk_local_id(&p->local);
-	if (p->book == NULL || p->mir == NULL || p->lost == NULL ||
-	    (p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+	if (p->book == NULL || p->mir == NULL || p->lost == NULL) {
 		ft__ckpt_peer_close(p);
 		return -FT_ENOMEM;
+	}
+	if ((p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		rc = ft__err_local(errno);
+		ft__ckpt_peer_close(p);
+		return rc;
 	}
 	ft__fd_own(p->wake_fd);
 	struct ft__ctl_params cp = {.rank = pp->rank, .world_size = pp->world_size,

@@ -256,7 +256,7 @@ int ft__ckpt_image_open(const char *dir, int rank, struct ft__ckpt_image *img)
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	ft__fd_own(fd);
 	if (fd < 0)
-		return -FT_EIO;
+		return ft__err_local(errno);
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > JOURNAL_MAX) {
 		ft__fd_close(fd);
 		return -FT_ECORRUPT;

@@ -139,7 +139,7 @@ int ft__ckpt_fetch(struct ft_comm *c, int owner, int region, size_t first, size_
 			ft__info("ckpt: rank %d's checkpoint comes from rank %d's memory", owner, h);
 			return 0;
 		}
-		if (rc == -FT_EINVAL || rc == -FT_ENOMEM)
+		if (rc == -FT_EINVAL || ft__err_shortage(rc))
 			return rc;
 	}
 	return rc;

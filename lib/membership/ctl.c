@@ -307,8 +307,12 @@ int ft__ctl_connect_start(struct ft__ctl *ctl, const char *addr, int to, uint32_
 	if (ft__sock_resolve(addr, &a) != 0)
 		return -FT_EPEERFAILED;
 	fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -FT_ENOMEM; /* no descriptor or buffer here: says nothing of the peer */
+	if (fd < 0) {
+		/* no descriptor or buffer here: says nothing of the peer */
+		ctl->short_err = ft__err_local(errno);
+		ctl->short_ms = ft__now_ms();
+		return ctl->short_err;
+	}
 	ft__fd_own(fd);
 	ft__sock_tune(fd, &ctl->sock_opts);
 	if (connect(fd, (const struct sockaddr *)&a.ss, a.len) != 0 && errno != EINPROGRESS) {
@@ -413,16 +417,35 @@ static bool stranger_evict(struct ft__ctl *ctl)
 	return true;
 }
 
+#define ACCEPT_REST_FULL_MS 20   /* every slot holds a whole hello: soon judged */
+#define ACCEPT_REST_SHORT_MS 100 /* no descriptor or memory: a shortage lasts */
+
 void ft__ctl_accept(struct ft__ctl *ctl)
 {
-	(void)ft__ctl_sweep(ctl, ft__now_ms());
+	int64_t now = ft__now_ms();
+
+	if (now < ctl->accept_after_ms)
+		return;
+	(void)ft__ctl_sweep(ctl, now);
 	for (;;) {
 		int fd;
 		/* over the share: what waits stays in the listen queue until a
 		 * stranger's hello is judged */
-		if (count_kind(ctl, false, true) >= ctl->stranger_cap && !stranger_evict(ctl))
+		if (count_kind(ctl, false, true) >= ctl->stranger_cap && !stranger_evict(ctl)) {
+			ctl->accept_after_ms = now + ACCEPT_REST_FULL_MS;
 			return;
+		}
 		fd = accept4(ctl->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0 && ft__err_local(errno) != -FT_EIO) {
+			/* this rank's shortage, said as itself: the links it has
+			 * stay, and no peer is the worse for it */
+			ft__warn_gated(&ctl->short_warn, "%s: cannot accept a control link: %s",
+				       ctl->who, strerror(errno));
+			ctl->short_err = ft__err_local(errno);
+			ctl->short_ms = now;
+			ctl->accept_after_ms = now + ACCEPT_REST_SHORT_MS;
+			return;
+		}
 		if (fd < 0)
 			return;
 		ft__fd_own(fd);
@@ -688,7 +711,8 @@ int ft__ctl_pollfds(struct ft__ctl *ctl, struct pollfd *pfd, int *idx)
 	int n = 0;
 
 	(void)ft__ctl_sweep(ctl, ft__now_ms());
-	pfd[n++] = (struct pollfd){.fd = ctl->listen_fd, .events = POLLIN};
+	pfd[n++] = (struct pollfd){.fd = ctl->listen_fd,
+				   .events = ft__now_ms() < ctl->accept_after_ms ? 0 : POLLIN};
 	for (int i = 0; i < ctl->nlinks; i++)
 		if (ctl->links[i].fd >= 0) {
 			if (idx != NULL)

@@ -135,6 +135,11 @@ struct ft__ctl {
 	int out_cap, in_cap, stranger_cap; /* each kind's share of the slots */
 	int hello_ms;
 	struct ft__warn_gate warn;      /* strangers' warnings */
+	struct ft__warn_gate short_warn; /* this rank's own shortages at accept */
+	int64_t accept_after_ms;        /* the listener rests until then (no slot, no
+					 * descriptor): polled, it would wake at once */
+	int short_err;                  /* the last shortage met here (FT_EMFILE...), 0 none */
+	int64_t short_ms;               /* and when */
 	struct ft__auth_seen seen;      /* nonces of the hellos accepted */
 	struct ft__sock_opts sock_opts;
 	int refused_claim;              /* the rank a hello refused for its token or job

@@ -234,8 +234,9 @@ static void connect_right(struct ft__det *d)
 	if (i >= 0) {
 		d->right_ci = i;
 		d->owe[i] = true;
-	} else if (i == -FT_ENOMEM) {
-		ft__error("detector: no resources for a control link to rank %d: trying again", r);
+	} else if (ft__err_shortage(i)) {
+		ft__error("detector: no resources for a control link to rank %d (%s): trying again",
+			  r, ft_strerror(i));
 		d->right_retry_ms = ft__now_ms() + RETRY_MS;
 	} else {
 		/* suspicion, not certainty: see link_closed */
@@ -279,8 +280,18 @@ static bool in_list(const int *v, int n, int x)
 }
 
 /* This rank leaves: excluded (err -FT_EEXCLUDED) or failed with err. */
+#define SHORT_RECENT_MS 10000 /* a shortage this recent explains being left out */
+
 static void go_out(struct ft__det *d, int err, const char *why)
 {
+	/* left out after running short of descriptors or memory: the others
+	 * heard nothing from this rank because of its own shortage, which is
+	 * what its caller needs to hear, not a bare exclusion */
+	if (err == -FT_EEXCLUDED && d->ctl.short_err != 0 &&
+	    ft__now_ms() - d->ctl.short_ms < SHORT_RECENT_MS) {
+		err = d->ctl.short_err;
+		why = "the others declared it failed after this rank ran short (above)";
+	}
 	lock(d);
 	if (!d->excluded && d->fatal == 0)
 		ft__error("detector: %s (%s)", err == -FT_EEXCLUDED ?

@@ -64,14 +64,17 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	d->auth = calloc((size_t)p->world_size, sizeof(uint8_t));
 	if (d->failed == NULL || d->since == NULL || d->auth == NULL ||
 	    pipe2(d->cmd, O_NONBLOCK | O_CLOEXEC) != 0) {
+		rc = d->failed == NULL || d->since == NULL || d->auth == NULL ? -FT_ENOMEM
+									     : ft__err_local(errno);
 		ft__det_destroy(d);
-		return -FT_ENOMEM;
+		return rc;
 	}
 	ft__fd_own(d->cmd[0]);
 	ft__fd_own(d->cmd[1]);
 	if ((d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		rc = ft__err_local(errno);
 		ft__det_destroy(d);
-		return -FT_ENOMEM;
+		return rc;
 	}
 	ft__fd_own(d->wake_fd);
 	d->ctl_opened = true;

@@ -300,7 +300,7 @@ static int mbf_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member 
 	gen_dir(r, gen, dir, sizeof(dir));
 	if ((rc = ft__mkdir_p(dir)) != 0) {
 		ft__error("rendezvous: cannot create %s: %s", dir, strerror(-rc));
-		return -FT_EIO;
+		return ft__err_local(-rc);
 	}
 	host_name(host, sizeof(host));
 	snprintf(name, sizeof(name), "member-%d", r->rank);
@@ -310,7 +310,7 @@ static int mbf_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member 
 	rc = write_atomic(dir, name, text, 0);
 	if (rc != 0)
 		ft__error("rendezvous: cannot write %s/%s: %s", dir, name, strerror(-rc));
-	return rc == 0 ? 0 : -FT_EIO;
+	return rc == 0 ? 0 : ft__err_local(-rc);
 }
 
 /* What a settle makes of a candidate: the last two count as absent. */
@@ -510,7 +510,7 @@ static int write_view(struct mbf *r, uint32_t gen, const int *members, int n, ui
 	if (rc == 0 || rc == -EEXIST)
 		return 0;
 	ft__error("rendezvous: cannot write %s/view: %s", dir, strerror(-rc));
-	return -FT_EIO;
+	return ft__err_local(-rc);
 }
 
 static int mbf_depart(struct ft__mb *mb, uint64_t next_op)
@@ -525,7 +525,7 @@ static int mbf_depart(struct ft__mb *mb, uint64_t next_op)
 	rc = write_atomic(r->dir, name, text, 0);
 	if (rc != 0)
 		ft__error("rendezvous: cannot write %s/%s: %s", r->dir, name, strerror(-rc));
-	return rc == 0 ? 0 : -FT_EIO;
+	return rc == 0 ? 0 : ft__err_local(-rc);
 }
 
 /* Whether rank orig of this job (not of an earlier one with the same id)

@@ -216,7 +216,7 @@ static int recover_view(struct ft_comm *c, const struct ft__call *k, uint64_t se
 		ft__comm_abort_ring(c, -FT_EABORTED, c->op_seq);
 		rc = ft__comm_load_view(c, &v);
 		ft__view_free(&v);
-		if (rc == -FT_EEXCLUDED || rc == -FT_ENOMEM || rc == -FT_ECORRUPT)
+		if (rc == -FT_EEXCLUDED || ft__err_shortage(rc) || rc == -FT_ECORRUPT)
 			break;
 		if (rc != 0)
 			continue; /* a member of the view is gone already: wait for the next */

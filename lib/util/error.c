@@ -1,5 +1,7 @@
 /* error.c: names and messages of ftcc's error codes. */
 /* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "ftcc.h"
@@ -36,10 +38,35 @@ FT__EXPORT const char *ft_err_name(int err)
 	}
 }
 
+int ft__err_local(int e)
+{
+	switch (e) {
+	case EMFILE:
+	case ENFILE:
+		return -FT_EMFILE;
+	case ENOMEM:
+	case ENOBUFS:
+		return -FT_ENOMEM;
+	case ENOSPC:
+	case EDQUOT:
+		return -FT_ENOSPC;
+	default:
+		return -FT_EIO;
+	}
+}
+
+bool ft__err_shortage(int rc)
+{
+	return rc == -FT_EMFILE || rc == -FT_ENOMEM || rc == -FT_ENOSPC;
+}
+
 int ft__err_public(int rc)
 {
 	if (rc >= 0 || strcmp(ft_err_name(rc), "FT_E?") != 0)
 		return rc;
+	/* an errno a shortage names: said as itself, not as an I/O error */
+	if (rc > -FT_ERR_BASE && ft__err_local(-rc) != -FT_EIO)
+		return ft__err_local(-rc);
 	ft__error("internal error code %d (%s) reported as FT_EIO", rc,
 		  rc > -FT_ERR_BASE ? strerror(-rc) : "no errno");
 	return -FT_EIO;

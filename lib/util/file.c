@@ -18,7 +18,7 @@ int ft__dir_private(const char *dir, unsigned flags)
 
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
 		ft__error("%s: cannot create the directory: %s", dir, strerror(errno));
-		return -FT_EIO;
+		return ft__err_local(errno);
 	}
 	/* lstat: the name itself, which is what another user could have planted */
 	if (lstat(dir, &st) != 0) {

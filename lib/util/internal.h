@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -46,8 +47,15 @@ void ft__warn_gated(struct ft__warn_gate *g, const char *fmt, ...)
 	} while (0)
 #define ft__error(...) ft__log(FT__LOG_ERROR, __VA_ARGS__)
 /* What a public call returns for rc: rc when it is 0, positive or an FT_E
- * code; FT_EIO (logged) for a raw errno the table does not name. */
+ * code; a shortage's code for a raw errno that names one (ft__err_local);
+ * FT_EIO (logged) for another raw errno. */
 int ft__err_public(int rc);
+/* The code of a local failure's errno e: FT_EMFILE (no descriptor),
+ * FT_ENOMEM (no memory or buffer), FT_ENOSPC (no space or quota), else
+ * FT_EIO. A shortage here says nothing of any peer. */
+int ft__err_local(int e);
+/* Whether rc is such a shortage (ft__err_local's codes but FT_EIO). */
+bool ft__err_shortage(int rc);
 #define ft__warn(...) ft__log(FT__LOG_WARN, __VA_ARGS__)
 #define ft__info(...) ft__log(FT__LOG_INFO, __VA_ARGS__)
 #define ft__debug(...) ft__log(FT__LOG_DEBUG, __VA_ARGS__)

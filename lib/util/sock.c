@@ -24,7 +24,10 @@ int ft__sock_error(int err)
 	case ETIMEDOUT:
 		return -FT_ETIMEDOUT;
 	case ENOMEM:
-		return -FT_ENOMEM;
+	case ENOBUFS:
+	case EMFILE:
+	case ENFILE:
+		return ft__err_local(err); /* ours, not the peer's */
 	default:
 		return -FT_EPEERFAILED;
 	}
@@ -285,7 +288,7 @@ int ft__sock_listen_port(const char *who, const char *bind_host, const char *pub
 			ft__fd_close(fd);
 		freeaddrinfo(ai);
 		/* a given port another process holds: this rank runs already */
-		return err == EADDRINUSE ? -FT_EBUSY : -FT_EIO;
+		return err == EADDRINUSE ? -FT_EBUSY : ft__err_local(err);
 	}
 	freeaddrinfo(ai);
 	if (publish_host != NULL && publish_host[0] != '\0')
@@ -399,7 +402,7 @@ int ft__sock_connect(const struct ft__sock_addr *to, const struct ft__sock_opts 
 
 	*fd_out = -1;
 	if (fd < 0)
-		return -FT_EIO;
+		return ft__err_local(errno);
 	ft__sock_tune(fd, opts);
 	rc = connect(fd, (const struct sockaddr *)&to->ss, to->len);
 	if (rc != 0 && errno == EINPROGRESS) {

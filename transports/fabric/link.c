@@ -12,7 +12,13 @@ int ft__fab_fi_to_ft(int err)
 {
 	switch (err < 0 ? -err : err) {
 	case FI_ENOMEM:
-		return -FT_ENOMEM;
+	case FI_ENOBUFS:
+	case FI_EMFILE:
+	case ENFILE:
+	case FI_ENOSPC:
+		/* this rank's shortage (a provider's socket, a buffer): never
+		 * taken for the peer's death */
+		return ft__err_local(err < 0 ? -err : err);
 	case FI_ETIMEDOUT:
 		return -FT_ETIMEDOUT;
 	case FI_ECONNREFUSED:

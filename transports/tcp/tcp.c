@@ -66,7 +66,7 @@ static int tcp_open(const struct ft__tp_params *p, struct ft__transport **out)
 	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
 	ft__fd_own(tp->epfd);
 	if (tp->epfd < 0) {
-		rc = -FT_EIO;
+		rc = ft__err_local(errno);
 		goto fail;
 	}
 	rc = ft__sock_listen("tcp", p->bind_host, p->publish_host, 128, &tp->listen_fd, tp->addr,

@@ -72,7 +72,8 @@ int ft__tcp_connect(struct ft__transport *tp, const char *addr, const struct ft_
 	/* A peer may not listen yet or have a full backlog: retry until the deadline. */
 	for (;;) {
 		rc = ft__sock_connect(&to, &tp->sock_opts, deadline, &fd);
-		if (rc == 0 || rc == -FT_EIO)
+		/* a shortage of this rank's is said at once, as itself */
+		if (rc == 0 || rc == -FT_EIO || ft__err_shortage(rc))
 			break;
 		if (ft__ms_left(deadline) == 0) {
 			ft__error("tcp: cannot connect to %s: %s", addr, ft_strerror(rc));
@@ -408,6 +409,15 @@ int ft__tcp_accept(struct ft__transport *tp, const struct ft__hello *expect, int
 					    NI_NUMERICHOST | NI_NUMERICSERV);
 				*pc = (struct pending_conn){.fd = fd};
 				snprintf(pc->from, sizeof(pc->from), "%.46s:%.5s", h, p);
+			} else if (ft__err_local(errno) != -FT_EIO) {
+				/* no descriptor or memory for the connection: this
+				 * rank's shortage, said as itself at once (the
+				 * listener stays readable, and waiting out the
+				 * deadline would make it the peer's silence) */
+				rc = ft__err_local(errno);
+				ft__error("tcp: cannot accept rank %d's link: %s", expect->from_rank,
+					  strerror(errno));
+				goto done;
 			}
 		}
 		for (int i = 0; i < npolled; i++) {
@@ -424,7 +434,7 @@ int ft__tcp_accept(struct ft__transport *tp, const struct ft__hello *expect, int
 			if (pc->pgot < sizeof(pc->proof))
 				continue;
 			rc = judge_proof(tp, expect, pc, out, got);
-			if (rc == 0 || rc == -FT_ENOMEM)
+			if (rc == 0 || ft__err_shortage(rc))
 				goto done;
 			rc = -FT_ETIMEDOUT;
 		}
