@@ -2,8 +2,13 @@
 /* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -574,6 +579,78 @@ Test(shrink, hostile_network, .timeout = 300)
 		cr_expect(tu_hostile_stop(h.attacker), "%s: the attacker died before the end", what);
 		cr_assert_eq(lost, 1, "%s: the job lost %d ranks", what, lost);
 	}
+}
+
+/* Opens and closes connections to port until `want` completed their
+ * handshake (or the port stops taking them): what a connect scan, or a
+ * health probe a minute for a few hours, leaves in a listener's queue. */
+static int burst(uint16_t port, int want)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int made = 0, misses = 0;
+
+	while (made < want && misses < 5) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+		int err = 0;
+		socklen_t el = sizeof(err);
+
+		cr_assert_geq(fd, 0);
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 ||
+		    (errno == EINPROGRESS && poll(&pfd, 1, 50) == 1 &&
+		     getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0)) {
+			made++;
+			misses = 0;
+		} else {
+			misses++;
+		}
+		close(fd);
+	}
+	return made;
+}
+
+struct burst_plan {
+	int victim;
+	long delay_ms;
+};
+
+/* A burst of 300 connections on every listening port of every rank, then,
+ * once every rank went on computing, the victim killed. */
+static void act_burst(struct tu_job *job, void *arg)
+{
+	struct burst_plan *b = arg;
+	uint16_t ports[TU_HOSTILE_PORTS];
+	int np, made = 0;
+
+	tu_sleep_ms(b->delay_ms);
+	np = tu_listening_ports(job, ports);
+	cr_assert_geq(np, job->n, "found %d listening ports for %d ranks", np, job->n);
+	for (int i = 0; i < np; i++)
+		made += burst(ports[i], 300);
+	fprintf(stderr, "connection_burst: %d connections made on %d ports\n", made, np);
+	tu_sleep_ms(300);
+	kill(job->pids[b->victim], SIGKILL);
+}
+
+/*
+ * A burst of connections, closed at once, on every listener while the job
+ * runs (a connect scan; a probe once a minute for hours does the same),
+ * then a rank killed. Nobody accepted on a TCP data listener between
+ * recoveries, so 129 such connections filled its queue for the rest of the
+ * job; at the failure every survivor connected to its right neighbour
+ * first, the SYN was dropped, nobody reached its accept, and every
+ * survivor failed with FT_ETIMEDOUT after the connect timeout.
+ */
+Test(shrink, connection_burst_then_a_kill, .timeout = 200)
+{
+	struct burst_plan b = {.victim = 2, .delay_ms = 500};
+
+	scenario_init(4, 1001, 1, 100);
+	sc.expect_lost = 1;
+	sc.pause_us = 20000;
+	cr_assert_eq(run_scenario(act_burst, &b, 60000, "a connection burst, then rank 2 killed"),
+		     1, "the job lost more than its victim");
 }
 
 static int sum_of_ranks(struct ft_comm *comm, int r, int n, void *arg)

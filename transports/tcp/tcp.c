@@ -74,6 +74,13 @@ static int tcp_open(const struct ft__tp_params *p, struct ft__transport **out)
 	if (rc != 0)
 		goto fail;
 	ft__fd_own(tp->listen_fd);
+	/* the listener's edges wake progress too, which drains it (ft__tcp_drain) */
+	struct epoll_event lev = {.events = EPOLLIN | EPOLLET, .data.ptr = &tp->listen_fd};
+	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->listen_fd, &lev) != 0) {
+		rc = ft__err_local(errno);
+		ft__fd_close(tp->listen_fd);
+		goto fail;
+	}
 	*out = tp;
 	return 0;
 fail:
@@ -389,6 +396,10 @@ static void harvest(struct ft__transport *tp, int timeout_ms)
 		struct ft__link *l = eev[i].data.ptr;
 		if (l == NULL)
 			continue; /* the watched fd: the wait ends, that is all */
+		if (eev[i].data.ptr == &tp->listen_fd) {
+			tp->listen_ready = true;
+			continue;
+		}
 		if (eev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
 			l->can_read = true;
 		if (eev[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
@@ -413,6 +424,8 @@ static int tcp_progress(struct ft__transport *tp, int timeout_ms, struct ft__tp_
 {
 	int n = 0;
 
+	if (tp->listen_ready || (tp->listen_rest_until != 0 && ft__now_ms() >= tp->listen_rest_until))
+		ft__tcp_drain(tp);
 	for (struct ft__link *l = tp->links; l != NULL; l = l->next)
 		if (link_stalled(l)) {
 			harvest(tp, 0);
@@ -423,6 +436,8 @@ static int tcp_progress(struct ft__transport *tp, int timeout_ms, struct ft__tp_
 	if (n > 0 || timeout_ms == 0)
 		return n;
 	harvest(tp, timeout_ms);
+	if (tp->listen_ready)
+		ft__tcp_drain(tp);
 	for (struct ft__link *l = tp->links; l != NULL && n < max; l = l->next)
 		n += link_io(l, ev + n, max - n);
 	return n;

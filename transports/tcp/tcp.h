@@ -67,6 +67,9 @@ struct ft__transport {
 	struct ft__warn_gate warn;      /* strangers' warnings */
 	struct ft__auth_seen seen;      /* nonces of the hellos accepted */
 	bool auth_refused;              /* this accept refused the expected rank's hello for its token */
+	bool listen_ready;              /* epoll saw the listener readable: drain it */
+	int64_t listen_rest_until;      /* no draining before (a shortage, every slot kept) */
+	struct ft__warn_gate short_warn; /* this rank's own shortages at accept */
 };
 
 /* A connection short of its handshake: reading its hello, then (challenged:
@@ -100,6 +103,10 @@ int ft__tcp_accept(struct ft__transport *tp, const struct ft__hello *expect, int
 /* a connecting link's answer, once whole in its inbound buffer; the proof it owes */
 void ft__tcp_take_answer(struct ft__link *l);
 void ft__tcp_send_proof(struct ft__link *l);
+/* Takes what waits on the listener into the pending connections, at any
+ * time (not only in an accept), so that no burst fills the kernel's queue
+ * for the next recovery; closes what is not a hello of this token. */
+void ft__tcp_drain(struct ft__transport *tp);
 
 /* tcp.c: the data path the handshake shares */
 int ft__tcp_fill_inbuf(struct ft__link *l);

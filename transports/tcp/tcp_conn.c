@@ -62,16 +62,25 @@ int ft__tcp_connect(struct ft__transport *tp, const char *addr, const struct ft_
 {
 	int64_t deadline = ft__now_ms() + timeout_ms;
 	struct ft__sock_addr to;
-	int fd = -1, rc, delay_ms = 1;
+	int fd = -1, rc, delay_ms = 1, slice_ms = 200;
 
 	*out = NULL;
 	if (ft__sock_resolve(addr, &to) != 0) {
 		ft__error("tcp: malformed or unresolvable peer address '%s'", addr);
 		return -FT_EINVAL;
 	}
-	/* A peer may not listen yet or have a full backlog: retry until the deadline. */
+	/*
+	 * A peer may not listen yet or have a full backlog: retry until the
+	 * deadline. Each try waits a slice (200 ms, doubling to 2 s), and this
+	 * rank's own listener is drained between tries: a neighbour that
+	 * connects to us while we connect to the next must find room in our
+	 * queue, or the ring of connects waits on itself.
+	 */
 	for (;;) {
-		rc = ft__sock_connect(&to, &tp->sock_opts, deadline, &fd);
+		int64_t until = ft__now_ms() + slice_ms;
+		ft__tcp_drain(tp);
+		rc = ft__sock_connect(&to, &tp->sock_opts, until < deadline ? until : deadline, &fd);
+		slice_ms = slice_ms < 1000 ? 2 * slice_ms : 2000;
 		/* a shortage of this rank's is said at once, as itself */
 		if (rc == 0 || rc == -FT_EIO || ft__err_shortage(rc))
 			break;
@@ -327,6 +336,103 @@ static int judge_proof(struct ft__transport *tp, const struct ft__hello *expect,
 	return rc;
 }
 
+/* Takes one connection waiting on the listener into pend: 1 taken, 0 none
+ * waits, or this rank's shortage (no descriptor, no memory). */
+static int take_one(struct ft__transport *tp, struct pending_conn *pend, int *npend)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char h[NI_MAXHOST] = "?", p[NI_MAXSERV] = "?";
+	int fd = accept4(tp->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	struct pending_conn *pc;
+
+	if (fd < 0)
+		return ft__err_shortage(ft__err_local(errno)) ? ft__err_local(errno) : 0;
+	ft__fd_own(fd);
+	pc = &pend[(*npend)++];
+	getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
+		    NI_NUMERICHOST | NI_NUMERICSERV);
+	*pc = (struct pending_conn){.fd = fd};
+	snprintf(pc->from, sizeof(pc->from), "%.46s:%.5s", h, p);
+	return 1;
+}
+
+/* Whether pc sent a whole hello sealed with this rank's token, for this
+ * rank (of any generation: the accept that takes it judges the rest). */
+static bool hello_sealed(const struct ft__transport *tp, const struct pending_conn *pc)
+{
+	struct ft__hello e = pc->hello;
+
+	e.to_rank = tp->rank;
+	e.from_rank = -1;
+	return pc->got == sizeof(pc->hello) && ft__hello_check(&e, &pc->hello, tp->token) == 0;
+}
+
+#define DRAIN_REST_SHORT_MS 100 /* after a shortage: it lasts */
+#define DRAIN_REST_FULL_MS 20   /* every slot holds a sealed hello: an accept comes */
+
+/*
+ * Between accepts nobody judged the listener's queue, so a burst of
+ * connections (a scan, a probe a minute for hours) filled it, and at the
+ * next failure every survivor's SYN to its neighbour was dropped while it
+ * waited in its own connect: all of them timed out. Now progress (on the
+ * listener's edge) and the connect's retries drain it into the pending
+ * slots, and what a stranger holds is bounded as in an accept: a
+ * connection that closed or sent something other than a hello sealed
+ * with this token is closed at once, and when the slots are full the
+ * oldest that has not sent such a hello makes room (a neighbour's early
+ * link, sealed, is never pushed out by strangers).
+ */
+void ft__tcp_drain(struct ft__transport *tp)
+{
+	int64_t now = ft__now_ms();
+	int rc, k;
+
+	tp->listen_ready = false;
+	if (now < tp->listen_rest_until)
+		return;
+	tp->listen_rest_until = 0;
+	if (tp->pend == NULL && (tp->pend = calloc(TCP_PENDING_ACCEPT, sizeof(*tp->pend))) == NULL)
+		return;
+	for (;;) {
+		for (int i = 0; i < tp->npend; i++) {
+			struct pending_conn *pc = &tp->pend[i];
+			if (pc->challenged || pc->fd < 0 || pc->got == sizeof(pc->hello))
+				continue;
+			if (pending_read(tp, pc) && pc->got == sizeof(pc->hello) &&
+			    !hello_sealed(tp, pc))
+				refuse(tp, pc, -FT_EAUTH, "not a hello of this job's token");
+		}
+		k = 0;
+		for (int i = 0; i < tp->npend; i++)
+			if (tp->pend[i].fd >= 0)
+				tp->pend[k++] = tp->pend[i];
+		tp->npend = k;
+		if (tp->npend == TCP_PENDING_ACCEPT) {
+			int old = 0;
+			while (old < tp->npend && (tp->pend[old].challenged || hello_sealed(tp, &tp->pend[old])))
+				old++;
+			if (old == tp->npend) {
+				tp->listen_rest_until = now + DRAIN_REST_FULL_MS;
+				return;
+			}
+			refuse(tp, &tp->pend[old], -FT_ETIMEDOUT,
+			       "too many connections short of a handshake");
+			memmove(tp->pend + old, tp->pend + old + 1,
+				(size_t)(--tp->npend - old) * sizeof(tp->pend[0]));
+		}
+		rc = take_one(tp, tp->pend, &tp->npend);
+		if (rc == 0)
+			return;
+		if (rc < 0) {
+			ft__warn_gated(&tp->short_warn, "tcp: cannot accept a connection: %s",
+				       ft_strerror(rc));
+			tp->listen_rest_until = now + DRAIN_REST_SHORT_MS;
+			return;
+		}
+	}
+}
+
 void ft__tcp_answer_challenges(struct ft__transport *tp)
 {
 	struct ft__link *drv[TCP_DRIVE_MAX];
@@ -369,6 +475,17 @@ int ft__tcp_accept(struct ft__transport *tp, const struct ft__hello *expect, int
 		else if (pend[npend].fd >= 0)
 			ft__fd_close(pend[npend].fd); /* kept again for a later generation: not here */
 	}
+	/* hellos the drain read whole between accepts: judged now */
+	for (int i = 0; i < npend; i++)
+		if (pend[i].fd >= 0 && !pend[i].challenged && pend[i].got == sizeof(pend[i].hello))
+			(void)judge_hello(tp, expect, &pend[i]);
+	{
+		int k = 0;
+		for (int i = 0; i < npend; i++)
+			if (pend[i].fd >= 0)
+				pend[k++] = pend[i];
+		npend = k;
+	}
 	rc = -FT_ETIMEDOUT;
 	for (;;) {
 		int n = 0, left = ft__ms_left(deadline);
@@ -397,26 +514,15 @@ int ft__tcp_accept(struct ft__transport *tp, const struct ft__hello *expect, int
 		bool backlog_blocked = (pfd[0].revents & POLLIN) && npend == TCP_PENDING_ACCEPT;
 		int npolled = npend;
 		if ((pfd[0].revents & POLLIN) && npend < TCP_PENDING_ACCEPT) {
-			struct sockaddr_storage ss;
-			socklen_t sl = sizeof(ss);
-			int fd = accept4(tp->listen_fd, (struct sockaddr *)&ss, &sl,
-					 SOCK_CLOEXEC | SOCK_NONBLOCK);
-			if (fd >= 0) {
-				ft__fd_own(fd);
-				struct pending_conn *pc = &pend[npend++];
-				char h[NI_MAXHOST] = "?", p[NI_MAXSERV] = "?";
-				getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
-					    NI_NUMERICHOST | NI_NUMERICSERV);
-				*pc = (struct pending_conn){.fd = fd};
-				snprintf(pc->from, sizeof(pc->from), "%.46s:%.5s", h, p);
-			} else if (ft__err_local(errno) != -FT_EIO) {
+			int taken = take_one(tp, pend, &npend);
+			if (taken < 0) {
 				/* no descriptor or memory for the connection: this
 				 * rank's shortage, said as itself at once (the
 				 * listener stays readable, and waiting out the
 				 * deadline would make it the peer's silence) */
-				rc = ft__err_local(errno);
+				rc = taken;
 				ft__error("tcp: cannot accept rank %d's link: %s", expect->from_rank,
-					  strerror(errno));
+					  ft_strerror(rc));
 				goto done;
 			}
 		}
