@@ -156,12 +156,16 @@ if ls "$B"/python/ftcc/_C*.so >/dev/null 2>&1; then
 else
 	echo "== SKIPPED: torch_backend: $B/python/ftcc not built (Debian's PyTorch missing: make deps-torch)"
 fi
-# A whole namespace host lost with its ranks' running checkpoints, which
-# the survivors read back from the next host's memory (cluster_test.sh's
-# ckpt-peer row; make cluster-test runs every row).
+# The namespace cluster (test/cluster/cluster_test.sh; make cluster-test
+# runs every row): one row of each kind, so that a regression of any fails
+# here: mpirun's matrix (tcp), the in-band membership under PMIx (ib-tcp)
+# and under a peer list (ib-peers), a host killed (ib-kill), a whole host
+# lost with its ranks' running checkpoints, read back from the next host's
+# memory (ckpt-peer), and ranks without mpirun whose host's link drops
+# (linkdown).
 if [ -x "$B/examples/train_sharded" ] && [ -x "$B/test/tsan_rank" ]; then
-	item --alone cluster_ckpt_peer 120 env CLUSTER_ROWS=ckpt-peer sh -c \
-		'"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
+	item --alone cluster 240 env CLUSTER_ROWS="tcp ib-tcp ib-peers ib-kill ckpt-peer linkdown" \
+		sh -c '"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
 		"$(dirname "$0")"/../test/cluster/cluster_test.sh "$B"
 fi
 # Slurm: srun jobs on a real Slurm cluster of network-namespace hosts

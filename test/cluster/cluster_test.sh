@@ -282,7 +282,8 @@ fi
 PEERS=$(for h in 1 2 3 4; do a=$("$NETNS" "$C" addr "$h"); echo "$a:7100,$a:7101"; done | paste -sd, -)
 if want ib-peers; then
 	with_memb "$IB" row "ib-peers: allreduce_check, in-band, FTCC_PEERS" 1 -x FTCC_BOOTSTRAP=peers \
-		-x "FTCC_PEERS=$PEERS" sh -c "$PERHOST" "$C.tmp" "$B/examples/allreduce_check" 100003 5
+		-x "FTCC_PEERS=$PEERS" -x "FTCC_TOKEN=ibpeers$$" sh -c "$PERHOST" "$C.tmp" \
+		"$B/examples/allreduce_check" 100003 5
 fi
 if want ib-kill; then
 	with_memb "$IB" kill_row "ib-kill: tcp, shrink, in-band: host 4 killed mid-job" sh -c "$PERHOST" "$C.tmp"
