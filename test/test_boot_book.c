@@ -404,7 +404,7 @@ static uint32_t be32(const unsigned char *p)
 /* One answer: its type (0 at EOF), value and body (NUL-terminated; blen its length). */
 static unsigned raw_answer(int fd, uint32_t *value, char *body, size_t cap, size_t *blen)
 {
-	unsigned char h[FT__STORE_ANSWER_HDR];
+	unsigned char h[FT__STORE_ANSWER_HDR], mac[FT__AUTH_MAC];
 	uint32_t len;
 
 	if (read_all(fd, h, sizeof(h)) != 0)
@@ -415,6 +415,7 @@ static unsigned raw_answer(int fd, uint32_t *value, char *body, size_t cap, size
 	cr_assert_lt(len, cap);
 	cr_assert_eq(read_all(fd, body, len), 0);
 	body[len] = '\0';
+	cr_assert_eq(read_all(fd, mac, sizeof(mac)), 0, "no MAC after the answer");
 	if (blen != NULL)
 		*blen = len;
 	return (unsigned)(h[6] << 8 | h[7]);
@@ -712,6 +713,85 @@ Test(store_guard, a_client_with_the_wrong_token_is_refused, .timeout = 60)
 	store_stop(&s);
 }
 
+/*
+ * A process that is not the store (no token) listens where FTCC_STORE
+ * points and answers each join the way the store would, with a
+ * well-formed book in which every other rank is marked gone (or with
+ * a refusal): the store's answers were not signed, so a rank believed
+ * such a book, and a fake store once cut a 4-rank job into two jobs of 2
+ * that summed half the inputs each, every rank exiting 0. Now its answer
+ * does not prove the token: the rank fails with FT_EAUTH at once.
+ */
+static void fake_store(int lfd, int answers, bool refuse)
+{
+	for (int i = 0; i < answers; i++) {
+		unsigned char ch[FT__STORE_CHALLENGE_LEN], in[FT__STORE_JOIN_MAX];
+		unsigned char ans[FT__STORE_ANSWER_HDR + 2 * FT__BOOK_ENTRY_MAX];
+		uint8_t nonce[FT__AUTH_NONCE], cnonce[FT__AUTH_NONCE] = {0}, mac[FT__AUTH_MAC];
+		char mine[FT__BOOK_ENTRY_MAX];
+		size_t len = FT__STORE_ANSWER_HDR;
+		int fd = accept(lfd, NULL, NULL);
+		ssize_t n;
+
+		if (fd < 0)
+			_exit(1);
+		(void)ft__auth_random(nonce, sizeof(nonce));
+		ft__store_challenge_encode(ch, nonce);
+		(void)!write(fd, ch, sizeof(ch));
+		n = read(fd, in, sizeof(in)); /* a whole join, on loopback */
+		if (n >= FT__STORE_JOIN_HDR)
+			memcpy(cnonce, in + 20, sizeof(cnonce));
+		entry_of(0, mine);
+		if (refuse) {
+			static const char why[] = "go away";
+			ft__store_answer_header(ans, FT__STORE_REFUSED, FT_ECONFIG, sizeof(why) - 1);
+			memcpy(ans + len, why, sizeof(why) - 1);
+			len += sizeof(why) - 1;
+		} else {
+			len += ft__store_book_put(ans + len, mine);
+			len += ft__store_book_put(ans + len, FT__STORE_GONE);
+			ft__store_answer_header(ans, FT__STORE_BOOK, 2,
+						(uint32_t)(len - FT__STORE_ANSWER_HDR));
+		}
+		/* it does not hold the token: its best guess at one */
+		ft__store_answer_seal(mac, "not-the-token", nonce, cnonce, ans, len);
+		(void)!write(fd, ans, len);
+		(void)!write(fd, mac, sizeof(mac));
+		close(fd);
+	}
+	_exit(0);
+}
+
+Test(store_guard, a_fake_store_is_believed_by_no_rank, .timeout = 60)
+{
+	for (int refuse = 0; refuse < 2; refuse++) {
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		socklen_t al = sizeof(a);
+		int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		char addr[64];
+		pid_t fake, rank;
+		long t0;
+
+		cr_assert_geq(lfd, 0);
+		cr_assert_eq(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+		cr_assert_eq(listen(lfd, 8), 0);
+		cr_assert_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+		snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(a.sin_port));
+		fake = fork();
+		cr_assert_geq(fake, 0);
+		if (fake == 0)
+			fake_store(lfd, 1, refuse);
+		close(lfd);
+		t0 = now_ms();
+		rank = client(addr, "t-fake", 0, 2, 20000);
+		cr_expect_eq(wait_ms(rank, 30000), 5,
+			     "rank 0 took a fake store's %s (5: FT_EAUTH)", refuse ? "refusal" : "book");
+		cr_expect_lt(now_ms() - t0, 5000, "refused at once, not at the deadline");
+		kill(fake, SIGKILL);
+		waitpid(fake, NULL, 0);
+	}
+}
+
 /* ftcc-run --store will not serve without a token unless FTCC_AUTH=none says so. */
 Test(store_guard, no_token_no_store_unless_auth_none, .timeout = 60)
 {
@@ -734,10 +814,13 @@ Test(store_guard, no_token_no_store_unless_auth_none, .timeout = 60)
 	unsetenv("FTCC_TOKEN");
 	setenv("FTCC_AUTH", "none", 1);
 	store_start(&s);
-	pid_t a = client_tok(s.addr, "t-none", 0, 2, 20000, "x");
+	pid_t a = client_tok(s.addr, "t-none", 0, 2, 20000, "");
 	pid_t b = client_tok(s.addr, "t-none", 1, 2, 20000, "");
+	/* a rank with a token believes no store that cannot prove it */
+	pid_t c = client_tok(s.addr, "t-x", 0, 1, 20000, "x");
 	cr_expect_eq(wait_ms(a, 30000), 0);
 	cr_expect_eq(wait_ms(b, 30000), 0);
+	cr_expect_eq(wait_ms(c, 30000), 5, "a rank with a token took an unproven answer");
 	store_stop(&s);
 }
 

@@ -92,6 +92,8 @@ struct conn {
 	int64_t deadline_ms;
 	bool authed;            /* its join proved the token: counted in nunauth until then */
 	uint8_t nonce[FT__AUTH_NONCE]; /* the challenge it was sent */
+	uint8_t cnonce[FT__AUTH_NONCE]; /* its join's own nonce (zeros before the join) */
+	uint8_t mac[FT__AUTH_MAC];      /* SENDING: the answer's, for this connection */
 	unsigned char in[FT__STORE_JOIN_MAX];
 	size_t in_len;
 	struct job *job;        /* WAITING: the job and the rank it holds */
@@ -267,11 +269,16 @@ static void job_leave(struct ft__store_server *s, struct conn *c)
 		job_free(s, j);
 }
 
+/* The answer (shared by the ranks of a job), then this connection's MAC of it. */
 static void conn_write(struct ft__store_server *s, struct conn *c)
 {
-	while (c->out_off < c->out->len) {
-		ssize_t n = send(c->fd, c->out->data + c->out_off, c->out->len - c->out_off,
-				 MSG_NOSIGNAL);
+	size_t total = c->out->len + FT__AUTH_MAC;
+
+	while (c->out_off < total) {
+		bool body = c->out_off < c->out->len;
+		ssize_t n = send(c->fd,
+				 body ? c->out->data + c->out_off : c->mac + (c->out_off - c->out->len),
+				 body ? c->out->len - c->out_off : total - c->out_off, MSG_NOSIGNAL);
 		if (n > 0) {
 			c->out_off += (size_t)n;
 			continue;
@@ -287,6 +294,8 @@ static void conn_write(struct ft__store_server *s, struct conn *c)
 
 static void send_answer(struct ft__store_server *s, struct conn *c, struct answer *a)
 {
+	/* proves to the rank that this store holds the token, for its join */
+	ft__store_answer_seal(c->mac, s->token, c->nonce, c->cnonce, a->data, a->len);
 	c->state = SENDING;
 	c->job = NULL;
 	c->out = a;
@@ -508,6 +517,8 @@ static void read_join(struct ft__store_server *s, struct conn *c)
 		return;
 	}
 	c->in_len += (size_t)n;
+	if (c->in_len >= FT__STORE_JOIN_HDR)
+		memcpy(c->cnonce, c->in + 20, FT__AUTH_NONCE);
 	n = ft__store_join_parse(c->in, c->in_len, &m, &why);
 	if (n == -FT_EPROTO) {
 		say_stranger(s, "closed %s: %s", c->peer, why);

@@ -56,6 +56,7 @@ size_t ft__store_join_encode(const struct ft__store_join *j, unsigned char *buf)
 	put32(buf + 12, j->world_size);
 	put16(buf + 16, (uint32_t)jl);
 	put16(buf + 18, (uint32_t)el);
+	memcpy(buf + 20, j->cnonce, FT__AUTH_NONCE);
 	memcpy(buf + FT__STORE_JOIN_HDR, j->job, jl);
 	memcpy(buf + FT__STORE_JOIN_HDR + jl, j->entry, el);
 	return FT__STORE_JOIN_HDR + jl + el;
@@ -89,6 +90,17 @@ bool ft__store_join_auth_ok(const unsigned char *buf, size_t len, const char *to
 	return ft__auth_mac_ok(token, FT__STORE_LABEL, iov, 2, buf + len - FT__AUTH_MAC);
 }
 
+void ft__store_answer_seal(uint8_t mac[FT__AUTH_MAC], const char *token,
+			   const uint8_t nonce[FT__AUTH_NONCE], const uint8_t cnonce[FT__AUTH_NONCE],
+			   const unsigned char *ans, size_t len)
+{
+	struct iovec iov[3] = {{(void *)nonce, FT__AUTH_NONCE},
+			       {(void *)cnonce, FT__AUTH_NONCE},
+			       {(void *)ans, len}};
+
+	ft__auth_mac(token, FT__STORE_ANSWER_LABEL, iov, 3, mac);
+}
+
 void ft__store_challenge_encode(unsigned char *buf, const uint8_t nonce[FT__AUTH_NONCE])
 {
 	put32(buf, FT__STORE_MAGIC);
@@ -119,6 +131,7 @@ ssize_t ft__store_join_parse(const unsigned char *buf, size_t len, struct ft__st
 	j->world_size = get32(buf + 12);
 	jl = get16(buf + 16);
 	el = get16(buf + 18);
+	memcpy(j->cnonce, buf + 20, FT__AUTH_NONCE);
 	if (j->world_size < 1 || j->world_size > FT__STORE_MAX_RANKS)
 		return invalid(why, "world size out of range (1..65536)");
 	if (j->rank >= j->world_size)
@@ -227,10 +240,11 @@ static int parse_book(const unsigned char *b, size_t len, const struct ft__book_
  * store is full); -FT_EAUTH when the store found that this rank does not
  * hold its token; -FT_ECONFIG otherwise.
  */
-static int refused(int fd, uint32_t code, uint32_t len, int64_t deadline_ms, char *why)
+static int refused(const unsigned char *b, uint32_t code, uint32_t len, char *why)
 {
-	if (len >= FT__STORE_WHY_MAX || read_full(fd, why, len, deadline_ms) != 0)
+	if (len >= FT__STORE_WHY_MAX)
 		len = 0;
+	memcpy(why, b, len);
 	why[len] = '\0';
 	for (uint32_t i = 0; i < len; i++)
 		if (!isprint((unsigned char)why[i]))
@@ -240,37 +254,80 @@ static int refused(int fd, uint32_t code, uint32_t len, int64_t deadline_ms, cha
 	return code == FT_EBUSY ? -FT_EBUSY : code == FT_EAUTH ? -FT_EAUTH : -FT_ECONFIG;
 }
 
-/* One answer on fd: 0 and the book, a refusal (why says it), -FT_EIO (malformed), or a socket error. */
+/*
+ * One answer on fd: 0 and the book, a refusal (why says it), -FT_EAUTH
+ * (its MAC does not prove the token: not this job's store), -FT_EIO
+ * (malformed), or a socket error. Nothing of it is believed before its
+ * MAC checks out (nonce: the challenge; cnonce: the join's; both NULL
+ * only for the fuzz harness, which reaches the parsers with any input).
+ */
 static int read_answer(int fd, const struct ft__book_params *p, const char *mine,
-		       char (*book)[FT__BOOK_ENTRY_MAX], int64_t deadline_ms, char *why)
+		       char (*book)[FT__BOOK_ENTRY_MAX], int64_t deadline_ms, char *why,
+		       const uint8_t *nonce, const uint8_t *cnonce)
 {
-	unsigned char hdr[FT__STORE_ANSWER_HDR], *body;
+	unsigned char *a;
+	uint8_t mac[FT__AUTH_MAC];
 	uint32_t type, value, len;
-	int rc = read_full(fd, hdr, sizeof(hdr), deadline_ms);
+	int rc;
 
+	if ((a = malloc(FT__STORE_ANSWER_HDR)) == NULL)
+		return -FT_ENOMEM;
+	rc = read_full(fd, a, FT__STORE_ANSWER_HDR, deadline_ms);
 	if (rc != 0)
-		return rc;
-	type = get16(hdr + 6);
-	value = get32(hdr + 8);
-	len = get32(hdr + 12);
-	if (get32(hdr) != FT__STORE_MAGIC || get16(hdr + 4) != FT__STORE_VERSION ||
+		goto out;
+	type = get16(a + 6);
+	value = get32(a + 8);
+	len = get32(a + 12);
+	rc = -FT_EIO;
+	if (get32(a) != FT__STORE_MAGIC || get16(a + 4) != FT__STORE_VERSION ||
 	    (type != FT__STORE_BOOK && type != FT__STORE_REFUSED)) {
 		ft__error("store %s: not an ftcc store, or another version", p->store);
-		return -FT_EIO;
+		goto out;
+	}
+	if (type == FT__STORE_REFUSED ? len >= FT__STORE_WHY_MAX
+				      : value != (uint32_t)p->world_size ||
+						len > (uint32_t)p->world_size * FT__BOOK_ENTRY_MAX) {
+		ft__error("store %s: an answer of %u bytes (%u) for a job of %d ranks", p->store,
+			  len, value, p->world_size);
+		goto out;
+	}
+	{
+		unsigned char *bigger = realloc(a, FT__STORE_ANSWER_HDR + (size_t)len);
+		if (bigger == NULL) {
+			rc = -FT_ENOMEM;
+			goto out;
+		}
+		a = bigger;
+	}
+	rc = read_full(fd, a + FT__STORE_ANSWER_HDR, len, deadline_ms);
+	if (rc == 0)
+		rc = read_full(fd, mac, sizeof(mac), deadline_ms);
+	if (rc != 0)
+		goto out;
+	if (nonce != NULL) {
+		uint8_t want[FT__AUTH_MAC];
+		ft__store_answer_seal(want, p->token ? p->token : "", nonce, cnonce, a,
+				      FT__STORE_ANSWER_HDR + (size_t)len);
+		if (!ft__auth_equal(want, mac, sizeof(mac))) {
+			if (type == FT__STORE_REFUSED && value == FT_EAUTH) {
+				/* under its token, which is not ours: unprovable */
+				rc = refused(a + FT__STORE_ANSWER_HDR, value, len, why);
+				goto out;
+			}
+			ft__error("store %s: its answer does not prove this job's token: not this "
+				  "job's store (a process in its place?), or another token",
+				  p->store);
+			snprintf(why, FT__STORE_WHY_MAX, "the answer's MAC does not check out");
+			rc = -FT_EAUTH;
+			goto out;
+		}
 	}
 	if (type == FT__STORE_REFUSED)
-		return refused(fd, value, len, deadline_ms, why);
-	if (value != (uint32_t)p->world_size || len > (uint32_t)p->world_size * FT__BOOK_ENTRY_MAX) {
-		ft__error("store %s: a book of %u ranks (%u bytes) for a job of %d", p->store,
-			  value, len, p->world_size);
-		return -FT_EIO;
-	}
-	if ((body = malloc(len > 0 ? len : 1)) == NULL)
-		return -FT_ENOMEM;
-	rc = read_full(fd, body, len, deadline_ms);
-	if (rc == 0)
-		rc = parse_book(body, len, p, mine, book);
-	free(body);
+		rc = refused(a + FT__STORE_ANSWER_HDR, value, len, why);
+	else
+		rc = parse_book(a + FT__STORE_ANSWER_HDR, len, p, mine, book);
+out:
+	free(a);
 	return rc;
 }
 
@@ -300,9 +357,14 @@ static int store_try(const struct ft__sock_addr *to, unsigned char *join, size_t
 	/* keepalive: a store host that vanishes is noticed while this rank waits */
 	const struct ft__sock_opts opts = {.keepalive_ms = FT__STORE_DEAD_MS,
 					   .user_timeout_ms = FT__STORE_DEAD_MS};
-	uint8_t nonce[FT__AUTH_NONCE];
+	uint8_t nonce[FT__AUTH_NONCE], cnonce[FT__AUTH_NONCE];
 	int fd, rc;
 
+	/* a fresh nonce of ours each try: the answer's MAC covers it */
+	rc = ft__auth_random(cnonce, sizeof(cnonce));
+	if (rc != 0)
+		return rc;
+	memcpy(join + 20, cnonce, sizeof(cnonce));
 	rc = ft__sock_connect(to, &opts, deadline_ms, &fd);
 	if (rc != 0)
 		return rc;
@@ -314,7 +376,7 @@ static int store_try(const struct ft__sock_addr *to, unsigned char *join, size_t
 							     nonce),
 					 deadline_ms);
 	if (rc == 0)
-		rc = read_answer(fd, p, mine, book, deadline_ms, why);
+		rc = read_answer(fd, p, mine, book, deadline_ms, why, nonce, cnonce);
 	ft__fd_close(fd);
 	return rc;
 }
@@ -327,7 +389,7 @@ int ft__store_fuzz_reply(int fd, const struct ft__book_params *p, const char *mi
 	uint8_t nonce[FT__AUTH_NONCE];
 	int rc = read_challenge(fd, p, nonce, deadline_ms);
 
-	return rc != 0 ? rc : read_answer(fd, p, mine, book, deadline_ms, why);
+	return rc != 0 ? rc : read_answer(fd, p, mine, book, deadline_ms, why, NULL, NULL);
 }
 #endif
 

@@ -15,13 +15,14 @@
  * One exchange per connection; integers are big-endian.
  *
  *   challenge (store to rank, at once on accept):
- *     u32 magic "FTBS", u16 version 2, u16 type 4, 16-byte nonce (fresh)
+ *     u32 magic "FTBS", u16 version 3, u16 type 4, 16-byte nonce (fresh)
  *   join (rank to store): a header, then the job id, the entry and a MAC
  *     u32 magic, u16 version, u16 type 1,
  *     u32 rank, u32 world size, u16 job id length, u16 entry length,
+ *     16-byte nonce of the rank's (fresh),
  *     job id, entry, MAC: HMAC-SHA256(token, FT__STORE_LABEL || the
  *     challenge's nonce || every byte of the join before the MAC)
- *   answer (store to rank): a header, then the body
+ *   answer (store to rank): a header, then the body, then a MAC
  *     u32 magic, u16 version, u16 type 2 (book) or 3 (refused),
  *     u32 world size (book) or a positive FT_E* code (refused),
  *     u32 body length
@@ -30,14 +31,23 @@
  *              store saw the rank's process die before the book went out
  *              (tools/store_server.h, store_rank_died)
  *     refused: why, in words
+ *     MAC: HMAC-SHA256(token, FT__STORE_ANSWER_LABEL || the challenge's
+ *     nonce || the join's nonce || header || body)
  *
  * The MAC proves that the joining process holds the job's token (the
  * store is started with it) without sending it, and binds the job id, rank
  * and address to this connection's nonce: a captured join sent again, on
  * another connection, proves nothing. A join whose MAC does not check out
- * is refused (FT_EAUTH) and changes nothing. The store's answer is not
- * signed: the book only says where to connect, and every link made from it
- * proves the token in its own handshake (lib/util/auth.h).
+ * is refused (FT_EAUTH) and changes nothing. The answer's MAC proves
+ * that the store holds the token too, for this join (the rank's fresh
+ * nonce): a process that is not the store (one that took its port, or
+ * answers in its place) cannot make the ranks believe a book, a rank
+ * marked gone, or a refusal, nor replay an old answer; the rank fails
+ * with FT_EAUTH naming the store. A book once cut a 4-rank job into two
+ * jobs of 2 that summed half the inputs each, all of them exiting 0. The
+ * one answer a rank cannot check is a refusal for its token (FT_EAUTH):
+ * the store's MAC is then under another token; it ends the rank's
+ * ft_init with FT_EAUTH either way.
  *
  * The store answers a join once every rank of its job has joined, all at
  * once, with the same book; or at once with a refusal when the join does
@@ -56,11 +66,12 @@
  * either will accept.
  */
 #define FT__STORE_MAGIC 0x46544253u /* "FTBS" */
-#define FT__STORE_VERSION 2
+#define FT__STORE_VERSION 3
 enum { FT__STORE_JOIN = 1, FT__STORE_BOOK = 2, FT__STORE_REFUSED = 3, FT__STORE_CHALLENGE = 4 };
-#define FT__STORE_LABEL "ftcc store join v2"
+#define FT__STORE_LABEL "ftcc store join v3"
+#define FT__STORE_ANSWER_LABEL "ftcc store answer v3"
 #define FT__STORE_CHALLENGE_LEN (8 + FT__AUTH_NONCE)
-#define FT__STORE_JOIN_HDR 20
+#define FT__STORE_JOIN_HDR (20 + FT__AUTH_NONCE)
 #define FT__STORE_ANSWER_HDR 16
 #define FT__STORE_JOB_MAX FT_NAME_MAX /* job id, NUL included */
 #define FT__STORE_JOIN_MAX \
@@ -78,6 +89,7 @@ struct ft__store_join {
 	uint32_t rank, world_size;
 	char job[FT__STORE_JOB_MAX];
 	char entry[FT__BOOK_ENTRY_MAX];
+	uint8_t cnonce[FT__AUTH_NONCE]; /* the rank's: the answer's MAC covers it */
 	uint8_t mac[FT__AUTH_MAC];      /* as parsed; ft__store_join_seal computes it */
 };
 
@@ -89,6 +101,11 @@ size_t ft__store_join_seal(unsigned char *buf, size_t len, const char *token,
 /* Whether the join at buf (len bytes, MAC included) was sealed with token for nonce. */
 bool ft__store_join_auth_ok(const unsigned char *buf, size_t len, const char *token,
 			    const uint8_t nonce[FT__AUTH_NONCE]);
+/* The MAC of the len-byte answer at ans (header and body) to a join with
+ * cnonce on a connection challenged with nonce. */
+void ft__store_answer_seal(uint8_t mac[FT__AUTH_MAC], const char *token,
+			   const uint8_t nonce[FT__AUTH_NONCE], const uint8_t cnonce[FT__AUTH_NONCE],
+			   const unsigned char *ans, size_t len);
 /* Writes a challenge (FT__STORE_CHALLENGE_LEN bytes) for nonce. */
 void ft__store_challenge_encode(unsigned char *buf, const uint8_t nonce[FT__AUTH_NONCE]);
 /*

@@ -85,17 +85,17 @@ def ctl(d):
 # ---- store: mode byte then a join, or the store's bytes (lib/bootstrap/boot_store.h) ----
 def store(d):
     job, entry = b"fuzz-job", b"host-1:4000"
-    join = struct.pack(">IHHIIHH", 0x46544253, 2, 1, 1, 3, len(job), len(entry)) + job + entry
+    join = struct.pack(">IHHIIHH", 0x46544253, 3, 1, 1, 3, len(job), len(entry)) + bytes(range(16)) + job + entry
     put(d, "join", b"\1" + join + bytes(32))
     # a NUL in the job id passed ft__store_job_check (strchr finds the NUL): the fuzzer's find
-    nul = struct.pack(">IHHIIHH", 0x46544253, 2, 1, 1, 3, 8, len(entry)) + b"fuzz\0job" [:8] + entry
+    nul = struct.pack(">IHHIIHH", 0x46544253, 3, 1, 1, 3, 8, len(entry)) + bytes(16) + b"fuzz\0job" [:8] + entry
     put(d, "regress-nul-in-job", b"\1" + nul + bytes(32))
     put(d, "join-torn", b"\1" + join[:30])
     body = b"".join(bytes([len(e)]) + e for e in (b"a:1", b"h:1", b"[::1]:3"))
-    book = struct.pack(">IHHII", 0x46544253, 2, 2, 3, len(body)) + body
+    book = struct.pack(">IHHII", 0x46544253, 3, 2, 3, len(body)) + body + bytes(32)
     put(d, "book", bytes([2 | 2 << 2 | 1 << 4]) + book)
     why = b"rank 1 is held by a live connection"
-    put(d, "refused", bytes([2 | 2 << 2 | 1 << 4]) + struct.pack(">IHHII", 0x46544253, 2, 3, 16, len(why)) + why)
+    put(d, "refused", bytes([2 | 2 << 2 | 1 << 4]) + struct.pack(">IHHII", 0x46544253, 3, 3, 16, len(why)) + why + bytes(32))
     put(d, "no-challenge", bytes([0]) + book)
 
 
