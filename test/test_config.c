@@ -2,6 +2,8 @@
 /* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
+#include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1098,6 +1100,39 @@ Test(init, struct_size_checked, .timeout = 20)
 	cr_assert_eq(ft_init(&cfg, &c), 0);
 	cr_expect_eq(ft_size(c), 1);
 	cr_expect_eq(ft_finalize(c), 0);
+}
+
+/*
+ * Fields of the struct that only FTCC_* variables bounded: a world size of
+ * INT_MAX took 37 s and 8 GB before FT_ENOMEM, and a string field with no
+ * NUL in its array (log_dir, trace, fault) was read past its end. Each is
+ * FT_EINVAL at once.
+ */
+Test(init, every_field_bounded, .timeout = 20)
+{
+	static const struct {
+		const char *name;
+		size_t off, size;
+	} strings[] = {
+#define S(f) {#f, offsetof(struct ft_config, f), sizeof(((struct ft_config *)0)->f)}
+		S(rendezvous), S(job_id), S(token), S(transport), S(bind_host), S(log_dir),
+		S(fault), S(trace), S(membership), S(bootstrap), S(store), S(peers), S(auth),
+#undef S
+	};
+	struct ft_config cfg;
+
+	clean_env();
+	cfg = one_rank();
+	cfg.world_size = INT_MAX;
+	cfg.rank = 0;
+	expect_init_fails(&cfg, -FT_EINVAL, "world size INT_MAX");
+	cfg.world_size = (1 << 20) + 1;
+	expect_init_fails(&cfg, -FT_EINVAL, "world size past FTCC_WORLD_SIZE's bound");
+	for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
+		cfg = one_rank();
+		memset((char *)&cfg + strings[i].off, 'a', strings[i].size);
+		expect_init_fails(&cfg, -FT_EINVAL, strings[i].name);
+	}
 }
 
 /* A program built against a newer header, whose struct has fields this

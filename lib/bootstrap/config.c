@@ -27,6 +27,8 @@
  * healthy ranks.
  */
 #define DETECT_MIN_MS 50
+/* The most ranks a job may have (FTCC_WORLD_SIZE and cfg.world_size alike). */
+#define FT__WORLD_MAX (1 << 20)
 #define DETECT_RULE                                                                        \
 	"the detect timeout (FTCC_DETECT_TIMEOUT_MS, %d ms) must be at least twice the "   \
 	"heartbeat (FTCC_HEARTBEAT_MS, %d ms) and at least %d ms: shorter, a neighbour whose " \
@@ -404,9 +406,9 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 		return cfg_error(errbuf, errlen,
 				 "%s is not set (set FTCC_RANK and FTCC_WORLD_SIZE, or run under "
 				 "ftcc-run or mpirun)", boot.size_var);
-	if (parse_long(boot.size, 1, 1 << 20, &v) != 0)
+	if (parse_long(boot.size, 1, FT__WORLD_MAX, &v) != 0)
 		return cfg_error(errbuf, errlen, "%s='%s': expected an integer in [1, %d]",
-				 boot.size_var, boot.size, 1 << 20);
+				 boot.size_var, boot.size, FT__WORLD_MAX);
 	cfg->world_size = (int)v;
 	if (boot.rank == NULL)
 		return cfg_error(errbuf, errlen, "%s is not set", boot.rank_var);
@@ -533,15 +535,36 @@ int ft__config_import(const struct ft_config *user, struct ft_config *out)
 	return 0;
 }
 
+/* Every string of struct ft_config, by name: each must end within its array. */
+#define CFG_STRING(f) {#f, offsetof(struct ft_config, f), sizeof(((struct ft_config *)0)->f)}
+static const struct {
+	const char *name;
+	size_t off, size;
+} cfg_strings[] = {
+	CFG_STRING(rendezvous), CFG_STRING(job_id), CFG_STRING(token),   CFG_STRING(transport),
+	CFG_STRING(bind_host),  CFG_STRING(log_dir), CFG_STRING(fault),  CFG_STRING(trace),
+	CFG_STRING(membership), CFG_STRING(bootstrap), CFG_STRING(store), CFG_STRING(peers),
+	CFG_STRING(auth),
+};
+
 int ft__config_check(struct ft_config *cfg)
 {
-	if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
+	/* the bound FTCC_WORLD_SIZE has: past it, ft_init once spent 37 s and
+	 * 8 GB on INT_MAX before it failed for memory */
+	if (cfg->world_size < 1 || cfg->world_size > FT__WORLD_MAX) {
+		ft__error("ft_init: cfg.world_size %d is out of range [1, %d]", cfg->world_size,
+			  FT__WORLD_MAX);
 		return -FT_EINVAL;
-	if (memchr(cfg->membership, 0, sizeof(cfg->membership)) == NULL ||
-	    memchr(cfg->bootstrap, 0, sizeof(cfg->bootstrap)) == NULL ||
-	    memchr(cfg->store, 0, sizeof(cfg->store)) == NULL ||
-	    memchr(cfg->peers, 0, sizeof(cfg->peers)) == NULL ||
-	    config_membership(cfg, NULL, 0) != 0)
+	}
+	if (cfg->rank < 0 || cfg->rank >= cfg->world_size)
+		return -FT_EINVAL;
+	for (size_t i = 0; i < sizeof(cfg_strings) / sizeof(cfg_strings[0]); i++)
+		if (memchr((const char *)cfg + cfg_strings[i].off, 0, cfg_strings[i].size) == NULL) {
+			ft__error("ft_init: cfg.%s has no terminating NUL within its %zu bytes",
+				  cfg_strings[i].name, cfg_strings[i].size);
+			return -FT_EINVAL;
+		}
+	if (config_membership(cfg, NULL, 0) != 0)
 		return -FT_EINVAL;
 	if (cfg->world_size > 1 && cfg->job_id[0] == '\0')
 		return -FT_EINVAL;
