@@ -12,11 +12,16 @@
  *
  * Rendezvous (README, "PyTorch"): under ftcc-run (FTCC_RANK and the file
  * rendezvous in the environment) ftcc's own configuration is used, which
- * rejoin needs. Otherwise the store PyTorch hands over carries it all: rank
- * 0 makes a random job id and token, every rank picks a free port for its
- * membership listener on the address that reaches MASTER_ADDR, and ftcc
- * starts with in-band membership over that peer list. No FTCC_* variable
- * is needed; any that is set is honoured.
+ * rejoin needs. Otherwise the store PyTorch hands over carries the job id
+ * and the peer list: rank 0 makes a random job id, every rank picks a free
+ * port for its membership listener on the address that reaches
+ * MASTER_ADDR, and ftcc starts with in-band membership over that peer
+ * list; rank 0 deletes the keys once its ft_init returned (every rank read
+ * them by then). The token never goes there: PyTorch's stores have no
+ * authentication (anyone who reaches MASTER_ADDR:MASTER_PORT reads every
+ * key), so every rank must be given the same FTCC_TOKEN out of band, or
+ * FTCC_AUTH=none must say to run without one; otherwise the group fails
+ * to start, saying so. Any other FTCC_* variable set is honoured.
  *
  * PyTorch 1.13 backends subclass c10d::ProcessGroup; from 2.0 they subclass
  * c10d::Backend, which a ProcessGroup wraps. FtccBase names the one this
@@ -292,9 +297,11 @@ public:
 		std::string token;
 		int rc;
 		Reserved reserved; /* reserve_port's, let go once ft_init returns */
+		bool from_torch_store = false;
 
 		if (env("FTCC_RANK").empty() && env("FTCC_RENDEZVOUS").empty() &&
 		    env("FTCC_MEMBERSHIP").empty() && env("FTCC_BOOTSTRAP").empty()) {
+			from_torch_store = true;
 			/* not ftcc-run's: PyTorch's rank and size, the store's peers */
 			Overrides o;
 			o.set("FTCC_RANK", std::to_string(rank));
@@ -339,6 +346,8 @@ public:
 			shutdown();
 			fail("ft_init", rc);
 		}
+		if (from_torch_store && rank == 0)
+			forget_keys(store, size);
 	}
 
 	~ProcessGroupFtcc() override
@@ -706,10 +715,16 @@ private:
 			int *reserved)
 	{
 		py::gil_scoped_release nogil; /* store gets wait for the other ranks */
-		if (rank == 0) {
+		/* a token handed to this store would be anyone's who reaches it */
+		if (env("FTCC_TOKEN").empty() && env("FTCC_AUTH") != "none")
+			throw std::runtime_error(
+				"ftcc: torch.distributed's store is not authenticated (anyone who "
+				"reaches it reads its keys), so ftcc puts no secret in it: give "
+				"every rank the same FTCC_TOKEN (e.g. export "
+				"FTCC_TOKEN=$(openssl rand -hex 16) before torchrun), or set "
+				"FTCC_AUTH=none to run unauthenticated");
+		if (rank == 0)
 			store->set("ftcc/job", bytes_of("torch-" + hex_random(8)));
-			store->set("ftcc/token", bytes_of(hex_random(32)));
-		}
 		std::string host = local_host();
 		std::string mine = host + ":" + std::to_string(reserve_port(host, reserved));
 		store->set("ftcc/peer/" + std::to_string(rank), bytes_of(mine));
@@ -719,15 +734,28 @@ private:
 			store->wait({key}, timeout);
 			peers += (r ? "," : "") + string_of(store->get(key));
 		}
-		store->wait({"ftcc/job", "ftcc/token"}, timeout);
+		store->wait({"ftcc/job"}, timeout);
 		if (env("FTCC_JOB_ID").empty())
 			o->set("FTCC_JOB_ID", string_of(store->get("ftcc/job")));
 		o->set("FTCC_MEMBERSHIP", "inband");
 		o->set("FTCC_BOOTSTRAP", "peers");
 		o->set("FTCC_PEERS", peers);
-		std::vector<uint8_t> tok = store->get("ftcc/token");
-		*token = string_of(tok);
-		std::fill(tok.begin(), tok.end(), 0);
+		(void)token;
+	}
+
+	/* Rank 0, once its ft_init returned (every rank read the keys, or it
+	 * could not have linked to it): the keys go, so a store kept for the
+	 * job's life says nothing of it to whoever reads it later. */
+	static void forget_keys(const c10::intrusive_ptr<c10d::Store> &store, int size)
+	{
+		py::gil_scoped_release nogil;
+		try {
+			store->deleteKey("ftcc/job");
+			for (int r = 0; r < size; r++)
+				store->deleteKey("ftcc/peer/" + std::to_string(r));
+		} catch (const std::exception &) {
+			/* a store without deletes (an old FileStore): nothing secret in it */
+		}
 	}
 
 	c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outs,

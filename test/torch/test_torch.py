@@ -17,13 +17,21 @@ BUILD = os.environ.get("FTCC_BUILD_DIR", os.path.join(HERE, "..", "..", "build")
 DEADLINE = 120
 
 
-def job(what, size, extra_env=None):
+def token():
+    """The job's token, given out of band as a user must (README, "PyTorch")."""
+    return os.urandom(16).hex()
+
+
+def start(what, size, extra_env=None, deadline=DEADLINE):
+    """SIZE workers of what on a FileStore of their own: (procs, outputs, the store's bytes)."""
     env = dict(os.environ)
     for k in list(env):
         if k.startswith("FTCC_"):
             del env[k]
     env["PYTHONPATH"] = os.path.abspath(os.path.join(BUILD, "python"))
+    env["FTCC_TOKEN"] = token()
     env.update(extra_env or {})
+    env = {k: v for k, v in env.items() if v is not None}
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), what, str(r),
@@ -32,20 +40,29 @@ def job(what, size, extra_env=None):
         outs = []
         for p in procs:
             try:
-                out, _ = p.communicate(timeout=DEADLINE)
+                out, _ = p.communicate(timeout=deadline)
             except subprocess.TimeoutExpired:
                 for q in procs:
                     q.kill()
-                pytest.fail(f"{what} at {size} ranks: past the {DEADLINE} s deadline")
+                pytest.fail(f"{what} at {size} ranks: past the {deadline} s deadline")
             outs.append(out.decode(errors="replace"))
-        # a failure shows every rank's output (a rank waiting for another
-        # says little of why that one never came)
-        every = "".join(f"\n--- rank {r} (status {p.returncode}):\n{out}"
-                        for r, (p, out) in enumerate(zip(procs, outs)))
-        for r, (p, out) in enumerate(zip(procs, outs)):
-            assert p.returncode == 0, f"{what} at {size} ranks: rank {r} failed:{every}"
-            assert f"rank {r}: {what} ok" in out, every
-        return outs
+        kept = b""
+        if os.path.exists(store):
+            with open(store, "rb") as f:
+                kept = f.read()
+        return procs, outs, kept
+
+
+def job(what, size, extra_env=None):
+    procs, outs, _ = start(what, size, extra_env)
+    # a failure shows every rank's output (a rank waiting for another
+    # says little of why that one never came)
+    every = "".join(f"\n--- rank {r} (status {p.returncode}):\n{out}"
+                    for r, (p, out) in enumerate(zip(procs, outs)))
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"{what} at {size} ranks: rank {r} failed:{every}"
+        assert f"rank {r}: {what} ok" in out, every
+    return outs
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4])
@@ -164,7 +181,7 @@ def launched(cmd, size):
     for k in list(env):
         if k.startswith("FTCC_"):
             del env[k]
-    env.update(PYTHONPATH=os.path.abspath(os.path.join(BUILD, "python")),
+    env.update(PYTHONPATH=os.path.abspath(os.path.join(BUILD, "python")), FTCC_TOKEN=token(),
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        timeout=DEADLINE)
@@ -172,6 +189,28 @@ def launched(cmd, size):
     assert p.returncode == 0, out[-3000:]
     for r in range(size):
         assert f"rank {r} of {size} ok" in out, out[-3000:]
+
+
+def test_no_token_in_the_store():
+    """PyTorch's stores are not authenticated: the job's token is never put there, and the
+    keys ftcc put there (the job id, the peer list) are deleted once every rank is in. Rank 0
+    once put a token of its own making in the clear (key ftcc/token), kept for the job's life:
+    anyone who read it passed every handshake and made a healthy rank leave."""
+    tok = token()
+    procs, outs, kept = start("ops", 2, {"FTCC_TOKEN": tok})
+    assert all(p.returncode == 0 for p in procs), outs
+    assert b"ftcc/token" not in kept, "a token key was put in the store"
+    assert tok.encode() not in kept, "the job's token is in the store"
+
+
+def test_no_token_no_start():
+    """Without FTCC_TOKEN (and without FTCC_AUTH=none) the group does not start, and every
+    rank says why at once; FTCC_AUTH=none runs unauthenticated."""
+    procs, outs, _ = start("ops", 2, {"FTCC_TOKEN": None}, deadline=30)
+    for p, out in zip(procs, outs):
+        assert p.returncode != 0, out
+        assert "FTCC_TOKEN" in out, out
+    job("ops", 2, {"FTCC_TOKEN": None, "FTCC_AUTH": "none"})
 
 
 def test_under_torchrun():
