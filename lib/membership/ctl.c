@@ -417,6 +417,16 @@ static bool stranger_evict(struct ft__ctl *ctl)
 	return true;
 }
 
+#define SHORT_RECENT_MS 10000 /* a shortage this recent explains being left out */
+
+int ft__ctl_own_cause(const struct ft__ctl *ctl, int err)
+{
+	if (err == -FT_EEXCLUDED && ctl->short_err != 0 &&
+	    ft__now_ms() - ctl->short_ms < SHORT_RECENT_MS)
+		return ctl->short_err;
+	return err;
+}
+
 #define ACCEPT_REST_FULL_MS 20   /* every slot holds a whole hello: soon judged */
 #define ACCEPT_REST_SHORT_MS 100 /* no descriptor or memory: a shortage lasts */
 

@@ -147,6 +147,11 @@ struct ft__ctl {
 					 * reads and resets it */
 };
 
+/* What this rank's leaving (err) comes from: its own shortage met within
+ * the last 10 s (the others heard nothing from it because of that, which
+ * its caller needs to hear, not a bare exclusion), else err. */
+int ft__ctl_own_cause(const struct ft__ctl *ctl, int err);
+
 struct ft__ctl_params {
 	int rank;               /* original rank */
 	int world_size;

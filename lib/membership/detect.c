@@ -235,8 +235,7 @@ static void connect_right(struct ft__det *d)
 		d->right_ci = i;
 		d->owe[i] = true;
 	} else if (ft__err_shortage(i)) {
-		ft__error("detector: no resources for a control link to rank %d (%s): trying again",
-			  r, ft_strerror(i));
+		ft__error("detector: no resources for a link to rank %d: trying again", r);
 		d->right_retry_ms = ft__now_ms() + RETRY_MS;
 	} else {
 		/* suspicion, not certainty: see link_closed */
@@ -280,18 +279,10 @@ static bool in_list(const int *v, int n, int x)
 }
 
 /* This rank leaves: excluded (err -FT_EEXCLUDED) or failed with err. */
-#define SHORT_RECENT_MS 10000 /* a shortage this recent explains being left out */
-
 static void go_out(struct ft__det *d, int err, const char *why)
 {
-	/* left out after running short of descriptors or memory: the others
-	 * heard nothing from this rank because of its own shortage, which is
-	 * what its caller needs to hear, not a bare exclusion */
-	if (err == -FT_EEXCLUDED && d->ctl.short_err != 0 &&
-	    ft__now_ms() - d->ctl.short_ms < SHORT_RECENT_MS) {
-		err = d->ctl.short_err;
-		why = "the others declared it failed after this rank ran short (above)";
-	}
+	why = ft__ctl_own_cause(&d->ctl, err) != err ? "declared after this rank ran short" : why;
+	err = ft__ctl_own_cause(&d->ctl, err);
 	lock(d);
 	if (!d->excluded && d->fatal == 0)
 		ft__error("detector: %s (%s)", err == -FT_EEXCLUDED ?

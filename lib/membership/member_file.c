@@ -99,6 +99,12 @@ static int write_atomic(const char *dir, const char *name, const char *text, int
 	/* a fresh file: a name planted there (a link elsewhere) is removed, never followed */
 	unlink(tmp);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	/* a rank that left (its ft_init failed) removes a generation's
+	 * directory it finds empty, which another rank may just have made:
+	 * made again, a few times at most (a rank's start once failed so) */
+	for (int again = 0; fd < 0 && errno == ENOENT && again < 3 && ft__mkdir_p(dir) == 0;
+	     again++)
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	ft__fd_own(fd);
 	if (fd < 0)
 		return -errno;
@@ -952,8 +958,11 @@ static void mbf_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 		unlink(path);
 		ft__fd_close(r->lock_fd);
 		r->lock_fd = -1;
-		/* only a rank that said goodbye (a clean end) cleans up after the job */
-		if (departed(r, r->rank) == 1)
+		/* only a rank that said goodbye (a clean end) of a job that ran
+		 * (a first view read) cleans up after it: one whose ft_init failed
+		 * before that once took the directory from under ranks that had
+		 * not yet taken their lock */
+		if (departed(r, r->rank) == 1 && r->nonce != 0)
 			remove_job_if_last(r);
 	}
 	free(r->dead_since);

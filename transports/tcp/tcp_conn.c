@@ -378,10 +378,10 @@ static bool hello_sealed(const struct ft__transport *tp, const struct pending_co
  * waited in its own connect: all of them timed out. Now progress (on the
  * listener's edge) and the connect's retries drain it into the pending
  * slots, and what a stranger holds is bounded as in an accept: a
- * connection that closed or sent something other than a hello sealed
- * with this token is closed at once, and when the slots are full the
- * oldest that has not sent such a hello makes room (a neighbour's early
- * link, sealed, is never pushed out by strangers).
+ * connection that closed or sent something other than a hello for this
+ * rank is closed at once, and when the slots are full the oldest that
+ * has not sent a hello sealed with this token makes room (a neighbour's
+ * early link, sealed, is never pushed out by strangers).
  */
 void ft__tcp_drain(struct ft__transport *tp)
 {
@@ -399,9 +399,12 @@ void ft__tcp_drain(struct ft__transport *tp)
 			struct pending_conn *pc = &tp->pend[i];
 			if (pc->challenged || pc->fd < 0 || pc->got == sizeof(pc->hello))
 				continue;
+			/* a hello under another token stays for the accept to
+			 * judge (its refusal says FT_EAUTH to both ends), the
+			 * first to go when room is needed */
 			if (pending_read(tp, pc) && pc->got == sizeof(pc->hello) &&
-			    !hello_sealed(tp, pc))
-				refuse(tp, pc, -FT_EAUTH, "not a hello of this job's token");
+			    (pc->hello.magic != FT__HELLO_MAGIC || pc->hello.to_rank != tp->rank))
+				refuse(tp, pc, -FT_EPROTO, "not a hello for this rank");
 		}
 		k = 0;
 		for (int i = 0; i < tp->npend; i++)
