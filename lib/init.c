@@ -343,6 +343,7 @@ static int init_call(const struct ft_config *cfg, struct ft_comm **comm)
 	}
 	ft__log_level = c->cfg.log_level;
 	ft__log_rank = c->cfg.rank;
+	ft__config_warn_unused(&c->cfg);
 	c->tp_ops = ft__transport_lookup(c->cfg.transport);
 	if (c->tp_ops == NULL) {
 		ft__error("transport '%s' is not built into this library", c->cfg.transport);

@@ -835,6 +835,50 @@ static void expect_init_fails(const struct ft_config *cfg, int want, const char 
 		ft_finalize(c);
 }
 
+/* ft_init(cfg) `times` times (finalizing each communicator), its stderr into
+ * log (NUL-terminated); the last call's code. */
+static int init_logged(const struct ft_config *cfg, int times, char *log, size_t len)
+{
+	char path[] = "/tmp/ftcc-test-config-log.XXXXXX";
+	int fd = mkstemp(path), saved = dup(2), rc = 0;
+	ssize_t got;
+
+	cr_assert(fd >= 0 && saved >= 0 && len > 0);
+	unlink(path);
+	fflush(stderr);
+	cr_assert_eq(dup2(fd, 2), 2);
+	for (int i = 0; i < times; i++) {
+		struct ft_comm *c = NULL;
+		rc = ft_init(cfg, &c);
+		if (rc == 0)
+			ft_finalize(c);
+	}
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	got = pread(fd, log, len - 1, 0);
+	close(fd);
+	log[got > 0 ? got : 0] = '\0';
+	return rc;
+}
+
+/* ft_init(cfg) fails with want, its error naming text. */
+static void expect_init_says(const struct ft_config *cfg, int want, const char *text,
+			     const char *what)
+{
+	struct ft_config loud = *cfg;
+	char log[4096];
+	int rc;
+
+	loud.log_level = 0; /* errors, once the struct is taken; before, the process's level */
+	ft__log_level = 0;
+	rc = init_logged(&loud, 1, log, sizeof(log));
+	ft__log_level = -1;
+	cr_expect_eq(rc, want, "%s: got %s, want %s", what, ft_err_name(rc), ft_err_name(want));
+	cr_expect_neq(strstr(log, text), NULL, "%s: the error does not name %s: '%s'", what, text,
+		      log);
+}
+
 Test(init, invalid_configs, .timeout = 20)
 {
 	struct ft_config cfg;
@@ -1120,18 +1164,22 @@ Test(init, every_field_bounded, .timeout = 20)
 #undef S
 	};
 	struct ft_config cfg;
+	char want[64];
 
 	clean_env();
+	/* a job that is complete but for its size: only the bound can refuse it */
 	cfg = one_rank();
+	snprintf(cfg.rendezvous, sizeof(cfg.rendezvous), "/tmp/ftcc-test-config-rdv");
+	snprintf(cfg.job_id, sizeof(cfg.job_id), "bounded");
 	cfg.world_size = INT_MAX;
-	cfg.rank = 0;
-	expect_init_fails(&cfg, -FT_EINVAL, "world size INT_MAX");
+	expect_init_says(&cfg, -FT_EINVAL, "cfg.world_size", "world size INT_MAX");
 	cfg.world_size = (1 << 20) + 1;
-	expect_init_fails(&cfg, -FT_EINVAL, "world size past FTCC_WORLD_SIZE's bound");
+	expect_init_says(&cfg, -FT_EINVAL, "cfg.world_size", "world size past FTCC_WORLD_SIZE's bound");
 	for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
 		cfg = one_rank();
 		memset((char *)&cfg + strings[i].off, 'a', strings[i].size);
-		expect_init_fails(&cfg, -FT_EINVAL, strings[i].name);
+		snprintf(want, sizeof(want), "cfg.%s ", strings[i].name);
+		expect_init_says(&cfg, -FT_EINVAL, want, strings[i].name);
 	}
 }
 
@@ -1285,6 +1333,109 @@ Test(config, auth_setting, .timeout = 20)
 	cr_expect_str_eq(cfg.auth, "none");
 	set("FTCC_AUTH", "off");
 	expect_bad("FTCC_AUTH", "off", "not none");
+	clean_env();
+}
+
+/*
+ * A peer list with more entries than ranks can only be another job's or
+ * another world size's: refused whatever the bootstrap (it was read only
+ * under FTCC_BOOTSTRAP=peers, at the job's first view, and never in a
+ * world of one), from the environment (FT_ECONFIG naming FTCC_PEERS) and
+ * from the struct (FT_EINVAL).
+ */
+Test(config, peers_longer_than_the_world, .timeout = 20)
+{
+	struct ft_config cfg;
+
+	base_env();
+	set("FTCC_PEERS", "h1:7100,h2:7100");
+	load_ok(&cfg); /* one per rank: in-band, from the list */
+	cr_expect_str_eq(cfg.bootstrap, "peers");
+	set("FTCC_PEERS", "h1:7100,h2:7100,h3:7100");
+	expect_bad("FTCC_PEERS", "3 entries", "bootstrap peers, world of 2");
+	set("FTCC_BOOTSTRAP", "store");
+	set("FTCC_STORE", "h1:7000");
+	expect_bad("FTCC_PEERS", "3 entries", "bootstrap store, world of 2");
+	unsetenv("FTCC_BOOTSTRAP");
+	unsetenv("FTCC_STORE");
+	set("FTCC_MEMBERSHIP", "file");
+	expect_bad("FTCC_PEERS", "3 entries", "file membership, world of 2");
+
+	clean_env();
+	cfg = one_rank();
+	snprintf(cfg.peers, sizeof(cfg.peers), "h1:7100,h2:7100");
+	expect_init_says(&cfg, -FT_EINVAL, "cfg.peers", "two peers, a world of one");
+}
+
+/* Every setting the choices leave unused is named, with why; none otherwise. */
+Test(config, unused_settings_named, .timeout = 20)
+{
+	struct ft__unused u[16];
+	struct ft_config cfg;
+	size_t n;
+
+	base_env();
+	load_ok(&cfg);
+	cr_expect_eq(ft__config_unused(&cfg, u, 16), 0u, "nothing set that does not apply");
+	set("FTCC_BOOTSTRAP", "store");
+	set("FTCC_STORE", "h1:7000");
+	set("FTCC_MEMBERSHIP", "file");
+	set("FTCC_FABRIC_EP", "rdm");
+	set("FTCC_SHM_GUARD", "0");
+	set("FTCC_TCP_BUFFER", "65536");
+	load_ok(&cfg);
+	n = ft__config_unused(&cfg, u, 16);
+	cr_assert_eq(n, 4u, "bootstrap, store, fabric ep and guard under file and tcp: %zu", n);
+	cr_expect_str_eq(u[0].name, "FTCC_BOOTSTRAP");
+	cr_expect_str_eq(u[1].name, "FTCC_STORE");
+	cr_expect_str_eq(u[2].name, "FTCC_FABRIC_EP");
+	cr_expect_str_eq(u[3].name, "FTCC_SHM_GUARD");
+	cr_expect_neq(strstr(u[0].why, "FTCC_MEMBERSHIP=file"), NULL, "%s", u[0].why);
+
+	/* in-band from a peer list: the store is unused; under fabric, TCP's buffer */
+	unsetenv("FTCC_MEMBERSHIP");
+	unsetenv("FTCC_BOOTSTRAP");
+	set("FTCC_PEERS", "h1:7100,h2:7100");
+	set("FTCC_TRANSPORT", "fabric");
+	load_ok(&cfg);
+	n = ft__config_unused(&cfg, u, 16);
+	cr_assert_eq(n, 2u, "store and TCP buffer: %zu", n);
+	cr_expect_str_eq(u[0].name, "FTCC_STORE");
+	cr_expect_str_eq(u[1].name, "FTCC_TCP_BUFFER");
+	cr_expect_eq(ft__config_unused(&cfg, u, 1), 2u, "the count past max");
+	clean_env();
+}
+
+/*
+ * ft_init says each setting that does not apply, once per process: here
+ * FTCC_FABRIC_EP under TCP, a bootstrap and a store under the file
+ * rendezvous (once accepted without a word), twice through ft_init.
+ */
+Test(init, unused_settings_warned_once, .timeout = 20)
+{
+	static const char *const names[] = {"FTCC_FABRIC_EP", "FTCC_BOOTSTRAP", "FTCC_STORE"};
+	struct ft_config cfg;
+	char log[8192];
+	int rc;
+
+	clean_env();
+	set("FTCC_FABRIC_EP", "rdm");
+	cfg = one_rank();
+	cfg.log_level = 1; /* warnings */
+	snprintf(cfg.membership, sizeof(cfg.membership), "file");
+	snprintf(cfg.bootstrap, sizeof(cfg.bootstrap), "store");
+	snprintf(cfg.store, sizeof(cfg.store), "h1:7000");
+	rc = init_logged(&cfg, 2, log, sizeof(log));
+	cr_expect_eq(rc, 0, "ft_init: %s", ft_err_name(rc));
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		int n = 0;
+		char pat[96];
+		snprintf(pat, sizeof(pat), "%s is set but does not apply", names[i]);
+		for (const char *p = log; (p = strstr(p, pat)) != NULL; p++)
+			n++;
+		cr_expect_eq(n, 1, "%s warned %d times, once wanted; the log:\n%s", names[i], n,
+			     log);
+	}
 	clean_env();
 }
 

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -375,6 +376,18 @@ static int config_membership(struct ft_config *cfg, char *errbuf, size_t errlen)
 	if (!ok)
 		return cfg_error(errbuf, errlen, "FTCC_MEMBERSHIP='%s': expected file or inband",
 				 cfg->membership);
+	/* one host:port per rank: more can only be a list for another job or
+	 * another world size, whatever the bootstrap (it also picks the
+	 * interface to listen on) */
+	if (cfg->peers[0] != '\0') {
+		int n = 1;
+		for (const char *p = cfg->peers; *p != '\0'; p++)
+			n += *p == ',';
+		if (n > cfg->world_size)
+			return cfg_error(errbuf, errlen,
+					 "FTCC_PEERS (cfg.peers) has %d entries, more than the world "
+					 "size %d: one host:port per rank", n, cfg->world_size);
+	}
 	if (strcmp(cfg->membership, "inband") != 0)
 		return 0;
 	if (cfg->bootstrap[0] == '\0')
@@ -571,13 +584,7 @@ int ft__config_check(struct ft_config *cfg)
 	if (cfg->world_size > 1 && cfg->rendezvous[0] == '\0' &&
 	    strcmp(cfg->membership, "file") == 0)
 		return -FT_EINVAL;
-	if (memchr(cfg->rendezvous, 0, sizeof(cfg->rendezvous)) == NULL ||
-	    memchr(cfg->job_id, 0, sizeof(cfg->job_id)) == NULL ||
-	    memchr(cfg->token, 0, sizeof(cfg->token)) == NULL ||
-	    memchr(cfg->transport, 0, sizeof(cfg->transport)) == NULL ||
-	    memchr(cfg->bind_host, 0, sizeof(cfg->bind_host)) == NULL ||
-	    memchr(cfg->auth, 0, sizeof(cfg->auth)) == NULL ||
-	    (cfg->auth[0] != '\0' && strcmp(cfg->auth, "none") != 0))
+	if (cfg->auth[0] != '\0' && strcmp(cfg->auth, "none") != 0)
 		return -FT_EINVAL;
 	if (strchr(cfg->job_id, '/') != NULL || strcmp(cfg->job_id, "..") == 0 ||
 	    strcmp(cfg->job_id, ".") == 0)
@@ -596,6 +603,102 @@ int ft__config_check(struct ft_config *cfg)
 		return -FT_EINVAL;
 	}
 	return 0;
+}
+
+/*
+ * Settings that belong to a mode this configuration did not choose: the
+ * in-band bootstrap's under the file rendezvous, another bootstrap's
+ * source, libfabric's knobs under TCP and TCP's under libfabric. Nothing
+ * reads them, so a user who meant them gets silently something else: each
+ * is said once per process (a mistake, not an emergency: the job runs).
+ * The fields are looked at in cfg (set from the environment or by the
+ * caller alike); the transports' knobs are only ever read from the
+ * environment.
+ */
+static bool is(const char *a, const char *b)
+{
+	return strcmp(a, b) == 0;
+}
+
+static bool env_set(const char *name)
+{
+	const char *s = getenv(name);
+	return s != NULL && s[0] != '\0';
+}
+
+enum unused_kind { U_BOOTSTRAP, U_STORE, U_PEERS, U_FABRIC, U_TCP };
+static const struct {
+	const char *name;
+	enum unused_kind kind;
+} settings[] = {
+	{"FTCC_BOOTSTRAP", U_BOOTSTRAP},      {"FTCC_STORE", U_STORE},
+	{"FTCC_PEERS", U_PEERS},              {"FTCC_FABRIC_PROVIDER", U_FABRIC},
+	{"FTCC_FABRIC_EP", U_FABRIC},         {"FTCC_FABRIC_MAX_MSG", U_FABRIC},
+	{"FTCC_FABRIC_WAIT", U_FABRIC},       {"FTCC_FABRIC_MR_LOCAL", U_FABRIC},
+	{"FTCC_FABRIC_LINK_EP", U_FABRIC},    {"FTCC_SHM_GUARD", U_FABRIC},
+	{"FTCC_TCP_BUFFER", U_TCP},
+};
+
+/* Why setting i does not apply to cfg, or NULL when it is unset or applies. */
+static const char *unused_why(const struct ft_config *cfg, size_t i)
+{
+	bool file = is(cfg->membership, "file"), tcp = is(cfg->transport, "tcp");
+
+	switch (settings[i].kind) {
+	case U_BOOTSTRAP:
+		return cfg->bootstrap[0] != '\0' && file
+			       ? "the file rendezvous (FTCC_MEMBERSHIP=file) has no bootstrap"
+			       : NULL;
+	case U_STORE:
+		if (cfg->store[0] == '\0' || (!file && is(cfg->bootstrap, "store")))
+			return NULL;
+		return file ? "the file rendezvous (FTCC_MEMBERSHIP=file) uses no store"
+			    : "the in-band bootstrap is not 'store'";
+	case U_PEERS:
+		if (cfg->peers[0] == '\0' || (!file && is(cfg->bootstrap, "peers")))
+			return NULL;
+		return file ? "the file rendezvous (FTCC_MEMBERSHIP=file) reads no peer list (it "
+			      "only helps choose the interface to listen on)"
+			    : "the in-band bootstrap is not 'peers' (the list only helps choose the "
+			      "interface to listen on)";
+	case U_FABRIC:
+		return tcp && env_set(settings[i].name)
+			       ? "a libfabric setting, and the transport is tcp"
+			       : NULL;
+	case U_TCP:
+		return !tcp && env_set(settings[i].name)
+			       ? "a TCP setting, and the transport is fabric"
+			       : NULL;
+	}
+	return NULL;
+}
+
+size_t ft__config_unused(const struct ft_config *cfg, struct ft__unused *out, size_t max)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < FT__ARRAY_SIZE(settings); i++) {
+		const char *why = unused_why(cfg, i);
+		if (why == NULL)
+			continue;
+		if (n < max)
+			out[n] = (struct ft__unused){settings[i].name, why};
+		n++;
+	}
+	return n;
+}
+
+void ft__config_warn_unused(const struct ft_config *cfg)
+{
+	/* once per process and setting: a program that makes another
+	 * communicator (after a failure, in a test) is told once */
+	static _Atomic bool warned[FT__ARRAY_SIZE(settings)];
+
+	for (size_t i = 0; i < FT__ARRAY_SIZE(settings); i++) {
+		const char *why = unused_why(cfg, i);
+		if (why != NULL && !atomic_exchange(&warned[i], true))
+			ft__warn("%s is set but does not apply: %s; ignored", settings[i].name, why);
+	}
 }
 
 /* 1 for libfabric's spellings of true, 0 for false, -1 unset. */

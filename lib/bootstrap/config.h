@@ -10,6 +10,14 @@
 #include "transport.h"
 
 int ft__config_check(struct ft_config *cfg);
+/* A setting cfg's choices make unused (README, "Environment"): its variable, and why. */
+struct ft__unused {
+	const char *name, *why;
+};
+/* Fills out with up to max of them; returns how many there are. */
+size_t ft__config_unused(const struct ft_config *cfg, struct ft__unused *out, size_t max);
+/* Warns of each once per process. */
+void ft__config_warn_unused(const struct ft_config *cfg);
 /* Copies the caller's versioned struct into out (see struct_size in ftcc.h):
  * 0, or -FT_EINVAL when its size is no version this library can read. */
 int ft__config_import(const struct ft_config *user, struct ft_config *out);
