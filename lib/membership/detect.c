@@ -397,6 +397,26 @@ static void adopt_view(struct ft__det *d, struct ft__view *v)
 	ft__det_rewire(d);
 }
 
+/* The next view cannot be settled by this rank: its main thread gets rc
+ * (ft__det_await). */
+static void recovery_failed(struct ft__det *d, int rc)
+{
+	ft__error("detector: cannot settle generation %u: %s", d->target, ft_strerror(rc));
+	lock(d);
+	d->fatal = rc;
+	pthread_cond_broadcast(&d->cond);
+	unlock(d);
+	d->target = 0;
+	d->growing = false;
+	if (rc == -FT_EPARTITIONED) {
+		/* the other side goes on: this rank takes no further part */
+		d->out = true;
+		d->left = d->right = -1;
+		for (int i = 0; i < d->ctl.nlinks; i++)
+			link_close(d, i);
+	}
+}
+
 static void recovery_step(struct ft__det *d)
 {
 	int64_t now = ft__now_ms(), since;
@@ -411,8 +431,17 @@ static void recovery_step(struct ft__det *d)
 		lock(d);
 		m.next_op = d->next_op;
 		unlock(d);
-		if (ft__mb_publish(d->p.mb, d->target, &m) != 0)
-			return; /* tried again on the next turn of the loop */
+		rc = ft__mb_publish(d->p.mb, d->target, &m);
+		/* Tried again on the next turns of the loop (the backend says
+		 * why, once per period), for one detect timeout: then this rank
+		 * fails with its own error (a full rendezvous: FT_ENOSPC). The
+		 * others settle without it only after two, so it is never left
+		 * out as though it had died, nor waits out a timeout of the
+		 * job's. */
+		if (rc != 0 && now - d->recover_ms >= d->p.detect_timeout_ms)
+			recovery_failed(d, rc);
+		if (rc != 0)
+			return;
 		d->published = true;
 	}
 	cand = malloc(((size_t)d->size + FT__BACK_MAX) * sizeof(int));
@@ -451,20 +480,7 @@ static void recovery_step(struct ft__det *d)
 	if (rc == 1) {
 		adopt_view(d, &v);
 	} else if (rc < 0) {
-		ft__error("detector: cannot settle generation %u: %s", d->target, ft_strerror(rc));
-		lock(d);
-		d->fatal = rc;
-		pthread_cond_broadcast(&d->cond);
-		unlock(d);
-		d->target = 0;
-		d->growing = false;
-		if (rc == -FT_EPARTITIONED) {
-			/* the other side goes on: this rank takes no further part */
-			d->out = true;
-			d->left = d->right = -1;
-			for (int i = 0; i < d->ctl.nlinks; i++)
-				link_close(d, i);
-		}
+		recovery_failed(d, rc);
 	}
 }
 

@@ -13,6 +13,7 @@
 
 #include "fdreg.h"
 #include "file.h"
+#include "reserve.h"
 #include "scan.h"
 #include "internal.h"
 #include "membership.h"
@@ -34,6 +35,17 @@
  * crashed earlier job with the same id) and are ignored, so a reused job id
  * cannot mislead.
  *
+ * A full file system (ENOSPC, EDQUOT: the rendezvous is under /tmp by
+ * default, which a job's own logs or checkpoints can fill) must not cost a
+ * recovery: each rank holds, from its open on, what its part of the next
+ * settle needs, in <root>/<job>/reserve-<r>/ (reserve.h): a member file, a
+ * view file of the world's size, a departure marker, each written whole,
+ * and a directory for gen-<g>. A write that finds no room takes its file
+ * from there (renamed into place: no new inode, no new block), and the
+ * reserve is made again once a view settles and there is room. When the
+ * reserve is spent too, the write fails with FT_ENOSPC, said once per
+ * period with the path: never taken for a peer's silence.
+ *
  * Every file is read as untrusted text (anyone who can write the directory
  * can write it): single spaces between fields, one newline at the end,
  * nothing else; numbers in range, ranks in [0, world_size), view members
@@ -48,7 +60,15 @@
 #define HOST_MAX 256
 #define MEMBER_FILE_MAX (FT__ADDR_MAX + FT__CTRL_MAX + HOST_MAX + 64)
 #define LEFT_FILE_MAX 96
+#define VIEW_FILE_MAX(world) (512 + 12 * (size_t)(world))
+/* A view's reserve is held by every rank while it takes a page at most
+ * (worlds up to 298 ranks); in larger worlds by the lowest ranks alone,
+ * the likeliest coordinators, so that a world's reserves stay small. */
+#define VIEW_SPARE_ALL 4096
+#define VIEW_SPARE_RANKS 8
 #define ENDED_FILE "ended"
+/* the reserve's files (reserve.h) */
+enum { SPARE_MEMBER, SPARE_VIEW, SPARE_LEFT, SPARE_FILES };
 
 struct mbf {
 	char dir[600];          /* <root>/<job> */
@@ -61,6 +81,9 @@ struct mbf {
 	uint32_t incarnation;   /* ft__mb_params.incarnation */
 	bool said_quorum;       /* the wait for a first view's majority was logged */
 	int64_t *dead_since;    /* generation 0: when each rank was first seen dead (ms), 0 */
+	struct ft__reserve spare; /* the next recovery's files, held (reserve.h) */
+	struct ft__warn_gate say; /* writes that fail, said once per period */
+	struct ft__warn_gate said_spare; /* writes the reserve took */
 };
 
 static struct mbf *be(struct ft__mb *mb)
@@ -88,7 +111,7 @@ static int writer_is_stale(int pid, const char *host)
 
 /* Writes dir/name whole or not at all: a temporary file, then rename (or,
  * exclusive, link: fails with -EEXIST if the name exists). */
-static int write_atomic(const char *dir, const char *name, const char *text, int exclusive)
+static int write_new(const char *dir, const char *name, const char *text, int exclusive)
 {
 	char tmp[800], path[800];
 	int fd, rc;
@@ -119,6 +142,38 @@ static int write_atomic(const char *dir, const char *name, const char *text, int
 	}
 	unlink(tmp);
 	return rc;
+}
+
+/* write_new, and on a full file system (the temporary file, its bytes or,
+ * on tmpfs, the link's inode refused) the same from reserve file spare
+ * (-1: none). */
+static int write_atomic(struct mbf *r, const char *dir, const char *name, const char *text,
+			int exclusive, int spare)
+{
+	char path[800];
+	int rc = write_new(dir, name, text, exclusive), got;
+
+	if (!ft__errno_full(rc) || r == NULL || spare < 0)
+		return rc;
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	got = ft__reserve_file(&r->spare, spare, text, strlen(text), path, exclusive != 0);
+	if (got == 0)
+		ft__log_gated(FT__LOG_WARN, &r->said_spare, "rendezvous: no space left on %s: %s written "
+			      "from this rank's reserve", dir, name);
+	return got == 0 || got == -EEXIST ? got : rc;
+}
+
+/* Says that dir/name could not be written (once per period: a settle tries
+ * again and again). */
+static void say_unwritten(struct mbf *r, const char *dir, const char *name, int rc)
+{
+	if (ft__errno_full(rc))
+		ft__log_gated(FT__LOG_ERROR, &r->say, "rendezvous: cannot write %s/%s: no space left "
+			      "on %s, and this rank has no reserve left for it (%s)", dir, name, dir,
+			      ft_err_name(-FT_ENOSPC));
+	else
+		ft__log_gated(FT__LOG_ERROR, &r->say, "rendezvous: cannot write %s/%s: %s", dir, name,
+			      strerror(-rc));
 }
 
 /* Reads a file into buf (NUL-terminated): its length, -ENOENT, -FT_EIO. A
@@ -201,7 +256,7 @@ static int lock_take(struct mbf *r, const char *path)
 		err = errno;
 		ft__error("rendezvous: cannot open %s: %s", path,
 			  err == ELOOP ? "refused: a symbolic link (remove it)" : strerror(err));
-		return err == ELOOP ? -FT_EACCES : -FT_EIO;
+		return err == ELOOP ? -FT_EACCES : ft__err_local(err);
 	}
 	ft__fd_own(fd);
 	/* another rank's probe (lock_held) holds it shared for a moment: only a
@@ -275,7 +330,7 @@ static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	rc = ft__mkdir_p(r->dir);
 	if (rc != 0) {
 		ft__error("rendezvous: cannot create %s: %s", r->dir, strerror(-rc));
-		return rc == -ENOMEM ? -FT_ENOMEM : -FT_EIO;
+		return rc > -FT_ERR_BASE ? ft__err_local(-rc) : rc;
 	}
 	snprintf(path, sizeof(path), "%s/lock-%d", r->dir, r->rank);
 	rc = lock_take(r, path);
@@ -288,6 +343,21 @@ static int mbf_open(struct ft__mb *mb, const struct ft__mb_params *p)
 		ft__error("rendezvous: the job in %s has ended (every other rank finalized): this "
 			  "new incarnation of rank %d has no job to rejoin", r->dir, r->rank);
 		return -FT_EENDED;
+	}
+	/* held now, while there is room, or the job does not start: a
+	 * reserve only hoped for would fail the first recovery on a full
+	 * directory instead */
+	size_t view = VIEW_FILE_MAX(r->world_size);
+	size_t sizes[SPARE_FILES] = {
+		[SPARE_MEMBER] = MEMBER_FILE_MAX,
+		[SPARE_VIEW] = view <= VIEW_SPARE_ALL || r->rank < VIEW_SPARE_RANKS ? view : 0,
+		[SPARE_LEFT] = LEFT_FILE_MAX};
+	snprintf(path, sizeof(path), "%s/reserve-%d", r->dir, r->rank);
+	rc = ft__reserve_init(&r->spare, path, sizes, SPARE_FILES, true);
+	if (rc != 0) {
+		ft__error("rendezvous: cannot set aside in %s the space of a recovery: %s", path,
+			  strerror(-rc));
+		return ft__err_local(-rc);
 	}
 	return 0;
 }
@@ -304,18 +374,32 @@ static int mbf_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member 
 		return -FT_EINVAL;
 	}
 	gen_dir(r, gen, dir, sizeof(dir));
-	if ((rc = ft__mkdir_p(dir)) != 0) {
-		ft__error("rendezvous: cannot create %s: %s", dir, strerror(-rc));
-		return ft__err_local(-rc);
+	rc = ft__mkdir_p(dir);
+	if (ft__errno_full(rc)) {
+		int got = ft__reserve_dir(&r->spare, dir);
+		if (got == 0)
+			ft__log_gated(FT__LOG_WARN, &r->said_spare, "rendezvous: no space left on %s: "
+				      "%s made from this rank's reserve", r->dir, dir);
+		rc = got == 0 || got == -EEXIST ? 0 : rc;
+	}
+	if (rc != 0) {
+		if (ft__errno_full(rc))
+			ft__log_gated(FT__LOG_ERROR, &r->say, "rendezvous: cannot create %s: no space "
+				      "left on %s, and this rank has no reserve left for it (%s)", dir,
+				      r->dir, ft_err_name(-FT_ENOSPC));
+		else
+			ft__log_gated(FT__LOG_ERROR, &r->say, "rendezvous: cannot create %s: %s", dir,
+				      strerror(-rc));
+		return rc > -FT_ERR_BASE ? ft__err_local(-rc) : rc;
 	}
 	host_name(host, sizeof(host));
 	snprintf(name, sizeof(name), "member-%d", r->rank);
 	snprintf(text, sizeof(text), "%s %d %s %s %llu %d\n", m->addr, (int)getpid(), host,
 		 m->ctrl[0] != '\0' ? m->ctrl : "-", (unsigned long long)m->next_op,
 		 m->rejoining ? 1 : 0);
-	rc = write_atomic(dir, name, text, 0);
+	rc = write_atomic(r, dir, name, text, 0, SPARE_MEMBER);
 	if (rc != 0)
-		ft__error("rendezvous: cannot write %s/%s: %s", dir, name, strerror(-rc));
+		say_unwritten(r, dir, name, rc);
 	return rc == 0 ? 0 : ft__err_local(-rc);
 }
 
@@ -396,7 +480,7 @@ static bool before_start(const struct mbf *r, const char *path)
 static int read_view_opt(const struct mbf *r, uint32_t gen, struct ft__view *v, bool any)
 {
 	char dir[700], path[800], host[HOST_MAX];
-	size_t cap = 512 + 12 * (size_t)r->world_size;
+	size_t cap = VIEW_FILE_MAX(r->world_size);
 	struct ft__view got = {0};
 	struct ft__scan s;
 	uint64_t g, size, nonce, first;
@@ -483,7 +567,7 @@ static uint64_t fresh_nonce(void)
 static int write_view(struct mbf *r, uint32_t gen, const int *members, int n, uint64_t first)
 {
 	char dir[700], host[HOST_MAX], *text;
-	size_t cap = 512 + (size_t)n * 12, len;
+	size_t cap = VIEW_FILE_MAX(n), len;
 	int rc;
 
 	text = malloc(cap);
@@ -498,7 +582,7 @@ static int write_view(struct mbf *r, uint32_t gen, const int *members, int n, ui
 	for (int i = 0; i < n; i++)
 		len += (size_t)snprintf(text + len, cap - len, " %d", members[i]);
 	snprintf(text + len, cap - len, "\n");
-	rc = write_atomic(dir, "view", text, 1);
+	rc = write_atomic(r, dir, "view", text, 1, SPARE_VIEW);
 	if (rc == -EEXIST) {
 		/* A view exists: only a stale one may be replaced. */
 		struct ft__view old = {0};
@@ -506,7 +590,7 @@ static int write_view(struct mbf *r, uint32_t gen, const int *members, int n, ui
 			char path[800];
 			snprintf(path, sizeof(path), "%s/view", dir);
 			unlink(path);
-			rc = write_atomic(dir, "view", text, 1);
+			rc = write_atomic(r, dir, "view", text, 1, SPARE_VIEW);
 		} else {
 			ft__view_free(&old);
 			rc = 0;
@@ -515,7 +599,7 @@ static int write_view(struct mbf *r, uint32_t gen, const int *members, int n, ui
 	free(text);
 	if (rc == 0 || rc == -EEXIST)
 		return 0;
-	ft__error("rendezvous: cannot write %s/view: %s", dir, strerror(-rc));
+	say_unwritten(r, dir, "view", rc);
 	return ft__err_local(-rc);
 }
 
@@ -528,9 +612,9 @@ static int mbf_depart(struct ft__mb *mb, uint64_t next_op)
 	snprintf(name, sizeof(name), "left-%d", r->rank);
 	snprintf(text, sizeof(text), "%d %llu %llx\n", (int)getpid(), (unsigned long long)next_op,
 		 (unsigned long long)r->nonce);
-	rc = write_atomic(r->dir, name, text, 0);
+	rc = write_atomic(r, r->dir, name, text, 0, SPARE_LEFT);
 	if (rc != 0)
-		ft__error("rendezvous: cannot write %s/%s: %s", r->dir, name, strerror(-rc));
+		say_unwritten(r, r->dir, name, rc);
 	return rc == 0 ? 0 : ft__err_local(-rc);
 }
 
@@ -644,6 +728,8 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 	if (rc != 0) {
 		if (rc == 1 && gen == 0)
 			r->nonce = view->nonce;
+		if (rc == 1)
+			(void)ft__reserve_refill(&r->spare); /* for the next one */
 		return rc;
 	}
 	if (ncand < 1)
@@ -776,6 +862,8 @@ static int mbf_try_settle(struct ft__mb *mb, uint32_t gen, const int *cand, int 
 		rc = read_view(r, gen, view);
 		if (rc == 1 && gen == 0)
 			r->nonce = view->nonce;
+		if (rc == 1)
+			(void)ft__reserve_refill(&r->spare);
 	}
 out:
 	free(members);
@@ -869,7 +957,8 @@ static void sweep_dead(const struct mbf *r, const char *dir, uint32_t gen)
 	closedir(d);
 }
 
-/* Unlinks every entry of dir (no subdirectories but gen-<g>, emptied first). */
+/* Unlinks every entry of dir (no subdirectories but gen-<g> and reserve-<r>,
+ * emptied first, and the reserve's d, empty). */
 static void empty_dir(const char *dir, int depth)
 {
 	DIR *d = opendir(dir);
@@ -882,11 +971,12 @@ static void empty_dir(const char *dir, int depth)
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
 		    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path))
 			continue;
-		if (depth == 0 && strncmp(e->d_name, "gen-", 4) == 0) {
+		if (depth == 0 && (strncmp(e->d_name, "gen-", 4) == 0 ||
+				   strncmp(e->d_name, "reserve-", 8) == 0)) {
 			empty_dir(path, 1);
 			rmdir(path);
-		} else {
-			unlink(path);
+		} else if (unlink(path) != 0 && errno == EISDIR && depth == 1) {
+			rmdir(path); /* a reserve's directory, or one renamed into a gen-<g> */
 		}
 	}
 	closedir(d);
@@ -927,7 +1017,7 @@ static void remove_job_if_last(const struct mbf *r)
 	if (lost) {
 		char text[64];
 		snprintf(text, sizeof(text), "ftcc-ended %llx\n", (unsigned long long)r->nonce);
-		if (write_atomic(r->dir, ENDED_FILE, text, 0) == 0)
+		if (write_atomic(NULL, r->dir, ENDED_FILE, text, 0, -1) == 0)
 			return;
 	}
 	rmdir(r->dir);
@@ -954,6 +1044,7 @@ static void mbf_close(struct ft__mb *mb, uint32_t gen, bool remove_view)
 		}
 		if (remove_view)
 			sweep_dead(r, r->dir, gen);
+		ft__reserve_drop(&r->spare);
 		snprintf(path, sizeof(path), "%s/lock-%d", r->dir, r->rank);
 		unlink(path);
 		ft__fd_close(r->lock_fd);

@@ -24,9 +24,10 @@ extern int ft__log_level;
 extern int ft__log_rank;
 void ft__log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /*
- * Warnings anyone can provoke (strangers' connections) pass a gate: at most
- * one line per FT__WARN_PERIOD_MS, which counts the lines held back since.
- * A gate belongs to the one thread that owns what it guards.
+ * Warnings anyone can provoke (strangers' connections), and a rank's own
+ * shortages met again and again (a full directory, no descriptor), pass a
+ * gate: at most one line per FT__WARN_PERIOD_MS, which counts the lines
+ * held back since. Threads may share a gate.
  */
 #define FT__WARN_PERIOD_MS 10000
 struct ft__warn_gate {
@@ -35,6 +36,9 @@ struct ft__warn_gate {
 };
 void ft__warn_gated(struct ft__warn_gate *g, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* The same at any level (an error said once per period); keeps errno. */
+void ft__log_gated(int level, struct ft__warn_gate *g, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* Checks the level before formatting; keeps errno. */
 #define ft__log(level, ...)                               \
