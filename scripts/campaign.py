@@ -142,7 +142,7 @@ def parse(out):
     return ops, models, status
 
 
-STARVED = re.compile(r"^nemesis: fds-starved rank (\d+)$", re.M)
+STARVED = re.compile(r"nemesis: fds-starved rank (\d+)")
 # what a rank out of descriptors must say when it leaves
 SAYS_FDS = re.compile(r"descriptor|Too many open files|EMFILE", re.I)
 

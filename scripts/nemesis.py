@@ -125,8 +125,14 @@ def command(spec, args, workdir):
 
 # ---- inside the trial's namespaces (root) -------------------------------------
 
+def line(text):
+    """One line in one write: ftcc-run writes to the same pipe, and two
+    writes of a line (its text, then its newline) let its lines in between."""
+    os.write(1, (text + "\n").encode())
+
+
 def say(t0, what):
-    print(f"nemesis: +{time.monotonic() - t0:.3f} {what}", flush=True)
+    line(f"nemesis: +{time.monotonic() - t0:.3f} {what}")
 
 
 def job_pids(root):
@@ -376,7 +382,7 @@ def inner(spec_path, args):
             resource.prlimit(pid, resource.RLIMIT_NOFILE, (held + 2, old[1]))
         except (OSError, ValueError):
             return
-        print(f"nemesis: fds-starved rank {r}", flush=True)
+        line(f"nemesis: fds-starved rank {r}")
         say(t0, f"rank {r}'s descriptors limited to {held + 2} (it holds {held})")
         stop.wait(rnd.uniform(1, 6))
         try:
