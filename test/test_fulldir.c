@@ -21,6 +21,7 @@
 
 static char out[256];
 static int stop_size = N - 1; /* the ranks stop AFTER_OPS ops after the job is down to this */
+static char log_dir[256];       /* "": the default; else rejoin, logs here */
 
 static void mark(const char *name, int r)
 {
@@ -36,6 +37,11 @@ static void to_log(struct ft_config *cfg, int r)
 	int fd;
 
 	cfg->policy = FT_POLICY_SHRINK;
+	if (log_dir[0] != '\0') {
+		cfg->policy = FT_POLICY_REJOIN;
+		cfg->rejoin_timeout_ms = 1000; /* none comes back: then as shrink */
+		snprintf(cfg->log_dir, sizeof(cfg->log_dir), "%s", log_dir);
+	}
 	cfg->detect_timeout_ms = 3000;
 	cfg->heartbeat_ms = 100;
 	/* warnings: a flood of them shows (FTCC_TEST_LOG_LEVEL: more) */
@@ -159,13 +165,14 @@ static int lines_of(const char *path, int *same)
 	return n;
 }
 
-/* A job of N on a tmpfs of its own, running its ops; its rendezvous not full yet. */
+/* A job of N on a tmpfs of its own (its rendezvous, or with logs, its log
+ * directory), running its ops; not full yet. */
 struct full_job {
 	char mnt[256];
 	struct tu_job job;
 };
 
-static void full_start(struct full_job *f, const char *what)
+static void full_start(struct full_job *f, const char *what, bool logs)
 {
 	snprintf(f->mnt, sizeof(f->mnt), "/tmp/ftcc-full-XXXXXX");
 	cr_assert_not_null(mkdtemp(f->mnt));
@@ -180,8 +187,13 @@ static void full_start(struct full_job *f, const char *what)
 	snprintf(out, sizeof(out), "/tmp/ftcc-fullout-XXXXXX");
 	cr_assert_not_null(mkdtemp(out));
 	tu_job_init(&f->job, N);
-	rmdir(f->job.dir);
-	snprintf(f->job.dir, sizeof(f->job.dir), "%s", f->mnt);
+	log_dir[0] = '\0';
+	if (logs) {
+		snprintf(log_dir, sizeof(log_dir), "%s", f->mnt);
+	} else {
+		rmdir(f->job.dir);
+		snprintf(f->job.dir, sizeof(f->job.dir), "%s", f->mnt);
+	}
 	for (int r = 0; r < N; r++)
 		tu_spawn(&f->job, r, worker, NULL, to_log);
 	long end = tu_now_ms() + 30000;
@@ -197,7 +209,8 @@ static void full_end(struct full_job *f)
 	char cmd[400];
 
 	umount2(f->mnt, MNT_DETACH);
-	tu_job_cleanup(&f->job); /* and the mount point */
+	rmdir(f->mnt);
+	tu_job_cleanup(&f->job);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", out);
 	if (system(cmd) != 0)
 		fprintf(stderr, "cannot remove %s\n", out);
@@ -255,7 +268,7 @@ Test(fulldir, rendezvous_full_at_a_failure, .timeout = 120)
 	int killed[N] = {[0] = 1}, bad, files, total;
 
 	stop_size = N - 1;
-	full_start(&f, "rendezvous_full_at_a_failure");
+	full_start(&f, "rendezvous_full_at_a_failure", false);
 	files = fill(f.mnt);
 	long t0 = tu_now_ms();
 	kill(f.job.pids[0], SIGKILL);
@@ -297,7 +310,7 @@ Test(fulldir, full_again_fails_each_rank_with_enospc, .timeout = 120)
 	char release[400];
 
 	stop_size = N - 2;
-	full_start(&f, "full_again_fails_each_rank_with_enospc");
+	full_start(&f, "full_again_fails_each_rank_with_enospc", false);
 	fill(f.mnt);
 	kill(f.job.pids[0], SIGKILL);
 	long end = tu_now_ms() + 15000;
@@ -332,5 +345,46 @@ Test(fulldir, full_again_fails_each_rank_with_enospc, .timeout = 120)
 	}
 	cr_expect_lt(took, 12000, "the survivors took %ld ms to fail", took);
 	cr_expect_leq(total, 20, "%d lines of diagnostics from 2 survivors: a flood", total);
+	full_end(&f);
+}
+
+/*
+ * Rejoin, the pairwise logs on a tmpfs that fills while the job runs, then
+ * a rank killed (not restarted: the survivors wait 1 s for it, then go on
+ * as under shrink). A rank whose log cannot be written keeps none and says
+ * so once, naming the directory and ENOSPC; it is neither killed nor left
+ * out: the 3 survivors finish every op exactly.
+ */
+Test(fulldir, log_dir_full_under_rejoin, .timeout = 120)
+{
+	struct full_job f;
+	int killed[N] = {[3] = 1}, bad, total;
+
+	stop_size = N - 1;
+	full_start(&f, "log_dir_full_under_rejoin", true);
+	fill(f.mnt);
+	tu_sleep_ms(300); /* a few ops on the full log directory */
+	kill(f.job.pids[3], SIGKILL);
+	bad = tu_wait(&f.job, 25000, killed);
+	total = survivors_lines(killed);
+	cr_expect_eq(bad, 0, "%d survivors failed or hung with a full log directory", bad);
+	for (int r = 0; r < N - 1; r++) {
+		char path[400];
+		int size = -1, rc = -1;
+		unsigned gen = 0;
+		FILE *fp;
+		snprintf(path, sizeof(path), "%s/result-%d", out, r);
+		fp = fopen(path, "r");
+		cr_expect(fp != NULL && fscanf(fp, "%d %u %d", &size, &gen, &rc) == 3,
+			  "no result from rank %d", r);
+		if (fp != NULL)
+			fclose(fp);
+		cr_expect(size == N - 1 && gen == 1 && rc == 0,
+			  "rank %d ends with size %d generation %u rc %d", r, size, gen, rc);
+		snprintf(path, sizeof(path), "%s/stderr-%d", out, r);
+		cr_expect(holds(path, "no space left"), "rank %d did not say that its log is full", r);
+		cr_expect(holds(path, f.mnt), "rank %d did not name its log directory", r);
+	}
+	cr_expect_leq(total, 15, "%d lines of diagnostics from 3 survivors: a flood", total);
 	full_end(&f);
 }

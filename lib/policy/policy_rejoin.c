@@ -56,11 +56,19 @@
 
 /* The log failed: no more records; the payload (this op's saved input) stays
  * mapped until the next op begins, when the log is closed. */
+static void log_dir(const struct ft_comm *c, char *buf, size_t len);
+
+/* Once per log: a full log directory (its own logs, a job's checkpoints)
+ * costs this rank its log, never its place in the job. */
 static void log_off(struct ft_comm *c, int rc, const char *what)
 {
-	if (!c->log_dead)
-		ft__warn("log: %s failed (%s): logging is off; a new incarnation of this rank "
-			 "could not rejoin", what, ft_strerror(rc));
+	char dir[FT_PATH_MAX + FT_NAME_MAX + 2];
+
+	if (!c->log_dead) {
+		log_dir(c, dir, sizeof(dir));
+		ft__warn("log: %s in %s failed (%s): logging is off; a new incarnation of this "
+			 "rank could not rejoin", what, dir, ft_strerror(rc));
+	}
 	c->log_dead = true;
 }
 
