@@ -203,8 +203,9 @@ static void round_end(struct ft__ckpt *ck, struct ck_round *r)
 
 static void round_abandon(struct ft__ckpt *ck, struct ck_round *r)
 {
-	ft__warn("ckpt: round %llu abandoned: %s", (unsigned long long)r->round,
-		 ft_strerror(r->err));
+	ft__warn_gated(&ck->said_abandon, "ckpt: round %llu in %s abandoned: %s (the call that "
+		       "waits for it returns %s)", (unsigned long long)r->round, ck->dir,
+		       ft_strerror(r->err), ft_err_name(r->err));
 	if (r->phase == R_COMMITTING) {
 		/* a torn COMMIT would hide every later record: cut it off */
 		if (ftruncate(ck->jfd, (off_t)r->jpos0) == 0)

@@ -55,6 +55,7 @@ struct ck_reg {
 struct ft__ckpt {
 	struct ft_ckpt_config cfg;
 	char dir[PATH_MAX];
+	struct ft__warn_gate said_abandon; /* a full disk abandons every round: said once per period */
 	int rank;
 	struct ft__ckpt_image img;        /* the committed table, as the journal says */
 	struct ck_reg reg[FT__STATE_MAX];
