@@ -383,6 +383,52 @@ Test(guard, starts_each_vigil_afresh, .timeout = 30)
 	fake_drop(&own);
 }
 
+/*
+ * A peer's pid is what its hello said, and its region may be unnamed: a
+ * token holder could name any process of this user (another job's rank)
+ * and, once left out while this process's lock is wedged, have the guard
+ * kill it. A process that maps no wedged region holds no lock of it: it
+ * lives.
+ */
+Test(guard, kills_only_a_process_that_maps_the_wedged_region, .timeout = 30)
+{
+	struct ft_guard *g;
+	struct fake own;
+	int out = 4, st;
+	pid_t stranger = fork(), holder;
+
+	cr_assert_geq(stranger, 0);
+	if (stranger == 0) { /* forked before any region: maps none */
+		for (;;)
+			pause();
+	}
+	g = guard_or_skip();
+	fake_make(&own, "stranger-own");
+	cr_assert(ft__fab_guard_add(g, own.name, getpid(), FT__GUARD_OWN));
+	/* the "peer" whose hello named the stranger's pid; its region unnamed */
+	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-unnamed", stranger, out));
+	pthread_spin_lock(fake_lock(&own)); /* wedged past GUARD_HELD_MS */
+	ft__fab_guard_left_out(g, out);
+	st = ended_within(stranger, 1500);
+	pthread_spin_unlock(fake_lock(&own));
+	cr_expect_eq(st, -1, "the guard killed pid %d, which maps no region of this job",
+		     (int)stranger);
+	/* the same wedge with a holder that does map the region: killed */
+	holder = child(&own, false);
+	kill(holder, SIGSTOP);
+	cr_assert(ft__fab_guard_add(g, "ftcc-test-guard-unnamed-2", holder, out + 1));
+	pthread_spin_lock(fake_lock(&own));
+	ft__fab_guard_left_out(g, out + 1);
+	st = ended_within(holder, 5000);
+	pthread_spin_unlock(fake_lock(&own));
+	cr_expect(st != -1, "a left-out peer that maps the wedged region still lives 5 s later");
+	if (st == -1)
+		reap(holder);
+	reap(stranger);
+	ft__fab_guard_close(g);
+	fake_drop(&own);
+}
+
 Test(guard, refuses_a_region_that_names_another_owner)
 {
 	struct ft_guard *g = guard_or_skip();

@@ -46,9 +46,10 @@
  * kills (SIGKILL through its pidfd: no other process can be hit) the
  * left-out peer whose region it is, or, for a lock of ours, whose holder a
  * spinlock does not name, every left-out peer that lives; it frees the
- * lock only once they are dead, as after any death. A left-out peer is
- * otherwise left alone, to learn from its next call that it is out
- * (-FT_EEXCLUDED).
+ * lock only once they are dead, as after any death. Only a process that
+ * maps the wedged region is killed (maps_region): a peer's pid is its
+ * hello's word. A left-out peer is otherwise left alone, to learn from its
+ * next call that it is out (-FT_EEXCLUDED).
  *
  * This reads libfabric's private layout (struct smr_region: the owner's pid
  * at byte 4, the lock at byte 24), which the guard checks as far as it can:
@@ -148,6 +149,38 @@ static bool kill_peer(const struct guard_region *r)
 }
 
 /*
+ * Whether r's process maps the shm region name, read while its pidfd pins
+ * it (a pid reused meanwhile reads as no). r's pid is what the peer's
+ * hello said, and its region may be unnamed already, so nothing else
+ * vouches for it; but only a process that maps a region can hold its
+ * lock, so a process that does not is no holder to kill, whatever pid a
+ * token holder named (another job's rank, any process of this user).
+ */
+static bool maps_region(const struct guard_region *r, const char *name)
+{
+	char path[32], want[GUARD_NAME_MAX + 16], *line = NULL;
+	size_t cap = 0, n = (size_t)snprintf(want, sizeof(want), "/dev/shm/%s", name);
+	struct pollfd p = {.fd = r->pidfd, .events = POLLIN};
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", r->pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return false;
+	while (!found && getline(&line, &cap, f) > 0) {
+		int at = -1;
+		/* address, permissions, offset, device, inode, then the path */
+		if (sscanf(line, "%*s %*s %*s %*s %*s %n", &at) != 0 || at < 0)
+			continue;
+		found = strncmp(line + at, want, n) == 0 &&
+			(line[at + (int)n] == '\n' || line[at + (int)n] == ' ' || line[at + (int)n] == '\0');
+	}
+	free(line);
+	fclose(f);
+	return found && r->pidfd >= 0 && poll(&p, 1, 0) == 0;
+}
+
+/*
  * While a left-out peer lives, a lock held at every look for GUARD_HELD_MS
  * is killed for: the left-out peer whose own region it is, or, for one of
  * this process's locks, whose holder a spinlock does not name, every
@@ -180,7 +213,15 @@ static bool fence_look(struct ft_guard *g, int64_t now)
 		bool killed;
 		if (!r->left_out || r->dead || r->fenced || (!wedged->own && r->pid != wedged->pid))
 			continue;
-		killed = kill_peer(r);
+		if (!maps_region(r, wedged->name)) {
+			ft__warn("fabric: guard: pid %d, which rank %d (left out of the view) gave as "
+				 "its own, does not map shm region %s, whose lock has been held %d "
+				 "ms: not killed",
+				 r->pid, r->rank, wedged->name, GUARD_HELD_MS);
+			killed = false;
+		} else {
+			killed = kill_peer(r);
+		}
 		for (unsigned k = i; k < g->n; k++) /* its other regions: one kill, one warning */
 			if (g->r[k].pid == r->pid && !g->r[k].own) {
 				g->r[k].fenced = killed;
