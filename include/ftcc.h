@@ -53,7 +53,9 @@ extern "C" {
 	XX(PARTITIONED, FT_ERR_BASE + 12,                                                \
 	   "this rank's side of a network partition has no quorum: it stopped")          \
 	XX(ENDED, FT_ERR_BASE + 13,                                                      \
-	   "the job has ended: every other rank finalized")
+	   "the job has ended: every other rank finalized")                             \
+	XX(STATELOST, FT_ERR_BASE + 14,                                                  \
+	   "the registered state is lost: every member is a new incarnation awaiting it")
 
 enum ft_error {
 #define FT__ERR_ENUM(name, value, msg) FT_E##name = (value),
@@ -397,7 +399,10 @@ int ft_state_register(struct ft_comm *comm, void *ptr, size_t bytes, unsigned fl
  * exactly there; every collective's input must follow from registered
  * state (examples/train_steps.c). A newcomer whose next call does not
  * match the survivors' (it resumed elsewhere) gets -FT_EEXCLUDED and is
- * sent away; the survivors go on as after a crash.
+ * sent away; the survivors go on as after a crash. When every member is a
+ * new incarnation awaiting the state (each rank that held it died first),
+ * it is lost: -FT_ESTATELOST at once on every member (here or from the
+ * collective), and the communicator is broken.
  */
 int ft_state_sync(struct ft_comm *comm);
 /*

@@ -126,8 +126,43 @@ IB2="rank=3,op=5,phase=allgather,step=1,seg=0;rank=4,op=5,phase=reduce_scatter,s
 IB2="$IB2|rank=4,op=5,phase=allgather,step=1,seg=0;rank=3,op=5,phase=reduce_scatter,step=0,seg=0,gen=1"
 IB2="$IB2|rank=3,op=5,phase=allgather,step=1,seg=0;rank=2,op=5,phase=broadcast,step=0,seg=1,gen=1"
 IB2="$IB2|rank=3,op=5,phase=allgather,step=1,seg=0;rank=4,op=5,phase=allgather,step=1,seg=0;rank=3,op=5,phase=broadcast,step=0,seg=1,inc=1"
+# ... and a newcomer taken two generations after another that still awaits
+# the state (rank 3 back in generation 1, rank 1 killed in its op and back
+# in 2, rank 4 killed and back in 3): in-band, rank 4 holds no view before
+# 2, and once found another route than the others (FT_EPROTO on every
+# member: restarted, then no member held the state, and the job hung)
+IB2="$IB2|rank=3,op=5,phase=allgather,step=1,seg=0;rank=1,op=5,phase=reduce_scatter,step=0,seg=0,gen=1;rank=4,op=5,phase=reduce_scatter,step=0,seg=0,gen=2"
 step "inband two newcomers in two generations, kills in the transfer, no log" env FTCC_MEMBERSHIP=inband \
 	FTCC_LOG_DURABILITY=none FAULTS="$IB2" REJOIN_PAUSE_MS=0 "$C" "$B" 6 10 4000000
+# every member a new incarnation awaiting the state, no log (rank 1 killed
+# in op 5 and taken back; rank 0 killed while it sends it the state, and
+# taken back): nobody holds it. Both ranks fail at once with FT_ESTATELOST
+# (they once waited for a view no failure brings, past their timeouts,
+# newcomers asking for the next generation with them)
+state_lost() { # membership
+	out=$(mktemp)
+	s0=$(date +%s)
+	FTCC_MEMBERSHIP=$1 FTCC_POLICY=rejoin FTCC_LOG_DURABILITY=none FTCC_LOG_LEVEL=2 \
+		FTCC_REJOIN_TIMEOUT_MS=20000 FTCC_CONNECT_TIMEOUT_MS=10000 \
+		FTCC_FAULT="rank=1,op=5,phase=allgather,step=0,seg=0;rank=0,op=5,phase=broadcast,step=0,seg=1,gen=1" \
+		timeout 60 "$B/ftcc-run" -n 2 --restart --max-restarts 1 "$B/examples/train_rejoin" 10 \
+		4000000 0 >"$out" 2>&1
+	rc=$? dt=$(($(date +%s) - s0)) ok=0
+	lost=$(grep -c "state: the registered state is lost" "$out")
+	if [ "$rc" -eq 124 ]; then
+		echo "FAIL: a hang (60 s)"
+	elif [ "$lost" -ne 2 ] || [ "$dt" -gt 15 ]; then
+		echo "FAIL: $lost of 2 ranks said the state is lost, after $dt s (status $rc)"
+	else
+		echo "ok: both ranks: the state is lost, after $dt s"
+		ok=1
+	fi
+	[ "$ok" -eq 1 ] || grep -v " digest " "$out" | tail -30
+	rm -f "$out"
+	[ "$ok" -eq 1 ]
+}
+step "nobody holds the state: FT_ESTATELOST at once (file)" state_lost file
+step "nobody holds the state: FT_ESTATELOST at once (inband)" state_lost inband
 step "inband tcp n=4 random kills" env FTCC_MEMBERSHIP=inband REJOIN_PAUSE_MS=10 \
 	TRIALS="$(few 3 "$mode")" "$C" "$B" 4 20 100000
 step "inband tcp n=5 two kills" env FTCC_MEMBERSHIP=inband REJOIN_PAUSE_MS=10 \

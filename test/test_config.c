@@ -1065,7 +1065,7 @@ Test(errors, every_code_has_its_name_and_message, .timeout = 20)
 	};
 	size_t n = sizeof(codes) / sizeof(codes[0]);
 
-	cr_expect_eq(n, 23u);
+	cr_expect_eq(n, 24u);
 	for (size_t i = 0; i < n; i++) {
 		cr_expect_gt(codes[i].code, 0, "%s", codes[i].name);
 		cr_expect_str_eq(ft_err_name(-codes[i].code), codes[i].name);
@@ -1081,11 +1081,12 @@ Test(errors, every_code_has_its_name_and_message, .timeout = 20)
 	cr_expect_gt(FT_EABORTED, FT_ERR_BASE);
 	cr_expect_eq(FT_EPARTITIONED, FT_ERR_BASE + 12);
 	cr_expect_eq(FT_EENDED, FT_ERR_BASE + 13);
+	cr_expect_eq(FT_ESTATELOST, FT_ERR_BASE + 14);
 }
 
 Test(errors, zero_and_unknown, .timeout = 20)
 {
-	static const int unknown[] = { -1000, -FT_ERR_BASE, -(FT_ERR_BASE + 14), -99999, INT32_MIN + 1 };
+	static const int unknown[] = { -1000, -FT_ERR_BASE, -(FT_ERR_BASE + 15), -99999, INT32_MIN + 1 };
 
 	cr_expect_str_eq(ft_strerror(0), "success");
 	cr_expect_str_eq(ft_err_name(0), "0");

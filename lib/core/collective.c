@@ -24,7 +24,7 @@ static int call_finish(struct ft_comm *c, int rc, struct ft_op_info *info, const
 		if (c->det != NULL)
 			ft__det_have_result(c->det, seq); /* an error is this op's outcome */
 		if (rc == -FT_EPEERFAILED || rc == -FT_ETIMEDOUT || rc == -FT_EEXCLUDED ||
-		    rc == -FT_EABORTED) {
+		    rc == -FT_EABORTED || rc == -FT_ESTATELOST) {
 			c->broken = rc == -FT_EABORTED ? -FT_EPEERFAILED : rc;
 			c->stats.failures++;
 			rc = c->broken;

@@ -135,8 +135,18 @@ static int transfer(struct ft_comm *c, uint64_t seq)
 	uint64_t t0 = ft__now_ns();
 	char args[96];
 
-	if (c->state_root < 0)
-		return -FT_EPEERFAILED; /* nobody holds it: no exact way on */
+	if (c->state_root < 0) {
+		/* every member is a new incarnation awaiting it (newcomers.c):
+		 * no view to come can bring it back, and a recovery would wait
+		 * for one that never comes (every member, and the newcomers
+		 * asking for the next generation, past their timeouts): each
+		 * member fails at once, alike, and the communicator with it */
+		ft__error("state: at op %llu, no member of generation %u holds the registered state "
+			  "(each is a new incarnation awaiting it): it is lost",
+			  (unsigned long long)seq, c->generation);
+		c->broken = -FT_ESTATELOST;
+		return -FT_ESTATELOST;
+	}
 	if (!rt.in)
 		return 0;
 	memset(&h, 0, sizeof(h));

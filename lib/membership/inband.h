@@ -70,8 +70,15 @@ struct ib_value {
 	int n;
 	int *members;
 	uint64_t *next_ops;     /* each member's first op it lacks a result of */
-	uint8_t *fresh;         /* each member: 1 a new incarnation (inband_rejoin.c) */
+	uint8_t *fresh;         /* each member: IB_FRESH_* (inband_rejoin.c) */
 };
+
+/* A member of a value: old (0); a new incarnation this generation takes in,
+ * whose record the value's members must hold (NEW); or one an earlier
+ * generation took in that is still owed the state, at the value's first op
+ * (OWED) or the op after it (OWED_NEXT): a newcomer holds no view older than
+ * the one before its own, so the value carries what those said. */
+enum { IB_FRESH_OLD, IB_FRESH_NEW, IB_FRESH_OWED, IB_FRESH_OWED_NEXT };
 
 struct inband {
 	pthread_mutex_t lock;
@@ -332,6 +339,7 @@ void ft__ib_on_latest(struct inband *b, int from, uint32_t gen, struct rbuf *r);
 bool ft__ib_back_live(const struct inband *b, int e, uint32_t gen);
 bool ft__ib_fresh_known(const struct inband *b, int e, uint32_t gen);
 void ft__ib_add_back(struct inband *b, struct ib_value *v, const int *back, int nback);
+void ft__ib_carry_owed(const struct inband *b, struct ib_value *v);
 int ft__ib_send_fresh(struct inband *b, int to, uint32_t gen, const struct ib_value *v);
 void ft__ib_fresh_on_link(struct inband *b, int i, uint32_t gen, const struct ib_value *v);
 void ft__ib_tell_newcomers(struct inband *b, uint32_t gen, const struct ib_value *v);

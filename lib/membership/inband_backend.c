@@ -528,8 +528,11 @@ static int ib_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__membe
 			memset(m, 0, sizeof(*m));
 			snprintf(m->addr, sizeof(m->addr), "%s", b->r[orig].addr);
 			snprintf(m->ctrl, sizeof(m->ctrl), "%s", b->r[orig].ctrl);
-			m->next_op = value_of(b, gen)->next_ops[i];
-			m->rejoining = value_of(b, gen)->fresh[i]; /* a new incarnation taken in */
+			const struct ib_value *val = value_of(b, gen);
+			m->next_op = val->next_ops[i];
+			m->rejoining = val->fresh[i] == IB_FRESH_NEW; /* a new incarnation taken in */
+			if (val->fresh[i] == IB_FRESH_OWED || val->fresh[i] == IB_FRESH_OWED_NEXT)
+				m->owed_op = val->first_op + (val->fresh[i] == IB_FRESH_OWED_NEXT);
 			rc = 0;
 		}
 	unlock_ib(b);

@@ -111,7 +111,7 @@ static void send_addrs(struct inband *b, int i, uint32_t gen, const int *ranks,
 		put_i32(&w, 0);
 		for (; k < n && w.len + ENTRY_MAX <= w.cap; k++) {
 			const struct ib_rank *p = &b->r[ranks[k]];
-			if (fresh != NULL && fresh[k]) {
+			if (fresh != NULL && fresh[k] == IB_FRESH_NEW) {
 				if (!p->back.have || p->back.gen != gen)
 					continue;
 				put_entry(&w, ranks[k], p->back.next_op, p->back.addr, p->back.ctrl,
@@ -327,8 +327,50 @@ void ft__ib_add_back(struct inband *b, struct ib_value *v, const int *back, int 
 		memmove(v->fresh + at + 1, v->fresh + at, (size_t)(v->n - at));
 		v->members[at] = e;
 		v->next_ops[at] = b->r[e].back.next_op;
-		v->fresh[at] = 1;
+		v->fresh[at] = IB_FRESH_NEW;
 		v->n++;
+	}
+}
+
+/*
+ * Who in v (being chosen for generation b->gen) is still owed the state
+ * since an earlier generation took it back: a member the view before held
+ * as new (or owed), whose op (newcomers.c: the first its application runs,
+ * not before that view's first op, op 1 at least) is not before v's first
+ * op. Every member's newcomers.c counts it from the records of the view
+ * that took it; a newcomer taken later holds no view before the one before
+ * its own (see the top), and without this mark found another route for
+ * the state than the others (its frames then came from another root:
+ * FT_EPROTO, and the abort failed every member's op). Carried from view to
+ * view for as long as the op stands.
+ */
+void ft__ib_carry_owed(const struct inband *b, struct ib_value *v)
+{
+	const struct ib_value *prev = b->gen > 0 ? value_of(b, b->gen - 1) : NULL;
+
+	if (prev == NULL || prev->members == NULL)
+		return;
+	for (int k = 0, j = 0; k < v->n; k++) {
+		uint64_t owed;
+		if (v->fresh[k] != IB_FRESH_OLD)
+			continue; /* taken now */
+		while (j < prev->n && prev->members[j] < v->members[k])
+			j++;
+		if (j == prev->n || prev->members[j] != v->members[k] ||
+		    prev->fresh[j] == IB_FRESH_OLD)
+			continue;
+		if (prev->fresh[j] == IB_FRESH_NEW) {
+			owed = prev->next_ops[j] < prev->first_op ? prev->first_op : prev->next_ops[j];
+			if (owed == 0)
+				owed = 1;
+		} else {
+			owed = prev->first_op + (prev->fresh[j] == IB_FRESH_OWED_NEXT);
+		}
+		if (owed == v->first_op)
+			v->fresh[k] = IB_FRESH_OWED;
+		else if (owed == v->first_op + 1)
+			v->fresh[k] = IB_FRESH_OWED_NEXT;
+		/* (before v's first op: it got the state, and that op ran) */
 	}
 }
 
@@ -336,7 +378,7 @@ void ft__ib_add_back(struct inband *b, struct ib_value *v, const int *back, int 
 void ft__ib_fresh_on_link(struct inband *b, int i, uint32_t gen, const struct ib_value *v)
 {
 	for (int k = 0; k < v->n; k++)
-		if (v->fresh[k]) {
+		if (v->fresh[k] == IB_FRESH_NEW) {
 			send_addrs(b, i, gen, v->members, v->next_ops, v->fresh, v->n);
 			return;
 		}
@@ -371,7 +413,7 @@ void ft__ib_install_fresh(struct inband *b, uint32_t gen, const struct ib_value 
 	for (int k = 0; k < v->n; k++) {
 		int e = v->members[k];
 		struct ib_rank *p = &b->r[e];
-		if (!v->fresh[k])
+		if (v->fresh[k] != IB_FRESH_NEW)
 			continue;
 		if (e == b->rank) {
 			snprintf(p->addr, sizeof(p->addr), "%s", b->mine.addr);
@@ -444,7 +486,7 @@ int ft__ib_newcomer_view(struct inband *b, uint32_t gen, const struct ft__view *
 	for (int k = 0; k < val->n; k++) {
 		if (val->members[k] != b->rank)
 			continue;
-		if (val->fresh[k]) {
+		if (val->fresh[k] == IB_FRESH_NEW) {
 			*view = v;
 			return 1;
 		}

@@ -100,7 +100,7 @@ void ft__ib_get_value(struct rbuf *r, int world, struct ib_value *v)
 	if (!r->bad)
 		get(r, v->fresh, (size_t)v->n);
 	for (int i = 0; i < v->n && !r->bad; i++)
-		if (v->fresh[i] > 1)
+		if (v->fresh[i] > IB_FRESH_OWED_NEXT)
 			r->bad = true;
 	if (r->bad)
 		ft__ib_value_free(v);

@@ -160,7 +160,7 @@ static bool value_fits(const struct inband *b, uint32_t gen, int from, const str
 	 * a fresh member is a new incarnation whose record this rank holds
 	 * (inband_rejoin.c) */
 	for (int i = 0; i < v->n; i++) {
-		if (v->fresh[i]) {
+		if (v->fresh[i] == IB_FRESH_NEW) {
 			if (!ft__ib_fresh_known(b, v->members[i], gen))
 				return false;
 			continue;
@@ -670,6 +670,8 @@ static int choose(struct inband *b, const int *cand, int ncand, const int *back,
 		ft__ib_add_back(b, &b->proposal, back, nback);
 		/* a candidate that died unseen (the launcher's word) and asked back */
 		ft__ib_add_back(b, &b->proposal, cand, ncand);
+		/* and who is still owed the state since an earlier one took it */
+		ft__ib_carry_owed(b, &b->proposal);
 	}
 	if (b->gen == 0) {
 		if (getrandom(&b->proposal.nonce, sizeof(b->proposal.nonce), 0) !=

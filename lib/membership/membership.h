@@ -55,6 +55,9 @@ struct ft__member {
 					 * a rejoining incarnation: the first op it can take
 					 * part in (its last logged input + 1, 0 without logs) */
 	bool rejoining;                 /* a new incarnation asking back in (rejoin policy) */
+	uint64_t owed_op;               /* lookup of a settled view (in-band): a member an
+					 * earlier view took back as new, still owed the state
+					 * at this op (newcomers.c); 0 none */
 	int pid;                        /* filled by lookup */
 };
 

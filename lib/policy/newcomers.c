@@ -11,7 +11,9 @@
  * recomputed from the records alone so that every member, a newcomer
  * included, finds the same: each live record published as rejoining, in
  * the last 16 generations, whose op (the first its application runs) is
- * not before v's first op. An op whose transfer already ran is found again
+ * not before v's first op (in-band, v itself also names those an earlier
+ * view took and the state is still owed: a newcomer holds no view before
+ * the one before its own, inband_rejoin.c). An op whose transfer already ran is found again
  * only when it runs again, and then the transfer runs again on every
  * member alike. The sender is the lowest member that is not such a
  * newcomer (whose application has not received the state yet). The
@@ -37,15 +39,20 @@ void ft__newcomers_view_loaded(struct ft_comm *c, const struct ft__view *v)
 			ft__view_free(&gv);
 		}
 		for (int r = 0; r < c->cfg.world_size; r++) {
-			struct ft__member m;
+			struct ft__member m = {0};
 			bool dup = false, member = false;
 			/* only a member of v is owed anything: the records of one
 			 * that is not may vanish (it finalized) while members load
 			 * v, and a transfer some run and others not is a mismatch */
 			for (int i = 0; i < v->size && !member; i++)
 				member = v->members[i] == r;
-			if (!member || ft__mb_lookup(&c->mb, g, r, &m) != 0 || !m.rejoining)
+			if (!member || ft__mb_lookup(&c->mb, g, r, &m) != 0 ||
+			    !(m.rejoining || m.owed_op != 0))
 				continue;
+			/* (in-band: one an earlier view took, carried by this
+			 * one for a newcomer that holds no view before it) */
+			if (!m.rejoining)
+				m.next_op = m.owed_op;
 			/* its application's first op: the one after the op it
 			 * replays (next_op = first + 1), else that view's first op;
 			 * op 0 is ft_init's barrier, which a newcomer runs itself:
@@ -64,7 +71,7 @@ void ft__newcomers_view_loaded(struct ft_comm *c, const struct ft__view *v)
 				dup |= c->owed_op[j] == m.next_op;
 			if (!dup && c->nowed < (int)FT__ARRAY_SIZE(c->owed_op))
 				c->owed_op[c->nowed++] = m.next_op;
-			if (g == v->generation)
+			if (g == v->generation && m.rejoining)
 				ft__info("generation %u takes rank %d back (a new incarnation, from op "
 					 "%llu)", g, r, (unsigned long long)m.next_op);
 		}
@@ -73,8 +80,8 @@ void ft__newcomers_view_loaded(struct ft_comm *c, const struct ft__view *v)
 		if (fresh == NULL || !fresh[v->members[i]])
 			c->state_root = v->members[i];
 	if (c->nowed > 0 && c->state_root < 0)
-		ft__error("generation %u: every member is a new incarnation: nobody holds the state",
-			  v->generation);
+		ft__error("generation %u: every member is a new incarnation: nobody holds the state "
+			  "(its op fails with FT_ESTATELOST)", v->generation);
 	free(fresh);
 }
 

@@ -53,7 +53,8 @@ static int link_peer(const struct ft_comm *c, const struct ft__coll *co, int rc)
 
 bool ft__recoverable(const struct ft_comm *c, int rc)
 {
-	return c->det != NULL &&
+	/* (no view to come brings the state back: state.c) */
+	return c->det != NULL && rc != -FT_ESTATELOST &&
 	       (rc == -FT_EPEERFAILED || rc == -FT_EABORTED || ft__det_pending(c->det));
 }
 
