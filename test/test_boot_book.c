@@ -204,6 +204,9 @@ Test(store_wire, every_field_is_checked, .timeout = 10)
 	cr_expect_eq(ft__store_join_parse(buf, len, &j, &why), -FT_EINVAL, "job id");
 	len = join_bytes(buf, "j", 0, 2, "h:0");
 	cr_expect_eq(ft__store_join_parse(buf, len, &j, &why), -FT_EINVAL, "entry");
+	/* a gone mark is the launcher's word only (store_rank_died): no join sets one */
+	len = join_bytes(buf, "j", 1, 2, FT__STORE_GONE);
+	cr_expect_eq(ft__store_join_parse(buf, len, &j, &why), -FT_EINVAL, "the gone mark");
 }
 
 /* Random joins (right magic, version and type, the rest random): never read past len. */
@@ -792,6 +795,121 @@ Test(store_guard, a_fake_store_is_believed_by_no_rank, .timeout = 60)
 	}
 }
 
+/*
+ * A genuine answer, copied off the wire, replayed by a process in the
+ * store's place: it can send the copied connection's challenge again (a
+ * challenge is the store's to choose), but the rank's join carries a
+ * fresh nonce of its own, which the copied MAC does not cover.
+ */
+static void replaying_store(int lfd, const uint8_t *nonce, const unsigned char *ans, size_t len)
+{
+	unsigned char ch[FT__STORE_CHALLENGE_LEN], in[FT__STORE_JOIN_MAX];
+	int fd = accept(lfd, NULL, NULL);
+
+	if (fd < 0)
+		_exit(1);
+	ft__store_challenge_encode(ch, nonce);
+	(void)!write(fd, ch, sizeof(ch));
+	(void)!read(fd, in, sizeof(in));
+	(void)!write(fd, ans, len);
+	close(fd);
+	_exit(0);
+}
+
+/* A listener on 127.0.0.1, port 0: its descriptor, its address in addr. */
+static int fake_listener(char *addr, size_t cap)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(lfd, 0);
+	cr_assert_eq(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(lfd, 64), 0);
+	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	snprintf(addr, cap, "127.0.0.1:%u", ntohs(a.sin_port));
+	return lfd;
+}
+
+Test(store_guard, an_old_answer_replayed_is_believed_by_no_rank, .timeout = 60)
+{
+	unsigned char ans[FT__STORE_ANSWER_HDR + FT__BOOK_ENTRY_MAX + FT__AUTH_MAC];
+	uint8_t nonce[FT__AUTH_NONCE];
+	char e0[FT__BOOK_ENTRY_MAX], addr[64];
+	struct store_proc s;
+	size_t len = 0;
+	pid_t fake, rank;
+	int fd, lfd;
+
+	/* the real store's book for rank 0 of a 1-rank job, as it crossed the wire */
+	store_start(&s);
+	entry_of(0, e0);
+	fd = raw_connect(s.addr);
+	memcpy(nonce, nonce_of[fd], sizeof(nonce));
+	raw_join(fd, "t-replay", 0, 1, e0);
+	for (ssize_t n; len < sizeof(ans) && (n = recv(fd, ans + len, sizeof(ans) - len, 0)) > 0;)
+		len += (size_t)n;
+	close(fd);
+	cr_assert_eq(len, FT__STORE_ANSWER_HDR + 1 + strlen(e0) + FT__AUTH_MAC);
+	cr_assert_eq(ans[7], FT__STORE_BOOK);
+	store_stop(&s);
+
+	lfd = fake_listener(addr, sizeof(addr));
+	fake = fork();
+	cr_assert_geq(fake, 0);
+	if (fake == 0)
+		replaying_store(lfd, nonce, ans, len);
+	close(lfd);
+	rank = client(addr, "t-replay", 0, 1, 20000);
+	cr_expect_eq(wait_ms(rank, 30000), 5, "rank 0 took a replayed book (5: FT_EAUTH)");
+	kill(fake, SIGKILL);
+	waitpid(fake, NULL, 0);
+}
+
+/*
+ * One store, one token, several jobs: a rank of any of them could make new
+ * jobs, and 16 of them pushed a settled job's book out of the store, so
+ * that the job's restarted rank waited for ranks that never join again. A
+ * store started for one job (FTCC_JOB_ID in its environment, as ftcc-run's
+ * store for its own ranks always is) refuses the others' joins (FT_ECONFIG)
+ * and the restart gets the book at once.
+ */
+Test(store_guard, a_store_for_one_job_keeps_its_book, .timeout = 90)
+{
+	char body[512], text[512], want[512], e0[FT__BOOK_ENTRY_MAX], job[32];
+	struct store_proc s;
+	pid_t a, b, other[17];
+	uint32_t v = 0;
+	size_t len = 0;
+	int fd;
+
+	setenv("FTCC_JOB_ID", "t-victim", 1);
+	store_start(&s);
+	unsetenv("FTCC_JOB_ID");
+	a = client(s.addr, "t-victim", 0, 2, 20000);
+	b = client(s.addr, "t-victim", 1, 2, 20000);
+	cr_assert_eq(wait_ms(a, 30000), 0, "rank 0");
+	cr_assert_eq(wait_ms(b, 30000), 0, "rank 1");
+	for (int i = 0; i < 17; i++) {
+		snprintf(job, sizeof(job), "t-other-%d", i);
+		other[i] = client(s.addr, job, 0, 1, 20000);
+	}
+	for (int i = 0; i < 17; i++)
+		cr_expect_eq(wait_ms(other[i], 30000), 3, "job t-other-%d was served (3: refused)",
+			     i);
+	/* rank 1 restarted, listening elsewhere */
+	fd = raw_connect(s.addr);
+	raw_join(fd, "t-victim", 1, 2, "10.9.9.9:9");
+	cr_expect_eq(raw_answer(fd, &v, body, sizeof(body), &len), FT__STORE_BOOK,
+		     "no book for the restarted rank within 10 s: the job's book was pushed out");
+	close(fd);
+	book_text(body, len, text, sizeof(text));
+	entry_of(0, e0);
+	snprintf(want, sizeof(want), "%s,10.9.9.9:9", e0);
+	cr_expect_str_eq(text, want);
+	store_stop(&s);
+}
+
 /* ftcc-run --store will not serve without a token unless FTCC_AUTH=none says so. */
 Test(store_guard, no_token_no_store_unless_auth_none, .timeout = 60)
 {
@@ -908,6 +1026,101 @@ Test(launch, a_restarted_rank_gets_the_book_with_its_new_address, .timeout = 90)
 	cr_expect_eq(count(out, "book of 3 ok: 10.0.0.0:20000,10.1.0.1:20001,10.0.0.2:20002\n"), 1,
 		     "%s", out);
 	cr_expect(strstr(out, "joined again at 10.1.0.1:20001") != NULL, "%s", out);
+}
+
+/*
+ * A process that is not the store and holds no token, on the port
+ * FTCC_STORE names, speaking the store's protocol: it takes every rank's
+ * join and, once all four have joined, answers ranks 0 and 1 with a book
+ * in which 2 and 3 are gone and ranks 2 and 3 with one in which 0 and 1
+ * are, then any later join at once the same way. Its MAC is its best
+ * guess, made with another token.
+ */
+static void splitting_store(int lfd)
+{
+	char entry[4][FT__BOOK_ENTRY_MAX] = {{0}};
+	uint8_t nonce[4][FT__AUTH_NONCE], cnonce[4][FT__AUTH_NONCE];
+	int fds[4] = {-1, -1, -1, -1}, joined = 0;
+
+	for (;;) {
+		unsigned char ch[FT__STORE_CHALLENGE_LEN], in[FT__STORE_JOIN_MAX];
+		uint8_t n[FT__AUTH_NONCE];
+		struct ft__store_join j;
+		const char *why;
+		size_t len = 0;
+		ssize_t got = 0;
+		int fd = accept(lfd, NULL, NULL);
+
+		if (fd < 0)
+			_exit(1);
+		(void)ft__auth_random(n, sizeof(n));
+		ft__store_challenge_encode(ch, n);
+		(void)!write(fd, ch, sizeof(ch));
+		while (len < sizeof(in) && (got = read(fd, in + len, sizeof(in) - len)) > 0 &&
+		       (got = ft__store_join_parse(in, len += (size_t)got, &j, &why)) == 0)
+			;
+		if (got <= 0 || j.world_size != 4) {
+			close(fd);
+			continue;
+		}
+		if (fds[j.rank] < 0)
+			joined++;
+		else
+			close(fds[j.rank]);
+		fds[j.rank] = fd;
+		snprintf(entry[j.rank], sizeof(entry[j.rank]), "%s", j.entry);
+		memcpy(nonce[j.rank], n, sizeof(n));
+		memcpy(cnonce[j.rank], j.cnonce, sizeof(j.cnonce));
+		if (joined < 4)
+			continue;
+		for (int r = 0; r < 4; r++) {
+			unsigned char ans[FT__STORE_ANSWER_HDR + 4 * FT__BOOK_ENTRY_MAX];
+			uint8_t mac[FT__AUTH_MAC];
+			size_t at = FT__STORE_ANSWER_HDR;
+			if (fds[r] < 0)
+				continue;
+			for (int k = 0; k < 4; k++)
+				at += ft__store_book_put(ans + at, k / 2 == r / 2 ? entry[k]
+										  : FT__STORE_GONE);
+			ft__store_answer_header(ans, FT__STORE_BOOK, 4,
+						(uint32_t)(at - FT__STORE_ANSWER_HDR));
+			ft__store_answer_seal(mac, "not-the-token", nonce[r], cnonce[r], ans, at);
+			(void)!write(fds[r], ans, at);
+			(void)!write(fds[r], mac, sizeof(mac));
+			close(fds[r]);
+			fds[r] = -1;
+		}
+	}
+}
+
+/*
+ * The store's answers were not signed: a splitting_store once made a
+ * 4-rank job two jobs of 2, each summing half the inputs, every rank
+ * exiting 0. Now every rank's ft_init fails with FT_EAUTH, naming the
+ * store, and no rank computes anything.
+ */
+Test(launch, a_fake_store_splits_no_job, .timeout = 90)
+{
+	char cmd[1024], out[65536], addr[64];
+	int lfd = fake_listener(addr, sizeof(addr)), rc;
+	pid_t fake = fork();
+
+	cr_assert_geq(fake, 0);
+	if (fake == 0)
+		splitting_store(lfd);
+	close(lfd);
+	snprintf(cmd, sizeof(cmd),
+		 "FTCC_MEMBERSHIP=inband FTCC_STORE=%s FTCC_CONNECT_TIMEOUT_MS=10000 "
+		 "%s/ftcc-run -n 4 --tag %s/examples/train_steps 20 2000 5 -", addr, build_dir(),
+		 build_dir());
+	rc = run(cmd, out, sizeof(out));
+	kill(fake, SIGKILL);
+	waitpid(fake, NULL, 0);
+	cr_expect_neq(rc, 0, "the job succeeded: %s", out);
+	cr_expect_eq(count(out, " contributors 2\n"), 0, "a half of the job ran: %s", out);
+	cr_expect_eq(count(out, "] model "), 0, "%s", out);
+	cr_expect_eq(count(out, "ft_init: handshake refused"), 4, "%s", out);
+	cr_expect_eq(count(out, "does not prove this job's token"), 4, "%s", out);
 }
 
 /*

@@ -269,6 +269,7 @@ int start_store(struct launcher *L)
 {
 	char host[256] = "127.0.0.1", port[16] = "0", addr[320], shown[320];
 	const char *token = getenv("FTCC_TOKEN"), *auth = getenv("FTCC_AUTH");
+	const char *job = getenv("FTCC_JOB_ID");
 	int rc;
 
 	if (L->opt.store != NULL)
@@ -292,10 +293,25 @@ int start_store(struct launcher *L)
 		    L->opt.store != NULL ? L->opt.store : "127.0.0.1", ft_strerror(rc));
 		return -EADDRNOTAVAIL;
 	}
+	/*
+	 * One job when it is known (always for the ranks we launch): jobs
+	 * that share a token could otherwise push each other's books out.
+	 */
+	if (job != NULL && *job != '\0' && ft__store_server_serve_only(L->store, job) < 0) {
+		msg(L, "FTCC_JOB_ID='%s': a job id holds 1 to %d letters, digits and -_.@:", job,
+		    FT_NAME_MAX - 1);
+		ft__store_server_close(L->store);
+		L->store = NULL;
+		return -EINVAL;
+	}
 	store_shown(addr, shown, sizeof(shown));
 	if (L->opt.argv != NULL)
 		return setenv("FTCC_STORE", shown, 1) < 0 ? -ENOMEM : 0;
-	msg(L, "serving the address store on %s", addr);
+	if (job != NULL && *job != '\0')
+		msg(L, "serving the address store on %s, for job %s only (FTCC_JOB_ID)", addr, job);
+	else
+		msg(L, "serving the address store on %s, for any job (jobs that share its token "
+		       "can push each other's books out; FTCC_JOB_ID=ID serves one)", addr);
 	char line[400];
 	int n = snprintf(line, sizeof(line), "FTCC_STORE=%s\n", shown);
 	write_all(L, STDOUT_FILENO, line, (size_t)n);

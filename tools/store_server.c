@@ -24,7 +24,12 @@
  * waiting connection of the job sends it (one buffer, counted references).
  * A settled job keeps its book for ranks that join again (restarted ones:
  * lib/bootstrap/boot_store.h), until MAX_JOBS newer jobs push it out; only a client
- * that proves the token can change it. A job not yet settled leaves when
+ * that proves the token can change it. Jobs that share the token trust each
+ * other that far: any rank of one can make new jobs and so push the others'
+ * books out (a restarted rank of a job pushed out would wait for ranks that
+ * never join again). A store that serves one job (ft__store_server_serve_only:
+ * ftcc-run's store for its own ranks, or one started with FTCC_JOB_ID) makes
+ * no other job, so nothing pushes its book out; each push-out is said. A job not yet settled leaves when
  * its last waiting connection closes (at the latest WAIT_MS after its last
  * join), so the table holds only jobs whose ranks are still coming.
  *
@@ -112,6 +117,7 @@ struct ft__store_server {
 	size_t njobs;
 	size_t nunauth;         /* open connections that proved no token */
 	bool auth;              /* false: FTCC_AUTH=none, any join is taken */
+	char only[FT__STORE_JOB_MAX]; /* the one job served, or "" for any */
 	char token[FT_NAME_MAX];
 	int verbose;
 	store_say_fn *say_fn;
@@ -214,8 +220,11 @@ static struct job *job_new(struct ft__store_server *s, const char *id, uint32_t 
 			oldest = s->jobs[i];
 	if (s->njobs == MAX_JOBS && oldest == NULL)
 		return NULL;
-	if (oldest != NULL)
+	if (oldest != NULL) {
+		say(s, "job %s: its book is pushed out for job %s (%d jobs held at most): a rank "
+		       "of it that joins again waits for all its ranks", oldest->id, id, MAX_JOBS);
 		job_free(s, oldest);
+	}
 	j = calloc(1, sizeof(*j));
 	if (j == NULL)
 		return NULL;
@@ -490,6 +499,11 @@ static void on_join(struct ft__store_server *s, struct conn *c, const struct ft_
 	}
 	c->authed = true;
 	s->nunauth--;
+	if (s->only[0] != '\0' && strcmp(m->job, s->only) != 0) {
+		refuse(s, c, FT_ECONFIG, "rank %u of job %s: this store serves job %s only",
+		       m->rank, m->job, s->only);
+		return;
+	}
 	j = job_find(s, m->job);
 	if (j == NULL)
 		j = job_new(s, m->job, m->world_size);
@@ -666,6 +680,14 @@ int ft__store_server_open(struct ft__store_server **sp, const char *host, const 
 	return 0;
 }
 
+int ft__store_server_serve_only(struct ft__store_server *s, const char *job)
+{
+	if (ft__store_job_check(job, strlen(job)) != 0)
+		return -FT_EINVAL;
+	snprintf(s->only, sizeof(s->only), "%s", job);
+	return 0;
+}
+
 size_t ft__store_server_poll_count(const struct ft__store_server *s)
 {
 	return 1 + s->nconns;
@@ -769,7 +791,8 @@ void ft__store_server_rank_died(struct ft__store_server *s, const char *job, uin
 	struct conn *c;
 
 	if (world_size < 1 || world_size > FT__STORE_MAX_RANKS || rank >= world_size ||
-	    ft__store_job_check(job, strlen(job)) != 0)
+	    ft__store_job_check(job, strlen(job)) != 0 ||
+	    (s->only[0] != '\0' && strcmp(job, s->only) != 0))
 		return;
 	if ((j = job_find(s, job)) == NULL && (j = job_new(s, job, world_size)) == NULL)
 		return; /* no room: the ranks wait, as they would without the word */

@@ -23,6 +23,15 @@ typedef void store_say_fn(void *arg, const char *line);
  */
 int ft__store_server_open(struct ft__store_server **s, const char *host, const char *port, const char *token,
 	       int verbose, store_say_fn *say, void *arg, char *addr, size_t addrlen);
+/*
+ * From now on s serves job only: a join for another job, once it proved
+ * the token, is refused (FT_ECONFIG, naming the job served) and makes no
+ * job, so no other job's ranks can push this job's book out of the table.
+ * Without it the store serves any job, and jobs that share its token can
+ * push each other's settled books out (MAX_JOBS, store_server.c). 0, or
+ * -FT_EINVAL when job is no job id.
+ */
+int ft__store_server_serve_only(struct ft__store_server *s, const char *job);
 /* How many pollfds store_poll_fill may fill (at most). */
 size_t ft__store_server_poll_count(const struct ft__store_server *s);
 /* Fills pfds with what the store waits for; returns how many it filled. */

@@ -317,7 +317,7 @@ static int read_answer(int fd, const struct ft__book_params *p, const char *mine
 			ft__error("store %s: its answer does not prove this job's token: not this "
 				  "job's store (a process in its place?), or another token",
 				  p->store);
-			snprintf(why, FT__STORE_WHY_MAX, "the answer's MAC does not check out");
+			why[0] = '\0'; /* said: it refused nothing */
 			rc = -FT_EAUTH;
 			goto out;
 		}
@@ -430,8 +430,9 @@ int ft__boot_store_book(const struct ft__book_params *p, const char *mine,
 			return rc;
 		if (rc == -FT_ECONFIG || rc == -FT_EAUTH ||
 		    (rc == -FT_EBUSY && ft__ms_left(deadline) == 0)) {
-			ft__error("store %s refused rank %d of job %s: %s", p->store, p->rank,
-				  p->job_id, why);
+			if (why[0] != '\0')
+				ft__error("store %s refused rank %d of job %s: %s", p->store,
+					  p->rank, p->job_id, why);
 			return rc == -FT_EAUTH ? rc : -FT_ECONFIG;
 		}
 		if (ft__ms_left(deadline) == 0)
