@@ -367,15 +367,19 @@ static void tell_store(struct launcher *L, const struct rank *r, int wstatus)
 	 * took its lock leaves nothing there, and the others would wait for it
 	 * until their connect timeout; with the marker they start without it.
 	 * Its new incarnation (a restart) removes the marker as it takes the lock.
-	 * A rank killed by a signal or one that failed (its ft_init out of
+	 * A rank killed by a signal, or one that failed (its ft_init out of
 	 * descriptors or memory, before it took its lock: the others would
-	 * have waited for it until their connect timeout, and all failed), but
+	 * have waited for it until their connect timeout, and all failed) and
+	 * will not be restarted (a restart comes back for the others to wait
+	 * for: marked gone, the nemesis campaign once saw such a new
+	 * incarnation, alone and losing packets, run the whole job by itself);
 	 * only before any rank finished: a rank that ended, or died once the
 	 * job was ending, is no early death, and a mark for it let a rank
 	 * restarted after the job's end start a new job of its own (the
 	 * campaign's split).
 	 */
-	if (L->some_done)
+	if (L->some_done || (!WIFSIGNALED(wstatus) && L->opt.restart &&
+			     r->restarts < L->opt.max_restarts && !L->shutting_down))
 		return;
 	if (rv == NULL || job == NULL ||
 	    snprintf(path, sizeof(path), "%s/%s", rv, job) >= (int)sizeof(path) ||
