@@ -602,3 +602,30 @@ Test(ckpt_peer_unit, a_holder_lying_in_its_one_copy_answer, .timeout = 60)
 	ft__ckpt_peer_close(ward);
 	ft__ckpt_peer_close(holder);
 }
+
+/*
+ * What a one-copy answer discloses (its pid and where its copies lie) goes
+ * only to a fetcher that says it runs on the holder's own kernel and pid
+ * namespace: an id with another boot, another namespace or none is never
+ * "local", and then the copies go over the link. The fetcher is a token
+ * holder (the job); the pid is in its member file and hello anyway, and the
+ * addresses let it read nothing the kernel's ptrace rules would not let it
+ * read whole (README, "The job token").
+ */
+Test(ckpt_peer_unit, one_copy_answer_only_on_the_holders_kernel, .timeout = 20)
+{
+	struct pk_local_id mine, other;
+
+	ft__pk_local_id(&mine);
+	if (mine.boot[0] == '\0')
+		cr_skip_test("SKIPPED: no /proc/sys/kernel/random/boot_id here");
+	other = mine;
+	cr_expect(ft__pk_local_same(&other, &mine), "this process is on its own kernel");
+	other.boot[0] = other.boot[0] == '0' ? '1' : '0';
+	cr_expect(!ft__pk_local_same(&other, &mine), "another boot id is local");
+	other = mine;
+	other.pidns_ino++;
+	cr_expect(!ft__pk_local_same(&other, &mine), "another pid namespace is local");
+	memset(&other, 0, sizeof(other));
+	cr_expect(!ft__pk_local_same(&other, &other), "an unknown id is local");
+}

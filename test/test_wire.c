@@ -146,9 +146,12 @@ Test(frame, abort_returns_its_status, .timeout = 20)
 
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
 		struct ft__frame g = abort_frame(-codes[i]);
-		/* a reason about the sender alone: to this rank, a peer that left */
+		/* a reason about the sender alone (its view, or its own shortage
+		 * or I/O error): to this rank, a peer that left */
 		bool senders = codes[i] == FT_EEXCLUDED || codes[i] == FT_EPARTITIONED ||
-			       codes[i] == FT_EENDED || codes[i] == FT_EFINALIZED;
+			       codes[i] == FT_EENDED || codes[i] == FT_EFINALIZED ||
+			       codes[i] == FT_EMFILE || codes[i] == FT_ENOMEM ||
+			       codes[i] == FT_ENOSPC || codes[i] == FT_EIO;
 		cr_expect_eq(ft__frame_check(&e, &g), senders ? -FT_EPEERFAILED : -codes[i],
 			     "status %s", ft_err_name(-codes[i]));
 	}

@@ -158,7 +158,11 @@ static int known_error(int32_t status)
  * it was out itself, which then aborted its own ring with that reason: a
  * newcomer whose program called another collective than the job
  * (test_hygiene's forged_end_marker_fails_no_one, in 1 of 15 runs) ended
- * every survivor. To this rank they say that a peer left.
+ * every survivor. To this rank they say that a peer left. So does the
+ * sender's own shortage or I/O error (no descriptor, memory or space):
+ * taken as it was, a rank out of descriptors once made its neighbours
+ * return FT_EMFILE too, and they aborted their rings with it in turn, so
+ * no survivor went on (test_emfile).
  */
 static int abort_status(int32_t status)
 {
@@ -167,6 +171,10 @@ static int abort_status(int32_t status)
 	case -FT_EPARTITIONED:
 	case -FT_EENDED:
 	case -FT_EFINALIZED:
+	case -FT_EMFILE:
+	case -FT_ENOMEM:
+	case -FT_ENOSPC:
+	case -FT_EIO:
 		return -FT_EPEERFAILED;
 	default:
 		return status;
