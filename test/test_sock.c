@@ -1,9 +1,10 @@
-/* test_sock.c: socket helpers: keepalive from a timeout, the options on real sockets, a user timeout the kernel keeps. */
+/* test_sock.c: socket helpers: keepalive from a timeout, the options on real sockets, a user timeout the kernel keeps, a held listener handed over. */
 /* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -23,6 +24,7 @@ static void quiet(void)
 
 TestSuite(keepalive, .init = quiet);
 TestSuite(tune, .init = quiet);
+TestSuite(hold, .init = quiet);
 
 static void expect_keepalive(int ms, int idle, int intvl, int cnt)
 {
@@ -143,4 +145,66 @@ Test(tune, user_timeout_fails_a_link_whose_peer_stopped_reading, .timeout = 30)
 	close(peer);
 	close(fd);
 	close(lfd);
+}
+
+/* A listener on 127.0.0.1:0 without SO_REUSEADDR (the torch binding's reservation); its port. */
+static int held_listener(int *port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(fd, 8), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* Another process's try at the port: bind with SO_REUSEADDR and SO_REUSEPORT, and listen. */
+static int squat(int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				.sin_port = htons((uint16_t)port)};
+	int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), rc;
+
+	cr_assert(fd >= 0);
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+	rc = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 8) == 0 ? 0 : -errno;
+	close(fd);
+	return rc;
+}
+
+Test(hold, listen_at_its_address_takes_the_very_socket, .timeout = 20)
+{
+	char want[16], addr[64];
+	int port, fd = held_listener(&port), got = -1;
+
+	cr_assert_eq(squat(port), -EADDRINUSE, "the held port could be taken");
+	cr_assert_eq(ft__sock_hold(fd), 0);
+	cr_assert_eq(ft__sock_hold(fd), -FT_EBUSY, "one slot");
+	/* another address (port 0) makes a socket of its own, the hold stays */
+	cr_assert_eq(ft__sock_listen("t", "127.0.0.1", NULL, 8, &got, addr, sizeof(addr)), 0);
+	cr_assert_neq(got, fd);
+	close(got);
+	snprintf(want, sizeof(want), "%d", port);
+	cr_assert_eq(ft__sock_listen_port("t", "127.0.0.1", NULL, want, 8, &got, addr, sizeof(addr)),
+		     0);
+	cr_assert_eq(got, fd, "a new socket (%d) instead of the held one (%d)", got, fd);
+	cr_assert(fcntl(got, F_GETFL) & O_NONBLOCK, "taken over blocking");
+	cr_assert_eq(ft__sock_unhold(), -1, "taken, yet still held");
+	cr_assert_eq(squat(port), -EADDRINUSE, "the port could be taken once handed over");
+	close(got);
+}
+
+Test(hold, unhold_gives_back_what_nothing_took, .timeout = 20)
+{
+	int port, fd = held_listener(&port);
+
+	cr_assert_eq(ft__sock_hold(fd), 0);
+	cr_assert_eq(ft__sock_unhold(), fd);
+	cr_assert_eq(ft__sock_unhold(), -1);
+	close(fd);
 }

@@ -13,11 +13,11 @@
  * Rendezvous (README, "PyTorch"): under ftcc-run (FTCC_RANK and the file
  * rendezvous in the environment) ftcc's own configuration is used, which
  * rejoin needs. Otherwise the store PyTorch hands over carries the job id
- * and the peer list: rank 0 makes a random job id, every rank picks a free
- * port for its membership listener on the address that reaches
- * MASTER_ADDR, and ftcc starts with in-band membership over that peer
- * list; rank 0 deletes the keys once its ft_init returned (every rank read
- * them by then). The token never goes there: PyTorch's stores have no
+ * and the peer list: rank 0 makes a random job id, every rank listens on a
+ * free port for its membership on the address that reaches MASTER_ADDR
+ * (held until ft_init takes that very socket over), and ftcc starts with
+ * in-band membership over that peer list; rank 0 deletes the keys once its
+ * ft_init returned (every rank read them by then). The token never goes there: PyTorch's stores have no
  * authentication (anyone who reaches MASTER_ADDR:MASTER_PORT reads every
  * key), so every rank must be given the same FTCC_TOKEN out of band, or
  * FTCC_AUTH=none must say to run without one; otherwise the group fails
@@ -61,6 +61,10 @@
 
 extern "C" {
 #include <ftcc.h>
+/* lib/util/sock.h: a listener handed to ft_init's, from libftcc.a (internal,
+ * not in the shared library's API) */
+int ft__sock_hold(int fd);
+int ft__sock_unhold(void);
 }
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -180,21 +184,23 @@ std::string local_host()
 	return buf;
 }
 
-/* A port of host for this rank's membership listener, held bound (not
- * listening, SO_REUSEADDR, *fd) until ft_init has bound its listener there:
- * a port chosen and let go could be given to another socket's bind to
- * port 0 meanwhile (this rank's other listeners, another rank's). */
+/* A port of host for this rank's membership listener, held (*fd) from
+ * before it is published until ft_init's listener takes this very socket
+ * over (ft__sock_hold): bound without SO_REUSEADDR and listening, so that
+ * no other socket, of any process or user, can bind it meanwhile. Bound
+ * with SO_REUSEADDR and not listening, anyone could bind and listen there
+ * first, and the job could not start. Peers that connect before ft_init
+ * wait in the backlog. */
 int reserve_port(const std::string &host, int *fd)
 {
 	struct sockaddr_in a = {};
 	socklen_t len = sizeof(a);
-	int one = 1, port = -1;
+	int port = -1;
 
 	*fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	a.sin_family = AF_INET;
-	if (*fd >= 0 && setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
-	    inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1 &&
-	    bind(*fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	if (*fd >= 0 && inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1 &&
+	    bind(*fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(*fd, 64) == 0 &&
 	    getsockname(*fd, (struct sockaddr *)&a, &len) == 0)
 		port = ntohs(a.sin_port);
 	if (port < 0) {
@@ -275,11 +281,23 @@ struct FtccOpInfo {
 	std::vector<int> members; /* original (torch) ranks, in dense order */
 };
 
-/* A socket held bound (reserve_port), closed when let go or on the way out. */
+/* The listener reserve_port holds: handed to ft_init (ft__sock_hold), taken
+ * back and closed if ft_init did not take it, closed on the way out. */
 struct Reserved {
 	int fd = -1;
+	bool handed = false;
+	void hand_over()
+	{
+		if (fd >= 0 && ft__sock_hold(fd) != 0)
+			throw std::runtime_error("ftcc: another process group is starting in "
+						 "this process");
+		handed = fd >= 0;
+	}
 	void release()
 	{
+		if (handed && ft__sock_unhold() < 0)
+			fd = -1; /* ft_init's listener now (or closed by its failure) */
+		handed = false;
 		if (fd >= 0)
 			close(fd);
 		fd = -1;
@@ -320,6 +338,7 @@ public:
 			if (cfg.connect_timeout_ms > cfg.op_timeout_ms)
 				cfg.connect_timeout_ms = cfg.op_timeout_ms;
 		}
+		reserved.hand_over();
 		/* every ft_* call on the worker, ft_init's too: io_uring's logs are
 		 * bound to the thread that made them (lib/durable/aio.c) */
 		worker_ = std::thread([this] { loop(); });

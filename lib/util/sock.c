@@ -1,6 +1,7 @@
 /* sock.c: socket helpers shared by the TCP transport and the control links: where to listen, listen, resolve, connect, tune, write. */
 /* SPDX-License-Identifier: MIT */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -257,6 +258,77 @@ int ft__sock_listen(const char *who, const char *bind_host, const char *publish_
 				    addrlen);
 }
 
+/*
+ * One listener held for a later ft__sock_listen_port at its very address:
+ * the torch binding's membership port, listening (no SO_REUSEADDR) from
+ * before its address is published until ft_init's listener takes the same
+ * socket over. A port let go for ft_init to bind again could be taken in
+ * between, by any process of any user. One slot: one ft_init at a time.
+ */
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static int held_fd = -1;
+
+int ft__sock_hold(int fd)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&held_lock);
+	if (held_fd >= 0)
+		rc = -FT_EBUSY;
+	else
+		held_fd = fd;
+	pthread_mutex_unlock(&held_lock);
+	return rc;
+}
+
+int ft__sock_unhold(void)
+{
+	int fd;
+
+	pthread_mutex_lock(&held_lock);
+	fd = held_fd;
+	held_fd = -1;
+	pthread_mutex_unlock(&held_lock);
+	return fd;
+}
+
+static bool same_addr(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET) {
+		const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+		return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+	}
+	if (a->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+		return x->sin6_port == y->sin6_port &&
+		       memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
+	}
+	return false;
+}
+
+/* The held listener if it is bound at want (a given port), made nonblocking; else -1. */
+static int take_held(const struct sockaddr *want)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int fd = -1;
+
+	pthread_mutex_lock(&held_lock);
+	if (held_fd >= 0 && getsockname(held_fd, (struct sockaddr *)&ss, &sl) == 0 &&
+	    same_addr((struct sockaddr *)&ss, want)) {
+		int fl = fcntl(held_fd, F_GETFL);
+		if (fl >= 0 && fcntl(held_fd, F_SETFL, fl | O_NONBLOCK) == 0 &&
+		    fcntl(held_fd, F_SETFD, FD_CLOEXEC) == 0) {
+			fd = held_fd;
+			held_fd = -1;
+		}
+	}
+	pthread_mutex_unlock(&held_lock);
+	return fd;
+}
+
 int ft__sock_listen_port(const char *who, const char *bind_host, const char *publish_host,
 			 const char *port_wanted, int backlog, int *fd_out, char *addr, size_t addrlen)
 {
@@ -267,23 +339,31 @@ int ft__sock_listen_port(const char *who, const char *bind_host, const char *pub
 	socklen_t sl = sizeof(ss);
 	char host[NI_MAXHOST], port[NI_MAXSERV];
 	const char *h = bind_host != NULL && bind_host[0] != '\0' ? bind_host : "127.0.0.1";
-	int fd, one = 1, n;
+	int fd, held, one = 1, n;
 
 	*fd_out = -1;
 	if (getaddrinfo(h, port_wanted, &hints, &ai) != 0) {
 		ft__error("%s: cannot resolve bind address '%s'", who, h);
 		return -FT_EINVAL;
 	}
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	held = strcmp(port_wanted, "0") != 0 ? take_held(ai->ai_addr) : -1;
+	fd = held >= 0 ? held : socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	/* SO_REUSEADDR only spares a restarted rank TIME_WAIT ports: harmless if refused */
-	if (fd >= 0)
+	if (fd >= 0 && held < 0)
 		(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, backlog) != 0 ||
+	/* a held listener is bound and listening already (listen again: our backlog) */
+	if (fd < 0 || (held < 0 && bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) ||
+	    listen(fd, backlog) != 0 ||
 	    getsockname(fd, (struct sockaddr *)&ss, &sl) != 0 ||
 	    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
 			NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
 		int err = errno;
-		ft__error("%s: cannot listen on %s: %s", who, h, strerror(err));
+		/* a given port taken says which: another process's socket may be there */
+		if (strcmp(port_wanted, "0") != 0)
+			ft__error("%s: cannot listen on %s port %s: %s", who, h, port_wanted,
+				  strerror(err));
+		else
+			ft__error("%s: cannot listen on %s: %s", who, h, strerror(err));
 		if (fd >= 0)
 			ft__fd_close(fd);
 		freeaddrinfo(ai);

@@ -105,6 +105,14 @@ int ft__sock_listen(const char *who, const char *bind_host, const char *publish_
 int ft__sock_listen_port(const char *who, const char *bind_host, const char *publish_host,
 			 const char *port, int backlog, int *fd, char *addr, size_t addrlen);
 /*
+ * Hands fd, a socket bound and listening, to the next ft__sock_listen_port
+ * asked for its very address (host and given port), which takes it over
+ * instead of binding a new one; -FT_EBUSY if one is held already. unhold
+ * takes it back if nothing took it (-1 if something did).
+ */
+int ft__sock_hold(int fd);
+int ft__sock_unhold(void);
+/*
  * Listens on host (NULL or "": every IPv4 interface, publishing this host's
  * name) at port (a number; "0": the kernel picks); for a server whose port
  * is given (ftcc-run --store).

@@ -22,18 +22,24 @@ def token():
     return os.urandom(16).hex()
 
 
-def start(what, size, extra_env=None, deadline=DEADLINE):
-    """SIZE workers of what on a FileStore of their own: (procs, outputs, the store's bytes)."""
+def clean_env():
     env = dict(os.environ)
     for k in list(env):
         if k.startswith("FTCC_"):
             del env[k]
     env["PYTHONPATH"] = os.path.abspath(os.path.join(BUILD, "python"))
+    return env
+
+
+def start(what, size, extra_env=None, deadline=DEADLINE, url=None):
+    """SIZE workers of what on a FileStore of their own (or at url, tcp://: rank 0's TCPStore):
+    (procs, outputs, the store file's bytes)."""
+    env = clean_env()
     env["FTCC_TOKEN"] = token()
     env.update(extra_env or {})
     env = {k: v for k, v in env.items() if v is not None}
     with tempfile.TemporaryDirectory() as tmp:
-        store = os.path.join(tmp, "store")
+        store = url or os.path.join(tmp, "store")
         procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), what, str(r),
                                    str(size), store], env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT) for r in range(size)]
@@ -201,6 +207,58 @@ def test_no_token_in_the_store():
     assert all(p.returncode == 0 for p in procs), outs
     assert b"ftcc/token" not in kept, "a token key was put in the store"
     assert tok.encode() not in kept, "the job's token is in the store"
+
+
+def spied(size, squat=False):
+    """An ops job of SIZE ranks on rank 0's TCPStore, which store_spy.py (a stranger who only
+    reaches MASTER_ADDR:MASTER_PORT) reads from the start, squatting on the membership
+    addresses it reads if squat: (every rank's status and output, the spy's lines). The last
+    rank makes its group 3 s late, as a slow rank would: the others have published their
+    keys and wait for it, and the spy has time to read them."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, os.path.join(HERE, "store_spy.py"), "127.0.0.1", str(port), str(size)]
+    spy = subprocess.Popen(cmd + (["squat"] if squat else []), env=clean_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        procs, outs, _ = start("ops", size, {"WORKER_LATE": f"{size - 1}:3"}, deadline=60,
+                               url=f"tcp://127.0.0.1:{port}")
+        seen, _ = spy.communicate(timeout=30)
+    finally:
+        spy.kill()
+        spy.wait()
+    seen = seen.decode(errors="replace")
+    every = "".join(f"\n--- rank {r} (status {p.returncode}):\n{out[-1500:]}"
+                    for r, (p, out) in enumerate(zip(procs, outs)))
+    return [p.returncode for p in procs], every, seen
+
+
+def test_a_store_reader_learns_no_token():
+    """A stranger reading the TCPStore during and after init (torchrun's, env:// and tcp://
+    init) finds no token key, no value that is the token, and none of ftcc's keys once the
+    job is up. The token was there in the clear (ftcc/token) for the job's life: whoever read
+    it passed every handshake and could make a healthy rank leave with one NOTICE."""
+    status, every, seen = spied(2)
+    assert status == [0, 0], every + "\n--- spy:\n" + seen
+    assert "saw ftcc/peer/0" in seen, "the spy read nothing: no test\n" + seen
+    assert "saw ftcc/token" not in seen, "the token is in the store:\n" + seen
+    for k in ["ftcc/token", "ftcc/job", "ftcc/peer/0", "ftcc/peer/1"]:
+        assert f"last {k} absent" in seen, f"{k} kept in the store:\n{seen}"
+
+
+def test_a_squatter_on_a_published_port_does_not_stop_the_job():
+    """A stranger who reads a rank's membership address from the store and binds and listens
+    there (SO_REUSEADDR, SO_REUSEPORT) before that rank's ft_init: the port is held, listening,
+    from before it is published until ft_init's listener takes the same socket over, so the
+    bind is refused and the job runs. The port was held bound with SO_REUSEADDR and not
+    listening: the squatter got it, that rank failed with FT_EBUSY ("rank already in use...")
+    and the others waited out their connect timeout."""
+    status, every, seen = spied(3, squat=True)
+    assert "squatted" not in seen, "a stranger took a rank's port:\n" + seen + every
+    assert status == [0, 0, 0], every + "\n--- spy:\n" + seen
+    assert "refused 127.0.0.1:" in seen, "the spy tried no port: no test\n" + seen
 
 
 def test_no_token_no_start():

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""worker.py SCENARIO RANK SIZE STOREFILE: one rank of a pytest job (test_torch.py) on the ftcc backend.
+"""worker.py SCENARIO RANK SIZE STORE: one rank of a pytest job (test_torch.py) on the ftcc backend.
 
 Each scenario checks what it does against a reference computed here, and
 exits 0 only when every check passed; a failed check raises (exit 1).
@@ -47,7 +47,17 @@ def close(a, b, dtype):
 
 def init(rank, size, store, seconds=60):
     import datetime
-    dist.init_process_group("ftcc", init_method="file://" + store, rank=rank, world_size=size,
+    late = os.environ.get("WORKER_LATE", "")  # "R:S": rank R makes its group S seconds late
+    if late and int(late.split(":")[0]) == rank:
+        import time
+        plugin = dist.Backend._plugins["FTCC"]
+
+        def slow(*args):
+            time.sleep(float(late.split(":")[1]))
+            return plugin.creator_fn(*args)
+        dist.Backend._plugins["FTCC"] = plugin._replace(creator_fn=slow)
+    url = store if store.startswith("tcp://") else "file://" + store
+    dist.init_process_group("ftcc", init_method=url, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=seconds))
 
 
