@@ -209,13 +209,14 @@ def test_no_token_in_the_store():
     assert tok.encode() not in kept, "the job's token is in the store"
 
 
-def spied(size, squat=False):
+def spied(size, squat=False, tok=None):
     """An ops job of SIZE ranks on rank 0's TCPStore, which store_spy.py (a stranger who only
     reaches MASTER_ADDR:MASTER_PORT) reads from the start, squatting on the membership
     addresses it reads if squat: (every rank's status and output, the spy's lines). The last
     rank makes its group 3 s late, as a slow rank would: the others have published their
     keys and wait for it, and the spy has time to read them."""
     import socket
+    tok = tok or token()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -223,8 +224,8 @@ def spied(size, squat=False):
     spy = subprocess.Popen(cmd + (["squat"] if squat else []), env=clean_env(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        procs, outs, _ = start("ops", size, {"WORKER_LATE": f"{size - 1}:3"}, deadline=60,
-                               url=f"tcp://127.0.0.1:{port}")
+        procs, outs, _ = start("ops", size, {"WORKER_LATE": f"{size - 1}:3", "FTCC_TOKEN": tok},
+                               deadline=60, url=f"tcp://127.0.0.1:{port}")
         seen, _ = spy.communicate(timeout=30)
     finally:
         spy.kill()
@@ -240,10 +241,12 @@ def test_a_store_reader_learns_no_token():
     init) finds no token key, no value that is the token, and none of ftcc's keys once the
     job is up. The token was there in the clear (ftcc/token) for the job's life: whoever read
     it passed every handshake and could make a healthy rank leave with one NOTICE."""
-    status, every, seen = spied(2)
+    tok = token()
+    status, every, seen = spied(2, tok=tok)
     assert status == [0, 0], every + "\n--- spy:\n" + seen
     assert "saw ftcc/peer/0" in seen, "the spy read nothing: no test\n" + seen
-    assert "saw ftcc/token" not in seen, "the token is in the store:\n" + seen
+    assert "saw ftcc/token" not in seen, "a token is in the store:\n" + seen
+    assert tok not in seen, "the job's token is in the store:\n" + seen
     for k in ["ftcc/token", "ftcc/job", "ftcc/peer/0", "ftcc/peer/1"]:
         assert f"last {k} absent" in seen, f"{k} kept in the store:\n{seen}"
 
