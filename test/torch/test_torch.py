@@ -3,7 +3,8 @@
 
 Each test starts SIZE processes of worker.py (Debian's /usr/bin/python3,
 PYTHONPATH pointing at the built package), rendezvous through a FileStore
-of the test's own, and fails on any rank's failure or on the deadline.
+of the test's own (or rank 0's TCPStore, which a stranger reads:
+store_spy.py), and fails on any rank's failure or on the deadline.
 """
 import os
 import subprocess
