@@ -19,47 +19,7 @@
 #include "internal.h"
 #include "trace.h"
 
-/*
- * One thread per communicator (shrink and rejoin policies), apart from the
- * data path:
- *
- * - Control links (ctl.c): a small TCP connection to each ring neighbour of
- *   the current view (this rank connects to its right neighbour and accepts
- *   from its left). Both ends send a heartbeat every heartbeat_ms.
- * - Detection: the end of a control link without a goodbye (the kernel closes
- *   a dead process's sockets), a refused connection, a link that cannot take
- *   a message (its peer stopped reading), or detect_timeout_ms of silence
- *   marks the neighbour failed. A rank that leaves on purpose (ft_finalize, a
- *   newer view) says goodbye first.
- * - A token or job id that differs is not a failure of the neighbour: either
- *   side may hold the wrong one. A rank that has proved its token on some
- *   control link (its hello was accepted, or a peer's hello passed here)
- *   declares a neighbour that refused its hello, or could not prove its
- *   own. A rank that has proved it to no one, whose every neighbour refused
- *   it (or sent hellos it refused), holds the odd token: it leaves with
- *   FT_EAUTH and settles no view of its own (a rank alone would otherwise
- *   take its own buffer for the sum).
- * - Failed set: original ranks, cumulative; it only grows. Ranks outside the
- *   world in a notice are ignored; a notice naming this rank means the others
- *   count it out, and it leaves.
- * - Notice: the failed set goes to both neighbours whenever it grows; each
- *   rank forwards only what is new to it, so a notice crosses each link at
- *   most once per failure and the ring carries it both ways around the hole.
- *   A neighbour that cannot take the notice is itself declared, and the
- *   close of its link tells it as well as the notice would have.
- * - Settle: on its first notice the detector freezes what the main thread has
- *   finished (the first op whose result it lacks), publishes it with its
- *   addresses through membership for generation g+1, and polls until the
- *   coordinator (lowest candidate: members of g not known failed) settles the
- *   view. A coordinator that dies or hangs is itself detected, which makes the
- *   next candidate the coordinator; after 2 x detect_timeout_ms the coordinator
- *   settles with whoever has published. A view that names a rank failed in the
- *   meantime is followed at once by the next generation.
- * - The main thread learns through a flag it checks while it waits (and a
- *   condition variable when it waits for the view); it adopts the view itself.
- * - Growing back, a view that takes new incarnations in with no failure:
- *   detect_grow.c.
- */
+/* How the detector works, in one block comment: detect_thread.h. */
 
 /* Why a neighbour is failed when its kernel closed its control link: the
  * common, certain case (any other reason a rank declares is logged louder). */

@@ -57,34 +57,8 @@
  * for that rank until it forces.
  */
 
-#define HOST_MAX 256
-#define MEMBER_FILE_MAX (FT__ADDR_MAX + FT__CTRL_MAX + HOST_MAX + 64)
-#define LEFT_FILE_MAX 96
-#define VIEW_FILE_MAX(world) (512 + 12 * (size_t)(world))
-/* A view's reserve is held by every rank while it takes a page at most
- * (worlds up to 298 ranks); in larger worlds by the lowest ranks alone,
- * the likeliest coordinators, so that a world's reserves stay small. */
-#define VIEW_SPARE_ALL 4096
-#define VIEW_SPARE_RANKS 8
-#define ENDED_FILE "ended"
-/* the reserve's files (reserve.h) */
-enum { SPARE_MEMBER, SPARE_VIEW, SPARE_LEFT, SPARE_FILES };
+#include "member_file.h"
 
-struct mbf {
-	char dir[600];          /* <root>/<job> */
-	int rank;               /* original rank */
-	int world_size;
-	int lock_fd;            /* flock held while this rank lives */
-	struct timespec started; /* its stamp when taken: this incarnation's start */
-	uint64_t nonce;         /* this job's, from the view of generation 0 */
-	int start_wait_ms;      /* ft__mb_params.start_wait_ms */
-	uint32_t incarnation;   /* ft__mb_params.incarnation */
-	bool said_quorum;       /* the wait for a first view's majority was logged */
-	int64_t *dead_since;    /* generation 0: when each rank was first seen dead (ms), 0 */
-	struct ft__reserve spare; /* the next recovery's files, held (reserve.h) */
-	struct ft__warn_gate say; /* writes that fail, said once per period */
-	struct ft__warn_gate said_spare; /* writes the reserve took */
-};
 
 static struct mbf *be(struct ft__mb *mb)
 {
@@ -109,105 +83,6 @@ static int writer_is_stale(int pid, const char *host)
 	return kill(pid, 0) != 0 && errno == ESRCH;
 }
 
-/* Writes dir/name whole or not at all: a temporary file, then rename (or,
- * exclusive, link: fails with -EEXIST if the name exists). */
-static int write_new(const char *dir, const char *name, const char *text, int exclusive)
-{
-	char tmp[800], path[800];
-	int fd, rc;
-
-	if (snprintf(tmp, sizeof(tmp), "%s/.%s.%d.tmp", dir, name, (int)getpid()) >= (int)sizeof(tmp) ||
-	    snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
-		return -FT_EINVAL;
-	/* a fresh file: a name planted there (a link elsewhere) is removed, never followed */
-	unlink(tmp);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	/* a rank that left (its ft_init failed) removes a generation's
-	 * directory it finds empty, which another rank may just have made:
-	 * made again, a few times at most (a rank's start once failed so) */
-	for (int again = 0; fd < 0 && errno == ENOENT && again < 3 && ft__mkdir_p(dir) == 0;
-	     again++)
-		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	ft__fd_own(fd);
-	if (fd < 0)
-		return -errno;
-	rc = ft__write_all(fd, text, strlen(text), 0);
-	/* close reports deferred write errors (NFS) */
-	if (ft__fd_close(fd) != 0 && rc == 0)
-		rc = -errno;
-	if (rc == 0) {
-		/* link() fails if the name exists: exclusive creation of a whole file. */
-		if (exclusive ? link(tmp, path) != 0 : rename(tmp, path) != 0)
-			rc = -errno;
-	}
-	unlink(tmp);
-	return rc;
-}
-
-/* write_new, and on a full file system (the temporary file, its bytes or,
- * on tmpfs, the link's inode refused) the same from reserve file spare
- * (-1: none). */
-static int write_atomic(struct mbf *r, const char *dir, const char *name, const char *text,
-			int exclusive, int spare)
-{
-	char path[800];
-	int rc = write_new(dir, name, text, exclusive), got;
-
-	if (!ft__errno_full(rc) || r == NULL || spare < 0)
-		return rc;
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	got = ft__reserve_file(&r->spare, spare, text, strlen(text), path, exclusive != 0);
-	if (got == 0)
-		ft__log_gated(FT__LOG_WARN, &r->said_spare, "rendezvous: no space left on %s: %s written "
-			      "from this rank's reserve", dir, name);
-	return got == 0 || got == -EEXIST ? got : rc;
-}
-
-/* Says that dir/name could not be written (once per period: a settle tries
- * again and again). */
-static void say_unwritten(struct mbf *r, const char *dir, const char *name, int rc)
-{
-	if (ft__errno_full(rc))
-		ft__log_gated(FT__LOG_ERROR, &r->say, "rendezvous: cannot write %s/%s: no space left "
-			      "on %s, and this rank has no reserve left for it (%s)", dir, name, dir,
-			      ft_err_name(-FT_ENOSPC));
-	else
-		ft__log_gated(FT__LOG_ERROR, &r->say, "rendezvous: cannot write %s/%s: %s", dir, name,
-			      strerror(-rc));
-}
-
-/* Reads a file into buf (NUL-terminated): its length, -ENOENT, -FT_EIO. A
- * file longer than cap - 1 bytes is cut there and *cut set. */
-static int read_file(const char *path, char *buf, size_t cap, bool *cut)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	ft__fd_own(fd);
-	size_t have = 0;
-	char extra;
-
-	*cut = false;
-	if (fd < 0)
-		return errno == ENOENT ? -ENOENT : -FT_EIO;
-	for (;;) {
-		ssize_t n = have < cap - 1 ? read(fd, buf + have, cap - 1 - have) : read(fd, &extra, 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			ft__fd_close(fd);
-			return -FT_EIO;
-		}
-		if (n == 0)
-			break;
-		if (have == cap - 1) {
-			*cut = true;
-			break;
-		}
-		have += (size_t)n;
-	}
-	ft__fd_close(fd);
-	buf[have] = '\0';
-	return (int)have;
-}
 
 static void gen_dir(const struct mbf *r, uint32_t gen, char *buf, size_t len)
 {
@@ -292,7 +167,7 @@ static bool job_ended(const struct mbf *r, const char *path)
 	struct ft__scan s;
 	uint64_t nonce;
 	bool cut;
-	int n = read_file(path, buf, sizeof(buf), &cut);
+	int n = ft__mbf_read_file(path, buf, sizeof(buf), &cut);
 
 	if (n < 0 || cut)
 		return false;
@@ -397,9 +272,9 @@ static int mbf_publish(struct ft__mb *mb, uint32_t gen, const struct ft__member 
 	snprintf(text, sizeof(text), "%s %d %s %s %llu %d\n", m->addr, (int)getpid(), host,
 		 m->ctrl[0] != '\0' ? m->ctrl : "-", (unsigned long long)m->next_op,
 		 m->rejoining ? 1 : 0);
-	rc = write_atomic(r, dir, name, text, 0, SPARE_MEMBER);
+	rc = ft__mbf_write(r, dir, name, text, 0, SPARE_MEMBER);
 	if (rc != 0)
-		say_unwritten(r, dir, name, rc);
+		ft__mbf_say_unwritten(r, dir, name, rc);
 	return rc == 0 ? 0 : ft__err_local(-rc);
 }
 
@@ -422,7 +297,7 @@ static int read_member(const struct mbf *r, uint32_t gen, int orig, struct ft__m
 	memset(m, 0, sizeof(*m));
 	gen_dir(r, gen, dir, sizeof(dir));
 	snprintf(path, sizeof(path), "%s/member-%d", dir, orig);
-	n = read_file(path, buf, sizeof(buf), &cut);
+	n = ft__mbf_read_file(path, buf, sizeof(buf), &cut);
 	if (n == -ENOENT)
 		return MEMBER_ABSENT;
 	if (n < 0)
@@ -493,7 +368,7 @@ static int read_view_opt(const struct mbf *r, uint32_t gen, struct ft__view *v, 
 	buf = malloc(cap);
 	if (buf == NULL)
 		return -FT_ENOMEM;
-	n = read_file(path, buf, cap, &cut);
+	n = ft__mbf_read_file(path, buf, cap, &cut);
 	if (n < 0) {
 		free(buf);
 		if (n == -ENOENT)
@@ -582,7 +457,7 @@ static int write_view(struct mbf *r, uint32_t gen, const int *members, int n, ui
 	for (int i = 0; i < n; i++)
 		len += (size_t)snprintf(text + len, cap - len, " %d", members[i]);
 	snprintf(text + len, cap - len, "\n");
-	rc = write_atomic(r, dir, "view", text, 1, SPARE_VIEW);
+	rc = ft__mbf_write(r, dir, "view", text, 1, SPARE_VIEW);
 	if (rc == -EEXIST) {
 		/* A view exists: only a stale one may be replaced. */
 		struct ft__view old = {0};
@@ -590,7 +465,7 @@ static int write_view(struct mbf *r, uint32_t gen, const int *members, int n, ui
 			char path[800];
 			snprintf(path, sizeof(path), "%s/view", dir);
 			unlink(path);
-			rc = write_atomic(r, dir, "view", text, 1, SPARE_VIEW);
+			rc = ft__mbf_write(r, dir, "view", text, 1, SPARE_VIEW);
 		} else {
 			ft__view_free(&old);
 			rc = 0;
@@ -599,7 +474,7 @@ static int write_view(struct mbf *r, uint32_t gen, const int *members, int n, ui
 	free(text);
 	if (rc == 0 || rc == -EEXIST)
 		return 0;
-	say_unwritten(r, dir, "view", rc);
+	ft__mbf_say_unwritten(r, dir, "view", rc);
 	return ft__err_local(-rc);
 }
 
@@ -612,9 +487,9 @@ static int mbf_depart(struct ft__mb *mb, uint64_t next_op)
 	snprintf(name, sizeof(name), "left-%d", r->rank);
 	snprintf(text, sizeof(text), "%d %llu %llx\n", (int)getpid(), (unsigned long long)next_op,
 		 (unsigned long long)r->nonce);
-	rc = write_atomic(r, r->dir, name, text, 0, SPARE_LEFT);
+	rc = ft__mbf_write(r, r->dir, name, text, 0, SPARE_LEFT);
 	if (rc != 0)
-		say_unwritten(r, r->dir, name, rc);
+		ft__mbf_say_unwritten(r, r->dir, name, rc);
 	return rc == 0 ? 0 : ft__err_local(-rc);
 }
 
@@ -629,7 +504,7 @@ static int departed(const struct mbf *r, int orig)
 	int pid, n;
 
 	snprintf(path, sizeof(path), "%s/left-%d", r->dir, orig);
-	n = read_file(path, buf, sizeof(buf), &cut);
+	n = ft__mbf_read_file(path, buf, sizeof(buf), &cut);
 	if (n == -ENOENT)
 		return 0;
 	s = (struct ft__scan){.p = buf, .end = buf + (n > 0 ? n : 0), .first = true};
@@ -1017,7 +892,7 @@ static void remove_job_if_last(const struct mbf *r)
 	if (lost) {
 		char text[64];
 		snprintf(text, sizeof(text), "ftcc-ended %llx\n", (unsigned long long)r->nonce);
-		if (write_atomic(NULL, r->dir, ENDED_FILE, text, 0, -1) == 0)
+		if (ft__mbf_write(NULL, r->dir, ENDED_FILE, text, 0, -1) == 0)
 			return;
 	}
 	rmdir(r->dir);
