@@ -24,12 +24,6 @@ static int write_new(const char *dir, const char *name, const char *text, int ex
 	/* a fresh file: a name planted there (a link elsewhere) is removed, never followed */
 	unlink(tmp);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	/* a rank that left (its ft_init failed) removes a generation's
-	 * directory it finds empty, which another rank may just have made:
-	 * made again, a few times at most (a rank's start once failed so) */
-	for (int again = 0; fd < 0 && errno == ENOENT && again < 3 && ft__mkdir_p(dir) == 0;
-	     again++)
-		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	ft__fd_own(fd);
 	if (fd < 0)
 		return -errno;
@@ -55,6 +49,14 @@ int ft__mbf_write(struct mbf *r, const char *dir, const char *name, const char *
 	char path[800];
 	int rc = write_new(dir, name, text, exclusive), got;
 
+	/* a rank that left (its ft_init failed) removes a generation's
+	 * directory it finds empty, which another rank may just have made:
+	 * made again, a few times at most (a rank's start once failed so).
+	 * Never for the job's own directory's end marker (r NULL): the
+	 * directory another rank's clean end just removed stays removed */
+	for (int again = 0; rc == -ENOENT && r != NULL && again < 3 && ft__mkdir_p(dir) == 0;
+	     again++)
+		rc = write_new(dir, name, text, exclusive);
 	if (!ft__errno_full(rc) || r == NULL || spare < 0)
 		return rc;
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
