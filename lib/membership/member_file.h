@@ -48,7 +48,7 @@ int ft__mbf_write(struct mbf *r, const char *dir, const char *name, const char *
 		  int exclusive, int spare);
 /* Says that dir/name could not be written (rc), once per period. */
 void ft__mbf_say_unwritten(struct mbf *r, const char *dir, const char *name, int rc);
-/* Reads a file into buf (NUL-terminated): its length, -ENOENT, -FT_EIO. A
+/* Reads a file into buf (NUL-terminated): its length, -ENOENT, -FT_E*. A
  * file longer than cap - 1 bytes is cut there and *cut set. */
 int ft__mbf_read_file(const char *path, char *buf, size_t cap, bool *cut);
 

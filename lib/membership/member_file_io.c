@@ -80,7 +80,7 @@ void ft__mbf_say_unwritten(struct mbf *r, const char *dir, const char *name, int
 			      strerror(-rc));
 }
 
-/* Reads a file into buf (NUL-terminated): its length, -ENOENT, -FT_EIO. A
+/* Reads a file into buf (NUL-terminated): its length, -ENOENT, -FT_E*. A
  * file longer than cap - 1 bytes is cut there and *cut set. */
 int ft__mbf_read_file(const char *path, char *buf, size_t cap, bool *cut)
 {
@@ -91,7 +91,7 @@ int ft__mbf_read_file(const char *path, char *buf, size_t cap, bool *cut)
 
 	*cut = false;
 	if (fd < 0)
-		return errno == ENOENT ? -ENOENT : -FT_EIO;
+		return errno == ENOENT ? -ENOENT : ft__err_local(errno); /* a shortage as itself */
 	for (;;) {
 		ssize_t n = have < cap - 1 ? read(fd, buf + have, cap - 1 - have) : read(fd, &extra, 1);
 		if (n < 0 && errno == EINTR)
