@@ -76,11 +76,21 @@ void ft__newcomers_view_loaded(struct ft_comm *c, const struct ft__view *v)
 					 "%llu)", g, r, (unsigned long long)m.next_op);
 		}
 	}
-	for (int i = 0; i < v->size && c->state_root < 0; i++)
-		if (fresh == NULL || !fresh[v->members[i]])
-			c->state_root = v->members[i];
+	/* a member gone since v settled (its record dead or removed: it
+	 * finalized after finding the state lost, or died) gives nothing: when
+	 * every member left is awaiting the state, it is lost now for this rank
+	 * as for those that loaded v before the departure (a newcomer once
+	 * took the gone one for the holder and waited out the rejoin timeout
+	 * for a view that could only say the same) */
+	for (int i = 0; i < v->size && c->state_root < 0; i++) {
+		struct ft__member m = {0};
+		int r = v->members[i];
+		if ((fresh == NULL || !fresh[r]) &&
+		    (r == c->cfg.rank || ft__mb_lookup(&c->mb, v->generation, r, &m) != -FT_EPEERFAILED))
+			c->state_root = r;
+	}
 	if (c->nowed > 0 && c->state_root < 0)
-		ft__error("generation %u: every member is a new incarnation: nobody holds the state "
+		ft__error("generation %u: every live member is a new incarnation: nobody holds the state "
 			  "(its op fails with FT_ESTATELOST)", v->generation);
 	free(fresh);
 }
