@@ -9,6 +9,7 @@ PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
 B ?= build
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
@@ -57,6 +58,10 @@ NO_TORCH := the PyTorch of Debian is not installed (python3-torch libtorch-dev p
 else
 NO_TORCH := HAVE_TORCH=$(HAVE_TORCH) was set by hand
 endif
+
+# The man pages' converter (lowdown: the man target below).
+LOWDOWN := $(shell command -v lowdown 2>/dev/null)
+NO_MAN := lowdown is not installed (apt-get install lowdown, or make deps)
 
 # lib/ in rooms by concern (README, "Layout"); every room's headers are on the include path.
 ROOMS := lib/core lib/policy lib/membership lib/bootstrap lib/durable lib/util transports
@@ -121,9 +126,9 @@ TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mp
 # controller, the node daemon, srun, and munge for their authentication.
 SLURM_PKGS := slurmctld slurmd slurm-client munge
 
-.PHONY: all lib tools torch deps-torch torch-demo examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test slurm-test grow-test install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools torch deps-torch torch-demo examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test slurm-test grow-test man install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(EXPERIMENTS) $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench \
-     $(B)/ckpt_bench
+     $(B)/ckpt_bench $(if $(LOWDOWN),man)
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOLS)
@@ -138,10 +143,12 @@ $(FLAGS): FORCE
 	@$(if $(filter 1,$(HAVE_PMIX)),,echo 'ftcc: building without PMIx (bootstrap "pmix" will fail with FT_ENOSYS): $(NO_PMIX)')
 	@$(if $(filter 1,$(HAVE_ZLIB)),,echo 'ftcc: building without experiments/train_fmnist (make experiment): $(NO_ZLIB)')
 	@$(if $(filter 1,$(HAVE_TORCH)),,echo 'ftcc: building without the PyTorch backend (bindings/torch): $(NO_TORCH)')
-	@printf '%s\n' '$(subst ','\'',$(FLAGS_TEXT))' > $(FLAGS).new; \
-	if cmp -s $(FLAGS).new $(FLAGS); then rm -f $(FLAGS).new; else \
+	@$(if $(LOWDOWN),,echo 'ftcc: building without the man pages: $(NO_MAN)')
+	@# .new.PID: two makes of one build directory at once (make test's install checks) each their own
+	@printf '%s\n' '$(subst ','\'',$(FLAGS_TEXT))' > $(FLAGS).new.$$$$; \
+	if cmp -s $(FLAGS).new.$$$$ $(FLAGS); then rm -f $(FLAGS).new.$$$$; else \
 		[ ! -f $(FLAGS) ] || echo "ftcc: build flags or detected parts changed: rebuilding $(B)"; \
-		mv -f $(FLAGS).new $(FLAGS); fi
+		mv -f $(FLAGS).new.$$$$ $(FLAGS); fi
 
 $(B)/%.o: %.c $(FLAGS)
 	@mkdir -p $(dir $@)
@@ -249,6 +256,24 @@ $(B)/python/ftcc/%.py: bindings/torch/ftcc/%.py
 endif
 torch: $(TORCH_PKG) $(FLAGS)
 	@$(if $(filter 1,$(HAVE_TORCH)),,echo 'ftcc: no PyTorch backend: $(NO_TORCH)')
+
+# The man pages: man/*.md (Markdown) through lowdown (make deps installs it)
+# into $(B)/man, with a page that sources its family's for every other name a
+# page's NAME line lists (scripts/man.sh). make install puts them under $(MANDIR).
+MAN_SRC := $(wildcard man/*.md)
+ifneq ($(LOWDOWN),)
+man: $(B)/man/.built
+# .sources: the list of pages, rewritten when it changes (a page removed rebuilds too)
+$(B)/man/.sources: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(MAN_SRC)' > $@.$$$$; if cmp -s $@.$$$$ $@; then rm -f $@.$$$$; else mv -f $@.$$$$ $@; fi
+$(B)/man/.built: $(MAN_SRC) $(B)/man/.sources $(wildcard docs/environment.md) scripts/man.sh include/ftcc.h
+	@scripts/man.sh build $(B)/man $(VERSION)
+	@touch $@
+else
+man:
+	@echo 'ftcc: NO MAN PAGES BUILT: $(NO_MAN)'
+endif
 
 deps-torch:
 	@scripts/deps.sh python3-torch libtorch-dev pybind11-dev python3-pytest
@@ -424,7 +449,9 @@ tsan: deps
 		build-tsan/test/tsan_rank
 	@scripts/tsan.sh build-tsan $(B)
 
-install: lib tools
+# Then the man pages, the Python package where $(TORCH_PY) finds it for this
+# prefix (when built), and what to set for a prefix the system does not search.
+install: lib tools man torch
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR) $(DESTDIR)$(INCLUDEDIR)
 	install -m 644 include/ftcc.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
@@ -433,11 +460,15 @@ install: lib tools
 	install -m 755 $(B)/ftcc-run $(B)/ftcc-log $(B)/ftcc-ckpt $(DESTDIR)$(BINDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 		-e 's|@LIBS@|$(LIB_LDLIBS)|; s|@VERSION@|$(VERSION)|' ftcc.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/ftcc.pc
+	@scripts/install-extras.sh install '$(B)' '$(DESTDIR)' '$(PREFIX)' '$(LIBDIR)' '$(BINDIR)' \
+		'$(MANDIR)' '$(TORCH_PY)'
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libftcc.* $(DESTDIR)$(LIBDIR)/pkgconfig/ftcc.pc
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/ftcc.h $(DESTDIR)$(BINDIR)/ftcc-run $(DESTDIR)$(BINDIR)/ftcc-log \
 		$(DESTDIR)$(BINDIR)/ftcc-ckpt
+	@scripts/install-extras.sh uninstall '$(B)' '$(DESTDIR)' '$(PREFIX)' '$(LIBDIR)' '$(BINDIR)' \
+		'$(MANDIR)' '$(TORCH_PY)'
 
 clean:
 	rm -rf build build-asan build-tsan
@@ -446,7 +477,7 @@ help:
 	@echo "make [all] | test | check | fuzz [FUZZ_SECONDS=60 | FUZZ_EXECS=n] [FUZZ=name] | fuzz-corpus | demo | trace-demo | bench"
 	@echo "     | experiment [EXPERIMENT_FULL=1] | torch | torch-demo | bench-torch"
 	@echo "     | bench-compare | bench-recovery | campaign | rejoin-campaign | cluster-test"
-	@echo "     | install PREFIX=... | asan | tsan | deps | clean"
+	@echo "     | man | install PREFIX=... | uninstall | asan | tsan | deps | clean"
 	@echo "optional parts are detected with pkg-config; force with HAVE_FABRIC=1 / HAVE_URING=1 /"
 	@echo "HAVE_PMIX=1, leave out with HAVE_FABRIC= / HAVE_URING= / HAVE_PMIX=; a change of flags"
 	@echo "or parts rebuilds."

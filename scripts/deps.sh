@@ -6,7 +6,7 @@
 set -eu
 PKGS="build-essential pkg-config libssl-dev libfabric-dev libfabric-bin liburing-dev libcriterion-dev
 openmpi-bin libopenmpi-dev libpmix-dev mpich libmpich-dev libgloo-dev gnuplot-nox strace iproute2
-python3 slurmctld slurmd slurm-client munge nftables"
+python3 slurmctld slurmd slurm-client munge nftables lowdown man-db"
 [ $# -gt 0 ] && PKGS="$*"
 missing=""
 for p in $PKGS; do

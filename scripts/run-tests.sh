@@ -131,6 +131,9 @@ item check-lib 300 "$(dirname "$0")/check-lib.sh" "$B"
 item check-house 60 /usr/bin/python3 "$(dirname "$0")/check-house.py"
 item --alone check-build 300 "$(dirname "$0")/check-build.sh"
 item check-install 300 "$(dirname "$0")/check-install.sh" "$B"
+# What a user finds after make install: man pages for every function of
+# ftcc.h (man -w), the examples built through pkg-config, one in C++ run.
+item check-man 300 "$(dirname "$0")/check-man.sh" "$B"
 # Exact rejoin: real processes killed from outside and at injection points,
 # every result against a failure-free run; the fallbacks (test/rejoin_tests.sh).
 if [ -x "$B/examples/train_rejoin" ] && [ -z "${FTCC_SKIP_REJOIN:-}" ]; then

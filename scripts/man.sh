@@ -1,0 +1,78 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# man.sh build OUTDIR VERSION | names: the man pages. Each man/NAME.SECTION.md
+# (Markdown) becomes OUTDIR/NAME.SECTION through lowdown; every other name its
+# NAME line lists (`ft_rank, ft_size - ...`) gets a page of its own that
+# sources it (`.so man3/ft_rank.3`), so that `man ft_size` finds it too.
+# `names` prints every page file name, sources and links, one a line (what
+# make install puts under share/man and make uninstall removes).
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+what=${1:?usage: scripts/man.sh build OUTDIR VERSION | names}
+
+# The names a page's NAME section lists, before its " - ".
+page_names() {
+	awk '/^# NAME/ { on = 1; next } on && NF { sub(/ [-\\]+ .*/, ""); gsub(/,/, " "); print; exit }' "$1"
+}
+
+# each_page: "SOURCE PAGE SECTION NAME..." for every man/*.md
+each_page() {
+	for src in "$top"/man/*.md; do
+		[ -e "$src" ] || continue
+		page=$(basename "$src" .md)
+		sect=${page##*.}
+		# shellcheck disable=SC2046
+		echo "$src $page $sect $(page_names "$src")"
+	done
+}
+
+case $what in
+names)
+	each_page | while read -r _src page sect names; do
+		echo "$page"
+		for n in $names; do
+			[ "$n.$sect" = "$page" ] || echo "$n.$sect"
+		done
+	done
+	;;
+build)
+	out=${2:?usage: scripts/man.sh build OUTDIR VERSION}
+	version=${3:?usage: scripts/man.sh build OUTDIR VERSION}
+	command -v lowdown >/dev/null 2>&1 ||
+		{ echo "man.sh: lowdown is not installed (apt-get install lowdown, or make deps)" >&2; exit 1; }
+	mkdir -p "$out"
+	rm -f "$out"/*.1 "$out"/*.3 "$out"/*.7
+	each_page | while read -r src page sect names; do
+		# A line @INCLUDE path@ takes that file of the repository in its
+		# place, its headings one level down and its own title left out
+		# (ftcc-env.7 is docs/environment.md); when that file is missing,
+		# the lines that follow up to @END@ stand in for it.
+		awk -v top="$top" '
+			/^@INCLUDE [^@]*@$/ {
+				f = top "/" substr($2, 1, length($2) - 1)
+				if ((getline line < f) > 0) {
+					skip = 1
+					do {
+						if (line ~ /^# /) continue
+						if (line ~ /^##/) line = substr(line, 2)
+						print line
+					} while ((getline line < f) > 0)
+				}
+				next
+			}
+			/^@END@$/ { skip = 0; next }
+			!skip' "$src" >"$out/.$page.md"
+		# --parse-no-intraemph: ft_rank_x is a name, not emphasis
+		lowdown -s -Tman --parse-no-intraemph -M "source=ftcc $version" \
+			-M "section=$sect" -o "$out/$page" "$out/.$page.md"
+		rm -f "$out/.$page.md"
+		for n in $names; do
+			[ "$n.$sect" = "$page" ] || printf '.so man%s/%s\n' "$sect" "$page" >"$out/$n.$sect"
+		done
+	done
+	;;
+*)
+	echo "usage: scripts/man.sh build OUTDIR VERSION | names" >&2
+	exit 2
+	;;
+esac
