@@ -144,6 +144,12 @@ fi
 if [ -x "$B/examples/train_rejoin" ] && [ -x "$B/examples/train_steps" ]; then
 	item grow 300 "$(dirname "$0")"/../test/grow_test.sh "$B"
 fi
+# A lossy link declares no healthy rank: 5% of TCP packets dropped in a
+# network namespace of the row's own, nothing killed (test/loss_test.sh).
+if [ -x "$B/examples/train_steps" ]; then
+	item loss 180 sh -c '"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
+		"$(dirname "$0")"/../test/loss_test.sh "$B"
+fi
 # A slice of the reliability campaign (make campaign runs 1000 trials):
 # one random trial per cell (shrink and rejoin, each over file and in-band
 # membership, each over TCP, shm and tcp;ofi_rxm), kills from outside,

@@ -1,5 +1,6 @@
 /* ctl.c: control links: the listener, connect and accept, the hello, message framing, reading and writing. */
 /* SPDX-License-Identifier: MIT */
+#include <limits.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -91,11 +92,17 @@ int ft__ctl_open(struct ft__ctl *ctl, const struct ft__ctl_params *p)
 	snprintf(ctl->job_id, sizeof(ctl->job_id), "%s", p->job_id);
 	snprintf(ctl->token, sizeof(ctl->token), "%s", p->token);
 	/* The detector's dead_ms is its detect timeout: its heartbeats keep its
-	 * links busy and it reads them at once, so data unacknowledged or a
-	 * closed window that long means what heartbeat silence means. No
-	 * large buffers: the messages are small. */
-	ctl->sock_opts = (struct ft__sock_opts){.keepalive_ms = p->dead_ms,
-						.user_timeout_ms = p->dead_ms};
+	 * links busy and it reads them at once, so a closed window or an idle
+	 * link that long means what heartbeat silence means. Data
+	 * unacknowledged is given the span a lossy path is (FT__CTL_LOSS_SPAN):
+	 * a heartbeat lost twice waits 1.4 s for its retransmission, and a dead
+	 * host is found by silence meanwhile. No large buffers: the messages
+	 * are small. */
+	ctl->sock_opts = (struct ft__sock_opts){
+		.keepalive_ms = p->dead_ms,
+		.user_timeout_ms = p->dead_ms > INT_MAX / FT__CTL_LOSS_SPAN
+					   ? INT_MAX
+					   : p->dead_ms * FT__CTL_LOSS_SPAN};
 	ctl->msg_cap = sizeof(struct ctl_hdr) + sizeof(struct ctl_hello) +
 		       (size_t)p->world_size * sizeof(int32_t);
 	if (ctl->msg_cap < sizeof(struct ctl_hdr) + p->min_payload)

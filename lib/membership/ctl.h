@@ -72,6 +72,12 @@
 
 #define FT__CTL_LINKS 16     /* links when ft__ctl_params.links is 0 */
 #define FT__CTL_HELLO_MS 1000 /* a link accepted here must pass its hello within this */
+/* A lossy path: how many detect timeouts a neighbour whose segments still
+ * arrive (out of order, behind a lost one) is waited for, and how long a
+ * control link's own data may stay unacknowledged before the kernel fails
+ * it (TCP's retransmissions back off: 0.2, 0.6, 1.4, 3 s on a loopback;
+ * detect.c, held_by_loss) */
+#define FT__CTL_LOSS_SPAN 5
 #define FT__CTL_HELLO_BYTES 200 /* a HELLO message, header included */
 #define FT__CTL_OUTBOX_MIN 4096 /* least a link may hold for its peer's ACK */
 
@@ -108,6 +114,8 @@ struct ft__ctl_link {
 	uint32_t gen;           /* generation its hello named (or ours, when we connected) */
 	int64_t opened_ms;      /* ft__now_ms() at connect or accept */
 	int64_t last_rx_ms;     /* ... of the latest whole message */
+	uint32_t ooo_seen;      /* the kernel's out-of-order count when last asked */
+	int64_t ooo_ms;         /* when that count last grew (0: never) */
 	bool connecting;        /* ft__ctl_connect_start: not yet connected, hello not sent */
 	size_t have, used;      /* bytes in `in`; bytes of it already returned */
 	unsigned char *in;

@@ -43,6 +43,15 @@ struct ft__sock_opts {
 	size_t buffer;          /* SO_SNDBUF and SO_RCVBUF; 0: the kernel's autotuning */
 };
 
+/*
+ * Segments the kernel received out of order on connected TCP socket fd
+ * (tcp_info's tcpi_rcv_ooopack, Linux 5.4 and later): bytes that arrived
+ * but wait, unreadable, behind a lost one being retransmitted. A count
+ * that grows says the peer is alive and sending even while its reader
+ * sees nothing. 0, or -ENOTSUP (an older kernel), or -errno.
+ */
+int ft__sock_rcv_ooo(int fd, uint32_t *count);
+
 /* Keepalive in the kernel's units (whole seconds; a count of probes). */
 struct ft__sock_keepalive {
 	int idle_s;             /* TCP_KEEPIDLE: silence before the first probe */
