@@ -84,6 +84,9 @@ int ft__newcomers_mismatch(struct ft_comm *c, uint64_t seq);
  * from t0. */
 int ft__recover_restart(struct ft_comm *c, const struct ft__call *k, const struct ft__coll *co,
 			int rc, struct ft__run *run, uint64_t t0, bool handover_ok);
+/* ft_finalize under shrink and rejoin: one more barrier when a rank still
+ * lacking the last op's result could be left without its holder. */
+void ft__recover_finalize(struct ft_comm *c);
 /* An attempt's error is a failure a recovering policy recovers from. */
 bool ft__recoverable(const struct ft_comm *c, int rc);
 /* The result_held hook: tells the detector this rank holds op's result. */

@@ -311,6 +311,7 @@ const struct ft__policy ft__policy_rejoin = {
 	.op_start = ft__newcomers_op_start,
 	.attempt = rejoin_attempt,
 	.recover = rejoin_recover,
+	.finalize = ft__recover_finalize,
 };
 
 /* ---- this rank's log ---- */

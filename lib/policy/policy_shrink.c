@@ -31,7 +31,7 @@
  * holder keeps its copy until it completes a later op (which every rank
  * then started, so every rank had the earlier one). A rank that finalizes
  * while it holds such a copy runs one more barrier, so that nobody still
- * lacking it is left without a holder.
+ * lacking it is left without a holder (ft__recover_finalize).
  *
  * Larger ops and broadcasts instead send n-1 empty commit frames around the
  * ring after the data (with three ranks or more): a rank returns only once
@@ -177,15 +177,6 @@ static void shrink_end(struct ft_comm *c, const struct ft__call *k, int rc, cons
 	c->kept_valid = true;
 }
 
-static void shrink_finalize(struct ft_comm *c)
-{
-	struct ft__call k = {.kind = FT__COLL_BARRIER, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
-
-	if (c->det != NULL && !c->broken && c->kept_valid && c->kept_seq + 1 == c->op_seq &&
-	    c->size >= 3)
-		ft__collective_run(c, &k, NULL);
-}
-
 const struct ft__policy ft__policy_shrink = {
 	.name = "shrink",
 	.begin = shrink_begin,
@@ -194,5 +185,5 @@ const struct ft__policy ft__policy_shrink = {
 	.attempt = shrink_attempt,
 	.recover = shrink_recover,
 	.end = shrink_end,
-	.finalize = shrink_finalize,
+	.finalize = ft__recover_finalize,
 };

@@ -391,3 +391,23 @@ int ft__recover_between(struct ft_comm *c, struct ft__call *k, struct ft__run *r
 	}
 	return recover_grow(c, k, run, handover_ok);
 }
+
+/*
+ * A rank returns an op without commit steps as soon as it holds the result,
+ * its last frames perhaps still on their way: a kept small op (shrink), and
+ * every op on a ring of two. Were it then to finalize and close, a
+ * neighbour still lacking the result finds the link gone and the rank
+ * departed, and runs the op again without it: a different result for the
+ * same op (libfabric's tcp;ofi_rxm drops sends still queued at close; a
+ * socket closed with unread data resets). One more barrier first: it ends
+ * only once the neighbour has finished the op, and a barrier has no
+ * result to disagree on if it is cut short.
+ */
+void ft__recover_finalize(struct ft_comm *c)
+{
+	struct ft__call k = {.kind = FT__COLL_BARRIER, .es = 1, .dtype = FT_UINT8, .op = FT_SUM};
+	bool kept = c->kept_valid && c->kept_seq + 1 == c->op_seq && c->size >= 3;
+
+	if (c->det != NULL && !c->broken && (kept || c->size == 2))
+		ft__collective_run(c, &k, NULL);
+}
