@@ -46,8 +46,25 @@ build)
 		# A line @INCLUDE path@ takes that file of the repository in its
 		# place, its headings one level down and its own title left out
 		# (ftcc-env.7 is docs/environment.md); when that file is missing,
-		# the lines that follow up to @END@ stand in for it.
+		# the lines that follow up to @END@ stand in for it. Its tables
+		# become lists (a man page is 80 columns): each row's first cell,
+		# then "column: cell" for the others.
 		awk -v top="$top" '
+			function cells(l, a,   n, i) {
+				n = split(l, a, "|")
+				for (i = 2; i < n; i++) { sub(/^ +/, "", a[i]); sub(/ +$/, "", a[i]) }
+				return n - 2
+			}
+			function row(l,   c, n, i, d) {
+				n = cells(l, c)
+				d = ""
+				for (i = 2; i <= n; i++)
+					if (c[i + 1] != "")
+						d = d (d == "" ? "" : "; ") head[i + 1] ": " c[i + 1]
+				print c[2]
+				print ":   " d
+				print ""
+			}
 			/^@INCLUDE [^@]*@$/ {
 				f = top "/" substr($2, 1, length($2) - 1)
 				if ((getline line < f) > 0) {
@@ -55,6 +72,13 @@ build)
 					do {
 						if (line ~ /^# /) continue
 						if (line ~ /^##/) line = substr(line, 2)
+						if (line ~ /^\|/) {
+							if (!intable) { cells(line, head); intable = 1; continue }
+							if (line ~ /^\| *:?---/) continue
+							row(line)
+							continue
+						}
+						intable = 0
 						print line
 					} while ((getline line < f) > 0)
 				}
