@@ -126,7 +126,7 @@ TEST_HELPERS := $(B)/test/boot_rank $(if $(MPICC_OPENMPI),$(B)/test/boot_rank_mp
 # controller, the node daemon, srun, and munge for their authentication.
 SLURM_PKGS := slurmctld slurmd slurm-client munge
 
-.PHONY: all lib tools torch deps-torch torch-demo examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test slurm-test grow-test man install uninstall asan tsan clean deps help FORCE
+.PHONY: all lib tools docs-env torch deps-torch torch-demo examples test check bench-torch fuzz fuzz-afl fuzz-corpus demo trace-demo experiment bench bench-compare bench-recovery campaign rejoin-campaign cluster-test slurm-test grow-test man install uninstall asan tsan clean deps help FORCE
 all: lib tools examples $(EXPERIMENTS) $(B)/ftbench $(B)/recovery_bench $(B)/rejoin_bench \
      $(B)/ckpt_bench $(if $(LOWDOWN),man)
 
@@ -274,6 +274,12 @@ else
 man:
 	@echo 'ftcc: NO MAN PAGES BUILT: $(NO_MAN)'
 endif
+
+# The settings reference, docs/environment.md, is ftcc-run's output (the table in
+# lib/bootstrap/config.c): regenerate it after changing the table. make test
+# fails when the two differ (scripts/check-docs.sh).
+docs-env: $(B)/ftcc-run
+	$(B)/ftcc-run --params=markdown > docs/environment.md.new && mv docs/environment.md.new docs/environment.md
 
 deps-torch:
 	@scripts/deps.sh python3-torch libtorch-dev pybind11-dev python3-pytest

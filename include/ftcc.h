@@ -22,6 +22,11 @@ extern "C" {
 	FTCC__XSTR(FTCC_VERSION_MAJOR) "." FTCC__XSTR(FTCC_VERSION_MINOR) "." FTCC__XSTR( \
 		FTCC_VERSION_PATCH)
 
+/* The library's version at run time ("0.7.0"): FTCC_VERSION as libftcc was
+ * built, which may differ from the header a program was compiled against.
+ * Never NULL; any thread, any time. */
+const char *ft_version(void);
+
 /*
  * Errors. Every call returns 0 or the negative of one of these codes.
  * Codes that have an errno equivalent use its value; ftcc's own codes sit
@@ -33,7 +38,7 @@ extern "C" {
 	XX(NOMEM, ENOMEM, "out of memory")                                               \
 	XX(IO, EIO, "input/output error")                                                \
 	XX(NOSYS, ENOSYS, "not supported by this build or transport")                    \
-	XX(BUSY, EBUSY, "rank already in use by a live process on this rendezvous")      \
+	XX(BUSY, EBUSY, "busy: a port or this rank is held by another process (see the log)") \
 	XX(TIMEDOUT, ETIMEDOUT, "timed out")                                             \
 	XX(CONNREFUSED, ECONNREFUSED, "connection refused")                              \
 	XX(ACCES, EACCES, "refused: a directory or file that is not this user's")        \
@@ -97,6 +102,17 @@ enum ft_durability { FT_DURABILITY_NONE, FT_DURABILITY_PROCESS, FT_DURABILITY_HO
  * Configuration of one communicator. Start from FT_CONFIG_INIT (or
  * ft_config_from_env, which starts from it and applies FTCC_* variables).
  *
+ * The environment with a struct: ft_init given a cfg takes every field from
+ * it and reads no FTCC_* variable that has a field here; but 15 settings
+ * have none and are read from the environment at every ft_init whatever it
+ * is given: FTCC_SPIN_US, FTCC_TCP_BUFFER, FTCC_INCARNATION,
+ * FTCC_LOG_ENGINE, FTCC_SHM_GUARD; the libfabric ones, FTCC_FABRIC_PROVIDER,
+ * FTCC_FABRIC_EP, FTCC_FABRIC_WAIT, FTCC_FABRIC_MAX_MSG,
+ * FTCC_FABRIC_MR_LOCAL, FTCC_FABRIC_LINK_EP; and the checkpoints'
+ * FTCC_CKPT_DIR, FTCC_CKPT_FROM, FTCC_CKPT_WHERE (each where struct
+ * ft_ckpt_config leaves its field empty) and FTCC_CKPT_LOCAL.
+ * docs/environment.md lists every variable: type, range, default, field.
+ *
  * Versioning: struct_size is sizeof(struct ft_config) as the program was
  * compiled; FT_CONFIG_INIT and ft_config_from_env set it. New fields are only
  * ever appended, so one library serves programs built against older and
@@ -146,16 +162,23 @@ struct ft_config {
 	char auth[16];
 };
 
+/* In declaration order, not with designators: the same text is C11 and C++
+ * (designated initializers are C++20), and every field is named, so that
+ * -Wextra's missing-initializer warning finds none left out. */
 #define FT_CONFIG_INIT                                                                   \
 	{                                                                                \
-		.struct_size = sizeof(struct ft_config),                                   \
-		.rank = -1, .world_size = -1, .rendezvous = "", .job_id = "", .token = "", \
-		.transport = "tcp", .bind_host = "", .policy = FT_POLICY_ABORT,            \
-		.log_dir = "", .log_durability = FT_DURABILITY_PROCESS,                    \
-		.heartbeat_ms = 100, .detect_timeout_ms = 1000, .rejoin_timeout_ms = 30000, \
-		.connect_timeout_ms = 30000, .op_timeout_ms = 0,                           \
-		.segment_bytes = 0, .pipeline_depth = 4, .crc = 0, .fault = "",   \
-		.trace = "", .log_level = 1                                                \
+		sizeof(struct ft_config), /* struct_size */                              \
+		-1, -1,                   /* rank, world_size */                         \
+		"", "", "",               /* rendezvous, job_id, token */                \
+		"tcp", "",                /* transport, bind_host */                     \
+		FT_POLICY_ABORT, "",      /* policy, log_dir */                          \
+		FT_DURABILITY_PROCESS,    /* log_durability */                           \
+		100, 1000, 30000,         /* heartbeat, detect_timeout, rejoin_timeout (ms) */ \
+		30000, 0,                 /* connect_timeout, op_timeout (ms) */         \
+		0, 4, 0,                  /* segment_bytes, pipeline_depth, crc */       \
+		"", "", 1,                /* fault, trace, log_level */                  \
+		"", "", "", "",           /* membership, bootstrap, store, peers */      \
+		""                        /* auth */                                     \
 	}
 
 /*
@@ -187,16 +210,18 @@ struct ft_op_info {
  * must come from one thread at a time: the caller serializes them (the
  * library's own threads, the failure detector and the shm guard, never
  * call back into the application). Calls on different communicators may
- * run on different threads at once. ft_strerror, ft_err_name, ft_dtype_size
- * and ft_ckpt_interval_for_pls may be called from any thread at any time;
- * ft_init(NULL, ...) and ft_config_from_env read the environment and must
- * not race a setenv.
+ * run on different threads at once. ft_strerror, ft_err_name, ft_version,
+ * ft_dtype_size and ft_ckpt_interval_for_pls may be called from any thread
+ * at any time; ft_init and ft_config_from_env read the environment (ft_init
+ * even when given a cfg: the settings struct ft_config has no field for)
+ * and must not race a setenv.
  *
  * Blocking. ft_init blocks until the job's first view settles (at most
  * connect_timeout_ms); collectives block until their result is held
  * (recovering from failures on the way, under the policy); ft_finalize
- * blocks only to say goodbye. Buffers are the caller's, borrowed for the
- * call only.
+ * blocks as its comment below says (under shrink and rejoin it may wait for
+ * the other members to finalize too). Buffers are the caller's, borrowed
+ * for the call only.
  *
  * fork(). A child forked after ft_init (a data loader's workers) holds
  * none of the communicator's descriptors: the library closes them in the
@@ -220,14 +245,49 @@ struct ft_op_info {
  * (-FT_ETIMEDOUT), and fails with -FT_EENDED as soon as no other rank of
  * the job lives.
  *
- * In-band membership (cfg.membership "inband", rejoin policy): a new
+ * In-band membership (cfg.membership "inband"; rejoin, and shrink): a new
  * incarnation finds its job by asking the ranks of its address book (a peer
  * list with its own entry where it runs now, or ftcc-run's store) and is
- * taken back by the next view after its rank's failure, as above; no rank
- * answering within 2 x detect_timeout_ms (2 s at least): -FT_EENDED; a job
- * that went on without its rank (the rejoin timeout passed, or killed
- * before the job's first view): -FT_EEXCLUDED at once (no growing back).
- * README, "Rejoin over in-band membership".
+ * taken back by the next view after its rank's failure, or, when the job
+ * went on without its rank (shrink; rejoin once the rejoin timeout passed),
+ * grows back as under the file rendezvous; no rank answering within 2 x
+ * detect_timeout_ms (2 s at least): -FT_EENDED; a rank killed inside
+ * ft_init, before the job's first view settled (that view goes on without
+ * it): -FT_EEXCLUDED at once.
+ *
+ * Errors (ft_init; *comm is NULL after any of them):
+ * -FT_EINVAL: comm NULL; cfg whose struct_size is no version this library
+ *   knows, or that sets fields it does not know; a field out of its range
+ *   or inconsistent (docs/environment.md gives the ranges; the error log
+ *   names the field).
+ * -FT_ECONFIG: cfg NULL and a variable missing or malformed (FTCC_RANK and
+ *   FTCC_WORLD_SIZE or a launcher's, FTCC_RENDEZVOUS under the file
+ *   rendezvous, any FTCC_* out of its range), named in the log; one of the
+ *   settings read from the environment even with a cfg malformed; a
+ *   malformed fault spec; no token and no private channel to share a made
+ *   one (FTCC_PEERS, FTCC_STORE: set FTCC_TOKEN); the address store refused
+ *   this rank.
+ * -FT_ENOSYS: the transport or bootstrap is not built in or cannot be
+ *   loaded (fabric without libfabric, pmix without PMIx).
+ * -FT_EBUSY: this rank is held by a live process on the rendezvous (a
+ *   second ft_init of it), or the port this rank must listen on (its
+ *   FTCC_PEERS entry) is taken by another socket; the log says which.
+ * -FT_EACCES: the rendezvous, the job's directory or its token file is not
+ *   this user's private one (another user's, a symbolic link, group- or
+ *   world-writable).
+ * -FT_EAUTH: a peer or the address store refused this rank's handshake:
+ *   another token, job id or ftcc version.
+ * -FT_ETIMEDOUT: the job's first view did not settle within
+ *   connect_timeout_ms (a rank missing or unreachable); a new incarnation
+ *   not taken back within its bound (above).
+ * -FT_EENDED, -FT_EEXCLUDED: a new incarnation whose job ended, or went on
+ *   without it (above).
+ * -FT_EPEERFAILED: abort policy: a rank failed during ft_init (under shrink
+ *   and rejoin the first collective recovers instead).
+ * Any error of ft_barrier, which ft_init ends with (-FT_EPARTITIONED under
+ *   in-band membership, ...).
+ * -FT_ENOMEM, -FT_EMFILE, -FT_ENOSPC, -FT_EIO: the system's shortages and
+ *   errors (logged).
  */
 int ft_init(const struct ft_config *cfg, struct ft_comm **comm);
 /*
@@ -235,6 +295,16 @@ int ft_init(const struct ft_config *cfg, struct ft_comm **comm);
  * to return -FT_EFINALIZED. -FT_EIO: finalized all the same, but this rank's
  * departure could not be recorded in the rendezvous, so the survivors'
  * next view waits for it (2 x detect_timeout_ms) instead of settling at once.
+ *
+ * Blocking. Under abort (or on a communicator a failure broke) it only
+ * records this rank's departure and closes its links. Under shrink and
+ * rejoin, when the communicator has two members, or (shrink, three or
+ * more) this rank's last collective was a small op it returned before the
+ * others surely held the result, it first runs one more barrier with the
+ * other members, so that none is left without that op's result: it then
+ * returns once every other member has called ft_finalize too, or has
+ * failed (a member that does neither keeps it waiting, op_timeout_ms
+ * bounding the wait as for a collective). Its outcome is not returned.
  */
 int ft_finalize(struct ft_comm *comm);
 
@@ -446,8 +516,9 @@ int ft_rejoined(const struct ft_comm *comm, uint64_t *next_op);
  * FTCC_LOG_ENGINE=pwrite makes them use pwrite too. Costs: a copy of the
  * shards in memory (the saved copies, which are also the staging of the
  * writes), two on disk, and a pass over the shards per round (the
- * distances). Call ft_ckpt_* from the thread that called ft_ckpt_enable
- * (its io_uring ring is that thread's).
+ * distances). Threads: as every call on the communicator, from any thread,
+ * one at a time (see "Threads." above ft_init); the io_uring ring is not
+ * bound to the thread that made it.
  */
 enum ft_ckpt_strategy {
 	FT_CKPT_FULL,
@@ -493,11 +564,13 @@ struct ft_ckpt_config {
 	int where;                      /* enum ft_ckpt_where; 0 = FTCC_CKPT_WHERE, else disk */
 };
 
+/* In declaration order, as FT_CONFIG_INIT: C and C++ alike. */
 #define FT_CKPT_CONFIG_INIT                                                              \
 	{                                                                                \
-		.struct_size = sizeof(struct ft_ckpt_config), .strategy = FT_CKPT_PRIORITY, \
-		.block_bytes = 0, .fraction = 0.125, .interval = 1, .dir = "", .seed = 1,   \
-		.sync = 0, .from = ""                                                      \
+		sizeof(struct ft_ckpt_config), /* struct_size */                         \
+		FT_CKPT_PRIORITY, 0, 0.125,    /* strategy, block_bytes, fraction */      \
+		1, "", 1, 0,                   /* interval, dir, seed, sync */            \
+		"", 0                          /* from, where */                          \
 	}
 
 /*

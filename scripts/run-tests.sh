@@ -134,6 +134,9 @@ item check-install 300 "$(dirname "$0")/check-install.sh" "$B"
 # What a user finds after make install: man pages for every function of
 # ftcc.h (man -w), the examples built through pkg-config, one in C++ run.
 item check-man 300 "$(dirname "$0")/check-man.sh" "$B"
+# The references against the code (docs/environment.md, docs/errors.md),
+# --version on every tool, FT_CONFIG_INIT in C and C++: a second or so.
+item check-docs 60 "$(dirname "$0")/check-docs.sh" "$B"
 # Exact rejoin: real processes killed from outside and at injection points,
 # every result against a failure-free run; the fallbacks (test/rejoin_tests.sh).
 if [ -x "$B/examples/train_rejoin" ] && [ -z "${FTCC_SKIP_REJOIN:-}" ]; then

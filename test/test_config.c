@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "comm.h"
 #include "config.h"
@@ -1096,6 +1099,20 @@ Test(errors, zero_and_unknown, .timeout = 20)
 	}
 }
 
+/* The version at run time is the header's: MAJOR.MINOR.PATCH of its macros,
+ * the same pointer every call (a static string, never freed). */
+Test(errors, version_is_the_headers, .timeout = 20)
+{
+	char want[64];
+
+	snprintf(want, sizeof(want), "%d.%d.%d", FTCC_VERSION_MAJOR, FTCC_VERSION_MINOR,
+		 FTCC_VERSION_PATCH);
+	cr_assert_not_null(ft_version());
+	cr_expect_str_eq(ft_version(), want);
+	cr_expect_str_eq(ft_version(), FTCC_VERSION);
+	cr_expect_eq(ft_version(), ft_version());
+}
+
 /* struct ft_config versions (struct_size) */
 
 Test(config, struct_size_is_set, .timeout = 20)
@@ -1368,6 +1385,36 @@ Test(config, peers_longer_than_the_world, .timeout = 20)
 	expect_init_says(&cfg, -FT_EINVAL, "cfg.peers", "two peers, a world of one");
 }
 
+/* An in-band rank whose own FTCC_PEERS port another socket holds: -FT_EBUSY, and
+ * the log says it is that port (there is no rendezvous here to blame). */
+Test(init, taken_peer_port_says_the_port, .timeout = 20)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct ft_config cfg = one_rank();
+	char port[16];
+
+	clean_env();
+	cr_assert(fd >= 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(fd, 1), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	snprintf(port, sizeof(port), "%u", (unsigned)ntohs(a.sin_port));
+	cfg.world_size = 2;
+	snprintf(cfg.job_id, sizeof(cfg.job_id), "taken-port");
+	snprintf(cfg.token, sizeof(cfg.token), "0123456789abcdef0123456789abcdef");
+	snprintf(cfg.membership, sizeof(cfg.membership), "inband");
+	snprintf(cfg.bootstrap, sizeof(cfg.bootstrap), "peers");
+	snprintf(cfg.peers, sizeof(cfg.peers), "127.0.0.1:%s,127.0.0.1:1", port);
+	cfg.connect_timeout_ms = 2000;
+	expect_init_says(&cfg, -FT_EBUSY, port, "own peer port taken: the log names the port");
+	expect_init_says(&cfg, -FT_EBUSY, "port is taken", "own peer port taken: said so");
+	cr_expect_null(strstr(ft_strerror(-FT_EBUSY), "rendezvous"),
+		       "FT_EBUSY's message blames a rendezvous: %s", ft_strerror(-FT_EBUSY));
+	close(fd);
+}
+
 /* Every setting the choices leave unused is named, with why; none otherwise. */
 Test(config, unused_settings_named, .timeout = 20)
 {
@@ -1504,49 +1551,49 @@ Test(config, every_variable_refuses_what_is_out_of_range, .timeout = 60)
 	free(longer);
 }
 
-/* The README's environment table names exactly the table's variables. */
-Test(config, readme_names_exactly_the_variables, .timeout = 20)
+/* docs/environment.md, the settings reference, is what ft__config_doc writes from
+ * the table, byte for byte (make docs-env regenerates it), and its table has a
+ * row for each of the table's variables. */
+Test(config, environment_page_is_the_tables_output, .timeout = 20)
 {
-	FILE *f = fopen("README.md", "r");
-	char line[4096];
-	bool in_env = false, seen[128] = {false};
-	size_t n = ft__config_var_count();
-	int rows = 0;
+	FILE *f = fopen("docs/environment.md", "r"), *mem;
+	char *want = NULL, *have = NULL, line[4096];
+	size_t want_len = 0, have_len = 0, n = ft__config_var_count();
+	bool seen[128] = {false};
 
-	cr_assert_not_null(f, "README.md (tests run from the source tree's top)");
+	cr_assert_not_null(f, "docs/environment.md (tests run from the source tree's top)");
 	cr_assert_lt(n, sizeof(seen));
+	mem = open_memstream(&want, &want_len);
+	cr_assert_not_null(mem);
+	ft__config_doc(mem);
+	fclose(mem);
+	mem = open_memstream(&have, &have_len);
+	cr_assert_not_null(mem);
 	while (fgets(line, sizeof(line), f) != NULL) {
-		if (strncmp(line, "## ", 3) == 0)
-			in_env = strcmp(line, "## Environment\n") == 0;
-		if (!in_env || strncmp(line, "| `", 3) != 0)
+		fputs(line, mem);
+		if (strncmp(line, "| `FTCC_", 8) != 0)
 			continue;
-		/* the first column: one or more `FTCC_...` names */
-		char *end = strchr(line + 1, '|');
-		cr_assert_not_null(end);
-		*end = '\0';
-		rows++;
-		for (char *p = strstr(line, "`FTCC_"); p != NULL; p = strstr(p + 1, "`FTCC_")) {
-			size_t len = strcspn(p + 1, "`");
-			bool known = false;
-			for (size_t i = 0; i < n; i++) {
-				long lo, hi;
-				int kind;
-				const char *name = ft__config_var_name(i, &lo, &hi, &kind);
-				if (strlen(name) == len && strncmp(name, p + 1, len) == 0)
-					known = seen[i] = true;
-			}
-			cr_expect(known, "README names %.*s, which the table does not hold", (int)len,
-				  p + 1);
+		for (size_t i = 0; i < n; i++) {
+			long lo, hi;
+			int kind;
+			const char *name = ft__config_var_name(i, &lo, &hi, &kind);
+			size_t len = strlen(name);
+			if (strncmp(line + 3, name, len) == 0 && line[3 + len] == '`')
+				seen[i] = true;
 		}
 	}
 	fclose(f);
-	cr_expect_gt(rows, 20, "the README's environment table: %d rows", rows);
+	fclose(mem);
+	cr_expect(have_len == want_len && memcmp(have, want, want_len) == 0,
+		  "docs/environment.md differs from what the code writes: run make docs-env");
 	for (size_t i = 0; i < n; i++) {
 		long lo, hi;
 		int kind;
-		cr_expect(seen[i], "%s is in the table but not in the README's",
+		cr_expect(seen[i], "%s is in the table but has no row in docs/environment.md",
 			  ft__config_var_name(i, &lo, &hi, &kind));
 	}
+	free(want);
+	free(have);
 }
 
 /* Room for a heartbeat the scheduler delays: at least twice the heartbeat

@@ -25,7 +25,8 @@ static void usage(FILE *f)
 		   "export: writes each rank's newest valid copy of every block to OUT (made if\n"
 		   "missing), bound to no run: a new run starts its shards from it with\n"
 		   "FTCC_CKPT_FROM=OUT (or ft_ckpt_config.from). Exit: 0 every rank exported, 1 a\n"
-		   "block of a rank has no valid copy (that rank is not exported), 2 usage or I/O.\n");
+		   "block of a rank has no valid copy (that rank is not exported), 2 usage or I/O.\n"
+		   "--version: print the version.\n");
 }
 
 static int check(const char *dir, int rank, bool verbose)
@@ -117,7 +118,12 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return OK;
 	}
-	if (i >= argc) {
+	if (i < argc && strcmp(argv[i], "--version") == 0) {
+		printf("ftcc-ckpt %s\n", ft_version());
+		return fflush(stdout) == 0 ? OK : FAILED;
+	}
+	/* an option this tool does not know is no directory (./-x is one) */
+	if (i >= argc || argv[i][0] == '-') {
 		usage(stderr);
 		return FAILED;
 	}

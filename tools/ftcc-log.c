@@ -26,7 +26,7 @@ static void usage(FILE *f)
 		   "Prints each record of a pairwise log journal, verifies every record and,\n"
 		   "when the .in file beside it exists, the payload against the INPUT record.\n"
 		   "-q: only the summary and problems. Exit: 0 all good, 1 corrupt or torn,\n"
-		   "2 usage or I/O error.\n");
+		   "2 usage or I/O error. --version: print the version.\n");
 }
 
 static const char *type_name(unsigned type)
@@ -243,6 +243,9 @@ int main(int argc, char **argv)
 		} else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
 			usage(stdout);
 			return OK;
+		} else if (strcmp(argv[i], "--version") == 0) {
+			printf("ftcc-log %s\n", ft_version());
+			return fflush(stdout) == 0 ? OK : FAILED;
 		} else if (strcmp(argv[i], "--") == 0) {
 			i++;
 			break;

@@ -86,6 +86,9 @@ static void usage(FILE *f)
 	      "                        (FTCC_AUTH=none: no token, anyone may join; a warning)\n"
 	      "      --params          print every FTCC_* variable ftcc reads: its value here,\n"
 	      "                        its default and what it means; then exit\n"
+	      "      --params=markdown the reference page of every variable (type, range,\n"
+	      "                        default, struct ft_config field); then exit\n"
+	      "      --version         print the version; then exit\n"
 	      "  -h, --help            show this help\n"
 	      "\n"
 	      "Environment of each rank: FTCC_RANK, FTCC_WORLD_SIZE, FTCC_INCARNATION (0, +1 on\n"
@@ -199,7 +202,7 @@ static void parse_kill(const char *spec, struct kill_event *ev)
 
 enum {
 	OPT_RESTART = 256, OPT_MAX_RESTARTS, OPT_KILL, OPT_TIMEOUT, OPT_TAG, OPT_IGNORE_KILLED,
-	OPT_STORE, OPT_PARAMS
+	OPT_STORE, OPT_PARAMS, OPT_VERSION
 };
 
 void parse_args(int argc, char **argv, struct options *o)
@@ -213,7 +216,8 @@ void parse_args(int argc, char **argv, struct options *o)
 		{ "tag", no_argument, NULL, OPT_TAG },
 		{ "ignore-killed", no_argument, NULL, OPT_IGNORE_KILLED },
 		{ "store", required_argument, NULL, OPT_STORE },
-		{ "params", no_argument, NULL, OPT_PARAMS },
+		{ "params", optional_argument, NULL, OPT_PARAMS },
+		{ "version", no_argument, NULL, OPT_VERSION },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -268,8 +272,17 @@ void parse_args(int argc, char **argv, struct options *o)
 			o->store = optarg;
 			break;
 		case OPT_PARAMS:
-			ft__config_params(stdout);
-			exit(0);
+			if (optarg != NULL && strcmp(optarg, "markdown") != 0)
+				usage_error("--params=%s: expected --params or --params=markdown",
+					    optarg);
+			if (optarg != NULL)
+				ft__config_doc(stdout);
+			else
+				ft__config_params(stdout);
+			exit(fflush(stdout) == 0 ? 0 : EXIT_LAUNCHER);
+		case OPT_VERSION:
+			printf(PROG " %s\n", ft_version());
+			exit(fflush(stdout) == 0 ? 0 : EXIT_LAUNCHER);
 		case 'h':
 			usage(stdout);
 			exit(0);

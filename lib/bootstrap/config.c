@@ -130,8 +130,10 @@ int ft__parse_size(const char *s, size_t *out)
  * Every FTCC_* variable, once: the field it sets, its kind and range, its
  * default and what it means. config_from_env and ft__config_tp_env parse
  * through it (the same checks and messages for all), ftcc-run --params
- * prints it (ft__config_params), and test_config checks it against the
- * README's table and tries every entry's bounds.
+ * prints it (ft__config_params, with the values set here), ftcc-run
+ * --params=markdown makes docs/environment.md of it (config_doc.c), and
+ * test_config tries every entry's bounds. A field NULL is read from the
+ * environment whatever ft_init is given (ft__config_tp_env).
  */
 enum var_kind {
 	V_BOOT,         /* read through the launcher's variables (bootstrap.c) */
@@ -155,18 +157,20 @@ struct var {
 	enum var_kind kind;
 	enum var_home home;
 	size_t off, cap;        /* the field, and a string field's size */
+	const char *field;      /* struct ft_config's field; NULL: read from the environment only */
 	long lo, hi;
 	const char *const *names;
 	int nnames;
 	bool empty_unset;       /* "" reads as unset */
-	const char *def;        /* the default, as the README says it */
-	const char *help;
+	const char *def;        /* the default, in words */
+	const char *help;       /* one line: what it means */
+	const char *values;     /* a string's values, in words; NULL: its length bound */
 };
 
-#define CFG_STR(f) H_CFG, offsetof(struct ft_config, f), sizeof(((struct ft_config *)0)->f)
-#define CFG_NUM(f) H_CFG, offsetof(struct ft_config, f), sizeof(((struct ft_config *)0)->f)
-#define TP_STR(f) H_TP, offsetof(struct tp_knobs, f), sizeof(((struct tp_knobs *)0)->f)
-#define TP_NUM(f) H_TP, offsetof(struct tp_knobs, f), sizeof(int)
+#define CFG_STR(f) H_CFG, offsetof(struct ft_config, f), sizeof(((struct ft_config *)0)->f), #f
+#define CFG_NUM(f) CFG_STR(f)
+#define TP_STR(f) H_TP, offsetof(struct tp_knobs, f), sizeof(((struct tp_knobs *)0)->f), NULL
+#define TP_NUM(f) H_TP, offsetof(struct tp_knobs, f), sizeof(int), NULL
 #define NAMES(a) a, (int)FT__ARRAY_SIZE(a)
 
 static const char *const policies[] = {"abort", "shrink", "rejoin"};
@@ -181,86 +185,115 @@ _Static_assert(sizeof(enum ft_policy) == sizeof(int) && sizeof(enum ft_durabilit
 	       "enum fields are parsed as int");
 
 static const struct var vars[] = {
-	{"FTCC_RANK", V_BOOT, H_NONE, 0, 0, 0, 0, NULL, 0, false, "the launcher's",
-	 "this rank (else OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)"},
-	{"FTCC_WORLD_SIZE", V_BOOT, H_NONE, 0, 0, 0, 0, NULL, 0, false, "the launcher's",
-	 "the number of ranks (else OMPI_COMM_WORLD_SIZE, SLURM_STEP_NUM_TASKS, PMI_SIZE)"},
+	{"FTCC_RANK", V_BOOT, H_NONE, 0, 0, "rank", 0, 0, NULL, 0, false, "the launcher's",
+	 "this rank (else OMPI_COMM_WORLD_RANK, SLURM_PROCID in an srun step, PMI_RANK)",
+	 .values = "0 .. world size - 1"},
+	{"FTCC_WORLD_SIZE", V_BOOT, H_NONE, 0, 0, "world_size", 1, FT__WORLD_MAX, NULL, 0, false,
+	 "the launcher's",
+	 "the number of ranks (else OMPI_COMM_WORLD_SIZE, SLURM_STEP_NUM_TASKS in an srun step, "
+	 "PMI_SIZE)", NULL},
 	{"FTCC_RENDEZVOUS", V_STR, CFG_STR(rendezvous), 0, 0, NULL, 0, false,
-	 "under mpirun: $TMPDIR/ftcc-<uid>", "rendezvous directory shared by the ranks"},
+	 "under mpirun, MPICH's mpiexec or srun: $TMPDIR/ftcc-<uid>; ftcc-run makes one",
+	 "rendezvous directory every rank can reach (file membership)", NULL},
 	{"FTCC_JOB_ID", V_STR, CFG_STR(job_id), 0, 0, NULL, 0, false, "the launcher's job",
-	 "job identity, the same on every rank"},
-	{"FTCC_TOKEN", V_STR, CFG_STR(token), 0, 0, NULL, 0, false, "made and shared",
-	 "the job's secret, proved in every handshake, never sent"},
-	{"FTCC_TRANSPORT", V_STR, CFG_STR(transport), 0, 0, NULL, 0, false, "tcp", "tcp or fabric"},
-	{"FTCC_BIND_HOST", V_STR, CFG_STR(bind_host), 0, 0, NULL, 0, false, "chosen",
-	 "where to listen: an address, an interface name or a wildcard"},
-	{"FTCC_LOG_DIR", V_STR, CFG_STR(log_dir), 0, 0, NULL, 0, false, "/dev/shm/ftcc-log-<uid>",
-	 "pairwise logs' directory"},
+	 "job identity, the same on every rank", .values = "letters, digits and -_.@:"},
+	{"FTCC_TOKEN", V_STR, CFG_STR(token), 0, 0, NULL, 0, false,
+	 "made and shared (file rendezvous or PMIx)",
+	 "the job's secret, proved in every handshake and never sent; unset and nowhere to share "
+	 "one made: ft_init refuses", NULL},
+	{"FTCC_TRANSPORT", V_STR, CFG_STR(transport), 0, 0, NULL, 0, false, "tcp",
+	 "the data links' transport: TCP or libfabric", .values = "tcp, fabric"},
+	{"FTCC_BIND_HOST", V_STR, CFG_STR(bind_host), 0, 0, NULL, 0, false,
+	 "127.0.0.1 when every rank is on this host, else the interface that reaches the peers",
+	 "where to listen: an address, an interface name (eth0) or a wildcard (0.0.0.0 or ::, "
+	 "every interface, the chosen address published)", NULL},
+	{"FTCC_LOG_DIR", V_STR, CFG_STR(log_dir), 0, 0, NULL, 0, false,
+	 "/dev/shm/ftcc-log-<uid>; $TMPDIR/ftcc-log-<uid> for durability host",
+	 "the pairwise logs' directory", NULL},
 	{"FTCC_FAULT", V_STR, CFG_STR(fault), 0, 0, NULL, 0, false, "none",
-	 "failure injection points (README, FTCC_FAULT)"},
+	 "failure injection points, for tests: see \"FTCC_FAULT\" below", NULL},
 	{"FTCC_TRACE", V_STR, CFG_STR(trace), 0, 0, NULL, 0, false, "none",
-	 "event trace file per rank, %r the rank"},
-	{"FTCC_MEMBERSHIP", V_STR, CFG_STR(membership), 0, 0, NULL, 0, false, "chosen",
-	 "file (rendezvous directory) or inband"},
-	{"FTCC_BOOTSTRAP", V_STR, CFG_STR(bootstrap), 0, 0, NULL, 0, false, "chosen",
-	 "in-band's first addresses: peers, store or pmix"},
-	{"FTCC_STORE", V_STR, CFG_STR(store), 0, 0, NULL, 0, false, "none",
-	 "host:port of the address store (ftcc-run --store)"},
+	 "event trace file per rank (Chrome trace-event JSON): %r the rank (else .<rank> "
+	 "appended), %p the process id", NULL},
+	{"FTCC_MEMBERSHIP", V_STR, CFG_STR(membership), 0, 0, NULL, 0, false,
+	 "inband when FTCC_PEERS or FTCC_STORE is set, or under mpirun or srun --mpi=pmix "
+	 "across hosts; else file",
+	 "how ranks find each other and agree on views: a rendezvous directory, or in-band "
+	 "messages", .values = "file, inband"},
+	{"FTCC_BOOTSTRAP", V_STR, CFG_STR(bootstrap), 0, 0, NULL, 0, false,
+	 "peers if FTCC_PEERS is set, else store if FTCC_STORE is, else pmix",
+	 "in-band membership's first addresses", .values = "peers, store, pmix"},
+	{"FTCC_STORE", V_STR, CFG_STR(store), 0, 0, NULL, 0, false,
+	 "none (ftcc-run sets it for in-band ranks it starts)",
+	 "host:port of the address store (ftcc-run --store)", NULL},
 	{"FTCC_PEERS", V_STR, CFG_STR(peers), 0, 0, NULL, 0, false, "none",
-	 "host:port of every rank's membership listener, by rank, comma-separated"},
+	 "host:port of every rank's membership listener, by rank, comma-separated (at most one "
+	 "per rank)", NULL},
 	{"FTCC_AUTH", V_STR, CFG_STR(auth), 0, 0, NULL, 0, false, "unset",
-	 "none: run without a token, unauthenticated (warned once)"},
+	 "none: run without a token, unauthenticated (warned once)", .values = "none"},
 	{"FTCC_POLICY", V_ENUM, CFG_NUM(policy), 0, 0, NAMES(policies), false, "abort",
-	 "what a failure does: abort, shrink or rejoin"},
+	 "what a failure does: every rank fails, the survivors go on, or a new incarnation is "
+	 "awaited", NULL},
 	{"FTCC_LOG_DURABILITY", V_ENUM, CFG_NUM(log_durability), 0, 0, NAMES(durabilities), false,
-	 "process", "pairwise logs: none, process (shared memory) or host (disk)"},
+	 "process", "pairwise logs: none, shared memory (survives the process) or disk (the host)", NULL},
 	{"FTCC_LOG_LEVEL", V_LEVEL, CFG_NUM(log_level), 0, 3, NAMES(levels), false, "warn",
-	 "error, warn, info, debug or 0..3"},
+	 "what the library prints on stderr", NULL},
 	{"FTCC_HEARTBEAT_MS", V_INT, CFG_NUM(heartbeat_ms), 1, 3600000, NULL, 0, false, "100",
-	 "failure detector's heartbeat"},
+	 "the failure detector's heartbeat", NULL},
 	{"FTCC_DETECT_TIMEOUT_MS", V_INT, CFG_NUM(detect_timeout_ms), 1, 3600000, NULL, 0, false,
-	 "1000", "heartbeat silence that declares a neighbour (at least twice the heartbeat, and 50)"},
+	 "1000",
+	 "heartbeat silence that declares a neighbour failed: at least twice the heartbeat, and "
+	 "50; under shrink and rejoin also the data links' TCP keepalive", NULL},
 	{"FTCC_REJOIN_TIMEOUT_MS", V_INT, CFG_NUM(rejoin_timeout_ms), 0, 3600000, NULL, 0, false,
-	 "30000", "rejoin: wait this long for a new incarnation before shrinking"},
+	 "30000", "rejoin policy: how long the survivors wait for a new incarnation before they "
+	 "shrink", NULL},
 	{"FTCC_CONNECT_TIMEOUT_MS", V_INT, CFG_NUM(connect_timeout_ms), 1, 3600000, NULL, 0, false,
-	 "30000", "rendezvous and link set-up deadline"},
+	 "30000", "rendezvous and link set-up deadline", NULL},
 	{"FTCC_OP_TIMEOUT_MS", V_INT, CFG_NUM(op_timeout_ms), 0, INT_MAX, NULL, 0, false, "0",
-	 "a collective with no progress this long fails (0: never)"},
+	 "a collective with no progress this long fails with FT_ETIMEDOUT (0: never); under abort "
+	 "also the data links' socket timeouts", NULL},
 	{"FTCC_PIPELINE_DEPTH", V_INT, CFG_NUM(pipeline_depth), 1, 64, NULL, 0, false, "4",
-	 "staging slots per link"},
-	{"FTCC_CRC", V_INT, CFG_NUM(crc), 0, 1, NULL, 0, false, "0", "1: CRC32C on every data frame"},
+	 "staging slots per link", NULL},
+	{"FTCC_CRC", V_INT, CFG_NUM(crc), 0, 1, NULL, 0, false, "0", "1: CRC32C on every data frame", NULL},
 	{"FTCC_SEGMENT_BYTES", V_SIZE, CFG_NUM(segment_bytes), 4096, FT__FRAME_MAX_PAYLOAD, NULL, 0,
-	 false, "the transport's", "pipeline segment, 4K..64M"},
-	{"FTCC_SPIN_US", V_INT, TP_NUM(spin_us), 0, 10000000, NULL, 0, false, "1000 or 0",
-	 "poll this long before sleeping in the kernel"},
-	{"FTCC_TCP_BUFFER", V_INT, TP_NUM(tcp_buffer), 1, INT_MAX, NULL, 0, false, "autotuning",
-	 "SO_SNDBUF/SO_RCVBUF in bytes"},
+	 false, "the transport's: 256K over TCP and over shm with CMA, 1M over other libfabric",
+	 "pipeline segment, bytes with an optional K, M or G", NULL},
+	{"FTCC_SPIN_US", V_INT, TP_NUM(spin_us), 0, 10000000, NULL, 0, false,
+	 "1000 when this host's ranks fit its CPUs, else 0",
+	 "poll this long (yielding after the first sixteenth) before sleeping in the kernel", NULL},
+	{"FTCC_TCP_BUFFER", V_INT, TP_NUM(tcp_buffer), 1, INT_MAX, NULL, 0, false,
+	 "the kernel's autotuning", "SO_SNDBUF and SO_RCVBUF of the TCP data links, in bytes", NULL},
 	{"FTCC_FABRIC_MAX_MSG", V_INT, TP_NUM(max_msg), 1, INT_MAX, NULL, 0, false, "the provider's",
-	 "largest libfabric message"},
+	 "largest libfabric message (a debugging knob)", NULL},
 	{"FTCC_INCARNATION", V_INT, TP_NUM(incarnation), 0, INT_MAX, NULL, 0, false, "0",
-	 "set by ftcc-run: +1 per restart"},
+	 "set by ftcc-run: 0, then +1 per restart; above 0 this process is a rank's new "
+	 "incarnation", NULL},
 	{"FTCC_FABRIC_WAIT", V_ENUM, TP_NUM(wait), 0, 0, NAMES(waits), false, "chosen",
-	 "how libfabric ranks wait: poll or bell"},
+	 "how libfabric ranks wait for data: polling the completion queue, or a doorbell", NULL},
 	{"FTCC_FABRIC_MR_LOCAL", V_ENUM, TP_NUM(mr_local), 0, 0, NAMES(bits), false, "0",
-	 "1: register memory even when the provider does not ask"},
+	 "1: register memory even when the provider does not ask (a debugging knob)", NULL},
 	{"FTCC_SHM_GUARD", V_ENUM, TP_NUM(guard), 0, 0, NAMES(bits), false, "1",
-	 "0: no guard thread freeing shm locks a killed rank held"},
+	 "0: no guard thread freeing the libfabric shm locks a killed rank left held", NULL},
 	{"FTCC_LOG_ENGINE", V_ENUM, TP_NUM(engine), 0, 0, NAMES(engines), false, "io_uring",
-	 "pwrite: logs and checkpoints without io_uring"},
+	 "pwrite: logs and checkpoints without io_uring; io_uring (or uring): io_uring, pwrite "
+	 "where it cannot be set up", NULL},
 	{"FTCC_FABRIC_LINK_EP", V_ENUM, TP_NUM(link_ep), 0, 0, NAMES(bits), true, "chosen",
-	 "1: an endpoint per link, 0: one shared"},
-	{"FTCC_FABRIC_PROVIDER", V_STR, TP_STR(provider), 0, 0, NULL, 0, false, "FI_PROVIDER",
-	 "the libfabric provider"},
+	 "1: a libfabric endpoint per link, 0: one shared (a debugging knob)", NULL},
+	{"FTCC_FABRIC_PROVIDER", V_STR, TP_STR(provider), 0, 0, NULL, 0, false,
+	 "FI_PROVIDER, else chosen", "the libfabric provider (shm, tcp;ofi_rxm, ...)", NULL},
 	{"FTCC_FABRIC_EP", V_STR, TP_STR(ep), 0, 0, NULL, 0, false, "chosen",
-	 "the libfabric endpoint type: rdm or msg"},
+	 "the libfabric endpoint type (another value: both are tried)", .values = "rdm, msg"},
 	{"FTCC_CKPT_DIR", V_STR, TP_STR(ckpt_dir), 0, 0, NULL, 0, false, "the log directory",
-	 "running checkpoints' directory"},
+	 "running checkpoints' directory when ft_ckpt_config.dir is empty", NULL},
 	{"FTCC_CKPT_FROM", V_STR, TP_STR(ckpt_from), 0, 0, NULL, 0, false, "none",
-	 "an exported checkpoint (ftcc-ckpt export) the shards start from"},
+	 "an exported checkpoint (ftcc-ckpt export) the shards start from, when "
+	 "ft_ckpt_config.from is empty", NULL},
 	{"FTCC_CKPT_WHERE", V_ENUM, TP_NUM(ckpt_where), 0, 0, NAMES(wheres), false, "disk",
-	 "where running checkpoints go: disk, disk+peer or peer (a rank on another host's memory)"},
+	 "where running checkpoints go when ft_ckpt_config.where is 0 (peer: the memory of a "
+	 "rank on another host)", NULL},
 	{"FTCC_CKPT_LOCAL", V_ENUM, TP_NUM(ckpt_local), 0, 0, NAMES(bits), false, "1",
-	 "1: a fetch from a holder on this kernel reads its memory in one copy; 0: over the link"},
+	 "1: a fetch from a checkpoint holder on this kernel reads its memory in one copy; 0: "
+	 "over the link", NULL},
 };
 
 /* Parses variable v from the environment into base (the struct of its home);
@@ -355,6 +388,72 @@ const char *ft__config_var_name(size_t i, long *lo, long *hi, int *kind)
 		vars[i].kind == V_STR ? 's' : vars[i].kind == V_SIZE ? 'z' :
 		vars[i].kind == V_LEVEL ? 'l' : 'b';
 	return vars[i].name;
+}
+
+/* n bytes as the parser takes them: 4K, 64M. */
+static void size_words(char *buf, size_t len, long n)
+{
+	static const char units[] = "KMG";
+	int u = -1;
+
+	while (u < 2 && n >= 1024 && n % 1024 == 0) {
+		n /= 1024;
+		u++;
+	}
+	if (u < 0)
+		snprintf(buf, len, "%ld", n);
+	else
+		snprintf(buf, len, "%ld%c", n, units[u]);
+}
+
+int ft__config_var_doc(size_t i, struct ft__var_doc *d)
+{
+	static const char *const types[] = {
+		[V_BOOT] = "integer", [V_STR] = "string", [V_INT] = "integer",
+		[V_ENUM] = "choice",  [V_SIZE] = "size",  [V_LEVEL] = "choice or integer",
+	};
+	const struct var *v;
+	char lo[32], hi[32];
+	size_t used = 0;
+
+	if (i >= FT__ARRAY_SIZE(vars))
+		return -1;
+	v = &vars[i];
+	d->name = v->name;
+	d->type = types[v->kind];
+	d->field = v->field;
+	d->def = v->def;
+	d->help = v->help;
+	d->range[0] = '\0';
+	if (v->values != NULL) {
+		snprintf(d->range, sizeof(d->range), "%s", v->values);
+		return 0;
+	}
+	switch (v->kind) {
+	case V_STR:
+		snprintf(d->range, sizeof(d->range), "at most %zu characters", v->cap - 1);
+		break;
+	case V_BOOT:
+	case V_INT:
+		snprintf(d->range, sizeof(d->range), "%ld .. %ld", v->lo, v->hi);
+		break;
+	case V_SIZE:
+		size_words(lo, sizeof(lo), v->lo);
+		size_words(hi, sizeof(hi), v->hi);
+		snprintf(d->range, sizeof(d->range), "%s .. %s", lo, hi);
+		break;
+	case V_LEVEL:
+	case V_ENUM:
+		/* "" (unset: chosen) is no value one can write */
+		for (int k = 0; k < v->nnames; k++)
+			if (v->names[k][0] != '\0')
+				used += (size_t)snprintf(d->range + used, sizeof(d->range) - used, "%s%s",
+							 used > 0 ? ", " : "", v->names[k]);
+		if (v->kind == V_LEVEL)
+			snprintf(d->range + used, sizeof(d->range) - used, ", %ld .. %ld", v->lo, v->hi);
+		break;
+	}
+	return 0;
 }
 
 /*

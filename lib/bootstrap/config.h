@@ -36,4 +36,15 @@ void ft__config_params(FILE *out);
 size_t ft__config_var_count(void);
 const char *ft__config_var_name(size_t i, long *lo, long *hi, int *kind);
 
+/* Entry i of the table as the reference (docs/environment.md) shows it: 0, or -1 past
+ * the end. field NULL: read from the environment only, even when ft_init is given a
+ * struct ft_config. */
+struct ft__var_doc {
+	const char *name, *type, *field, *def, *help;
+	char range[192];
+};
+int ft__config_var_doc(size_t i, struct ft__var_doc *d);
+/* The whole reference page, Markdown (config_doc.c): ftcc-run --params=markdown. */
+void ft__config_doc(FILE *out);
+
 #endif

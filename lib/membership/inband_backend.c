@@ -83,6 +83,9 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	}
 	rc = ft__ctl_open(&b->ctl, &cp);
 	b->ctl_open = true;
+	if (rc == -FT_EBUSY && cp.port != NULL)
+		ft__error("membership: rank %d cannot listen at its own FTCC_PEERS entry %s: its "
+			  "port is taken by another socket", b->rank, b->book[b->rank]);
 	if (rc != 0)
 		return rc;
 	if (b->ctl.max_payload < cp.min_payload) {

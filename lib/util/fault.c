@@ -30,6 +30,69 @@ static const char *const action_names[] = {
 	[FT__FAULT_DROP] = "drop",
 };
 
+/* What each name means, for the reference (ft__fault_doc): one per name above. */
+static const char *const phase_doc[] = {
+	[FT__PHASE_ANY] = "the same as between (the default)",
+	[FT__PHASE_BETWEEN] = "at the start of the op, before its first frame",
+	[FT__PHASE_REDUCE_SCATTER] = "the ring's reduce-scatter half (step S, segment K)",
+	[FT__PHASE_ALLGATHER] = "the ring's allgather half (step S, segment K)",
+	[FT__PHASE_BROADCAST] = "a broadcast's steps (step S, segment K)",
+	[FT__PHASE_COMMIT] = "the closing steps that tell every rank all hold the result",
+	[FT__PHASE_INIT] = "inside `ft_init` (op 0), just after the rank published its record for "
+			   "the job's first view, before that view settles",
+	[FT__PHASE_CONNECT] = "inside `ft_init` (op 0), once that view settled, before the rank "
+			      "links the ring",
+};
+static const char *const at_doc[] = {
+	[FT__AT_SEND] = "before the frame is queued (the default)",
+	[FT__AT_SENT] = "just after the frame is queued, before its log record",
+	[FT__AT_RECORDED] = "when that frame is received, just after its log record, before it "
+			    "is used",
+};
+static const char *const action_doc[] = {
+	[FT__FAULT_KILL] = "SIGKILL itself (the default)",
+	[FT__FAULT_HANG] = "stop for good (after the frames it queued before that point went out)",
+	[FT__FAULT_DROP] = "cut its data links without a goodbye (the process lives on)",
+};
+_Static_assert(FT__ARRAY_SIZE(phase_doc) == FT__ARRAY_SIZE(phase_names) &&
+		       FT__ARRAY_SIZE(at_doc) == FT__ARRAY_SIZE(at_names) &&
+		       FT__ARRAY_SIZE(action_doc) == FT__ARRAY_SIZE(action_names),
+	       "every FTCC_FAULT name is documented");
+
+static void doc_names(FILE *out, const char *key, const char *const *names,
+		      const char *const *doc, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		fprintf(out, "- `%s=%s`: %s\n", key, names[i], doc[i]);
+}
+
+void ft__fault_doc(FILE *out)
+{
+	fprintf(out,
+		"For tests: a rank fails at an exact point of a collective. The value is up to "
+		"%d points separated by `;`; a point is `key=value` items separated by `,`, "
+		"`rank` required, in any order:\n\n"
+		"    rank=R[,op=N][,phase=P][,step=S][,seg=K][,action=A][,at=W][,inc=I][,gen=G]\n\n"
+		"- `rank=R`: the rank (its rank at `ft_init`) that fails.\n"
+		"- `op=N`: in collective N, numbered as `ft_op_info.op_seq` (default 0: the "
+		"barrier inside `ft_init`).\n"
+		"- `step=S`, `seg=K`: when about to send segment K of step S of the phase (default "
+		"0, 0; not for `between`).\n"
+		"- `inc=I`: only in incarnation I (`FTCC_INCARNATION`; default 0), so that a "
+		"restarted rank does not fail again at the same point.\n"
+		"- `gen=G`: only in membership generation G (default: any).\n\n"
+		"`phase=P`, where in the op:\n\n", FT__FAULT_MAX);
+	doc_names(out, "phase", phase_names, phase_doc, FT__ARRAY_SIZE(phase_names));
+	fprintf(out, "\n`action=A`, what the rank does there:\n\n");
+	doc_names(out, "action", action_names, action_doc, FT__ARRAY_SIZE(action_names));
+	fprintf(out, "\n`at=W`, where in a frame's life:\n\n");
+	doc_names(out, "at", at_names, at_doc, FT__ARRAY_SIZE(at_names));
+	fprintf(out,
+		"\nAn example: `FTCC_FAULT='rank=2,op=5,phase=allgather,step=1,seg=0'` kills "
+		"rank 2 as it is about to send the first segment of the second allgather step of "
+		"collective 5. A malformed value makes `ft_init` fail with `FT_ECONFIG`.\n");
+}
+
 static int lookup(const char *v, const char *const *names, size_t n)
 {
 	for (size_t i = 0; i < n; i++)

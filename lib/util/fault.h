@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 enum ft__fault_phase {
 	FT__PHASE_ANY,
@@ -61,6 +62,8 @@ void ft__fault_incarnation(struct ft__fault *f, uint32_t inc);
 const struct ft__fault_pt *ft__fault_due(struct ft__fault *f, int rank, uint32_t gen, uint64_t op,
 					 enum ft__fault_phase phase, uint32_t step, uint32_t seg,
 					 enum ft__fault_at at);
+/* The grammar, every name and what it means, Markdown (docs/environment.md). */
+void ft__fault_doc(FILE *out);
 /* Kills or hangs this process; returns only for FT__FAULT_DROP. */
 void ft__fault_act(const struct ft__fault_pt *f);
 

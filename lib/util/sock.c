@@ -358,8 +358,13 @@ int ft__sock_listen_port(const char *who, const char *bind_host, const char *pub
 	    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
 			NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
 		int err = errno;
-		/* a given port taken says which: another process's socket may be there */
-		if (strcmp(port_wanted, "0") != 0)
+		/* a given port taken says which, and that it is another socket's, not a
+		 * rendezvous's rank (FT_EBUSY's message covers both) */
+		if (strcmp(port_wanted, "0") != 0 && err == EADDRINUSE)
+			ft__error("%s: cannot listen on %s port %s: the port is in use by another "
+				  "socket (another process, or this rank still running)", who, h,
+				  port_wanted);
+		else if (strcmp(port_wanted, "0") != 0)
 			ft__error("%s: cannot listen on %s port %s: %s", who, h, port_wanted,
 				  strerror(err));
 		else

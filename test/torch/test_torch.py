@@ -257,7 +257,7 @@ def test_a_squatter_on_a_published_port_does_not_stop_the_job():
     there (SO_REUSEADDR, SO_REUSEPORT) before that rank's ft_init: the port is held, listening,
     from before it is published until ft_init's listener takes the same socket over, so the
     bind is refused and the job runs. The port was held bound with SO_REUSEADDR and not
-    listening: the squatter got it, that rank failed with FT_EBUSY ("rank already in use...")
+    listening: the squatter got it, that rank failed with FT_EBUSY (its port taken)
     and the others waited out their connect timeout."""
     status, every, seen = spied(3, squat=True)
     assert "squatted" not in seen, "a stranger took a rank's port:\n" + seen + every
