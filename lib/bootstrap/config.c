@@ -363,13 +363,15 @@ static int parse_home(enum var_home home, void *base, char *errbuf, size_t errle
 
 void ft__config_params(FILE *out)
 {
-	for (size_t i = 0; i < FT__ARRAY_SIZE(vars); i++) {
-		const char *s = getenv(vars[i].name);
+	struct ft__var_doc d;
+
+	for (size_t i = 0; ft__config_var_doc(i, &d) == 0; i++) {
+		const char *s = getenv(d.name);
 		/* the token is a secret: only whether it is set */
-		if (s != NULL && strcmp(vars[i].name, "FTCC_TOKEN") == 0)
+		if (s != NULL && strcmp(d.name, "FTCC_TOKEN") == 0)
 			s = "(set)";
-		fprintf(out, "%-24s %-28s default: %s; %s\n", vars[i].name,
-			s != NULL ? s : "(unset)", vars[i].def, vars[i].help);
+		fprintf(out, "%-24s %-28s %s (%s); default: %s; %s\n", d.name,
+			s != NULL ? s : "(unset)", d.type, d.range, d.def, d.help);
 	}
 }
 
