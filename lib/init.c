@@ -49,7 +49,12 @@ static int comm_release(struct ft_comm *c)
 		c->tp = NULL;
 	}
 	c->send_link = c->recv_link = NULL;
-	ft__mb_close(&c->mb, c->generation, c->rank == 0);
+	/* the views go with the job's clean end only: a rank whose ft_init
+	 * failed (sent away, out of descriptors) once removed generation 0's
+	 * view as its dense rank 0, under the job's live ranks; its next
+	 * incarnation then found no job to rejoin, took the start for its own
+	 * and ran the job apart from them */
+	ft__mb_close(&c->mb, c->generation, c->finalizing && c->rank == 0);
 	free(c->members);
 	free(c->addrs);
 	free(c->slots);
