@@ -740,3 +740,25 @@ int ft__ctl_pollfds(struct ft__ctl *ctl, struct pollfd *pfd, int *idx)
 		}
 	return n;
 }
+
+/*
+ * Whether link l's silence is a loss on the path, not a silent peer: the
+ * kernel has received its segments out of order since the last whole
+ * message was read (they wait behind a lost one that TCP retransmits,
+ * backing off), the latest within a detect timeout, and the silence is
+ * under FT__CTL_LOSS_SPAN detect timeouts. A dead or stopped peer sends
+ * nothing, so nothing arrives out of order: it is declared at the detect
+ * timeout as ever. Under 1-2% loss, a heartbeat lost twice once held a
+ * healthy neighbour's bytes for 1.4 s, and it was declared.
+ */
+bool ft__ctl_held_by_loss(struct ft__ctl_link *l, int64_t now, int64_t to)
+{
+	uint32_t n;
+
+	if (ft__sock_rcv_ooo(l->fd, &n) == 0 && n != l->ooo_seen) {
+		l->ooo_seen = n;
+		l->ooo_ms = now;
+	}
+	return l->ooo_ms > l->last_rx_ms && now - l->ooo_ms < to &&
+	       now - l->last_rx_ms < FT__CTL_LOSS_SPAN * to;
+}

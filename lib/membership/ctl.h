@@ -76,7 +76,7 @@
  * arrive (out of order, behind a lost one) is waited for, and how long a
  * control link's own data may stay unacknowledged before the kernel fails
  * it (TCP's retransmissions back off: 0.2, 0.6, 1.4, 3 s on a loopback;
- * detect.c, held_by_loss) */
+ * ft__ctl_held_by_loss) */
 #define FT__CTL_LOSS_SPAN 5
 #define FT__CTL_HELLO_BYTES 200 /* a HELLO message, header included */
 #define FT__CTL_OUTBOX_MIN 4096 /* least a link may hold for its peer's ACK */
@@ -242,5 +242,9 @@ void ft__ctl_drop(struct ft__ctl *ctl, int i);
  * every open link (a connecting one waits for POLLOUT), idx with the links'
  * indices; returns the number of pollfds written (at most 1 + ctl->nlinks). */
 int ft__ctl_pollfds(struct ft__ctl *ctl, struct pollfd *pfd, int *idx);
+
+/* Whether link l's silence (no whole message for to ms or more) is a
+ * loss on the path, not a silent peer (ctl.c says how it is told). */
+bool ft__ctl_held_by_loss(struct ft__ctl_link *l, int64_t now, int64_t to);
 
 #endif
