@@ -55,6 +55,13 @@ else
 		fail "man 3 ft_allreduce does not render: $(cat "$W/man.err")"
 fi
 [ -z "$missing" ] || fail "no man page under $P/share/man for:$missing (add man/<name>.<section>.md, or the name to a family page's NAME line)"
+# ft_strerror(3) lists every code of FT_ERROR_MAP (scripts/man.sh writes the list)
+codes=$(sed -n '/^#define FT_ERROR_MAP/,/^$/p' "$top/include/ftcc.h" | grep -o 'XX( *[A-Z]*' | sed 's/XX( *//')
+[ "$(echo "$codes" | wc -w)" -ge 20 ] || fail "found only $(echo "$codes" | wc -w) codes in FT_ERROR_MAP: the parse is broken"
+for c in $codes; do
+	grep -qF "FT_E$c\\fR (" "$P/share/man/man3/ft_strerror.3" || missing="$missing FT_E$c"
+done
+[ -z "$missing" ] || fail "ft_strerror(3) does not list:$missing"
 
 # The examples, standalone, as a user builds them from the installed prefix.
 export PKG_CONFIG_PATH="$P/lib/pkgconfig"

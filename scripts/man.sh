@@ -15,6 +15,14 @@ page_names() {
 	awk '/^# NAME/ { on = 1; next } on && NF { sub(/ [-\\]+ .*/, ""); gsub(/,/, " "); print; exit }' "$1"
 }
 
+# The error codes of ftcc.h's FT_ERROR_MAP as a list: name (value), message.
+# shellcheck disable=SC2016 # backquotes: Markdown code, not a command
+error_list() {
+	sed -n '/^#define FT_ERROR_MAP/,/^$/p' "$top/include/ftcc.h" | tr -d '\\\n' | tr -s ' \t' ' ' |
+		grep -o 'XX( *[A-Z]*, *[^,]*, *"[^"]*")' |
+		sed 's/XX( *\([A-Z]*\), *\([^,]*\), *"\([^"]*\)")/`FT_E\1` (\2)\n:   \3\n/'
+}
+
 # each_page: "SOURCE PAGE SECTION NAME..." for every man/*.md
 each_page() {
 	for src in "$top"/man/*.md; do
@@ -42,14 +50,16 @@ build)
 		{ echo "man.sh: lowdown is not installed (apt-get install lowdown, or make deps)" >&2; exit 1; }
 	mkdir -p "$out"
 	rm -f "$out"/*.1 "$out"/*.3 "$out"/*.7
+	error_list >"$out/.errors.md"
 	each_page | while read -r src page sect names; do
 		# A line @INCLUDE path@ takes that file of the repository in its
 		# place, its headings one level down and its own title left out
 		# (ftcc-env.7 is docs/environment.md); when that file is missing,
-		# the lines that follow up to @END@ stand in for it. Its tables
+		# the lines that follow up to @END@ stand in for it. A line @ERRORS@
+		# is the list of ftcc.h's error codes and messages. Its tables
 		# become lists (a man page is 80 columns): each row's first cell,
 		# then "column: cell" for the others.
-		awk -v top="$top" '
+		awk -v top="$top" -v errors="$out/.errors.md" '
 			function cells(l, a,   n, i) {
 				n = split(l, a, "|")
 				for (i = 2; i < n; i++) { sub(/^ +/, "", a[i]); sub(/ +$/, "", a[i]) }
@@ -84,6 +94,7 @@ build)
 				}
 				next
 			}
+			/^@ERRORS@$/ { while ((getline line < errors) > 0) print line; close(errors); next }
 			/^@END@$/ { skip = 0; next }
 			!skip' "$src" >"$out/.$page.md"
 		# --parse-no-intraemph: ft_rank_x is a name, not emphasis
@@ -94,6 +105,7 @@ build)
 			[ "$n.$sect" = "$page" ] || printf '.so man%s/%s\n' "$sect" "$page" >"$out/$n.$sect"
 		done
 	done
+	rm -f "$out/.errors.md"
 	;;
 *)
 	echo "usage: scripts/man.sh build OUTDIR VERSION | names" >&2
