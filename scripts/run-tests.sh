@@ -11,7 +11,7 @@ export FTCC_BUILD_DIR="$B"
 # Under make asan: Criterion itself leaks a few bytes at exit; ignore only that.
 export LSAN_OPTIONS="suppressions=$(dirname "$0")/lsan.supp:print_suppressions=0"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# libfabric shm: SAR copies, as ftcc-run gives its ranks (README, "shm copies").
+# libfabric shm: SAR copies, as ftcc-run gives its ranks (docs/launchers.md, "Transports").
 export FI_SHM_DISABLE_CMA="${FI_SHM_DISABLE_CMA:-1}"
 JOBS=${FTCC_TEST_JOBS:-2}
 # Each row's output is kept; what a failed row said is repeated at the end,
@@ -137,6 +137,9 @@ item check-man 300 "$(dirname "$0")/check-man.sh" "$B"
 # The references against the code (docs/environment.md, docs/errors.md),
 # --version on every tool, FT_CONFIG_INIT in C and C++: a second or so.
 item check-docs 60 "$(dirname "$0")/check-docs.sh" "$B"
+# The user's pages: README.md a front page (<= 200 lines), no path outside
+# the repository, commit hash or internal history, no dead relative link.
+item check-pages 60 /usr/bin/python3 "$(dirname "$0")/check-pages.py"
 # Exact rejoin: real processes killed from outside and at injection points,
 # every result against a failure-free run; the fallbacks (test/rejoin_tests.sh).
 if [ -x "$B/examples/train_rejoin" ] && [ -z "${FTCC_SKIP_REJOIN:-}" ]; then
