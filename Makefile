@@ -63,11 +63,11 @@ endif
 LOWDOWN := $(shell command -v lowdown 2>/dev/null)
 NO_MAN := lowdown is not installed (apt-get install lowdown, or make deps)
 
-# lib/ in rooms by concern (README, "Layout"); every room's headers are on the include path.
+# lib/ in rooms by concern (docs/design.md, "Source layout"); every room's headers are on the include path.
 ROOMS := lib/core lib/policy lib/membership lib/bootstrap lib/durable lib/util transports
 LIB_SRC := $(wildcard lib/*.c $(ROOMS:%=%/*.c) transports/tcp/*.c)
 # libcrypto (OpenSSL, libssl-dev): HMAC-SHA256, random bytes, constant-time
-# compare for the handshakes and tokens (README, "Dependencies"). Required.
+# compare for the handshakes and tokens (docs/design.md, "Dependencies"). Required.
 CRYPTO_CFLAGS := $(shell $(PKG_CONFIG) --cflags libcrypto 2>/dev/null)
 CRYPTO_LIBS := $(or $(shell $(PKG_CONFIG) --libs libcrypto 2>/dev/null),-lcrypto)
 LIB_LDLIBS := -lpthread -lm $(CRYPTO_LIBS)

@@ -160,7 +160,7 @@ static void init_fault(struct ft_comm *c, enum ft__fault_phase phase)
 }
 
 /* Whether a new incarnation of a rank the job went on without is taken
- * back (rejoin and shrink, over either membership: README, "Growing
+ * back (rejoin and shrink, over either membership: docs/rejoin.md, "Growing
  * back"): it then finds the running job in ft_init. */
 static bool grows(const struct ft_comm *c)
 {

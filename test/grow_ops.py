@@ -4,7 +4,7 @@
 short of ranks (contributors < N) that ended after the last newcomer asked
 to be taken back (its first `asks back` instant), and after the last
 newcomer's ft_init began (its `init` instant). Prints the two counts.
-Traces are FTCC_TRACE files (README, "Trace"); a killed rank's may be
+Traces are FTCC_TRACE files (docs/troubleshooting.md, "Traces"); a killed rank's may be
 unterminated."""
 import json
 import sys

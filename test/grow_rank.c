@@ -10,7 +10,7 @@
 /*
  * grow_rank M PAUSE_MS, under ftcc-run --restart --max-restarts 1, the
  * shrink policy. Ops 1 .. M-1 are reduce-scatters on every rank (no op of
- * them takes a newcomer in: README, "Growing back"). Original rank 3, in
+ * them takes a newcomer in: docs/rejoin.md, "Growing back"). Original rank 3, in
  * its first incarnation, SIGKILLs itself at op 3; its new incarnation
  * waits to be taken back. At op M rank 2's program calls a reduce-scatter
  * while every other rank calls an allreduce: a bug, which must fail op M on

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# grow_test.sh BUILD_DIR: a job that shrank grows back (README, "Growing back").
+# grow_test.sh BUILD_DIR: a job that shrank grows back (docs/rejoin.md, "Growing back").
 #
 # Each row runs an example under ftcc-run (FTCC_POLICY=rejoin with
 # FTCC_REJOIN_TIMEOUT_MS=0: the survivors go on at once; some rows

@@ -8,7 +8,7 @@
 #   TRIALS=k      k trials, each killing KILLS random ranks (default 1) with
 #                 SIGKILL from outside at random moments of the run;
 #   FAULTS='a|b'  one trial per FTCC_FAULT spec (a spec may hold several
-#                 points separated by ';', see README);
+#                 points separated by ';', see docs/environment.md);
 #   MODE=exact    (default) every op any incarnation prints has the
 #                 failure-free digest and contributors == N, every rank ends
 #                 with the failure-free model, and a restarted rank rejoined;

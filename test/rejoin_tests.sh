@@ -107,7 +107,7 @@ step "train_steps n=5 killed at mid-step collectives" env PROG=train_steps \
 	REJOIN_PAUSE_MS=5 "$C" "$B" 5 60 2000
 # 4. in-band membership (no rendezvous directory): ftcc-run's store gives
 #    the restarted rank its book, and it finds its job by asking the job's
-#    ranks (README, "Rejoin over in-band membership"): exact as above
+#    ranks (docs/rejoin.md, "Over in-band membership"): exact as above
 IB="rank=1,op=3,phase=between|rank=2,op=3,phase=reduce_scatter,step=0,seg=0"
 IB="$IB|rank=0,op=3,phase=allgather,step=0,seg=0|rank=2,op=3,phase=commit,step=1"
 IB="$IB|rank=1,op=3,phase=allgather,step=1,seg=2;rank=1,op=3,phase=reduce_scatter,step=1,seg=0,inc=1"

@@ -12,7 +12,7 @@ kill (survivors: A ms, newcomers: B ms); one op: O ms; ...", O the
 median duration of the survivors' ops before the kill (the issue's bar is
 T <= 1000 + O), then when the newcomers' ft_init began, when they asked
 back and when they were back (the latest newcomer's, ms after the kill). Traces are FTCC_TRACE files
-(README, "Trace"); a killed rank's may be unterminated."""
+(docs/troubleshooting.md, "Traces"); a killed rank's may be unterminated."""
 import json
 import sys
 

@@ -610,7 +610,7 @@ Test(ckpt_peer_unit, a_holder_lying_in_its_one_copy_answer, .timeout = 60)
  * "local", and then the copies go over the link. The fetcher is a token
  * holder (the job); the pid is in its member file and hello anyway, and the
  * addresses let it read nothing the kernel's ptrace rules would not let it
- * read whole (README, "The job token").
+ * read whole (docs/security.md, "The job token").
  */
 Test(ckpt_peer_unit, one_copy_answer_only_on_the_holders_kernel, .timeout = 20)
 {

@@ -850,7 +850,7 @@ Test(shrink, stopped_rank_detected_by_heartbeat, .timeout = 120)
 	cr_assert_eq(tu_wait(&job, 30000, expect), 0, "a survivor failed or hung");
 	if (st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && over_shm()) {
 		/* stopped inside the provider with a lock its neighbours need:
-		 * their guards kill it once it is left out (README, libfabric) */
+		 * their guards kill it once it is left out (docs/design.md, "libfabric transport") */
 		fprintf(stderr, "shrink.stopped_rank: it was stopped holding a shm lock: the "
 			"survivors' guard killed it\n");
 	} else {

@@ -92,7 +92,7 @@ void tu_spawn(struct tu_job *job, int r, tu_rank_fn fn, void *arg,
 		struct ft_comm *comm = NULL;
 		int rc;
 		/* As ftcc-run does for its ranks: libfabric's shm copies through its
-		 * own buffers (SAR), not CMA, unless the caller chose (README). */
+		 * own buffers (SAR), not CMA, unless the caller chose (docs/launchers.md). */
 		setenv("FI_SHM_DISABLE_CMA", "1", 0);
 		tu_config(job, r, &cfg);
 		if (tweak != NULL)

@@ -137,7 +137,7 @@ int setup_job_env(struct launcher *L)
 	 * libfabric's shm provider reads this once per process, and ftcc, a
 	 * library, does not set its process's environment: the launcher does.
 	 * SAR copies are faster here and hold no region lock while they copy
-	 * (a rank killed mid-CMA-copy wedges its senders); README, "shm copies".
+	 * (a rank killed mid-CMA-copy wedges its senders); docs/launchers.md, "Transports".
 	 */
 	if (setenv("FI_SHM_DISABLE_CMA", "1", 0) < 0)
 		return -ENOMEM;

@@ -10,7 +10,7 @@
  * ours then. Tensors are borrowed until the future completes: a
  * non-contiguous one is copied into a contiguous buffer and back.
  *
- * Rendezvous (README, "PyTorch"): under ftcc-run (FTCC_RANK and the file
+ * Rendezvous (docs/pytorch.md): under ftcc-run (FTCC_RANK and the file
  * rendezvous in the environment) ftcc's own configuration is used, which
  * rejoin needs. Otherwise the store PyTorch hands over carries the job id
  * and the peer list: rank 0 makes a random job id, every rank listens on a
@@ -787,7 +787,7 @@ private:
 			if (stopping_)
 				throw std::runtime_error("ftcc: the process group was shut down");
 			if (quiet_) {
-				/* a newcomer before resume(): its own values stand in (README) */
+				/* a newcomer before resume(): its own values stand in (docs/pytorch.md) */
 				quiet_ops_++;
 				run = local != nullptr ? std::move(local) : [] {};
 			}

@@ -68,7 +68,7 @@ void ft__boot_launcher_addrs(ft__env_fn *env, void *arg, char *dst, size_t cap);
 /*
  * The first address book of in-band membership (membership.h): one entry
  * per rank, the host:port of its membership listener, at most
- * FT__BOOK_ENTRY_MAX bytes with the NUL. Three sources (README, "Across
+ * FT__BOOK_ENTRY_MAX bytes with the NUL. Three sources (docs/launchers.md, "Across
  * hosts"; config.c chooses one):
  *   "peers": the list itself is the book; mine is ignored and the rank
  *            listens where its own entry says.

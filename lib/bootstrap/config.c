@@ -459,7 +459,7 @@ int ft__config_var_doc(size_t i, struct ft__var_doc *d)
 }
 
 /*
- * Resolves membership and bootstrap left "" (README, "Across hosts"):
+ * Resolves membership and bootstrap left "" (docs/launchers.md, "Across hosts"):
  * peers or a store named: in-band; otherwise the file rendezvous. In-band
  * takes its first addresses from the peer list, else the store, else PMIx.
  */
@@ -538,7 +538,7 @@ static int config_from_env(struct ft_config *cfg, char *errbuf, size_t errlen)
 				 cfg->auth);
 	/* Open MPI, or srun with its PMIx (--mpi=pmix), across several hosts
 	 * with no rendezvous named: in-band membership, first addresses from
-	 * PMIx (README, "Across hosts") */
+	 * PMIx (docs/launchers.md, "Across hosts") */
 	int local = ft__boot_local_ranks(process_env, NULL);
 	bool pmix_launcher = boot.launcher == FT__LAUNCHER_OMPI ||
 			     (boot.launcher == FT__LAUNCHER_SLURM &&
@@ -825,7 +825,7 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e)
 	struct tp_knobs k = {.spin_us = -1, .guard = 1, .link_ep = -1, .ckpt_local = 1};
 	int rc;
 
-	/* every value checked (README: a malformed one is FT_ECONFIG, named) */
+	/* every value checked (docs/environment.md: a malformed one is FT_ECONFIG, named) */
 	if ((rc = parse_home(H_TP, &k, NULL, 0)) != 0)
 		return rc;
 	e->spin_us = k.spin_us;

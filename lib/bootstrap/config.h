@@ -10,7 +10,7 @@
 #include "transport.h"
 
 int ft__config_check(struct ft_config *cfg);
-/* A setting cfg's choices make unused (README, "Environment"): its variable, and why. */
+/* A setting cfg's choices make unused (docs/environment.md): its variable, and why. */
 struct ft__unused {
 	const char *name, *why;
 };
@@ -25,7 +25,7 @@ int ft__parse_size(const char *s, size_t *out);
 /* Fills e from the environment: the transports' knobs and the launcher's local size. */
 int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e);
 /* The data links' keepalive and TCP_USER_TIMEOUT (sock.h), 0 the kernel's:
- * how long the kernel waits for a silent peer (README, "Dead hosts"). */
+ * how long the kernel waits for a silent peer (docs/failures.md, "Dead hosts"). */
 void ft__config_data_link_timeouts(const struct ft_config *cfg, int *keepalive_ms,
 				   int *user_timeout_ms);
 /* The table of every FTCC_* variable (config.c): each with its value here, its default

@@ -116,7 +116,7 @@ static int bcast(struct ft_comm *c, const struct route *rt, uint64_t seq, void *
 		rc = ft__engine_broadcast(c, &k, &a, &co);
 	if (rc == -FT_EMISMATCH) {
 		/* frames of another root or size: the members found different
-		 * routes (README, "Exact rejoin": a limit), not a newcomer's
+		 * routes (docs/design.md, "State transfer"), not a newcomer's
 		 * registration, which transfer() tells apart: never taken for
 		 * a state that was restored */
 		ft__error("state: at op %llu, frames that another route sends (this rank expected "

@@ -141,7 +141,7 @@ static int lead(const struct inband *b, uint32_t gen, const int *cand, int ncand
 /*
  * An entry of the store's book that moved is a new incarnation of its rank:
  * the store takes a rank's new address only once the connection of the
- * process that held it ended (README, "Across hosts"), so the process this
+ * process that held it ended (docs/launchers.md, "Across hosts"), so the process this
  * rank knew is dead, the launcher's word as a mark is. Before the job's
  * first view it is gone as if marked (the first view settles without it;
  * its new incarnation hears so: inband_rejoin.c); later its death is

@@ -99,7 +99,7 @@
  * taken from a PMIx book, refuses REFUSED_GONE connections in a row over at
  * least REFUSED_GONE_MS is gone too (late_gone). A peer list is written by hand before any rank
  * listens: a refusal there may be a rank not started yet, and such a death
- * still makes every ft_init time out (README, "A job's first view").
+ * still makes every ft_init time out (docs/design.md, "A job's first view").
  *
  * What a message can move is bounded by what this rank itself settled: it
  * takes a COMMIT only for the generation it is settling or the next one,

@@ -13,7 +13,7 @@
 #include "internal.h"
 
 /*
- * The cryptography is libcrypto's (README, "Dependencies"): a hand-written
+ * The cryptography is libcrypto's (docs/design.md, "Dependencies"): a hand-written
  * SHA-256 was one more thing to get wrong. The MAC algorithm is fetched
  * once per process; each MAC gets a context of its own, so threads (the
  * detector, the main thread) never share one.

@@ -70,7 +70,7 @@ void ft__sock_keepalive_for(int dead_ms, struct ft__sock_keepalive *k);
 
 /*
  * Where a rank listens and what it publishes, chosen once per communicator
- * (README, "Across hosts") and given to the transports and the control
+ * (docs/launchers.md, "Across hosts") and given to the transports and the control
  * links alike. bind_host (FTCC_BIND_HOST) is:
  *   ""            loopback when every rank is on this host (local), else
  *                 the address of the interface that reaches the peers:

@@ -40,8 +40,8 @@
 #                    membership from a peer list (FTCC_PEERS, ports of the
 #                    trial's own), each host's logs its own; the
 #                    replacements' peer list names host 5 for ranks 6 and 7,
-#                    and they find the job by asking its ranks (README,
-#                    "Rejoin over in-band membership"); exact as above. The
+#                    and they find the job by asking its ranks (docs/rejoin.md,
+#                    "Over in-band membership"); exact as above. The
 #                    time from the kill to the interrupted op's return on
 #                    every rank is printed (test/rejoin_time.py, from the
 #                    traces); SLURM_REJOIN_COUNT sets the model's floats
@@ -365,7 +365,7 @@ shard_row() { # TRIAL
 
 # grow: the job goes on without host 4's ranks at once (rejoin timeout 0),
 # and their new incarnations, started later on the spare host 5, are taken
-# back at the job's next op (README, "Growing back")
+# back at the job's next op (docs/rejoin.md, "Growing back")
 grow_row() { # TRIAL
 	d="grow: srun --no-kill, host 4 killed, the 6 survivors go on; ranks 6 and 7 started later on host 5 are taken back"
 	t0=$(date +%s) st=0 st2=0

@@ -19,7 +19,7 @@ DEADLINE = 120
 
 
 def token():
-    """The job's token, given out of band as a user must (README, "PyTorch")."""
+    """The job's token, given out of band as a user must (docs/pytorch.md)."""
     return os.urandom(16).hex()
 
 

@@ -188,7 +188,7 @@ static void fab_close(struct ft__transport *tp);
  * endpoint option or domain attribute selects SAR (FI_HMEM turns CMA off as
  * a side effect, but picks shm's device-memory variant). A library must not
  * change its process's environment, so ftcc-run sets FI_SHM_DISABLE_CMA=1
- * for the ranks it launches and other launchers are told to (README); the
+ * for the ranks it launches and other launchers are told to (docs/launchers.md); the
  * transport only learns which one shm uses, from the variable as config.c
  * read it, and sizes its segments and its waiting for it.
  */
