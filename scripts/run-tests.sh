@@ -127,9 +127,44 @@ if [ -n "$units" ]; then
 	summary
 	exit
 fi
+# The rows that need the machine to themselves come first, one after the
+# other, before any row runs beside another: each waits for both lanes to
+# empty, and one in the middle of the suite once left a lane idle for a
+# minute behind a long row.
+item --alone check-build 300 "$(dirname "$0")/check-build.sh"
+# A slice of the reliability campaign (make campaign runs 1000 trials):
+# one random trial per cell (shrink and rejoin, each over file and in-band
+# membership, each over TCP, shm and tcp;ofi_rxm), kills from outside,
+# every verdict checked.
+if [ -x "$B/examples/train_steps" ] && [ -x /usr/bin/python3 ]; then
+	item --alone campaign_slice 900 /usr/bin/python3 \
+		"$(dirname "$0")"/campaign.py "$B" "${FTCC_CAMPAIGN_SLICE:-12}"
+fi
+# The namespace cluster (test/cluster/cluster_test.sh; make cluster-test
+# runs every row): one row of each kind, so that a regression of any fails
+# here: mpirun's matrix over tcp (tcp) and over libfabric (fabric), the
+# in-band membership under PMIx (ib-tcp) and under a peer list (ib-peers),
+# a host killed (ib-kill), a whole host lost with its ranks' running
+# checkpoints, read back from the next host's memory (ckpt-peer), and ranks
+# without mpirun whose host's link drops (linkdown) or whose hosts split in
+# halves (part-half). Measured alone, one at a time: 1, 4, 1, 0.5, 4, 7, 6
+# and 8 s.
+if [ -x "$B/examples/train_sharded" ] && [ -x "$B/test/tsan_rank" ]; then
+	item --alone cluster 240 env \
+		CLUSTER_ROWS="tcp fabric ib-tcp ib-peers ib-kill ckpt-peer linkdown part-half" \
+		sh -c '"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
+		"$(dirname "$0")"/../test/cluster/cluster_test.sh "$B"
+fi
+# Slurm: srun jobs on a real Slurm cluster of network-namespace hosts
+# (test/cluster/slurm_test.sh: the collectives matrix, a host killed under
+# shrink, exact rejoin on a spare host, a partition); it says SKIPPED and
+# why when it cannot run here (not root, no namespaces, no Slurm).
+if [ -x "$B/test/part_rank" ] && [ -x "$B/test/tsan_rank" ]; then
+	item --alone slurm 600 sh -c '"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
+		"$(dirname "$0")"/../test/cluster/slurm_test.sh "$B"
+fi
 item check-lib 300 "$(dirname "$0")/check-lib.sh" "$B"
 item check-house 60 /usr/bin/python3 "$(dirname "$0")/check-house.py"
-item --alone check-build 300 "$(dirname "$0")/check-build.sh"
 item check-install 300 "$(dirname "$0")/check-install.sh" "$B"
 # What a user finds after make install: man pages for every function of
 # ftcc.h (man -w), the examples built through pkg-config, one in C++ run.
@@ -156,14 +191,6 @@ if [ -x "$B/examples/train_steps" ]; then
 	item loss 180 sh -c '"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
 		"$(dirname "$0")"/../test/loss_test.sh "$B"
 fi
-# A slice of the reliability campaign (make campaign runs 1000 trials):
-# one random trial per cell (shrink and rejoin, each over file and in-band
-# membership, each over TCP, shm and tcp;ofi_rxm), kills from outside,
-# every verdict checked.
-if [ -x "$B/examples/train_steps" ] && [ -x /usr/bin/python3 ]; then
-	item --alone campaign_slice 900 /usr/bin/python3 \
-		"$(dirname "$0")"/campaign.py "$B" "${FTCC_CAMPAIGN_SLICE:-12}"
-fi
 # The PyTorch backend (bindings/torch): pytest, multi-process jobs under deadlines.
 if ls "$B"/python/ftcc/_C*.so >/dev/null 2>&1; then
 	item torch_backend 600 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
@@ -171,33 +198,7 @@ if ls "$B"/python/ftcc/_C*.so >/dev/null 2>&1; then
 else
 	echo "== SKIPPED: torch_backend: $B/python/ftcc not built (Debian's PyTorch missing: make deps-torch)"
 fi
-# The namespace cluster (test/cluster/cluster_test.sh; make cluster-test
-# runs every row): one row of each kind, so that a regression of any fails
-# here: mpirun's matrix over tcp (tcp) and over libfabric (fabric), the
-# in-band membership under PMIx (ib-tcp) and under a peer list (ib-peers),
-# a host killed (ib-kill), a whole host lost with its ranks' running
-# checkpoints, read back from the next host's memory (ckpt-peer), and ranks
-# without mpirun whose host's link drops (linkdown) or whose hosts split in
-# halves (part-half). Measured alone, one at a time: 1, 4, 1, 0.5, 4, 7, 6
-# and 8 s.
-if [ -x "$B/examples/train_sharded" ] && [ -x "$B/test/tsan_rank" ]; then
-	item --alone cluster 240 env \
-		CLUSTER_ROWS="tcp fabric ib-tcp ib-peers ib-kill ckpt-peer linkdown part-half" \
-		sh -c '"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
-		"$(dirname "$0")"/../test/cluster/cluster_test.sh "$B"
-fi
-# Slurm: srun jobs on a real Slurm cluster of network-namespace hosts
-# (test/cluster/slurm_test.sh: the collectives matrix, a host killed under
-# shrink, exact rejoin on a spare host, a partition); it says SKIPPED and
-# why when it cannot run here (not root, no namespaces, no Slurm).
-if [ -x "$B/test/part_rank" ] && [ -x "$B/test/tsan_rank" ]; then
-	item --alone slurm 600 sh -c '"$0" "$1"; rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"' \
-		"$(dirname "$0")"/../test/cluster/slurm_test.sh "$B"
-fi
-fuzz_replays
-for t in "$@"; do
-	item "$t" 900 "$t" --jobs "$JOBS" --short-filename
-done
+# (the longest rows first: a long one last leaves the other lane idle)
 # The allreduce matrix, the other collectives and the shrink (kill) tests
 # again over libfabric, one provider at a time (a parameter, not copied
 # tests). FTCC_KILL_PROVIDERS lists the providers the kill tests run over.
@@ -231,5 +232,9 @@ for t in "$@"; do
 		FTCC_SHRINK_TRIALS="$RERUN_TRIALS" \
 		"$t" --jobs "$JOBS" --short-filename ;;
 	esac
+done
+fuzz_replays
+for t in "$@"; do
+	item "$t" 900 "$t" --jobs "$JOBS" --short-filename
 done
 summary
