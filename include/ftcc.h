@@ -135,7 +135,7 @@ struct ft_config {
 	char token[FT_NAME_MAX];        /* shared secret checked in every handshake */
 	char transport[32];             /* "tcp" or "fabric" */
 	char bind_host[64];             /* address or interface to listen on; "" = chosen
-					 * (README, "Across hosts") */
+					 * (docs/launchers.md) */
 	enum ft_policy policy;
 	char log_dir[FT_PATH_MAX];
 	enum ft_durability log_durability;
@@ -151,14 +151,14 @@ struct ft_config {
 	char fault[256];                /* FTCC_FAULT spec, "" = none */
 	char trace[FT_PATH_MAX];        /* FTCC_TRACE file, "" = none */
 	int log_level;                  /* 0 error, 1 warn, 2 info, 3 debug */
-	/* ftcc 0.6: membership across hosts (README, "Across hosts"); "" = chosen */
+	/* ftcc 0.6: membership across hosts (docs/launchers.md); "" = chosen */
 	char membership[16];            /* "file" (rendezvous directory) or "inband" */
 	char bootstrap[16];             /* inband's first addresses: "pmix", "store", "peers" */
 	char store[256];                /* host:port of the address store (ftcc-run --store) */
 	char peers[4096];               /* host:port of each rank's membership listener, by rank,
 					 * comma-separated */
 	/* ftcc 0.7: with token "", "" makes one and shares it where the job has a
-	 * private channel (README, "The job token"); "none" runs unauthenticated */
+	 * private channel (docs/security.md); "none" runs unauthenticated */
 	char auth[16];
 };
 
@@ -229,18 +229,18 @@ struct ft_op_info {
  * rank's death from its peers nor keeps its rendezvous lock from its
  * restart. The child must not call ftcc on the parent's communicator; it
  * may ft_init one of its own. (The fabric transport's libfabric-internal
- * descriptors are the exception: README, "Children forked after ft_init".)
+ * descriptors are the exception: docs/failures.md.)
  *
  * cfg NULL: configuration from the environment.
  *
  * A new incarnation (FTCC_INCARNATION > 0) of a rank whose job has ended
  * without it (every other rank finalized) fails at once with -FT_EENDED
- * (file rendezvous: README, "Exact rejoin"). Under the rejoin and shrink
+ * (file rendezvous: docs/rejoin.md). Under the rejoin and shrink
  * policies (file rendezvous), one whose job still runs returns once a view
  * takes it back: the next view after a failure, or, when the job went on
  * without its rank (shrink; rejoin once the rejoin timeout passed), the
  * view the survivors settle at their next allreduce or barrier (growing
- * back: README, "Growing back"); ft_rejoined then returns 1. It blocks until then, for at
+ * back: docs/rejoin.md); ft_rejoined then returns 1. It blocks until then, for at
  * most rejoin_timeout_ms + 2 x detect_timeout_ms + connect_timeout_ms
  * (-FT_ETIMEDOUT), and fails with -FT_EENDED as soon as no other rank of
  * the job lives.
@@ -316,7 +316,7 @@ int ft_finalize(struct ft_comm *comm);
  * first view, one more for each view settled since). They never block and
  * change only inside calls: after a collective returns 0 they describe the
  * membership its result was computed in (under shrink, possibly the
- * survivors' already: README, "When a rank fails"; or a view that grew
+ * survivors' already: docs/failures.md; or a view that grew
  * back: ranks taken in again before the call ran). -FT_EINVAL for comm
  * NULL (ft_orig_rank: also a rank outside 0 .. ft_size() - 1),
  * -FT_EFINALIZED after ft_finalize; ft_generation returns 0 for both.
@@ -335,7 +335,7 @@ uint32_t ft_generation(const struct ft_comm *comm);
  * and may be NULL when count is 0. Blocks until every member has called it
  * and this rank holds the result: with op_timeout_ms 0, for as long as the
  * peers live (under abort the kernel may fail a link its peer leaves unread
- * for connect_timeout_ms: README, "Dead hosts"); else -FT_ETIMEDOUT after
+ * for connect_timeout_ms: docs/failures.md); else -FT_ETIMEDOUT after
  * op_timeout_ms without a frame sent or received. info may be NULL; it is
  * filled whenever the collective ran, failed or not.
  *
