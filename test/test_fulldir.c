@@ -254,6 +254,25 @@ static bool holds(const char *path, const char *text)
 	return found;
 }
 
+/* Survivor r's result file (in out) says it ended in generation 1 with the
+ * N - 1 survivors, its last op returning 0. */
+static void expect_survivor_result(int r)
+{
+	char path[400];
+	int size = -1, rc = -1;
+	unsigned gen = 0;
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/result-%d", out, r);
+	fp = fopen(path, "r");
+	cr_expect(fp != NULL && fscanf(fp, "%d %u %d", &size, &gen, &rc) == 3,
+		  "no result from rank %d", r);
+	if (fp != NULL)
+		fclose(fp);
+	cr_expect(size == N - 1 && gen == 1 && rc == 0,
+		  "rank %d ends with size %d generation %u rc %d", r, size, gen, rc);
+}
+
 /*
  * The rendezvous fills (blocks and inodes) while the job runs, then rank 0,
  * the coordinator, is killed: the 3 survivors settle generation 1 from
@@ -278,20 +297,8 @@ Test(fulldir, rendezvous_full_at_a_failure, .timeout = 120)
 	fprintf(stderr, "fulldir: %d files took the last inodes; the survivors ended %ld ms after "
 		"the kill, with %d lines\n", files, took, total);
 	cr_expect_eq(bad, 0, "%d survivors failed or hung after the rendezvous filled", bad);
-	for (int r = 1; r < N; r++) {
-		char path[400];
-		int size = -1, rc = -1;
-		unsigned gen = 0;
-		FILE *fp;
-		snprintf(path, sizeof(path), "%s/result-%d", out, r);
-		fp = fopen(path, "r");
-		cr_expect(fp != NULL && fscanf(fp, "%d %u %d", &size, &gen, &rc) == 3,
-			  "no result from rank %d", r);
-		if (fp != NULL)
-			fclose(fp);
-		cr_expect(size == N - 1 && gen == 1 && rc == 0,
-			  "rank %d ends with size %d generation %u rc %d", r, size, gen, rc);
-	}
+	for (int r = 1; r < N; r++)
+		expect_survivor_result(r);
 	cr_expect_leq(total, 12, "%d lines of diagnostics from 3 survivors: a flood", total);
 	full_end(&f);
 }
@@ -371,17 +378,7 @@ Test(fulldir, log_dir_full_under_rejoin, .timeout = 120)
 	cr_expect_eq(bad, 0, "%d survivors failed or hung with a full log directory", bad);
 	for (int r = 0; r < N - 1; r++) {
 		char path[400];
-		int size = -1, rc = -1;
-		unsigned gen = 0;
-		FILE *fp;
-		snprintf(path, sizeof(path), "%s/result-%d", out, r);
-		fp = fopen(path, "r");
-		cr_expect(fp != NULL && fscanf(fp, "%d %u %d", &size, &gen, &rc) == 3,
-			  "no result from rank %d", r);
-		if (fp != NULL)
-			fclose(fp);
-		cr_expect(size == N - 1 && gen == 1 && rc == 0,
-			  "rank %d ends with size %d generation %u rc %d", r, size, gen, rc);
+		expect_survivor_result(r);
 		/* the ranks' logs share the room: which of them finds none first
 		 * (a page another's truncate freed) is a race */
 		snprintf(path, sizeof(path), "%s/stderr-%d", out, r);
