@@ -30,7 +30,7 @@ static int comm_release(struct ft_comm *c)
 	if (c->det != NULL && leaves && (rc = ft__mb_depart(&c->mb, c->op_seq)) != 0)
 		ft__error("cannot record this rank's departure: the survivors' next view waits "
 			  "%d ms for it", 2 * c->cfg.detect_timeout_ms);
-	ft__det_destroy(c->det);
+	ft__det_destroy(c->det, c->finalizing);
 	c->det = NULL;
 	ft__trace_close(c->trace); /* after the detector, which writes to it */
 	c->trace = NULL;
@@ -150,13 +150,17 @@ static int ring_size(void *arg)
 
 /* FTCC_FAULT phase=init or connect: op 0's points inside ft_init (the
  * others strike in the fault transport wrapped around the real one). */
-static void init_fault(struct ft_comm *c, enum ft__fault_phase phase)
+static int init_fault(struct ft_comm *c, enum ft__fault_phase phase)
 {
 	const struct ft__fault_pt *hit;
 
 	if (c->fault.armed &&
-	    (hit = ft__fault_due(&c->fault, c->cfg.rank, 0, 0, phase, 0, 0, FT__AT_SEND)) != NULL)
+	    (hit = ft__fault_due(&c->fault, c->cfg.rank, 0, 0, phase, 0, 0, FT__AT_SEND)) != NULL) {
 		ft__fault_act(hit);
+		if (hit->action == FT__FAULT_FAIL)
+			return -FT_EIO;
+	}
+	return 0;
 }
 
 /* Whether a new incarnation of a rank the job went on without is taken
@@ -268,7 +272,8 @@ static int comm_join(struct ft_comm *c)
 	}
 	if ((rc = ft__mb_publish(&c->mb, c->generation, &me)) != 0)
 		return rc;
-	init_fault(c, FT__PHASE_INIT); /* published, the job's first view not settled */
+	if ((rc = init_fault(c, FT__PHASE_INIT)) != 0) /* published, the first view not settled */
+		return rc;
 	cand = malloc((size_t)c->cfg.world_size * sizeof(int));
 	if (cand == NULL)
 		return -FT_ENOMEM;
@@ -288,7 +293,8 @@ static int comm_join(struct ft_comm *c)
 		return rc;
 	if (c->cfg.policy == FT_POLICY_REJOIN)
 		ft__rejoin_log_open(c);
-	init_fault(c, FT__PHASE_CONNECT); /* the first view settled, the ring not linked */
+	if ((rc = init_fault(c, FT__PHASE_CONNECT)) != 0) /* the first view settled, no ring yet */
+		return rc;
 	rc = ft__comm_connect_ring(c);
 	if (rc != 0 && c->det != NULL &&
 	    (rc == -FT_EABORTED || rc == -FT_EPEERFAILED || ft__det_pending(c->det))) {

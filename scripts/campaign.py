@@ -43,6 +43,7 @@ most FTCC_CONNECT_TIMEOUT_MS = 10 s here (a job that cannot start fails
 sooner than at the default 30 s; the verdict is the same).
 """
 import concurrent.futures
+import json
 import os
 import random
 import re
@@ -145,6 +146,15 @@ def parse(out):
 STARVED = re.compile(r"nemesis: fds-starved rank (\d+)")
 # what a rank out of descriptors must say when it leaves
 SAYS_FDS = re.compile(r"descriptor|Too many open files|EMFILE", re.I)
+
+
+def story(out, head=40, tail=60):
+    """A failed trial's output for the report: its first and last lines (a
+    cause is often at the start, the verdict's symptom at the end)."""
+    lines = ["  | " + ln[:300] for ln in out.splitlines() if " digest " not in ln]
+    if len(lines) > head + tail:
+        lines = lines[:head] + [f"  | ... {len(lines) - head - tail} lines ..."] + lines[-tail:]
+    return "\n".join(lines)
 
 
 def judge(ref, policy, rc, out, victims):
@@ -270,9 +280,9 @@ def main():
                 faults = " ".join(spec["kinds"]) if spec else "none"
                 print(f"campaign: trial {t} {policy}/{membership}/{name} (nemesis: {faults}) "
                       f"{verdict}: {why}\n"
-                      f"  {envs} {' '.join(args)}\n" + "\n".join(
-                          "  | " + ln for ln in out.splitlines() if " digest " not in ln)[-4000:],
-                      flush=True)
+                      f"  {envs} {' '.join(args)}\n"
+                      f"  nemesis spec: {json.dumps(spec) if spec else 'none'}\n" +
+                      story(out), flush=True)
             if done % 50 == 0:
                 print(f"campaign: {done} of {TRIALS} trials, {bad} bad", flush=True)
     except KeyboardInterrupt:

@@ -220,7 +220,7 @@ static void close_world(void)
 {
 	char cmd[300];
 
-	ft__det_destroy(w.d);
+	ft__det_destroy(w.d, true); /* NULL once a test stopped it (stopped_world) */
 	for (int r = 0; r < W; r++) {
 		if (r == LEFT || r == RIGHT)
 			ft__ctl_close(&w.ctl[r]);
@@ -429,6 +429,57 @@ Test(detect, goodbye_is_no_failure, .timeout = 60)
 	expect_notice(RIGHT, zero, 1, "after the left said goodbye");
 	cr_expect(!ft__det_failed(w.d, LEFT));
 	close_world();
+}
+
+/*
+ * The detector stopped: at a clean end (ft_finalize) each neighbour is told
+ * goodbye, which is no failure; otherwise (ft_init failed after the job's
+ * first view, a recovery failed) the links just close, and the neighbours
+ * count this rank failed. A goodbye on the way out of a failed ft_init once
+ * told a ring of two that the rank had left in peace: the other waited for
+ * its ring link until the connect timeout (campaign trial 45).
+ */
+static void stopped_world(bool clean)
+{
+	struct ft__ctl_msg m;
+	int rc;
+
+	start_world(50, 30000);
+	for (int r = LEFT; r <= RIGHT; r += RIGHT - LEFT) {
+		/* a heartbeat on each link: the detector took LEFT's proof */
+		int64_t end = ft__now_ms() + WAIT_MS;
+		while ((rc = ft__ctl_next(&w.ctl[r], w.link[r], &m)) == 0 && ft__now_ms() < end) {
+			struct pollfd p = {.fd = w.ctl[r].links[w.link[r]].fd, .events = POLLIN};
+			(void)poll(&p, 1, 10);
+		}
+		cr_assert_eq(rc, 1, "no heartbeat on rank %d's link: %s", r, ft_err_name(rc));
+	}
+	ft__det_destroy(w.d, clean);
+	w.d = NULL;
+	for (int r = LEFT; ; r = RIGHT) {
+		do
+			rc = next_msg(r, WAIT_MS, &m, NULL, NULL);
+		while (rc == 1 && m.type == FT__CTL_NOTICE);
+		if (clean)
+			cr_expect(rc == 1 && m.type == FT__CTL_BYE, "clean end: rank %d got %s, type %d",
+				  r, ft_err_name(rc), rc == 1 ? m.type : 0);
+		else
+			cr_expect_eq(rc, -FT_EPEERFAILED, "failed end: rank %d got %s, type %d", r,
+				     ft_err_name(rc), rc == 1 ? m.type : 0);
+		if (r == RIGHT)
+			break;
+	}
+	close_world();
+}
+
+Test(detect, a_clean_end_says_goodbye, .timeout = 60)
+{
+	stopped_world(true);
+}
+
+Test(detect, a_failed_end_says_no_goodbye, .timeout = 60)
+{
+	stopped_world(false);
 }
 
 /*
@@ -1158,7 +1209,7 @@ static void expect_create_fails(const char *what)
 	fail_mutex_init = fail_cond_init = 0;
 	cr_expect_eq(rc, -FT_ENOMEM, "%s: got %s", what, ft_err_name(rc));
 	cr_expect_null(d, "%s", what);
-	ft__det_destroy(d);
+	ft__det_destroy(d, false);
 }
 
 Test(detect_create, lock_init_failure_is_an_error, .timeout = 20)

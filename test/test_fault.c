@@ -255,11 +255,15 @@ Test(fault, parse)
 	cr_assert(f.armed && !f.pt[0].armed && f.pt[1].armed);
 	cr_assert(!ft__fault_due(&f, 1, 0, 3, FT__PHASE_BETWEEN, 0, 0, FT__AT_SEND));
 	cr_assert(ft__fault_due(&f, 1, 0, 3, FT__PHASE_ALLGATHER, 0, 0, FT__AT_SEND) == &f.pt[1]);
+	/* fail: ft_init's points only */
+	cr_assert_eq(ft__fault_parse("rank=1,phase=connect,action=fail", &f, err, sizeof(err)), 0);
+	cr_assert(f.pt[0].action == FT__FAULT_FAIL && f.pt[0].phase == FT__PHASE_CONNECT);
 	cr_assert_eq(ft__fault_parse("rank=1;rank=2;rank=3;rank=4;rank=5", &f, err, sizeof(err)),
 		     -FT_ECONFIG, "at most four");
 	static const char *bad[] = {"op=1", "rank=x", "rank=1,phase=sideways", "rank=1,action=explode",
 				    "rank=1,op=-1", "rank=1,step", "rank=1,color=red", "rank=1,,op=2",
-				    "rank=99999999999"};
+				    "rank=99999999999", "rank=1,action=fail",
+				    "rank=1,op=2,phase=allgather,action=fail"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		cr_assert_eq(ft__fault_parse(bad[i], &f, err, sizeof(err)), -FT_ECONFIG, "%s", bad[i]);
 		cr_assert(strstr(err, "FTCC_FAULT") != NULL);

@@ -943,3 +943,54 @@ Test(shrink, reduce_scatter_and_allgather, .timeout = 300)
 	cr_assert_eq(run_scenario(act_kill, &p, 60000, "reduce-scatter and allgather, kill between calls"),
 		     1);
 }
+
+/*
+ * A rank whose ft_init fails once the job's first view settled (a local
+ * error: out of descriptors, memory or disk) leaves that view as a failed
+ * rank, and the others go on without it. Its detector once said goodbye on
+ * the way out, as at a clean end: its neighbours took it for no failure,
+ * and the one waiting for its ring link waited out the connect timeout
+ * (campaign trial 45: FT_ETIMEDOUT, a healthy rank lost). Under file and
+ * in-band membership.
+ */
+static void init_fails(bool inband, int n)
+{
+	struct tu_job job;
+	int expect[4] = {0}, bad, victim = n - 1;
+	struct outcome o;
+
+	scenario_init(n, 1001, 20, 10);
+	sc.expect_lost = 1;
+	sc.fault_rank = victim;
+	snprintf(sc.fault, sizeof(sc.fault), "rank=%d,phase=connect,action=fail", victim);
+	setenv("FTCC_TEST_MEMBERSHIP", inband ? "inband" : "file", 1);
+	tu_job_init(&job, sc.n);
+	unsetenv("FTCC_TEST_MEMBERSHIP");
+	snprintf(sc.dir, sizeof(sc.dir), "%s", job.dir);
+	for (int r = 0; r < sc.n; r++)
+		tu_spawn(&job, r, worker, NULL, tweak);
+	bad = tu_wait(&job, 25000, expect); /* past the connect timeout (20 s) */
+	for (int r = 0; r < sc.n; r++)
+		cr_assert_neq(job.status[r], -1, "rank %d hung", r);
+	cr_assert(WIFEXITED(job.status[victim]) && WEXITSTATUS(job.status[victim]) == 100,
+		  "rank %d's ft_init did not fail (status %d)", victim, job.status[victim]);
+	cr_assert_eq(bad, 1, "a healthy rank failed: only rank %d may", victim);
+	for (int r = 0; r < victim; r++) {
+		cr_assert_eq(read_outcome(r, &o), 0, "no outcome from rank %d", r);
+		cr_assert(o.size == n - 1 && o.rc == 0, "rank %d ends with %d members, rc %d", r,
+			  o.size, o.rc);
+	}
+	tu_job_cleanup(&job);
+}
+
+Test(shrink, a_rank_whose_init_fails_is_failed_file, .timeout = 60)
+{
+	init_fails(false, 2);
+	init_fails(false, 4);
+}
+
+Test(shrink, a_rank_whose_init_fails_is_failed_inband, .timeout = 60)
+{
+	init_fails(true, 2);
+	init_fails(true, 4);
+}

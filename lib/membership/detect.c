@@ -985,8 +985,11 @@ void *ft__det_main(void *arg)
 	}
 	free(pfd);
 	free(idx);
+	lock(d);
+	bool bye = d->bye;
+	unlock(d);
 	for (int i = 0; i < d->ctl.nlinks; i++) {
-		if (d->ctl.links[i].fd >= 0 && d->ctl.links[i].peer >= 0 &&
+		if (bye && d->ctl.links[i].fd >= 0 && d->ctl.links[i].peer >= 0 &&
 		    !d->ctl.links[i].connecting)
 			send_bye(d, i);
 		link_close(d, i);

@@ -39,9 +39,12 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out);
 const char *ft__det_addr(const struct ft__det *d);
 /* Starts watching the view of generation gen (members ascending). */
 int ft__det_start(struct ft__det *d, uint32_t gen, const int *members, int n);
-/* Says goodbye to the neighbours (no failure), stops the thread, frees d.
- * Safe on a half-made d (a failed create). */
-void ft__det_destroy(struct ft__det *d);
+/* Stops the thread and frees d; safe on a half-made d (a failed create).
+ * clean (this rank finalized): the neighbours are told goodbye, which is no
+ * failure. Otherwise (ft_init or a recovery failed, the rank was sent
+ * away) the links just close: the neighbours count this rank failed, as
+ * they must, since it leaves a view that still names it. */
+void ft__det_destroy(struct ft__det *d, bool clean);
 
 /* True once a failure is known that the main thread has not yet recovered from. */
 bool ft__det_pending(struct ft__det *d);

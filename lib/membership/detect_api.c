@@ -66,14 +66,14 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	    pipe2(d->cmd, O_NONBLOCK | O_CLOEXEC) != 0) {
 		rc = d->failed == NULL || d->since == NULL || d->auth == NULL ? -FT_ENOMEM
 									     : ft__err_local(errno);
-		ft__det_destroy(d);
+		ft__det_destroy(d, false);
 		return rc;
 	}
 	ft__fd_own(d->cmd[0]);
 	ft__fd_own(d->cmd[1]);
 	if ((d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
 		rc = ft__err_local(errno);
-		ft__det_destroy(d);
+		ft__det_destroy(d, false);
 		return rc;
 	}
 	ft__fd_own(d->wake_fd);
@@ -82,14 +82,14 @@ int ft__det_create(const struct ft__det_params *p, struct ft__det **out)
 	if (rc == 0 && (d->owe = calloc((size_t)d->ctl.nlinks, sizeof(bool))) == NULL)
 		rc = -FT_ENOMEM;
 	if (rc != 0) {
-		ft__det_destroy(d);
+		ft__det_destroy(d, false);
 		return rc;
 	}
 	*out = d;
 	return 0;
 fail_pthread:
 	ft__error("detector: cannot make its lock: %s", strerror(rc));
-	ft__det_destroy(d);
+	ft__det_destroy(d, false);
 	return pthread_error(rc);
 }
 
@@ -137,13 +137,14 @@ int ft__det_start(struct ft__det *d, uint32_t gen, const int *members, int n)
 	return 0;
 }
 
-void ft__det_destroy(struct ft__det *d)
+void ft__det_destroy(struct ft__det *d, bool clean)
 {
 	if (d == NULL)
 		return;
 	if (d->started) {
 		lock(d);
 		d->stop = true;
+		d->bye = clean;
 		unlock(d);
 		if (write(d->cmd[1], "s", 1) < 0) {
 			/* the pipe is nonblocking and nearly empty: cannot fail here */

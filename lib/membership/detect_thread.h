@@ -70,6 +70,7 @@ struct ft__det {
 	int wake_fd;                    /* eventfd: readable while pending (the engine's wait watches it) */
 	/* under lock */
 	bool frozen, recovering, excluded, stop;
+	bool bye;               /* stop: a clean end, said to the neighbours (ft__det_destroy) */
 	int fatal;
 	uint64_t next_op;
 	bool *failed;           /* by original rank */

@@ -28,6 +28,7 @@ static const char *const action_names[] = {
 	[FT__FAULT_KILL] = "kill",
 	[FT__FAULT_HANG] = "hang",
 	[FT__FAULT_DROP] = "drop",
+	[FT__FAULT_FAIL] = "fail",
 };
 
 /* What each name means, for the reference (ft__fault_doc): one per name above. */
@@ -53,6 +54,9 @@ static const char *const action_doc[] = {
 	[FT__FAULT_KILL] = "SIGKILL itself (the default)",
 	[FT__FAULT_HANG] = "stop for good (after the frames it queued before that point went out)",
 	[FT__FAULT_DROP] = "cut its data links without a goodbye (the process lives on)",
+	[FT__FAULT_FAIL] = "`ft_init` returns `FT_EIO`, as on a local error (out of descriptors, "
+			   "memory or disk), and the process lives on: phase `init` or `connect` "
+			   "only",
 };
 _Static_assert(FT__ARRAY_SIZE(phase_doc) == FT__ARRAY_SIZE(phase_names) &&
 		       FT__ARRAY_SIZE(at_doc) == FT__ARRAY_SIZE(at_names) &&
@@ -165,7 +169,8 @@ static int parse_one(char *buf, struct ft__fault_pt *f)
 			return -1;
 		}
 	}
-	if (!have_rank)
+	if (!have_rank || (f->action == FT__FAULT_FAIL && f->phase != FT__PHASE_INIT &&
+			   f->phase != FT__PHASE_CONNECT))
 		return -1;
 	f->armed = true;
 	return 0;
@@ -193,7 +198,7 @@ bad:
 	if (err != NULL)
 		snprintf(err, errlen,
 			 "FTCC_FAULT='%s': expected rank=R[,op=N][,phase=between|reduce_scatter|"
-			 "allgather|broadcast|commit|init|connect][,step=S][,seg=K][,action=kill|hang|drop][,inc=I][,gen=G][,at=send|sent|recorded], "
+			 "allgather|broadcast|commit|init|connect][,step=S][,seg=K][,action=kill|hang|drop|fail][,inc=I][,gen=G][,at=send|sent|recorded], "
 			 "up to %d separated by ';'",
 			 spec, FT__FAULT_MAX);
 	memset(f, 0, sizeof(*f));
@@ -237,7 +242,8 @@ const struct ft__fault_pt *ft__fault_due(struct ft__fault *f, int rank, uint32_t
 
 void ft__fault_act(const struct ft__fault_pt *f)
 {
-	static const char *const what[] = {"killing", "hanging", "dropping the links of"};
+	static const char *const what[] = {"killing", "hanging", "dropping the links of",
+					   "failing ft_init of"};
 
 	ft__warn("FTCC_FAULT: %s rank %d at op %llu, %s step %u segment %u", what[f->action],
 		 f->rank, (unsigned long long)f->op, phase_names[f->phase], f->step, f->seg);
@@ -249,6 +255,7 @@ void ft__fault_act(const struct ft__fault_pt *f)
 		for (;;)
 			pause();
 	case FT__FAULT_DROP:
+	case FT__FAULT_FAIL:
 		break;
 	}
 }

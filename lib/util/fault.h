@@ -20,7 +20,7 @@ enum ft__fault_phase {
 	FT__PHASE_CONNECT,          /* ft_init, once that view settled, before the ring's links */
 };
 
-enum ft__fault_action { FT__FAULT_KILL, FT__FAULT_HANG, FT__FAULT_DROP };
+enum ft__fault_action { FT__FAULT_KILL, FT__FAULT_HANG, FT__FAULT_DROP, FT__FAULT_FAIL };
 
 /* Where in a frame's life a point strikes (at=). */
 enum ft__fault_at {
@@ -64,7 +64,8 @@ const struct ft__fault_pt *ft__fault_due(struct ft__fault *f, int rank, uint32_t
 					 enum ft__fault_at at);
 /* The grammar, every name and what it means, Markdown (docs/environment.md). */
 void ft__fault_doc(FILE *out);
-/* Kills or hangs this process; returns only for FT__FAULT_DROP. */
+/* Kills or hangs this process; returns only for FT__FAULT_DROP and FT__FAULT_FAIL
+ * (phase init or connect only: ft_init then fails as on a local error). */
 void ft__fault_act(const struct ft__fault_pt *f);
 
 #endif
