@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -555,6 +556,70 @@ Test(detect, silence_declares, .timeout = 60)
 	}
 	cr_assert(ft__det_failed(w.d, LEFT), "a silent left neighbour was never declared");
 	cr_expect(!ft__det_failed(w.d, RIGHT), "the right one kept beating");
+	close_world();
+}
+
+/* RIGHT beats and is read for ms; false once LEFT is declared. */
+static bool beat_right(long ms)
+{
+	int64_t end = ft__now_ms() + ms;
+
+	while (ft__now_ms() < end && !ft__det_failed(w.d, LEFT)) {
+		struct ft__ctl_msg m;
+		struct timespec ts = {0, 20 * 1000000L};
+		cr_assert_eq(ft__ctl_send(&w.ctl[RIGHT], w.link[RIGHT], FT__CTL_HB, 0, NULL, 0), 0);
+		while (ft__ctl_next(&w.ctl[RIGHT], w.link[RIGHT], &m) == 1)
+			;
+		nanosleep(&ts, NULL);
+	}
+	return !ft__det_failed(w.d, LEFT);
+}
+
+/*
+ * A rank out of descriptors cannot accept its left neighbour's control link,
+ * which waits in its listen queue: no sign of the neighbour, which is not
+ * declared for never opening it (the grace, 5 s here, counts from this
+ * rank's last shortage) and is taken once descriptors are back. Campaign
+ * seed 20261130, trial 22: a rank out of descriptors declared its healthy
+ * left neighbour, which was then sent away.
+ */
+Test(detect, a_left_link_this_rank_cannot_accept_is_no_failure, .timeout = 60)
+{
+	const int all[W] = {0, 1, 2, 3, 4};
+	struct rlimit old, low;
+	int fill[256], nfill = 0, fd, i;
+
+	open_world(100, 1000);
+	cr_assert_eq(ft__det_start(w.d, 0, all, W), 0);
+	w.link[RIGHT] = accept_right();
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+	while ((fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0 && fd < 200)
+		fill[nfill++] = fd;
+	if (fd >= 0)
+		close(fd);
+	low = old;
+	low.rlim_cur = (rlim_t)fill[nfill - 1] + 1; /* every descriptor below is taken... */
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	close(fill[--nfill]); /* ...but one, for LEFT's end */
+	i = ft__ctl_connect(&w.ctl[LEFT], ft__det_addr(w.d), ME, 0, WAIT_MS);
+	cr_assert_geq(i, 0, "LEFT cannot connect: %s", ft_err_name(i));
+	w.link[LEFT] = i;
+	cr_assert(beat_right(6500), "the left neighbour was declared for a link this rank could "
+				    "not accept");
+	for (int k = 0; k < nfill; k++)
+		close(fill[k]);
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+	/* descriptors back: LEFT's link is taken and proved */
+	int64_t end = ft__now_ms() + WAIT_MS;
+	while (!w.ctl[LEFT].links[i].proved && ft__now_ms() < end) {
+		struct ft__ctl_msg m;
+		struct pollfd p = {.fd = w.ctl[LEFT].links[i].fd, .events = POLLIN};
+		(void)poll(&p, 1, 10);
+		cr_assert_geq(ft__ctl_next(&w.ctl[LEFT], i, &m), 0, "LEFT's link failed");
+		(void)ft__ctl_send(&w.ctl[RIGHT], w.link[RIGHT], FT__CTL_HB, 0, NULL, 0);
+	}
+	cr_assert(w.ctl[LEFT].links[i].proved, "LEFT's link was never taken");
+	cr_expect(!ft__det_failed(w.d, LEFT) && !ft__det_failed(w.d, RIGHT));
 	close_world();
 }
 

@@ -824,15 +824,17 @@ static int check_time(struct ft__det *d, int64_t now)
 	}
 	/* A left neighbour that never connects: a backup only (a dead one refuses
 	 * its own left neighbour's connection, a stopped one sends no heartbeat),
-	 * so the grace is long enough for a slow start. */
+	 * so the grace is long enough for a slow start, and counts from this
+	 * rank's last shortage (a link it could not accept is no sign of it). */
 	int64_t grace = 5 * to > 5000 ? 5 * to : 5000;
+	int64_t since = d->ctl.short_ms > d->view_ms ? d->ctl.short_ms : d->view_ms;
 	if (d->left >= 0 && d->left_ci < 0 && !d->left_bye && d->target == 0 &&
 	    (d->proven || d->auth[d->left] == 0)) { /* else auth_judge decides */
-		if (now - d->view_ms >= grace) {
+		if (now - since >= grace) {
 			int32_t r = d->left;
 			declare(d, &r, 1, "it never opened its control link");
-		} else if (d->view_ms + grace < next) {
-			next = d->view_ms + grace;
+		} else if (since + grace < next) {
+			next = since + grace;
 		}
 	}
 	if (d->target != 0 && now + 2 < next)
