@@ -433,7 +433,7 @@ static void wait_links(struct inband *b, int ms)
 static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 {
 	struct inband *b = IB(mb);
-	int64_t start = ft__now_ms(), first = 0, asked_ms = start;
+	int64_t start = ft__now_ms(), first = 0, asked_ms = start, marks_ms = start;
 	int64_t window = 2 * (int64_t)b->reply_wait_ms > 2000 ? 2 * (int64_t)b->reply_wait_ms : 2000;
 	int64_t start_ms = b->book_params.timeout_ms > window ? b->book_params.timeout_ms : window;
 	bool heard = false;
@@ -456,10 +456,21 @@ static int ib_resume(struct ft__mb *mb, struct ft__view *latest)
 		int64_t now = ft__now_ms();
 		bool all = true, again = now - asked_ms >= ASK_AGAIN_MS, awaited = true,
 		     all_heard = true;
+		if (now - marks_ms >= RECHECK_MS && store_book(b) && newest_view(b) == NULL) {
+			/* the store's marks too: a rank of this book that died since
+			 * (or whose new incarnation joined) is no rank to hear from */
+			struct ft__book_params p = b->book_params;
+			char mine[FT__BOOK_ENTRY_MAX];
+			snprintf(mine, sizeof(mine), "%s", b->ctl.addr);
+			marks_ms = now;
+			unlock_ib(b);
+			take_marks(b, p, mine, RECHECK_MS);
+			lock_ib(b);
+		}
 		ft__ib_pump(b);
 		for (int r = 0; r < b->world; r++) {
 			int i;
-			if (r == b->rank || b->book[r][0] == '\0' || b->r[r].answered)
+			if (r == b->rank || b->book[r][0] == '\0' || b->r[r].answered || b->r[r].gone)
 				continue;
 			all = false;
 			all_heard &= b->r[r].heard;
