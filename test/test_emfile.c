@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ftcc.h"
+#include "internal.h"
 #include "testutil.h"
 
 #define OPS 400
@@ -110,4 +111,29 @@ Test(emfile, a_rank_short_of_descriptors_after_a_kill_says_so, .timeout = 120)
 		  job.status[1], WEXITSTATUS(job.status[1]),
 		  ft_err_name(-WEXITSTATUS(job.status[1])), FT_EMFILE);
 	tu_job_cleanup(&job);
+}
+
+/*
+ * An opaque I/O error while this process holds every descriptor it may is
+ * reported as running out of them (ft__err_probe): libfabric's providers
+ * say "Input/output error" for it (campaign seed 20261130, trial 752: a
+ * rank out of descriptors left saying only that).
+ */
+Test(emfile, an_opaque_io_error_without_descriptors_says_so, .timeout = 20)
+{
+	struct rlimit old, low;
+	int fd;
+
+	cr_assert_eq(ft__err_probe(-FT_EIO), -FT_EIO, "descriptors to spare: the error stands");
+	cr_assert_eq(ft__err_probe(-FT_EPEERFAILED), -FT_EPEERFAILED);
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+	while ((fd = open("/dev/null", O_RDONLY)) >= 0 && fd < 64)
+		;
+	low = old;
+	low.rlim_cur = (rlim_t)fd + 1;
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	while (open("/dev/null", O_RDONLY) >= 0)
+		;
+	cr_expect_eq(ft__err_probe(-FT_EIO), -FT_EMFILE);
+	cr_expect_eq(ft__err_probe(-FT_ENOSPC), -FT_ENOSPC, "other codes pass as they are");
 }

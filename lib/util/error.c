@@ -1,8 +1,10 @@
 /* error.c: names and messages of ftcc's error codes. */
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ftcc.h"
 
@@ -53,6 +55,20 @@ int ft__err_local(int e)
 	default:
 		return -FT_EIO;
 	}
+}
+
+int ft__err_probe(int rc)
+{
+	int fd;
+
+	if (rc != -FT_EIO)
+		return rc;
+	fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		close(fd);
+		return rc;
+	}
+	return errno == EMFILE || errno == ENFILE ? -FT_EMFILE : rc;
 }
 
 bool ft__err_shortage(int rc)

@@ -58,6 +58,10 @@ int ft__err_public(int rc);
  * FT_ENOMEM (no memory or buffer), FT_ENOSPC (no space or quota), else
  * FT_EIO. A shortage here says nothing of any peer. */
 int ft__err_local(int e);
+/* rc, but -FT_EMFILE for an opaque -FT_EIO when this process cannot open a
+ * descriptor right now: libfabric's providers report running out of
+ * descriptors as an I/O error, which must not read as a peer's fault. */
+int ft__err_probe(int rc);
 /* Whether rc is such a shortage (ft__err_local's codes but FT_EIO). */
 bool ft__err_shortage(int rc);
 #define ft__warn(...) ft__log(FT__LOG_WARN, __VA_ARGS__)

@@ -107,7 +107,7 @@ static int rdm_link_ep_open(struct ft__transport *tp, struct ft__link *l)
 		l->ep = NULL;
 		ft__error("fabric: fi_endpoint for a link to rank %d: %s", l->peer,
 			  fi_strerror(-rc));
-		return -FT_EIO;
+		return ft__err_probe(-FT_EIO);
 	}
 	l->own_ep = true;
 	if ((rc = fi_ep_bind(l->ep, &tp->av->fid, 0)) != 0 ||

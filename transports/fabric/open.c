@@ -292,6 +292,9 @@ static int fab_open(const struct ft__tp_params *p, struct ft__transport **out)
 	*out = tp;
 	return 0;
 fail:
+	rc = ft__err_probe(rc); /* before the close gives descriptors back */
+	if (rc == -FT_EMFILE)
+		ft__error("fabric: this process is out of file descriptors");
 	fab_close(tp);
 	return rc;
 }
