@@ -8,6 +8,7 @@
 #include "ckpt.h"
 #include "comm.h"
 #include "policy.h"
+#include "onehost.h"
 #include "token.h"
 
 /* Releases what c holds: 0, or -FT_EIO when the departure could not be
@@ -30,6 +31,7 @@ static int comm_release(struct ft_comm *c)
 	if (c->det != NULL && leaves && (rc = ft__mb_depart(&c->mb, c->op_seq)) != 0)
 		ft__error("cannot record this rank's departure: the survivors' next view waits "
 			  "%d ms for it", 2 * c->cfg.detect_timeout_ms);
+	ft__onehost_close(c);
 	ft__det_destroy(c->det, c->finalizing);
 	c->det = NULL;
 	ft__trace_close(c->trace); /* after the detector, which writes to it */
@@ -391,6 +393,8 @@ static int init_call(const struct ft_config *cfg, struct ft_comm **comm)
 		ft__trace_view(c->trace, c->generation, c->members, c->size);
 	if (rc == 0 && !c->rejoined)
 		rc = ft_barrier(c);
+	if (rc == 0)
+		rc = ft__onehost_open(c);
 	if (rc != 0) {
 		(void)comm_release(c); /* init failed: that is the error to report */
 		comm_free(c);

@@ -10,7 +10,9 @@
 # round repeats R times; the figure per (impl, ranks, size) is the median of
 # the per-round medians.
 #
-# Implementations: ftcc over TCP; Gloo (ring allreduce and allgather,
+# Implementations: ftcc over TCP (the ring, FTCC_SHM=0); ftcc-onehost, ftcc's
+# one-host path (collectives in shared memory, FTCC_POLICY=abort: the path
+# the job takes when every rank shares one host); Gloo (ring allreduce and allgather,
 # halving-doubling reduce-scatter, over TCP); Open MPI over TCP and over
 # shared memory; tcp-ring (bench/tcp_ring.c), plain sockets moving the bytes
 # ftcc's ring moves with no reduction, copy or framing: the wire's own speed.
@@ -21,8 +23,8 @@
 #      FTCC_COMPARE_SIZES   message sizes, the whole vector (default "4K 64K 1M 4M 64M")
 #      FTCC_COMPARE_RANKS   world sizes (default "2 4 8")
 #      FTCC_COMPARE_ROUNDS  rounds R (default 3)
-#      FTCC_COMPARE_IMPLS   implementations (default "ftcc-tcp tcp-ring gloo openmpi-tcp
-#                           openmpi-shm")
+#      FTCC_COMPARE_IMPLS   implementations (default "ftcc-tcp ftcc-onehost tcp-ring gloo
+#                           openmpi-tcp openmpi-shm")
 #      FTCC_COMPARE_FABRIC=1  add ftcc over libfabric (FI_PROVIDER=shm and
 #                           "tcp;ofi_rxm") when the build has the fabric transport
 #      FTCC_COMPARE_ARGS    flags for every driver (default "--in-place"; "" runs
@@ -64,7 +66,7 @@ for f in ftcc-run ftbench gloo_bench mpi_bench tcp_ring; do
 done
 command -v "$MPIRUN" >/dev/null || { echo "bench-compare: $MPIRUN not found" >&2; exit 1; }
 
-IMPLS=${FTCC_COMPARE_IMPLS:-ftcc-tcp tcp-ring gloo openmpi-tcp openmpi-shm}
+IMPLS=${FTCC_COMPARE_IMPLS:-ftcc-tcp ftcc-onehost tcp-ring gloo openmpi-tcp openmpi-shm}
 if [ "${FTCC_COMPARE_FABRIC:-0}" = 1 ]; then
 	# The Makefile compiles transports/fabric/ only when pkg-config finds libfabric.
 	if [ -f "$B/libftcc.a" ] && nm "$B/libftcc.a" 2>/dev/null | grep -q ' D ft__fabric_ops$'; then
@@ -88,12 +90,15 @@ run_one() {
 	# shellcheck disable=SC2086 # $common, $ARGS and $MPI_ARGS are word lists
 	case $impl in
 	ftcc-tcp)
-		FTCC_TRANSPORT=tcp timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;
+		FTCC_TRANSPORT=tcp FTCC_SHM=0 timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;
+	ftcc-onehost)
+		FTCC_TRANSPORT=tcp FTCC_SHM=1 FTCC_POLICY=abort \
+			timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;
 	ftcc-fabric-shm)
-		FTCC_TRANSPORT=fabric FI_PROVIDER=shm \
+		FTCC_TRANSPORT=fabric FI_PROVIDER=shm FTCC_SHM=0 \
 			timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;
 	ftcc-fabric-tcp)
-		FTCC_TRANSPORT=fabric FI_PROVIDER="tcp;ofi_rxm" \
+		FTCC_TRANSPORT=fabric FI_PROVIDER="tcp;ofi_rxm" FTCC_SHM=0 \
 			timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;
 	tcp-ring)
 		timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/tcp_ring" $common ;;
@@ -167,12 +172,14 @@ def human(b):
             return "%d%s" % (b >> s, u)
     return str(b)
 
-short = {"ftcc-tcp": "ftcc", "openmpi-tcp": "ompi-tcp", "openmpi-shm": "ompi-shm",
+short = {"ftcc-tcp": "ftcc", "ftcc-onehost": "onehost", "openmpi-tcp": "ompi-tcp",
+         "openmpi-shm": "ompi-shm",
          "ftcc-fabric-shm": "fab-shm", "ftcc-fabric-tcp": "fab-tcp", "gloo": "gloo",
          "tcp-ring": "wire", "best": "best"}
 pairs = (("ftcc-tcp", "tcp-ring"), ("ftcc-tcp", "openmpi-tcp"), ("ftcc-tcp", "gloo"),
-         ("ftcc-tcp", "openmpi-shm"), ("ftcc-fabric-shm", "openmpi-shm"),
-         ("ftcc-fabric-tcp", "openmpi-tcp"), ("ftcc-tcp", "best"))
+         ("ftcc-tcp", "openmpi-shm"), ("ftcc-onehost", "openmpi-shm"),
+         ("ftcc-fabric-shm", "openmpi-shm"),
+         ("ftcc-fabric-tcp", "openmpi-tcp"), ("ftcc-tcp", "best"), ("ftcc-onehost", "best"))
 
 for coll in sorted({k[0] for k in med}, key=["allreduce", "reduce_scatter", "allgather"].index):
     # best: the faster of Open MPI (either transport) and Gloo in that cell

@@ -196,6 +196,8 @@ struct ft__tp_env {
 	int fabric_mr_local;        /* FTCC_FABRIC_MR_LOCAL: 1 registers even unasked */
 	size_t fabric_max_msg;      /* FTCC_FABRIC_MAX_MSG: 0 the provider's */
 	int shm_guard;              /* FTCC_SHM_GUARD: 1 (default) or 0 */
+	int shm;                    /* FTCC_SHM: 1 (default) the one-host path, or 0 */
+	size_t shm_bytes;           /* FTCC_SHM_BYTES: each rank's segment */
 	int shm_cma;                /* FI_SHM_DISABLE_CMA as libfabric reads it: -1 unset,
 				     * 0 CMA off (SAR), 1 CMA on */
 	int incarnation;            /* FTCC_INCARNATION (ftcc-run --restart counts them); 0 */

@@ -74,6 +74,8 @@ static int cfg_error(char *errbuf, size_t errlen, const char *fmt, ...)
  * ft_init or ft_config_from_env only: getenv races with a setenv in another
  * thread, so the fewer and earlier the reads, the better.
  */
+static void size_words(char *buf, size_t len, long n);
+
 static const char *process_env(const char *name, void *arg)
 {
 	(void)arg;
@@ -147,7 +149,8 @@ enum var_home { H_NONE, H_CFG, H_TP };
 
 /* The transports' knobs as parsed, before they become struct ft__tp_env. */
 struct tp_knobs {
-	int spin_us, tcp_buffer, max_msg, incarnation, wait, mr_local, guard, engine, link_ep;
+	int spin_us, tcp_buffer, max_msg, incarnation, wait, mr_local, guard, engine, link_ep, shm;
+	size_t shm_bytes;
 	int ckpt_where, ckpt_local;
 	char provider[64], ep[8], ckpt_dir[512], ckpt_from[512];
 };
@@ -272,6 +275,14 @@ static const struct var vars[] = {
 	 "how libfabric ranks wait for data: polling the completion queue, or a doorbell", NULL},
 	{"FTCC_FABRIC_MR_LOCAL", V_ENUM, TP_NUM(mr_local), 0, 0, NAMES(bits), false, "0",
 	 "1: register memory even when the provider does not ask (a debugging knob)", NULL},
+	{"FTCC_SHM", V_ENUM, TP_NUM(shm), 0, 0, NAMES(bits), false, "1",
+	 "0: collectives of ranks that all share one host stay on the ring instead of running in "
+	 "shared memory (FTCC_POLICY=abort only, for now: docs/design.md, the one-host path)",
+	 NULL},
+	{"FTCC_SHM_BYTES", V_SIZE, H_TP, offsetof(struct tp_knobs, shm_bytes), sizeof(size_t), NULL,
+	 256 * 1024, 1024L * 1024 * 1024, NULL, 0, false, "16M",
+	 "each rank's shared-memory segment (in /dev/shm, with a 4K header), bytes with an "
+	 "optional K, M or G: collectives move through it in rounds of a quarter of it", NULL},
 	{"FTCC_SHM_GUARD", V_ENUM, TP_NUM(guard), 0, 0, NAMES(bits), false, "1",
 	 "0: no guard thread freeing the libfabric shm locks a killed rank left held", NULL},
 	{"FTCC_LOG_ENGINE", V_ENUM, TP_NUM(engine), 0, 0, NAMES(engines), false, "io_uring",
@@ -322,9 +333,13 @@ static int parse_var(const struct var *v, void *base, char *errbuf, size_t errle
 		return 0;
 	case V_SIZE: {
 		size_t z;
-		if (ft__parse_size(s, &z) != 0 || z < (size_t)v->lo || z > (size_t)v->hi)
-			return cfg_error(errbuf, errlen, "%s='%s': expected a size from 4K to 64M",
-					 v->name, s);
+		if (ft__parse_size(s, &z) != 0 || z < (size_t)v->lo || z > (size_t)v->hi) {
+			char lo[24], hi[24];
+			size_words(lo, sizeof(lo), v->lo);
+			size_words(hi, sizeof(hi), v->hi);
+			return cfg_error(errbuf, errlen, "%s='%s': expected a size from %s to %s",
+					 v->name, s, lo, hi);
+		}
 		*(size_t *)(void *)field = z;
 		return 0;
 	}
@@ -822,7 +837,8 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e)
 	e->world_size = cfg->world_size;
 	e->local_ranks = ft__boot_local_ranks(process_env, NULL);
 	ft__boot_launcher_addrs(process_env, NULL, e->launcher_addrs, sizeof(e->launcher_addrs));
-	struct tp_knobs k = {.spin_us = -1, .guard = 1, .link_ep = -1, .ckpt_local = 1};
+	struct tp_knobs k = {.spin_us = -1, .guard = 1, .link_ep = -1, .ckpt_local = 1, .shm = 1,
+			     .shm_bytes = 16u << 20};
 	int rc;
 
 	/* every value checked (docs/environment.md: a malformed one is FT_ECONFIG, named) */
@@ -836,6 +852,8 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e)
 	e->fabric_link_ep = k.link_ep;
 	e->fabric_mr_local = k.mr_local == 1;
 	e->shm_guard = k.guard == 1;
+	e->shm = k.shm == 1;
+	e->shm_bytes = k.shm_bytes;
 	e->log_pwrite = k.engine == 1;
 	s = k.provider;
 	if (s[0] == '\0' && (s = getenv("FI_PROVIDER")) != NULL &&

@@ -4,6 +4,7 @@
 
 #include "comm.h"
 #include "policy.h"
+#include "onehost.h"
 
 static bool is_member(const struct ft_comm *c, int orig)
 {
@@ -20,7 +21,9 @@ static int call_finish(struct ft_comm *c, int rc, struct ft_op_info *info, const
 	int shown = ft__comm_shown_size(c);
 
 	if (rc != 0) {
-		ft__comm_abort_ring(c, rc, seq);
+		/* (the one-host path leaves the ring as it was: unused, never torn) */
+		if (c->onehost == NULL)
+			ft__comm_abort_ring(c, rc, seq);
 		if (c->det != NULL)
 			ft__det_have_result(c->det, seq); /* an error is this op's outcome */
 		if (rc == -FT_EPEERFAILED || rc == -FT_ETIMEDOUT || rc == -FT_EEXCLUDED ||
@@ -58,6 +61,7 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 	struct ft__run run = {.seq = c->op_seq, .t0_ns = ft__now_ns()};
 	struct ft__attempt a;
 	struct ft__coll co;
+	bool on_shm = false;
 	int rc;
 
 	if (c->broken)
@@ -80,7 +84,10 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		if (rc == 0) {
 			pol->attempt(c, k, &a);
 			a.op_seq = run.seq;
-			if (k->kind == FT__COLL_BROADCAST)
+			on_shm = c->onehost != NULL;
+			if (on_shm)
+				rc = ft__onehost_run(c, k, run.seq);
+			else if (k->kind == FT__COLL_BROADCAST)
 				rc = ft__engine_broadcast(c, k, &a, &co);
 			else if (k->blk != NULL)
 				rc = ft__blocks_attempt(c, k, &a, &co);
@@ -99,7 +106,7 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		}
 		/* FT__RETRY (0) runs the op again on the view just adopted */
 	}
-	if (rc == 0 && k->blk != NULL)
+	if (rc == 0 && k->blk != NULL && !on_shm)
 		ft__blocks_deliver(k); /* held since the last attempt, or its commit */
 	if (pol->end != NULL)
 		pol->end(c, k, rc, &run);

@@ -61,6 +61,7 @@ struct ft_comm {
 
 	const struct ft__policy *policy;
 	struct ft__det *det;            /* failure detector (shrink, rejoin), else NULL */
+	struct ft__onehost *onehost;    /* the one-host path (onehost.c), else NULL */
 	struct ft__shown shown;         /* until the next call, what ft_size & co. report */
 
 	/* shrink policy (policy_shrink.c) */
