@@ -280,9 +280,10 @@ static const struct var vars[] = {
 	 "shared memory (FTCC_POLICY=abort only, for now: docs/design.md, the one-host path)",
 	 NULL},
 	{"FTCC_SHM_BYTES", V_SIZE, H_TP, offsetof(struct tp_knobs, shm_bytes), sizeof(size_t), NULL,
-	 256 * 1024, 1024L * 1024 * 1024, NULL, 0, false, "16M",
+	 256 * 1024, 1024L * 1024 * 1024, NULL, 0, false, "512K",
 	 "each rank's shared-memory segment (in /dev/shm, with a 4K header), bytes with an "
-	 "optional K, M or G: collectives move through it in rounds of a quarter of it", NULL},
+	 "optional K, M or G: collectives move through it in rounds of a quarter of it (rounds "
+	 "that stay in the caches beat larger ones: docs/performance.md)", NULL},
 	{"FTCC_SHM_GUARD", V_ENUM, TP_NUM(guard), 0, 0, NAMES(bits), false, "1",
 	 "0: no guard thread freeing the libfabric shm locks a killed rank left held", NULL},
 	{"FTCC_LOG_ENGINE", V_ENUM, TP_NUM(engine), 0, 0, NAMES(engines), false, "io_uring",
@@ -838,7 +839,7 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e)
 	e->local_ranks = ft__boot_local_ranks(process_env, NULL);
 	ft__boot_launcher_addrs(process_env, NULL, e->launcher_addrs, sizeof(e->launcher_addrs));
 	struct tp_knobs k = {.spin_us = -1, .guard = 1, .link_ep = -1, .ckpt_local = 1, .shm = 1,
-			     .shm_bytes = 16u << 20};
+			     .shm_bytes = 512u << 10};
 	int rc;
 
 	/* every value checked (docs/environment.md: a malformed one is FT_ECONFIG, named) */

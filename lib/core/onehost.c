@@ -110,6 +110,13 @@ static char *area(const struct ft__onehost *sh, int j, uint32_t r, int res)
 	return sh->base[j] + SHM_HEAD + (size_t)((r & 1u) * 2u + (unsigned)res) * sh->area;
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
 static bool reached(uint32_t v, uint32_t target)
 {
 	return (int32_t)(v - target) >= 0;
@@ -155,7 +162,7 @@ static int wait_word(struct ft__onehost *sh, int j, int stage, uint32_t target)
 		if (reached(v, target))
 			return 0;
 		if (sh->spin_ns > 0 && (++spins & 63u) != 0) {
-			__builtin_ia32_pause();
+			cpu_relax();
 			continue;
 		}
 		if (sh->spin_ns > 0 && t0 == 0)
