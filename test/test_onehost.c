@@ -198,3 +198,43 @@ Test(onehost, a_private_dev_shm_with_room)
 {
 	private_shm("size=16m,mode=1777", false, true);
 }
+
+static void op_timeout_1s(struct ft_config *cfg, int rank)
+{
+	(void)rank;
+	cfg->op_timeout_ms = 1000;
+}
+
+/* A member that never joins the op: FTCC_OP_TIMEOUT_MS fails it for the
+ * others, as on the ring (the PyTorch backend's group timeout relies on it). */
+static int never_joins(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	float v[3] = {1, 1, 1};
+	long t0 = tu_now_ms();
+	int rc;
+
+	(void)n;
+	(void)arg;
+	if (rank == 1) {
+		tu_sleep_ms(3000);
+		return 0;
+	}
+	rc = ft_allreduce(comm, FT_IN_PLACE, v, 3, FT_FLOAT32, FT_SUM, NULL);
+	if (rc != -FT_ETIMEDOUT || tu_now_ms() - t0 > 2500) {
+		fprintf(stderr, "rank 0: %s after %ld ms, want FT_ETIMEDOUT after about 1 s\n",
+			ft_err_name(rc), tu_now_ms() - t0);
+		return 1;
+	}
+	return 0;
+}
+
+Test(onehost, a_member_that_never_joins_times_the_op_out)
+{
+	struct tu_job job;
+
+	tu_job_init(&job, 2);
+	for (int r = 0; r < 2; r++)
+		tu_spawn(&job, r, never_joins, NULL, op_timeout_1s);
+	cr_assert_eq(tu_wait(&job, 20000, NULL), 0, "rank 0 did not time out as it should");
+	tu_job_cleanup(&job);
+}

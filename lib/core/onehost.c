@@ -94,6 +94,8 @@ struct ft__onehost {
 	uint32_t round;            /* the last round opened (wraps: compared modulo 2^32) */
 	uint64_t rounds;           /* rounds opened in all */
 	uint64_t spin_ns;
+	int op_timeout_ms;         /* a wait this long for one member fails the op; 0 never */
+	uint64_t op_seq;           /* the op running, for what is said */
 	char **base;               /* each member's mapped segment, by dense position */
 	int *pidfd;                /* each member's process, -1 none (then kill(pid, 0)) */
 	char path[512];            /* this rank's file, until removed */
@@ -154,6 +156,7 @@ static int wait_word(struct ft__onehost *sh, int j, int stage, uint32_t target)
 {
 	struct shm_word *w = &head(sh, j)->w[stage];
 	uint64_t t0 = 0;
+	int64_t since = ft__now_ms();
 	unsigned spins = 0, yields = 0;
 	int rc;
 
@@ -179,8 +182,17 @@ static int wait_word(struct ft__onehost *sh, int j, int stage, uint32_t target)
 		if (!reached(v, target))
 			syscall(SYS_futex, &w->v, FUTEX_WAIT, v, &ts, NULL, 0);
 		atomic_fetch_sub(&w->waiters, 1);
-		if (!reached(atomic_load(&w->v), target) && (rc = members_ok(sh)) != 0)
+		if (reached(atomic_load(&w->v), target))
+			return 0;
+		if ((rc = members_ok(sh)) != 0)
 			return rc;
+		/* no progress (FTCC_OP_TIMEOUT_MS, as on the ring): a member that
+		 * never joins the op fails it, and the others with it */
+		if (sh->op_timeout_ms > 0 && ft__now_ms() - since >= sh->op_timeout_ms) {
+			ft__error("collective %llu made no progress for %d ms",
+				  (unsigned long long)sh->op_seq, sh->op_timeout_ms);
+			return -FT_ETIMEDOUT;
+		}
 	}
 }
 
@@ -348,6 +360,7 @@ int ft__onehost_run(struct ft_comm *c, const struct ft__call *k, uint64_t op_seq
 	ft__accum_fn accum = NULL;
 	int rc, root = -1;
 
+	sh->op_seq = op_seq;
 	if (k->kind == FT__COLL_BROADCAST) {
 		for (int j = 0; j < c->size; j++)
 			if (c->members[j] == k->root)
@@ -494,12 +507,14 @@ static int map_member(struct ft_comm *c, struct ft__onehost *sh, int j)
 	return 0;
 }
 
-/* v = the minimum of every rank's v, over the ring (one attempt: abort policy). */
+/* v = the minimum of every rank's v, over the ring (one attempt: abort policy).
+ * Numbered past every op (and every FTCC_FAULT point, at most 2^32 - 1): the
+ * application's ops keep their numbers. */
 static int agree(struct ft_comm *c, int32_t *v)
 {
 	struct ft__call k = {.kind = FT__COLL_ALLREDUCE, .dst = v, .count = 1, .es = sizeof(*v),
 			     .dtype = FT_INT32, .op = FT_MIN, .in_place = true};
-	struct ft__attempt a = {.op_seq = c->op_seq};
+	struct ft__attempt a = {.op_seq = UINT64_MAX};
 	struct ft__coll co;
 
 	memset(&co, 0, sizeof(co));
@@ -521,6 +536,7 @@ int ft__onehost_open(struct ft_comm *c)
 		sh->area = c->tp_env.shm_bytes / 4 / 64 * 64;
 		sh->bytes = SHM_HEAD + 4 * sh->area;
 		sh->spin_ns = c->spin_ns;
+		sh->op_timeout_ms = c->cfg.op_timeout_ms;
 		sh->base = calloc((size_t)sh->n, sizeof(char *));
 		sh->pidfd = malloc((size_t)sh->n * sizeof(int));
 	}
@@ -528,8 +544,11 @@ int ft__onehost_open(struct ft_comm *c)
 		ok = 0;
 	for (int j = 0; ok && j < sh->n; j++)
 		sh->pidfd[j] = -1;
-	/* the same two agreements on every rank, whatever each could do */
-	if (ok && (!c->tp_env.shm || make_own(c, sh) != 0))
+	/* the same two agreements on every rank, whatever each could do; an
+	 * armed FTCC_FAULT keeps the ring, where its points are */
+	if (ok && c->fault.armed)
+		ft__info("shm: FTCC_FAULT is armed: collectives stay on the ring, where its points are");
+	if (ok && (!c->tp_env.shm || c->fault.armed || make_own(c, sh) != 0))
 		ok = 0;
 	if ((rc = agree(c, &ok)) != 0)
 		goto out;

@@ -94,7 +94,9 @@ void ft__fault_doc(FILE *out)
 	fprintf(out,
 		"\nAn example: `FTCC_FAULT='rank=2,op=5,phase=allgather,step=1,seg=0'` kills "
 		"rank 2 as it is about to send the first segment of the second allgather step of "
-		"collective 5. A malformed value makes `ft_init` fail with `FT_ECONFIG`.\n");
+		"collective 5. A malformed value makes `ft_init` fail with `FT_ECONFIG`. The points "
+		"are the ring's: with one armed on some rank, a job on one host keeps the ring "
+		"instead of the one-host path.\n");
 }
 
 static int lookup(const char *v, const char *const *names, size_t n)
