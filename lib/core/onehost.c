@@ -156,7 +156,7 @@ static int wait_word(struct ft__onehost *sh, int j, int stage, uint32_t target)
 {
 	struct shm_word *w = &head(sh, j)->w[stage];
 	uint64_t t0 = 0;
-	int64_t since = ft__now_ms();
+	int64_t since = 0;         /* read at the first sleep: most waits never sleep */
 	unsigned spins = 0, yields = 0;
 	int rc;
 
@@ -177,6 +177,8 @@ static int wait_word(struct ft__onehost *sh, int j, int stage, uint32_t target)
 			continue;
 		}
 		struct timespec ts = {0, SHM_TICK_MS * 1000000L};
+		if (since == 0)
+			since = ft__now_ms();
 		atomic_fetch_add(&w->waiters, 1);
 		v = atomic_load(&w->v);
 		if (!reached(v, target))
@@ -246,8 +248,8 @@ static void slice(size_t m, int n, int s, size_t *lo, size_t *len)
 
 /* out = the reduction of every member's input area at byte offset off, in rank order. */
 static void reduce_from_all(const struct ft__onehost *sh, uint32_t r, size_t off, size_t len,
-			    size_t es, const struct ft__call *k, ft__combine_fn combine,
-			    ft__accum_fn accum, void *out)
+			    const struct ft__call *k, ft__combine_fn combine, ft__accum_fn accum,
+			    void *out)
 {
 	if (len == 0)
 		return;
@@ -256,7 +258,6 @@ static void reduce_from_all(const struct ft__onehost *sh, uint32_t r, size_t off
 		accum(out, area(sh, j, r, 0) + off, len);
 	if (k->op == FT_AVG)
 		ft__reduce_scale(out, len, k->dtype, (size_t)sh->n);
-	(void)es;
 }
 
 static int run_allreduce(struct ft__onehost *sh, const struct ft__call *k, struct shm_desc *d,
@@ -276,7 +277,7 @@ static int run_allreduce(struct ft__onehost *sh, const struct ft__call *k, struc
 		if ((rc = round_arrive(sh, r, d)) != 0)
 			return rc;
 		slice(m, sh->n, sh->me, &lo, &len);
-		reduce_from_all(sh, r, lo * es, len, es, k, combine, accum,
+		reduce_from_all(sh, r, lo * es, len, k, combine, accum,
 				area(sh, sh->me, r, 1) + lo * es);
 		post(sh, W_REDUCED, r);
 		if ((rc = wait_all(sh, W_REDUCED, r)) != 0)
@@ -342,7 +343,7 @@ static int run_reduce_scatter(struct ft__onehost *sh, const struct ft__call *k, 
 			       src + ((size_t)b * bc + off) * es, m * es);
 		if ((rc = round_arrive(sh, r, d)) != 0)
 			return rc;
-		reduce_from_all(sh, r, (size_t)sh->me * m * es, m, es, k, combine, accum,
+		reduce_from_all(sh, r, (size_t)sh->me * m * es, m, k, combine, accum,
 				out + off * es);
 		post(sh, W_REDUCED, r);
 		post(sh, W_DONE, r);
