@@ -55,29 +55,49 @@ static void to_log(struct ft_config *cfg, int r)
 }
 
 /* Int64 sums of (orig + 1) * 1000 + i + j over the members after each op,
- * until AFTER_OPS ops after the job lost a rank. */
+ * until AFTER_OPS ops after the job lost a rank. With logs, once the test
+ * has filled their directory (<out>/full), the ops are twice as long: each
+ * rank's next log needs room that is not there (a one-int MAX each op
+ * tells every rank at the same op). (Ops of one length need
+ * none: each op's log takes back the pages its slot's last op freed, and
+ * which rank, if any, finds another's first is a race.) */
 static int worker(struct ft_comm *comm, int r, int n, void *arg)
 {
-	int64_t buf[COUNT];
+	int64_t buf[2 * COUNT];
 	(void)n;
-	int changed_at = -1, i, rc = 0;
+	int changed_at = -1, i, rc = 0, count = COUNT;
 	char path[400];
 	FILE *f;
 
 	(void)arg;
+	snprintf(path, sizeof(path), "%s/full", out);
 	for (i = 0; i < 100000; i++) {
 		if (ft_size(comm) <= stop_size && changed_at < 0)
 			changed_at = i;
 		if (changed_at >= 0 && i - changed_at >= AFTER_OPS)
 			break;
-		for (int j = 0; j < COUNT; j++)
+		if (log_dir[0] != '\0' && count == COUNT) {
+			/* every rank grows at the same op: one that saw the mark tells all */
+			int32_t seen = access(path, F_OK) == 0;
+			rc = ft_allreduce(comm, FT_IN_PLACE, &seen, 1, FT_INT32, FT_MAX, NULL);
+			if (rc != 0) {
+				fprintf(stderr, "rank %d op %d: %s (%s)\n", r, i, ft_strerror(rc),
+					ft_err_name(rc));
+				break;
+			}
+			if (seen) {
+				count = 2 * COUNT;
+				mark("grown", r);
+			}
+		}
+		for (int j = 0; j < count; j++)
 			buf[j] = (r + 1) * 1000 + i + j;
-		rc = ft_allreduce(comm, FT_IN_PLACE, buf, COUNT, FT_INT64, FT_SUM, NULL);
+		rc = ft_allreduce(comm, FT_IN_PLACE, buf, count, FT_INT64, FT_SUM, NULL);
 		if (rc != 0) {
 			fprintf(stderr, "rank %d op %d: %s (%s)\n", r, i, ft_strerror(rc), ft_err_name(rc));
 			break;
 		}
-		for (int j = 0; j < COUNT && rc == 0; j++) {
+		for (int j = 0; j < count && rc == 0; j++) {
 			int64_t want = 0;
 			for (int m = 0; m < ft_size(comm); m++)
 				want += (ft_orig_rank(comm, m) + 1) * 1000 + i + j;
@@ -371,16 +391,23 @@ Test(fulldir, log_dir_full_under_rejoin, .timeout = 120)
 	stop_size = N - 1;
 	full_start(&f, "log_dir_full_under_rejoin", true);
 	fill(f.mnt);
-	tu_sleep_ms(300); /* a few ops on the full log directory */
+	char path[400];
+	snprintf(path, sizeof(path), "%s/full", out);
+	close(open(path, O_CREAT | O_WRONLY, 0600));
+	long end = tu_now_ms() + 15000;
+	for (int r = 0; r < N; r++) {
+		snprintf(path, sizeof(path), "%s/grown-%d", out, r);
+		cr_assert(tu_wait_file(path, end), "rank %d never grew its ops", r);
+	}
+	tu_sleep_ms(100); /* a few ops on the full log directory */
 	kill(f.job.pids[3], SIGKILL);
 	bad = tu_wait(&f.job, 25000, killed);
 	total = survivors_lines(killed);
 	cr_expect_eq(bad, 0, "%d survivors failed or hung with a full log directory", bad);
 	for (int r = 0; r < N - 1; r++) {
-		char path[400];
 		expect_survivor_result(r);
-		/* the ranks' logs share the room: which of them finds none first
-		 * (a page another's truncate freed) is a race */
+		/* the first rank to grow its log finds no room; one that turns
+		 * its logging off frees its own, which a later one may take */
 		snprintf(path, sizeof(path), "%s/stderr-%d", out, r);
 		if (!holds(path, "no space left"))
 			continue;
