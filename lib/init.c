@@ -391,10 +391,9 @@ static int init_call(const struct ft_config *cfg, struct ft_comm **comm)
 	rc = comm_join(c);
 	if (rc == 0)
 		ft__trace_view(c->trace, c->generation, c->members, c->size);
+	/* (its attempt opens the one-host path: ft__onehost_open) */
 	if (rc == 0 && !c->rejoined)
 		rc = ft_barrier(c);
-	if (rc == 0)
-		rc = ft__onehost_open(c);
 	if (rc != 0) {
 		(void)comm_release(c); /* init failed: that is the error to report */
 		comm_free(c);

@@ -4,7 +4,9 @@
 
 Cells: shrink and rejoin, each over file and in-band membership (the
 store ftcc-run serves), each over TCP, libfabric shm and libfabric
-tcp;ofi_rxm (a provider libfabric lacks is skipped, and said so). Every
+tcp;ofi_rxm (a provider libfabric lacks is skipped, and said so), all
+with FTCC_SHM=0; and shrink over the one-host path ("onehost": FTCC_SHM=1,
+the collectives in shared memory, the recovery over TCP). Every
 trial runs examples/train_steps (SGD with momentum: a float32 AVG
 allreduce every step, a broadcast every 7th, a MAX allreduce every 11th)
 on 5 ranks under ftcc-run and SIGKILLs one to three of them from outside:
@@ -38,7 +40,8 @@ campaign says so and runs the kills alone.
 CAMPAIGN_SEED replays a campaign; each failure prints its command line.
 CAMPAIGN_JOBS trials run at once (default 1). CAMPAIGN_MEMBERSHIP=file
 (or inband) keeps only that membership's cells; CAMPAIGN_SKIP=policy/membership,...
-leaves those cells out. Every rank's ft_init waits at
+leaves those cells out; CAMPAIGN_TRANSPORT=onehost,tcp,... keeps only
+those transports' cells. Every rank's ft_init waits at
 most FTCC_CONNECT_TIMEOUT_MS = 10 s here (a job that cannot start fails
 sooner than at the default 30 s; the verdict is the same).
 """
@@ -67,7 +70,7 @@ EXIT = re.compile(r"^ftcc-run: rank (\d+) \(pid \d+\) (exited with status (\d+)|
 
 
 def provider_ok(prov):
-    if prov is None:
+    if prov is None or prov == "onehost":
         return True
     try:
         return subprocess.run(["fi_info", "-p", prov], stdout=subprocess.DEVNULL,
@@ -87,7 +90,9 @@ def env_for(policy, membership, prov):
     env["FI_SHM_DISABLE_CMA"] = "1"
     if membership == "inband":
         env["FTCC_MEMBERSHIP"] = "inband"
-    if prov is not None:
+    # the ring's cells stay on the ring; one cell per path
+    env["FTCC_SHM"] = "1" if prov == "onehost" else "0"
+    if prov is not None and prov != "onehost":
         env["FTCC_TRANSPORT"] = "fabric"
         env["FI_PROVIDER"] = prov
     return env
@@ -202,13 +207,16 @@ def judge(ref, policy, rc, out, victims):
 def main():
     rnd = random.Random(SEED)
     cells = []
-    for prov in (None, "shm", "tcp;ofi_rxm"):
+    for prov in (None, "shm", "tcp;ofi_rxm", "onehost"):
         name = "tcp" if prov is None else prov
+        if name not in os.environ.get("CAMPAIGN_TRANSPORT", name).split(","):
+            continue
         if not provider_ok(prov):
             print(f"campaign: SKIPPED: libfabric provider '{prov}' is not available", flush=True)
             continue
-        cells += [c for c in [("shrink", "file", prov, name), ("shrink", "inband", prov, name),
-                              ("rejoin", "file", prov, name), ("rejoin", "inband", prov, name)]
+        policies = ["shrink"] if prov == "onehost" else ["shrink", "rejoin"]
+        cells += [c for c in [(pol, mb, prov, name) for pol in policies
+                              for mb in ("file", "inband")]
                   if os.environ.get("CAMPAIGN_MEMBERSHIP", c[1]) == c[1] and
                   f"{c[0]}/{c[1]}" not in os.environ.get("CAMPAIGN_SKIP", "").split(",")]
     kinds = []

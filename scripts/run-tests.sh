@@ -134,11 +134,11 @@ fi
 item --alone check-build 300 "$(dirname "$0")/check-build.sh"
 # A slice of the reliability campaign (make campaign runs 1000 trials):
 # one random trial per cell (shrink and rejoin, each over file and in-band
-# membership, each over TCP, shm and tcp;ofi_rxm), kills from outside,
-# every verdict checked.
+# membership, each over TCP, shm and tcp;ofi_rxm; shrink over the one-host
+# path), kills from outside, every verdict checked.
 if [ -x "$B/examples/train_steps" ] && [ -x /usr/bin/python3 ]; then
 	item --alone campaign_slice 900 /usr/bin/python3 \
-		"$(dirname "$0")"/campaign.py "$B" "${FTCC_CAMPAIGN_SLICE:-12}"
+		"$(dirname "$0")"/campaign.py "$B" "${FTCC_CAMPAIGN_SLICE:-14}"
 fi
 # The namespace cluster (test/cluster/cluster_test.sh; make cluster-test
 # runs every row): one row of each kind, so that a regression of any fails
@@ -235,11 +235,12 @@ for t in "$@"; do
 	esac
 done
 # The kill tests again with in-band membership (no rendezvous directory in
-# the control plane; a peer list of loopback ports the test holds).
+# the control plane; a peer list of loopback ports the test holds), on the
+# TCP ring (FTCC_SHM=0: test_shrink's own run takes the one-host path).
 for t in "$@"; do
 	case "$t" in
-	*/test_shrink) item "$t(inband)" 900 env FTCC_TEST_MEMBERSHIP=inband \
-		FTCC_SHRINK_TRIALS="$RERUN_TRIALS" \
+	*/test_shrink) item "$t(inband, tcp ring)" 900 env FTCC_TEST_MEMBERSHIP=inband \
+		FTCC_SHRINK_TRIALS="$RERUN_TRIALS" FTCC_SHM=0 \
 		"$t" --jobs "$JOBS" --short-filename ;;
 	esac
 done

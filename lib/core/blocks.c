@@ -73,6 +73,16 @@ static int scratch(struct ft_comm *c, size_t bytes, char **p)
 	return 0;
 }
 
+bool ft__blocks_same(const struct ft_comm *c, const struct ft__blocks *b)
+{
+	if (c->size != b->n)
+		return false;
+	for (int p = 0; p < c->size; p++)
+		if (b->members[p] != c->members[p])
+			return false;
+	return true;
+}
+
 int ft__blocks_attempt(struct ft_comm *c, struct ft__call *k, const struct ft__attempt *a,
 		       struct ft__coll *co)
 {

@@ -79,12 +79,16 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		memset(&co, 0, sizeof(co));
 		memset(&a, 0, sizeof(a));
 		rc = ft__comm_connect_ring(c);
+		if (rc == 0)
+			rc = ft__onehost_open(c); /* (a new view: its own segments) */
 		if (rc == 0 && pol->op_start != NULL)
 			rc = pol->op_start(c, run.seq);
 		if (rc == 0) {
 			pol->attempt(c, k, &a);
 			a.op_seq = run.seq;
-			on_shm = c->onehost != NULL;
+			/* (blocks of a smaller view than the caller's: the ring packs them) */
+			on_shm = c->onehost != NULL &&
+				 (k->blk == NULL || ft__blocks_same(c, k->blk));
 			if (on_shm)
 				rc = ft__onehost_run(c, k, run.seq);
 			else if (k->kind == FT__COLL_BROADCAST)

@@ -62,6 +62,8 @@ struct ft_comm {
 	const struct ft__policy *policy;
 	struct ft__det *det;            /* failure detector (shrink, rejoin), else NULL */
 	struct ft__onehost *onehost;    /* the one-host path (onehost.c), else NULL */
+	bool onehost_tried;             /* decided for generation onehost_gen */
+	uint32_t onehost_gen;
 	struct ft__shown shown;         /* until the next call, what ft_size & co. report */
 
 	/* shrink policy (policy_shrink.c) */

@@ -50,6 +50,15 @@ struct ft__call {
 	struct ft__blocks *blk; /* reduce-scatter, allgather; else NULL */
 };
 
+/* Ops whose result a rank keeps under shrink, to hand over after a failure
+ * (not reduce-scatter, whose result differs on every rank, nor allgather:
+ * they run with commit steps, which need no hand-over of a block layout). */
+#define FT__KEEP_MAX ((size_t)64 << 10)
+static inline bool ft__small_op(const struct ft__call *k)
+{
+	return k->kind != FT__COLL_BROADCAST && k->blk == NULL && k->count * k->es <= FT__KEEP_MAX;
+}
+
 /*
  * Where a policy (or, later, the pairwise logs) hooks into an attempt. Every
  * hook may be NULL. They run on the calling thread, inside the step loop:
@@ -140,6 +149,8 @@ int ft__engine_broadcast(struct ft_comm *c, const struct ft__call *k, const stru
 /* Takes the layout from the membership the caller sees (n blocks of count elements). */
 int ft__blocks_init(struct ft_comm *c, struct ft__blocks *b, size_t count);
 void ft__blocks_fini(struct ft__blocks *b);
+/* Whether the current view is the caller's layout, member for member. */
+bool ft__blocks_same(const struct ft_comm *c, const struct ft__blocks *b);
 /* One attempt of k on the current view (as ft__engine_allreduce). */
 int ft__blocks_attempt(struct ft_comm *c, struct ft__call *k, const struct ft__attempt *a,
 		       struct ft__coll *co);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "detect.h"
 #include "engine.h"
 #include "fdreg.h"
 #include "file.h"
@@ -44,12 +45,32 @@
  * once and out once whatever the number of ranks.
  *
  * A stage word holds the last round that stage reached (rounds only grow;
- * compared modulo 2^32). A waiter spins within the communicator's spin
- * budget (while the host's ranks fit its CPUs), yields a few times, then
- * sleeps on the word with a futex, counted in the word's waiters so that a
- * post wakes only when someone sleeps. Asleep, it looks every SHM_TICK_MS at
- * every member: a member whose process exited (its pidfd), or that marked
- * its segment broken (its collective failed), ends the wait.
+ * 31 bits, compared modulo 2^31). A waiter spins within the communicator's
+ * spin budget (while the host's ranks fit its CPUs), yields a few times,
+ * then sleeps on the word with a futex, counted in the word's waiters so
+ * that a post wakes only when someone sleeps. Asleep, it looks every
+ * SHM_TICK_MS at the member it waits for: its process exited (its pidfd),
+ * it marked its segment broken (its collective failed), the detector
+ * settles a view (a stopped or excluded member, a newcomer: shrink), or the
+ * op timeout passed. Then the waiter fences the word: it sets its FENCE bit
+ * with a compare-and-swap, and a member posts with a compare-and-swap too,
+ * so each word of each round is either posted, and every waiter sees it, or
+ * fenced, and every waiter fails on it, whatever the timing (a stopped
+ * member that wakes up after being given up cannot post any more).
+ *
+ * Failures (shrink; abort simply fails the op). A rank completes an op
+ * only when it has seen every member's REDUCED of the last round, so the
+ * survivors either all complete it or all fail it. There it claims the
+ * result with the detector (ft__det_have_result), as the ring does: a rank
+ * whose claim comes too late (the detector already settles a view) fails
+ * the op, and recovery hands it the result of a rank that claimed (small
+ * ops, kept by the policy), or runs the op again everywhere. An op larger
+ * than a kept one has a last barrier (every member's DONE of the last
+ * round) before it returns, the ring's commit steps: every rank returns it,
+ * or none. An in-place input that a round overwrites is saved to shrink's
+ * backup as it is copied in; after a failure the backup is completed from
+ * the rest of the buffer and the op runs again out of place from it, on
+ * segments made for the new view (their files are named by generation).
  *
  * The files live in /dev/shm/ftcc-<uid> (private: lib/util/file.h), named
  * by job id, job nonce and rank; each rank removes its own once every rank
@@ -60,6 +81,8 @@
 #define SHM_HEAD 4096
 #define SHM_TICK_MS 10
 #define SHM_YIELDS 64
+#define FENCE 0x80000000u       /* a stage word's bit: given up on, never posted */
+#define ROUND_MASK 0x7fffffffu
 
 enum { W_ARRIVE, W_REDUCED, W_DONE, W_COUNT };
 
@@ -81,6 +104,7 @@ struct shm_head {
 	uint64_t magic, nonce;
 	int32_t pos, n, pid;
 	_Atomic uint32_t broken;   /* a collective failed here: members stop waiting */
+	uint32_t gen, pad;
 	uint64_t area;
 	uint64_t pidns;            /* its pid namespace (inode): pid means that process here */
 	struct shm_desc desc[2];
@@ -90,6 +114,10 @@ _Static_assert(sizeof(struct shm_head) <= SHM_HEAD, "the header fits its page");
 
 struct ft__onehost {
 	int n, me;
+	uint32_t gen;              /* the view these segments serve */
+	struct ft__det *det;       /* shrink: its view ends waits; claims; else NULL */
+	void *backup;              /* shrink, in place: where inputs go as they are copied in */
+	size_t saved;              /* of each block, the elements saved there */
 	size_t area, bytes;        /* one area; a whole segment */
 	uint32_t round;            /* the last round opened (wraps: compared modulo 2^32) */
 	uint64_t rounds;           /* rounds opened in all */
@@ -121,49 +149,77 @@ static inline void cpu_relax(void)
 
 static bool reached(uint32_t v, uint32_t target)
 {
-	return (int32_t)(v - target) >= 0;
+	return (v & FENCE) == 0 && (int32_t)((v - target) << 1) >= 0;
 }
 
-static void post(struct ft__onehost *sh, int stage, uint32_t r)
+static void wake(struct shm_word *w)
 {
-	struct shm_word *w = &head(sh, sh->me)->w[stage];
-
-	atomic_store(&w->v, r);
 	if (atomic_load(&w->waiters) != 0)
 		syscall(SYS_futex, &w->v, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
-/* Whether every member still lives and none marked its segment broken. */
-static int members_ok(const struct ft__onehost *sh)
+/* Posts round r of a stage: 0, or -FT_EABORTED when the members gave up on this rank. */
+static int post(struct ft__onehost *sh, int stage, uint32_t r)
 {
-	for (int j = 0; j < sh->n; j++) {
-		if (j == sh->me)
-			continue;
-		if (atomic_load(&head(sh, j)->broken) != 0)
-			return -FT_EPEERFAILED;
-		if (sh->pidfd[j] >= 0) {
-			struct pollfd p = {.fd = sh->pidfd[j], .events = POLLIN};
-			if (poll(&p, 1, 0) == 1)
-				return -FT_EPEERFAILED;
-		} else if (kill(head(sh, j)->pid, 0) != 0 && errno == ESRCH) {
-			return -FT_EPEERFAILED;
-		}
-	}
+	struct shm_word *w = &head(sh, sh->me)->w[stage];
+	uint32_t v = atomic_load(&w->v);
+
+	do {
+		if (v & FENCE)
+			return -FT_EABORTED;
+	} while (!atomic_compare_exchange_weak(&w->v, &v, r & ROUND_MASK));
+	wake(w);
 	return 0;
+}
+
+/* Whether the waiter may go on waiting for member j: 0, or why not. */
+static int member_ok(const struct ft__onehost *sh, int j)
+{
+	if (atomic_load(&head(sh, j)->broken) != 0)
+		return -FT_EPEERFAILED;
+	if (sh->pidfd[j] >= 0) {
+		struct pollfd p = {.fd = sh->pidfd[j], .events = POLLIN};
+		if (poll(&p, 1, 0) == 1)
+			return -FT_EPEERFAILED;
+	} else if (kill(head(sh, j)->pid, 0) != 0 && errno == ESRCH) {
+		return -FT_EPEERFAILED;
+	}
+	if (sh->det != NULL && ft__det_pending(sh->det))
+		return -FT_EABORTED; /* a view settles: this op is over here */
+	return 0;
+}
+
+/* Gives up on a word that has not reached target: rc, or 0 if it has after all. */
+static int fence(struct shm_word *w, uint32_t target, int rc)
+{
+	uint32_t v = atomic_load(&w->v);
+
+	do {
+		if (reached(v, target))
+			return 0;
+		if (v & FENCE)
+			return rc;
+	} while (!atomic_compare_exchange_weak(&w->v, &v, v | FENCE));
+	wake(w);
+	return rc;
 }
 
 static int wait_word(struct ft__onehost *sh, int j, int stage, uint32_t target)
 {
 	struct shm_word *w = &head(sh, j)->w[stage];
 	uint64_t t0 = 0;
+
 	int64_t since = 0;         /* read at the first sleep: most waits never sleep */
 	unsigned spins = 0, yields = 0;
 	int rc;
 
+	target &= ROUND_MASK;
 	for (;;) {
 		uint32_t v = atomic_load_explicit(&w->v, memory_order_acquire);
 		if (reached(v, target))
 			return 0;
+		if (v & FENCE)
+			return -FT_EABORTED; /* another rank gave up on it: so does this one */
 		if (sh->spin_ns > 0 && (++spins & 63u) != 0) {
 			cpu_relax();
 			continue;
@@ -186,14 +242,15 @@ static int wait_word(struct ft__onehost *sh, int j, int stage, uint32_t target)
 		atomic_fetch_sub(&w->waiters, 1);
 		if (reached(atomic_load(&w->v), target))
 			return 0;
-		if ((rc = members_ok(sh)) != 0)
-			return rc;
+		if ((rc = member_ok(sh, j)) != 0)
+			return fence(w, target, rc);
 		/* no progress (FTCC_OP_TIMEOUT_MS, as on the ring): a member that
 		 * never joins the op fails it, and the others with it */
 		if (sh->op_timeout_ms > 0 && ft__now_ms() - since >= sh->op_timeout_ms) {
-			ft__error("collective %llu made no progress for %d ms",
-				  (unsigned long long)sh->op_seq, sh->op_timeout_ms);
-			return -FT_ETIMEDOUT;
+			if ((rc = fence(w, target, -FT_ETIMEDOUT)) != 0)
+				ft__error("collective %llu made no progress for %d ms",
+					  (unsigned long long)sh->op_seq, sh->op_timeout_ms);
+			return rc;
 		}
 	}
 }
@@ -221,20 +278,47 @@ static int round_arrive(struct ft__onehost *sh, uint32_t r, const struct shm_des
 	int rc;
 
 	head(sh, sh->me)->desc[r & 1u] = *d;
-	post(sh, W_ARRIVE, r);
-	if ((rc = wait_all(sh, W_ARRIVE, r)) != 0)
+	if ((rc = post(sh, W_ARRIVE, r)) != 0 || (rc = wait_all(sh, W_ARRIVE, r)) != 0)
 		return rc;
 	for (int j = 0; j < sh->n; j++) {
 		if (memcmp(&head(sh, j)->desc[r & 1u], d, sizeof(*d)) != 0) {
 			/* every rank finds it, here, at this round: none waits on */
-			post(sh, W_REDUCED, r);
-			post(sh, W_DONE, r);
+			(void)post(sh, W_REDUCED, r);
+			(void)post(sh, W_DONE, r);
 			ft__error("shm: op %llu: the ranks called different collectives (kind, count, "
 				  "dtype, op or root)", (unsigned long long)d->op_seq);
 			return -FT_EMISMATCH;
 		}
 	}
 	return 0;
+}
+
+/*
+ * The last round's data is all there (every member's REDUCED, or ARRIVE
+ * where nothing is reduced): under shrink, claims the result with the
+ * detector, which fails once it settles a view (the ring's rule: a rank
+ * that did not claim in time runs the op again, or is handed the result).
+ */
+static int claim(const struct ft__onehost *sh)
+{
+	return sh->det != NULL && ft__det_have_result(sh->det, sh->op_seq) != 0 ? -FT_EABORTED : 0;
+}
+
+/* After this rank's DONE of the last round r: under shrink, an op with no
+ * kept result returns only once every member has its result (commit). */
+static int commit(struct ft__onehost *sh, uint32_t r, bool small)
+{
+	/* (two ranks need none: one survivor cannot disagree with itself) */
+	return sh->det != NULL && !small && sh->n >= 3 ? wait_all(sh, W_DONE, r) : 0;
+}
+
+/* len bytes of input at src + off into the segment at to, and under shrink
+ * in place to the backup at the same offset (a round overwrites the input). */
+static void copy_in(const struct ft__onehost *sh, char *to, const char *src, size_t off, size_t len)
+{
+	memcpy(to, src + off, len);
+	if (sh->backup != NULL)
+		memcpy((char *)sh->backup + off, src + off, len);
 }
 
 /* Slice s of m elements cut n ways: [*lo, *lo + *len). */
@@ -265,32 +349,36 @@ static int run_allreduce(struct ft__onehost *sh, const struct ft__call *k, struc
 {
 	size_t es = k->es, per = sh->area / es, count = k->count, off = 0;
 	const char *src = k->in_place ? (const char *)k->dst : (const char *)k->src;
+	bool small = ft__small_op(k);
 	uint32_t r;
 	int rc;
 
 	do {
 		size_t m = count - off < per ? count - off : per, lo, len;
+		bool last = off + m >= count;
 		if ((rc = round_open(sh, &r)) != 0)
 			return rc;
 		if (m > 0)
-			memcpy(area(sh, sh->me, r, 0), src + off * es, m * es);
+			copy_in(sh, area(sh, sh->me, r, 0), src, off * es, m * es);
+		sh->saved = off + m;
 		if ((rc = round_arrive(sh, r, d)) != 0)
 			return rc;
 		slice(m, sh->n, sh->me, &lo, &len);
 		reduce_from_all(sh, r, lo * es, len, k, combine, accum,
 				area(sh, sh->me, r, 1) + lo * es);
-		post(sh, W_REDUCED, r);
-		if ((rc = wait_all(sh, W_REDUCED, r)) != 0)
+		if ((rc = post(sh, W_REDUCED, r)) != 0 || (rc = wait_all(sh, W_REDUCED, r)) != 0 ||
+		    (last && (rc = claim(sh)) != 0))
 			return rc;
 		for (int j = 0; j < sh->n; j++) {
 			slice(m, sh->n, j, &lo, &len);
 			if (len > 0)
 				memcpy((char *)k->dst + (off + lo) * es, area(sh, j, r, 1) + lo * es, len * es);
 		}
-		post(sh, W_DONE, r);
+		if ((rc = post(sh, W_DONE, r)) != 0)
+			return rc;
 		off += m;
 	} while (off < count);
-	return 0;
+	return commit(sh, r, small);
 }
 
 /* Broadcast (count bytes) from dense position root, and allgather (count:
@@ -310,17 +398,18 @@ static int run_copy(struct ft__onehost *sh, const struct ft__call *k, struct shm
 		if (m > 0 && (gather || sh->me == root))
 			memcpy(area(sh, sh->me, r, 0),
 			       (char *)k->dst + ((gather ? (size_t)sh->me * bc : 0) + off) * es, m * es);
-		if ((rc = round_arrive(sh, r, d)) != 0)
+		if ((rc = round_arrive(sh, r, d)) != 0 || (rc = post(sh, W_REDUCED, r)) != 0 ||
+		    (off + m >= bc && (rc = claim(sh)) != 0))
 			return rc;
-		post(sh, W_REDUCED, r);
 		for (int j = 0; j < sh->n && m > 0; j++)
 			if (j != sh->me && (gather || j == root))
 				memcpy((char *)k->dst + ((gather ? (size_t)j * bc : 0) + off) * es,
 				       area(sh, j, r, 0), m * es);
-		post(sh, W_DONE, r);
+		if ((rc = post(sh, W_DONE, r)) != 0)
+			return rc;
 		off += m;
 	} while (off < bc);
-	return 0;
+	return commit(sh, r, false);
 }
 
 /* Reduce-scatter: count is the n blocks' elements; this rank's block goes to k->blk->out. */
@@ -339,20 +428,53 @@ static int run_reduce_scatter(struct ft__onehost *sh, const struct ft__call *k, 
 		if ((rc = round_open(sh, &r)) != 0)
 			return rc;
 		for (int b = 0; b < sh->n && m > 0; b++)
-			memcpy(area(sh, sh->me, r, 0) + (size_t)b * m * es,
-			       src + ((size_t)b * bc + off) * es, m * es);
-		if ((rc = round_arrive(sh, r, d)) != 0)
+			copy_in(sh, area(sh, sh->me, r, 0) + (size_t)b * m * es, src,
+				((size_t)b * bc + off) * es, m * es);
+		sh->saved = off + m;
+		if ((rc = round_arrive(sh, r, d)) != 0 || (off + m >= bc && (rc = claim(sh)) != 0))
 			return rc;
 		reduce_from_all(sh, r, (size_t)sh->me * m * es, m, k, combine, accum,
 				out + off * es);
-		post(sh, W_REDUCED, r);
-		post(sh, W_DONE, r);
+		if ((rc = post(sh, W_REDUCED, r)) != 0 || (rc = post(sh, W_DONE, r)) != 0)
+			return rc;
 		off += m;
 	} while (off < bc);
-	return 0;
+	return commit(sh, r, false);
 }
 
-int ft__onehost_run(struct ft_comm *c, const struct ft__call *k, uint64_t op_seq)
+/*
+ * Under shrink, whether an in-place input needs the backup: a round
+ * overwrites it before the op is known complete everywhere (an op with
+ * commit steps, or more rounds than one). Allgather and broadcast never
+ * overwrite their input.
+ */
+static void *backup_for(const struct ft_comm *c, const struct ft__onehost *sh,
+			const struct ft__call *k)
+{
+	size_t bytes = k->count * k->es;
+
+	if (sh->det == NULL || !k->in_place || k->input_untouched || bytes == 0 ||
+	    k->kind == FT__COLL_BROADCAST || c->backup == NULL || c->backup_bytes < bytes)
+		return NULL;
+	return !ft__small_op(k) || bytes > sh->area ? c->backup : NULL;
+}
+
+/* After a failed attempt: the backup holds each block's first sh->saved
+ * elements, the buffer the rest; the call runs again out of place from it. */
+static void backup_complete(const struct ft__onehost *sh, struct ft__call *k)
+{
+	size_t nb = k->kind == FT__COLL_REDUCE_SCATTER ? (size_t)sh->n : 1, bc = k->count / nb;
+
+	if (sh->backup == NULL)
+		return;
+	for (size_t b = 0; b < nb && sh->saved < bc; b++)
+		memcpy((char *)sh->backup + (b * bc + sh->saved) * k->es,
+		       (char *)k->dst + (b * bc + sh->saved) * k->es, (bc - sh->saved) * k->es);
+	k->src = sh->backup;
+	k->in_place = false;
+}
+
+int ft__onehost_run(struct ft_comm *c, struct ft__call *k, uint64_t op_seq)
 {
 	struct ft__onehost *sh = c->onehost;
 	struct shm_desc d = {.op_seq = op_seq, .count = k->count, .es = k->es, .kind = k->kind,
@@ -362,6 +484,8 @@ int ft__onehost_run(struct ft_comm *c, const struct ft__call *k, uint64_t op_seq
 	int rc, root = -1;
 
 	sh->op_seq = op_seq;
+	sh->backup = backup_for(c, sh, k);
+	sh->saved = 0;
 	if (k->kind == FT__COLL_BROADCAST) {
 		for (int j = 0; j < c->size; j++)
 			if (c->members[j] == k->root)
@@ -381,8 +505,13 @@ int ft__onehost_run(struct ft_comm *c, const struct ft__call *k, uint64_t op_seq
 		none.es = 1;
 		rc = run_allreduce(sh, &none, &d, NULL, NULL);
 	}
-	if (rc != 0 && rc != -FT_EMISMATCH)
-		atomic_store(&head(sh, sh->me)->broken, 1); /* the members stop waiting too */
+	if (rc != 0 && rc != -FT_EMISMATCH) {
+		struct shm_head *h = head(sh, sh->me);
+		atomic_store(&h->broken, 1); /* the members stop waiting too, */
+		for (int w = 0; w < W_COUNT; w++)
+			wake(&h->w[w]); /* at once */
+		backup_complete(sh, k);
+	}
 	return rc;
 }
 
@@ -415,8 +544,8 @@ static uint64_t pid_ns(void)
 
 static void seg_path(const struct ft_comm *c, int orig, char *out, size_t len)
 {
-	snprintf(out, len, "/dev/shm/ftcc-shm-%u/%s-%016llx-%d", (unsigned)geteuid(), c->cfg.job_id,
-		 (unsigned long long)c->job_nonce, orig);
+	snprintf(out, len, "/dev/shm/ftcc-shm-%u/%s-%016llx-g%u-%d", (unsigned)geteuid(),
+		 c->cfg.job_id, (unsigned long long)c->job_nonce, c->generation, orig);
 }
 
 /* This rank's segment, made and mapped; 0 or an error it said. */
@@ -455,6 +584,7 @@ static int make_own(struct ft_comm *c, struct ft__onehost *sh)
 	}
 	struct shm_head *h = head(sh, sh->me);
 	h->nonce = c->job_nonce;
+	h->gen = sh->gen;
 	h->pos = sh->me;
 	h->n = sh->n;
 	h->pid = (int32_t)getpid();
@@ -490,8 +620,8 @@ static int map_member(struct ft_comm *c, struct ft__onehost *sh, int j)
 		return -FT_ENOMEM;
 	}
 	const struct shm_head *h = head(sh, j);
-	if (h->magic != SHM_MAGIC || h->nonce != c->job_nonce || h->pos != j || h->n != sh->n ||
-	    h->area != sh->area || h->pid <= 0) {
+	if (h->magic != SHM_MAGIC || h->nonce != c->job_nonce || h->gen != sh->gen || h->pos != j ||
+	    h->n != sh->n || h->area != sh->area || h->pid <= 0) {
 		ft__warn("shm: %s is not rank %d's segment of this job", path, c->members[j]);
 		return -FT_EPROTO;
 	}
@@ -528,12 +658,20 @@ int ft__onehost_open(struct ft_comm *c)
 	int32_t ok = 1;
 	int rc;
 
-	if (c->cfg.policy != FT_POLICY_ABORT || c->size < 2)
+	if (c->onehost_tried && c->onehost_gen == c->generation)
+		return 0; /* decided for this view */
+	ft__onehost_close(c);
+	if ((c->cfg.policy != FT_POLICY_ABORT && c->cfg.policy != FT_POLICY_SHRINK) || c->size < 2) {
+		c->onehost_tried = true;
+		c->onehost_gen = c->generation;
 		return 0;
+	}
 	sh = calloc(1, sizeof(*sh));
 	if (sh != NULL) {
 		sh->n = c->size;
 		sh->me = c->rank;
+		sh->gen = c->generation;
+		sh->det = c->cfg.policy == FT_POLICY_SHRINK ? c->det : NULL;
 		sh->area = c->tp_env.shm_bytes / 4 / 64 * 64;
 		sh->bytes = SHM_HEAD + 4 * sh->area;
 		sh->spin_ns = c->spin_ns;
@@ -560,6 +698,8 @@ int ft__onehost_open(struct ft_comm *c)
 		goto out;
 	if (sh != NULL && sh->path[0] != '\0' && unlink(sh->path) == 0)
 		sh->path[0] = '\0'; /* every rank mapped it: nothing outlives the job */
+	c->onehost_tried = true;
+	c->onehost_gen = c->generation;
 	if (ok) {
 		ft__info("shm: the %d ranks share this host: collectives run in shared memory "
 			 "(%zu bytes a rank)", sh->n, sh->bytes);

@@ -10,12 +10,14 @@ struct ft_comm;
 struct ft__call;
 
 /*
- * Makes this rank's segment and maps every member's, once ft_init has
- * linked the ring (which carries the two agreements): 0 with c->onehost set
- * when every rank of the view could, 0 with c->onehost NULL when the path does
- * not apply (FTCC_SHM=0, a policy that recovers, one rank) or some rank
- * could not map it (every rank then stays on the ring, and says why), or
- * the ring's error.
+ * Makes this rank's segment for the current view and maps every member's,
+ * once the view's ring is linked (it carries the two agreements); the
+ * driver calls it before each attempt, and it does nothing where this view
+ * is decided already. 0 with c->onehost set when every rank of the view
+ * could, 0 with c->onehost NULL when the path does not apply (FTCC_SHM=0,
+ * the rejoin policy, one rank) or some rank could not map it (every rank
+ * then stays on the ring, and says why), or the ring's error (then it
+ * tries again at the next attempt).
  */
 int ft__onehost_open(struct ft_comm *c);
 /* Unmaps every segment (the files are gone already: ft__onehost_open). */
@@ -25,8 +27,11 @@ void ft__onehost_close(struct ft_comm *c);
  * One collective (any kind, k as the driver holds it) on the segments:
  * 0; -FT_EMISMATCH on every rank when their calls differ (kind, count,
  * dtype, op, root); -FT_EPEERFAILED when a member died (its process
- * exited) while this rank waited for it.
+ * exited) or failed its op while this rank waited for it; -FT_EABORTED
+ * (shrink) when the detector settles a view first. Then, under shrink, an
+ * in-place call whose input a round overwrote runs out of place from the
+ * backup (k->src) at its next attempt.
  */
-int ft__onehost_run(struct ft_comm *c, const struct ft__call *k, uint64_t op_seq);
+int ft__onehost_run(struct ft_comm *c, struct ft__call *k, uint64_t op_seq);
 
 #endif

@@ -91,11 +91,6 @@ void ft__recover_finalize(struct ft_comm *c);
 bool ft__recoverable(const struct ft_comm *c, int rc);
 /* The result_held hook: tells the detector this rank holds op's result. */
 int ft__recover_claim(struct ft__coll *co);
-/* Ops whose result a rank keeps, to hand over after a failure (not
- * reduce-scatter, whose result differs on every rank, nor allgather: they
- * run with commit steps, which need no hand-over of a block layout). */
-#define FT__KEEP_MAX ((size_t)64 << 10)
-bool ft__small_op(const struct ft__call *k);
 
 /* Shrink's input side, which rejoin uses too (policy_shrink.c). */
 /* Room in c->backup for an in-place input of k (when a restart may need it). */

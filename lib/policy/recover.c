@@ -58,11 +58,6 @@ bool ft__recoverable(const struct ft_comm *c, int rc)
 	       (rc == -FT_EPEERFAILED || rc == -FT_EABORTED || ft__det_pending(c->det));
 }
 
-bool ft__small_op(const struct ft__call *k)
-{
-	return k->kind != FT__COLL_BROADCAST && k->blk == NULL && k->count * k->es <= FT__KEEP_MAX;
-}
-
 int ft__recover_claim(struct ft__coll *co)
 {
 	return ft__det_have_result(co->c->det, co->tmpl.op_seq);
