@@ -317,8 +317,8 @@ static int commit(struct ft__onehost *sh, uint32_t r, bool small)
 static void copy_in(const struct ft__onehost *sh, char *to, const char *src, size_t off, size_t len)
 {
 	memcpy(to, src + off, len);
-	if (sh->backup != NULL)
-		memcpy((char *)sh->backup + off, src + off, len);
+	if (sh->backup != NULL) /* (read again from the caches; written past them) */
+		ft__copy_stream((char *)sh->backup + off, src + off, len);
 }
 
 /* Slice s of m elements cut n ways: [*lo, *lo + *len). */
