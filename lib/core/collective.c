@@ -79,10 +79,12 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 		memset(&co, 0, sizeof(co));
 		memset(&a, 0, sizeof(a));
 		rc = ft__comm_connect_ring(c);
-		if (rc == 0)
-			rc = ft__onehost_open(c); /* (a new view: its own segments) */
 		if (rc == 0 && pol->op_start != NULL)
 			rc = pol->op_start(c, run.seq);
+		/* (a new view: its own segments; after op_start, whose state
+		 * transfer a newcomer runs from ft_state_sync, before any op) */
+		if (rc == 0)
+			rc = ft__onehost_open(c);
 		if (rc == 0) {
 			pol->attempt(c, k, &a);
 			a.op_seq = run.seq;

@@ -107,6 +107,7 @@ struct shm_head {
 	uint32_t gen, pad;
 	uint64_t area;
 	uint64_t pidns;            /* its pid namespace (inode): pid means that process here */
+	uint64_t netns;            /* its network namespace (inode): another one is another host */
 	struct shm_desc desc[2];
 	struct shm_word w[W_COUNT] __attribute__((aligned(64)));
 };
@@ -316,6 +317,8 @@ static int commit(struct ft__onehost *sh, uint32_t r, bool small)
  * in place to the backup at the same offset (a round overwrites the input). */
 static void copy_in(const struct ft__onehost *sh, char *to, const char *src, size_t off, size_t len)
 {
+	if (len == 0)
+		return;
 	memcpy(to, src + off, len);
 	if (sh->backup != NULL) /* (read again from the caches; written past them) */
 		ft__copy_stream((char *)sh->backup + off, src + off, len);
@@ -331,15 +334,19 @@ static void slice(size_t m, int n, int s, size_t *lo, size_t *len)
 }
 
 /* out = the reduction of every member's input area at byte offset off, in rank order. */
+/* out = the reduction of every member's input area at byte offset off, in
+ * rank order; this rank's own input from mine where not NULL. */
 static void reduce_from_all(const struct ft__onehost *sh, uint32_t r, size_t off, size_t len,
 			    const struct ft__call *k, ft__combine_fn combine, ft__accum_fn accum,
-			    void *out)
+			    const char *mine, void *out)
 {
+#define IN(j) ((j) == sh->me && mine != NULL ? mine : area(sh, (j), r, 0) + off)
 	if (len == 0)
 		return;
-	combine(out, area(sh, 0, r, 0) + off, area(sh, 1, r, 0) + off, len);
+	combine(out, IN(0), IN(1), len);
 	for (int j = 2; j < sh->n; j++)
-		accum(out, area(sh, j, r, 0) + off, len);
+		accum(out, IN(j), len);
+#undef IN
 	if (k->op == FT_AVG)
 		ft__reduce_scale(out, len, k->dtype, (size_t)sh->n);
 }
@@ -358,13 +365,19 @@ static int run_allreduce(struct ft__onehost *sh, const struct ft__call *k, struc
 		bool last = off + m >= count;
 		if ((rc = round_open(sh, &r)) != 0)
 			return rc;
-		if (m > 0)
-			copy_in(sh, area(sh, sh->me, r, 0), src, off * es, m * es);
+		/* the members' slices of this rank's piece; its own it reduces
+		 * straight from the input (a copy fewer: half of them at 2 ranks) */
+		slice(m, sh->n, sh->me, &lo, &len);
+		copy_in(sh, area(sh, sh->me, r, 0), src, off * es, lo * es);
+		copy_in(sh, area(sh, sh->me, r, 0) + (lo + len) * es, src, (off + lo + len) * es,
+			(m - lo - len) * es);
+		if (sh->backup != NULL && len > 0) /* (the own slice: overwritten in place too) */
+			ft__copy_stream((char *)sh->backup + (off + lo) * es, src + (off + lo) * es,
+					len * es);
 		sh->saved = off + m;
 		if ((rc = round_arrive(sh, r, d)) != 0)
 			return rc;
-		slice(m, sh->n, sh->me, &lo, &len);
-		reduce_from_all(sh, r, lo * es, len, k, combine, accum,
+		reduce_from_all(sh, r, lo * es, len, k, combine, accum, src + (off + lo) * es,
 				area(sh, sh->me, r, 1) + lo * es);
 		if ((rc = post(sh, W_REDUCED, r)) != 0 || (rc = wait_all(sh, W_REDUCED, r)) != 0 ||
 		    (last && (rc = claim(sh)) != 0))
@@ -427,13 +440,13 @@ static int run_reduce_scatter(struct ft__onehost *sh, const struct ft__call *k, 
 		size_t m = bc - off < per ? bc - off : per;
 		if ((rc = round_open(sh, &r)) != 0)
 			return rc;
-		for (int b = 0; b < sh->n && m > 0; b++)
+		for (int b = 0; b < sh->n; b++)
 			copy_in(sh, area(sh, sh->me, r, 0) + (size_t)b * m * es, src,
 				((size_t)b * bc + off) * es, m * es);
 		sh->saved = off + m;
 		if ((rc = round_arrive(sh, r, d)) != 0 || (off + m >= bc && (rc = claim(sh)) != 0))
 			return rc;
-		reduce_from_all(sh, r, (size_t)sh->me * m * es, m, k, combine, accum,
+		reduce_from_all(sh, r, (size_t)sh->me * m * es, m, k, combine, accum, NULL,
 				out + off * es);
 		if ((rc = post(sh, W_REDUCED, r)) != 0 || (rc = post(sh, W_DONE, r)) != 0)
 			return rc;
@@ -534,12 +547,16 @@ static void shm_free(struct ft__onehost *sh)
 	free(sh);
 }
 
-/* This process's pid namespace: a member's pid names its process only in the same one. */
-static uint64_t pid_ns(void)
+/* This process's pid (or network) namespace: a member's pid names its
+ * process only in the same one; a member in another network namespace is
+ * taken for another host, as a container or an emulated host is meant. */
+static uint64_t ns_of(const char *which)
 {
+	char path[64];
 	struct stat st;
 
-	return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+	snprintf(path, sizeof(path), "/proc/self/ns/%s", which);
+	return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
 static void seg_path(const struct ft_comm *c, int orig, char *out, size_t len)
@@ -588,7 +605,8 @@ static int make_own(struct ft_comm *c, struct ft__onehost *sh)
 	h->pos = sh->me;
 	h->n = sh->n;
 	h->pid = (int32_t)getpid();
-	h->pidns = pid_ns();
+	h->pidns = ns_of("pid");
+	h->netns = ns_of("net");
 	h->area = sh->area;
 	atomic_thread_fence(memory_order_release);
 	h->magic = SHM_MAGIC;
@@ -625,9 +643,11 @@ static int map_member(struct ft_comm *c, struct ft__onehost *sh, int j)
 		ft__warn("shm: %s is not rank %d's segment of this job", path, c->members[j]);
 		return -FT_EPROTO;
 	}
-	if (h->pidns != pid_ns() || h->pidns == 0) {
-		/* (a container sharing /dev/shm): its death could not be seen here */
-		ft__info("shm: rank %d runs in another pid namespace", c->members[j]);
+	if (h->pidns != ns_of("pid") || h->pidns == 0 || h->netns != ns_of("net")) {
+		/* (a container sharing /dev/shm): its death could not be seen
+		 * here; (another network namespace): the network between the
+		 * two is the job's, and may fail as it does between hosts */
+		ft__info("shm: rank %d runs in another pid or network namespace", c->members[j]);
 		return -FT_EPROTO;
 	}
 	sh->pidfd[j] = (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
