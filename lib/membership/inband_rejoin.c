@@ -423,8 +423,17 @@ void ft__ib_install_fresh(struct inband *b, uint32_t gen, const struct ib_value 
 			b->taken_gen = gen;
 			continue;
 		}
-		if (!p->back.have || p->back.gen != gen)
-			continue; /* value_fits saw to it */
+		if (!p->back.have || p->back.gen != gen) {
+			/* (value_fits saw to it) Not its addresses, but what this
+			 * rank held against its last incarnation goes: left
+			 * "certain", it went out in this rank's next COLLECT reply,
+			 * and the coordinator of the view after left the new
+			 * incarnation out, unawaited, as gone (rejoin ran ops
+			 * short: test_inband_rejoin, chains of newcomers) */
+			p->certain = false;
+			p->gone = p->late = false;
+			continue;
+		}
 		snprintf(p->addr, sizeof(p->addr), "%s", p->back.addr);
 		snprintf(p->ctrl, sizeof(p->ctrl), "%s", p->back.ctrl);
 		snprintf(b->book[e], sizeof(b->book[e]), "%s", p->back.mb);
