@@ -180,6 +180,75 @@ static void private_shm(const char *opts, bool open_dir, bool want)
 		  status);
 }
 
+/*
+ * Files in the segment directory before the job: a segment whose maker is
+ * dead (a job killed in its setup, before the ranks removed their files),
+ * a segment of a live process, and a file that is no segment. The job
+ * removes the first and leaves the others, and runs in shared memory. The
+ * header's layout is lib/core/onehost.c's struct shm_head: magic at 0, the
+ * maker's pid at 24, its pid namespace at 48.
+ */
+static void put_segment(const char *dir, const char *name, uint64_t magic, int32_t pid)
+{
+	char path[256], page[4096] = {0};
+	struct stat st;
+	uint64_t ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	memcpy(page, &magic, 8);
+	memcpy(page + 24, &pid, 4);
+	memcpy(page + 48, &ns, 8);
+	fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	if (fd < 0 || write(fd, page, sizeof(page)) != (ssize_t)sizeof(page))
+		_exit(79);
+	close(fd);
+}
+
+static void stale_segments(void)
+{
+	struct plan p = {.counts = {1, 50001}, .ncounts = 2, .want_shm = true};
+	int status;
+	pid_t pid = fork();
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		char dir[128], path[256];
+		pid_t dead = fork();
+		if (dead == 0)
+			_exit(0);
+		waitpid(dead, NULL, 0); /* a pid nobody holds now */
+		if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+		    mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=16m,mode=1777") != 0)
+			_exit(77);
+		snprintf(dir, sizeof(dir), "/dev/shm/ftcc-shm-%u", (unsigned)geteuid());
+		if (mkdir(dir, 0700) != 0)
+			_exit(78);
+		put_segment(dir, "old-job-dead", 0x3130736d63637466ull, (int32_t)dead);
+		put_segment(dir, "old-job-live", 0x3130736d63637466ull, (int32_t)getpid());
+		put_segment(dir, "no-segment", 0x1234, (int32_t)dead);
+		setenv("FTCC_SHM_BYTES", "256K", 1);
+		if (tu_run(3, DEADLINE_MS, run_plan, &p) != 0)
+			_exit(1);
+		snprintf(path, sizeof(path), "%s/old-job-dead", dir);
+		if (access(path, F_OK) == 0)
+			_exit(2);
+		snprintf(path, sizeof(path), "%s/old-job-live", dir);
+		if (access(path, F_OK) != 0)
+			_exit(3);
+		snprintf(path, sizeof(path), "%s/no-segment", dir);
+		_exit(access(path, F_OK) != 0 ? 4 : 0);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
+		cr_skip_test("SKIPPED: a private /dev/shm needs root (unshare, mount)");
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "status %d (1: the job failed; 2: the dead maker's segment stayed; 3: a live "
+		  "one's went; 4: a file that is no segment went)", status);
+}
+
+Test(onehost, a_segment_left_by_a_killed_job_is_removed) { stale_segments(); }
+
 /* Another user's segment directory (here: one anyone may write in) is
  * refused: every rank stays on the ring, and the job is right. */
 Test(onehost, a_directory_others_can_write_is_refused)

@@ -1,5 +1,6 @@
 /* onehost.c: the one-host path: each rank's segment in shared memory, stage words with bounded spinning then a futex, and every collective as rounds over the segments. */
 /* SPDX-License-Identifier: MIT */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -565,6 +566,41 @@ static void seg_path(const struct ft_comm *c, int orig, char *out, size_t len)
 		 c->cfg.job_id, (unsigned long long)c->job_nonce, c->generation, orig);
 }
 
+/*
+ * Removes the segments in dir whose maker is dead: a job killed during
+ * its setup (before every rank mapped every segment, when each removes its
+ * own) left them, and nothing else ever would. A segment is a file whose
+ * header says so (magic), made in this pid namespace by a process that no
+ * longer exists; anything else stays (a live job's, another namespace's,
+ * a file that is no segment).
+ */
+static void reclaim(const char *dir)
+{
+	uint64_t ns = ns_of("pid");
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		struct shm_head h;
+		struct stat st;
+		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+		if (fd < 0)
+			continue;
+		ft__fd_own(fd);
+		bool stale = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+			     pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+			     h.magic == SHM_MAGIC && h.pidns == ns && ns != 0 && h.pid > 0 &&
+			     kill(h.pid, 0) != 0 && errno == ESRCH;
+		ft__fd_close(fd);
+		if (stale && unlinkat(dirfd(d), e->d_name, 0) == 0)
+			ft__info("shm: removed %s/%s, left by process %d, which is gone", dir,
+				 e->d_name, (int)h.pid);
+	}
+	closedir(d);
+}
+
 /* This rank's segment, made and mapped; 0 or an error it said. */
 static int make_own(struct ft_comm *c, struct ft__onehost *sh)
 {
@@ -574,6 +610,7 @@ static int make_own(struct ft_comm *c, struct ft__onehost *sh)
 	snprintf(dir, sizeof(dir), "/dev/shm/ftcc-shm-%u", (unsigned)geteuid());
 	if ((rc = ft__dir_private(dir, FT__DIR_UNREADABLE)) != 0)
 		return rc;
+	reclaim(dir);
 	seg_path(c, c->cfg.rank, sh->path, sizeof(sh->path));
 	(void)unlink(sh->path); /* an earlier process of this job and rank: it is gone */
 	fd = open(sh->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
