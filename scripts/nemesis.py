@@ -15,7 +15,9 @@ as before:
   squat    another user binds and listens on every port the job let go
            (a killed rank's), and answers whoever connects with garbage
   fill     another user fills the job's rendezvous and log directories (a
-           small tmpfs of the trial's own) until ENOSPC, blocks and inodes
+           small tmpfs of the trial's own) until ENOSPC, blocks and inodes;
+           on the one-host path (FTCC_SHM=1) /dev/shm too (the trial's
+           own), so that the next view's segments find no room
   loss     a share of the TCP packets on the loopback dropped (nftables)
   rate     the loopback limited in rate (tc tbf): queueing delay
   stop     SIGSTOP/SIGCONT bursts on a healthy rank, each well under the
@@ -223,6 +225,10 @@ def inner(spec_path, args):
                     fs], check=True)
     for d in ("rdv", "log"):
         os.makedirs(os.path.join(fs, d), mode=0o700)
+    # and a /dev/shm of its own (libfabric's shm regions, the one-host
+    # path's segments): nothing a trial leaves there outlives it
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m,mode=1777", "tmpfs", "/dev/shm"],
+                   check=True)
     open_space = os.path.join(fs, "public")
     os.makedirs(open_space)
     os.chmod(open_space, 0o1777)
@@ -264,6 +270,11 @@ def inner(spec_path, args):
         say(t0, "filling the rendezvous and log tmpfs")
         procs.append(subprocess.Popen(as_nobody(["/usr/bin/python3", os.path.abspath(__file__),
                                                  "fill", open_space])))
+        if env.get("FTCC_SHM") == "1":
+            say(t0, "filling /dev/shm")
+            procs.append(subprocess.Popen(as_nobody(["/usr/bin/python3",
+                                                     os.path.abspath(__file__), "fill",
+                                                     "/dev/shm"])))
 
     def network():
         if not wait_start():
