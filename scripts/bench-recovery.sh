@@ -24,6 +24,10 @@
 #    transparent huge pages).
 set -eu
 B=${1:?usage: scripts/bench-recovery.sh BUILD_DIR}
+# The rows are the TCP ring's: on one host, abort and shrink would take the
+# one-host path (its figures: docs/performance.md, "Under shrink"); FTCC_SHM=1
+# measures that instead
+export FTCC_SHM=${FTCC_SHM:-0}
 T=${FTCC_RECOVERY_TRIALS:-10}
 R=${FTCC_OVERHEAD_ROUNDS:-15}
 
