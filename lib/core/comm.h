@@ -62,8 +62,7 @@ struct ft_comm {
 	const struct ft__policy *policy;
 	struct ft__det *det;            /* failure detector (shrink, rejoin), else NULL */
 	struct ft__onehost *onehost;    /* the one-host path (onehost.c), else NULL */
-	bool onehost_tried;             /* decided for generation onehost_gen */
-	uint32_t onehost_gen;
+	uint64_t onehost_view;          /* the generation + 1 the path was decided for; 0 none */
 	struct ft__shown shown;         /* until the next call, what ft_size & co. report */
 
 	/* shrink policy (policy_shrink.c) */

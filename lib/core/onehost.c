@@ -116,7 +116,6 @@ _Static_assert(sizeof(struct shm_head) <= SHM_HEAD, "the header fits its page");
 
 struct ft__onehost {
 	int n, me;
-	uint32_t gen;              /* the view these segments serve */
 	struct ft__det *det;       /* shrink: its view ends waits; claims; else NULL */
 	void *backup;              /* shrink, in place: where inputs go as they are copied in */
 	size_t saved;              /* of each block, the elements saved there */
@@ -314,14 +313,12 @@ static int commit(struct ft__onehost *sh, uint32_t r, bool small)
 	return sh->det != NULL && !small && sh->n >= 3 ? wait_all(sh, W_DONE, r) : 0;
 }
 
-/* len bytes of input at src + off into the segment at to, and under shrink
- * in place to the backup at the same offset (a round overwrites the input). */
-static void copy_in(const struct ft__onehost *sh, char *to, const char *src, size_t off, size_t len)
+/* Under shrink in place, len bytes of input at src + off to the backup at
+ * the same offset, before a round overwrites them (written past the
+ * caches: nothing reads the backup unless the op fails). */
+static void save(const struct ft__onehost *sh, const char *src, size_t off, size_t len)
 {
-	if (len == 0)
-		return;
-	memcpy(to, src + off, len);
-	if (sh->backup != NULL) /* (read again from the caches; written past them) */
+	if (sh->backup != NULL && len > 0)
 		ft__copy_stream((char *)sh->backup + off, src + off, len);
 }
 
@@ -369,12 +366,12 @@ static int run_allreduce(struct ft__onehost *sh, const struct ft__call *k, struc
 		/* the members' slices of this rank's piece; its own it reduces
 		 * straight from the input (a copy fewer: half of them at 2 ranks) */
 		slice(m, sh->n, sh->me, &lo, &len);
-		copy_in(sh, area(sh, sh->me, r, 0), src, off * es, lo * es);
-		copy_in(sh, area(sh, sh->me, r, 0) + (lo + len) * es, src, (off + lo + len) * es,
-			(m - lo - len) * es);
-		if (sh->backup != NULL && len > 0) /* (the own slice: overwritten in place too) */
-			ft__copy_stream((char *)sh->backup + (off + lo) * es, src + (off + lo) * es,
-					len * es);
+		if (m > 0) {
+			memcpy(area(sh, sh->me, r, 0), src + off * es, lo * es);
+			memcpy(area(sh, sh->me, r, 0) + (lo + len) * es, src + (off + lo + len) * es,
+			       (m - lo - len) * es);
+		}
+		save(sh, src, off * es, m * es); /* (the own slice too: overwritten in place) */
 		sh->saved = off + m;
 		if ((rc = round_arrive(sh, r, d)) != 0)
 			return rc;
@@ -441,9 +438,11 @@ static int run_reduce_scatter(struct ft__onehost *sh, const struct ft__call *k, 
 		size_t m = bc - off < per ? bc - off : per;
 		if ((rc = round_open(sh, &r)) != 0)
 			return rc;
-		for (int b = 0; b < sh->n; b++)
-			copy_in(sh, area(sh, sh->me, r, 0) + (size_t)b * m * es, src,
-				((size_t)b * bc + off) * es, m * es);
+		for (int b = 0; b < sh->n && m > 0; b++) {
+			memcpy(area(sh, sh->me, r, 0) + (size_t)b * m * es,
+			       src + ((size_t)b * bc + off) * es, m * es);
+			save(sh, src, ((size_t)b * bc + off) * es, m * es);
+		}
 		sh->saved = off + m;
 		if ((rc = round_arrive(sh, r, d)) != 0 || (off + m >= bc && (rc = claim(sh)) != 0))
 			return rc;
@@ -638,7 +637,7 @@ static int make_own(struct ft_comm *c, struct ft__onehost *sh)
 	}
 	struct shm_head *h = head(sh, sh->me);
 	h->nonce = c->job_nonce;
-	h->gen = sh->gen;
+	h->gen = c->generation;
 	h->pos = sh->me;
 	h->n = sh->n;
 	h->pid = (int32_t)getpid();
@@ -675,7 +674,7 @@ static int map_member(struct ft_comm *c, struct ft__onehost *sh, int j)
 		return -FT_ENOMEM;
 	}
 	const struct shm_head *h = head(sh, j);
-	if (h->magic != SHM_MAGIC || h->nonce != c->job_nonce || h->gen != sh->gen || h->pos != j ||
+	if (h->magic != SHM_MAGIC || h->nonce != c->job_nonce || h->gen != c->generation || h->pos != j ||
 	    h->n != sh->n || h->area != sh->area || h->pid <= 0) {
 		ft__warn("shm: %s is not rank %d's segment of this job", path, c->members[j]);
 		return -FT_EPROTO;
@@ -715,19 +714,17 @@ int ft__onehost_open(struct ft_comm *c)
 	int32_t ok = 1;
 	int rc;
 
-	if (c->onehost_tried && c->onehost_gen == c->generation)
+	if (c->onehost_view == (uint64_t)c->generation + 1)
 		return 0; /* decided for this view */
 	ft__onehost_close(c);
 	if ((c->cfg.policy != FT_POLICY_ABORT && c->cfg.policy != FT_POLICY_SHRINK) || c->size < 2) {
-		c->onehost_tried = true;
-		c->onehost_gen = c->generation;
+		c->onehost_view = (uint64_t)c->generation + 1;
 		return 0;
 	}
 	sh = calloc(1, sizeof(*sh));
 	if (sh != NULL) {
 		sh->n = c->size;
 		sh->me = c->rank;
-		sh->gen = c->generation;
 		sh->det = c->cfg.policy == FT_POLICY_SHRINK ? c->det : NULL;
 		sh->area = c->tp_env.shm_bytes / 4 / 64 * 64;
 		sh->bytes = SHM_HEAD + 4 * sh->area;
@@ -755,8 +752,7 @@ int ft__onehost_open(struct ft_comm *c)
 		goto out;
 	if (sh != NULL && sh->path[0] != '\0' && unlink(sh->path) == 0)
 		sh->path[0] = '\0'; /* every rank mapped it: nothing outlives the job */
-	c->onehost_tried = true;
-	c->onehost_gen = c->generation;
+	c->onehost_view = (uint64_t)c->generation + 1;
 	if (ok) {
 		ft__info("shm: the %d ranks share this host: collectives run in shared memory "
 			 "(%zu bytes a rank)", sh->n, sh->bytes);
