@@ -1413,6 +1413,75 @@ Test(tcp, links_follow_the_timeouts, .timeout = 20)
 	close(lfd);
 }
 
+/*
+ * A listener that lets a connection go before reading its hello (to make
+ * room when strangers fill its pending slots, while this rank was
+ * descheduled between connect and write) said nothing of the link: the
+ * connecting side dials again with the same hello, and its link does not
+ * fail (it did: on the one-host path nobody used the link, so its peer
+ * waited 20 s in accept and was lost; CI, hostile_network). A listener
+ * that is gone is a failure at once, not a redial until the deadline.
+ */
+Test(tcp, a_link_let_go_unanswered_dials_again, .timeout = 20)
+{
+	struct ft__transport *tx = tp_open(1);
+	struct ft__hello h = good_hello(), again;
+	struct ft__link *sl = NULL;
+	struct evlog log = {.n = 0};
+	const struct ft__tp_event *ev;
+	char addr[64];
+	int lfd = -1, fd = -1;
+	int64_t deadline;
+
+	pump_tx = NULL; /* this test drives tx's progress itself */
+	cr_assert_eq(ft__sock_listen("test", "127.0.0.1", NULL, 4, &lfd, addr, sizeof(addr)), 0);
+	cr_assert_eq(tcp_ops()->connect(tx, addr, &h, WAIT_MS, &sl), 0);
+	for (int round = 0; round < 3; round++) {
+		/* let it go unread: the hello in its queue makes the close a reset */
+		fd = accept(lfd, NULL, NULL);
+		cr_assert_geq(fd, 0);
+		close(fd);
+		fd = -1;
+		deadline = ft__now_ms() + WAIT_MS;
+		while (fd < 0 && ft__ms_left(deadline) > 0) {
+			struct pollfd pf = {.fd = lfd, .events = POLLIN};
+			pump(tx, 5, &log);
+			if (poll(&pf, 1, 5) == 1)
+				fd = accept(lfd, NULL, NULL);
+		}
+		cr_assert_geq(fd, 0, "round %d: the link did not dial again", round);
+		cr_assert_eq(raw_read(fd, &again, sizeof(again), WAIT_MS), sizeof(again));
+		cr_expect_eq(memcmp(&again, &h, sizeof(h)), 0, "round %d: another hello", round);
+		cr_assert_null(find(&log, FT__TP_LINK_ERROR), "round %d: the link failed: %s", round,
+			       ft_err_name(find(&log, FT__TP_LINK_ERROR)->status));
+		if (round < 2) {
+			/* the next round's accept takes a fresh dial: this one goes */
+			struct linger lg = {.l_onoff = 1, .l_linger = 0};
+			setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+			close(fd);
+			fd = -1;
+			deadline = ft__now_ms() + WAIT_MS;
+			while (ft__ms_left(deadline) > 0) {
+				struct pollfd pf = {.fd = lfd, .events = POLLIN};
+				pump(tx, 5, &log);
+				if (poll(&pf, 1, 5) == 1)
+					break;
+			}
+		}
+	}
+	/* now the listener goes too: the link fails, soon */
+	close(lfd);
+	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+	int64_t t0 = ft__now_ms();
+	ev = wait_for(tx, &log, FT__TP_LINK_ERROR, WAIT_MS);
+	cr_assert_not_null(ev, "a link whose peer is gone must fail");
+	cr_expect_eq(ev->status, -FT_EPEERFAILED, "%s", ft_err_name(ev->status));
+	cr_expect_lt(ft__now_ms() - t0, 2000, "a gone listener was dialed until the deadline");
+	tp_close(tx);
+}
+
 /* The refusal is reported as such even when a frame is already queued on the link. */
 Test(tcp, refused_link_with_queued_frame, .timeout = 20)
 {

@@ -479,6 +479,7 @@ static void tcp_link_abort(struct ft__link *l, const struct ft__frame *abort_fra
 	if (l == NULL)
 		return;
 	if (l->sending && l->error == 0) {
+		l->redial_until = 0; /* an abort waits 200 ms at most: no dialing again */
 		while (l->sq.len > 1)
 			l->sq.len--;
 		if (l->sq.len == 1 && queue_at(&l->sq, 0)->done == 0)

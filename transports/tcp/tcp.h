@@ -35,6 +35,8 @@ struct ft__link {
 	bool sending;           /* connecting side: frames go out, ack comes in */
 	bool need_ack;          /* connecting side: no answer yet, so no frame may go */
 	struct ft__hello hello;  /* connecting side: its hello, which the answer and proof cover */
+	struct ft__sock_addr to; /* connecting side: the peer's listener, for a redial */
+	int64_t redial_until;   /* connecting side: the connect's deadline (redials end there) */
 	struct ft__hello_proof proof;    /* connecting side: goes out before the first frame */
 	size_t proof_left;      /* bytes of proof not written yet */
 	bool can_read, can_write;

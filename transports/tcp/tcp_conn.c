@@ -57,33 +57,41 @@ static struct ft__link *link_new(struct ft__transport *tp, int fd, int peer, boo
 	return l;
 }
 
-int ft__tcp_connect(struct ft__transport *tp, const char *addr, const struct ft__hello *hello,
-		       int timeout_ms, struct ft__link **out)
+/*
+ * Dials `to` and writes the hello, retrying until the deadline: a peer
+ * may not listen yet (unless `again`: it listened before) or have a full
+ * backlog, and a connection closed
+ * before the hello went out was refused unread. Each try waits a slice
+ * (200 ms, doubling to 2 s), and this rank's own listener is drained
+ * between tries: a neighbour that connects to us while we connect to the
+ * next must find room in our queue, or the ring of connects waits on
+ * itself.
+ */
+static int dial(struct ft__transport *tp, const struct ft__sock_addr *to, const char *addr,
+		const struct ft__hello *hello, int64_t deadline, bool again, int *out_fd)
 {
-	int64_t deadline = ft__now_ms() + timeout_ms;
-	struct ft__sock_addr to;
 	int fd = -1, rc, delay_ms = 1, slice_ms = 200;
 
-	*out = NULL;
-	if (ft__sock_resolve(addr, &to) != 0) {
-		ft__error("tcp: malformed or unresolvable peer address '%s'", addr);
-		return -FT_EINVAL;
-	}
-	/*
-	 * A peer may not listen yet or have a full backlog: retry until the
-	 * deadline. Each try waits a slice (200 ms, doubling to 2 s), and this
-	 * rank's own listener is drained between tries: a neighbour that
-	 * connects to us while we connect to the next must find room in our
-	 * queue, or the ring of connects waits on itself.
-	 */
 	for (;;) {
 		int64_t until = ft__now_ms() + slice_ms;
 		ft__tcp_drain(tp);
-		rc = ft__sock_connect(&to, &tp->sock_opts, until < deadline ? until : deadline, &fd);
+		rc = ft__sock_connect(to, &tp->sock_opts, until < deadline ? until : deadline, &fd);
 		slice_ms = slice_ms < 1000 ? 2 * slice_ms : 2000;
-		/* a shortage of this rank's is said at once, as itself */
-		if (rc == 0 || rc == -FT_EIO || ft__err_shortage(rc))
-			break;
+		if (rc == 0) {
+			ft__fd_own(fd);
+			rc = ft__sock_write_full(fd, hello, sizeof(*hello), deadline);
+			if (rc == 0) {
+				*out_fd = fd;
+				return 0;
+			}
+			ft__fd_close(fd);
+			if (rc != -FT_EPEERFAILED)
+				return rc;
+		} else if (rc == -FT_EIO || ft__err_shortage(rc) || (again && rc == -FT_ECONNREFUSED)) {
+			/* (a shortage of this rank's is said at once, as itself; a
+			 * listener that took us once and refuses now is gone) */
+			return rc;
+		}
 		if (ft__ms_left(deadline) == 0) {
 			ft__error("tcp: cannot connect to %s: %s", addr, ft_strerror(rc));
 			return rc;
@@ -94,22 +102,68 @@ int ft__tcp_connect(struct ft__transport *tp, const char *addr, const struct ft_
 		nanosleep(&ts, NULL);
 		delay_ms = delay_ms < 50 ? delay_ms * 2 : 50;
 	}
-	if (rc != 0)
+}
+
+int ft__tcp_connect(struct ft__transport *tp, const char *addr, const struct ft__hello *hello,
+		       int timeout_ms, struct ft__link **out)
+{
+	int64_t deadline = ft__now_ms() + timeout_ms;
+	struct ft__sock_addr to;
+	int fd = -1, rc;
+
+	*out = NULL;
+	if (ft__sock_resolve(addr, &to) != 0) {
+		ft__error("tcp: malformed or unresolvable peer address '%s'", addr);
+		return -FT_EINVAL;
+	}
+	if ((rc = dial(tp, &to, addr, hello, deadline, false, &fd)) != 0)
 		return rc;
-	ft__fd_own(fd);
-	rc = ft__sock_write_full(fd, hello, sizeof(*hello), deadline);
-	if (rc != 0)
-		goto fail;
 	*out = link_new(tp, fd, hello->to_rank, true);
 	if (*out == NULL) {
-		rc = -FT_ENOMEM;
-		goto fail;
+		ft__fd_close(fd);
+		return -FT_ENOMEM;
 	}
 	(*out)->hello = *hello;
+	(*out)->to = to;
+	(*out)->redial_until = deadline;
 	return 0;
-fail:
-	ft__fd_close(fd);
-	return rc;
+}
+
+/*
+ * The connection of a link still waiting for its answer ended unanswered
+ * (closed or reset): the peer's listener let it go before reading its
+ * hello, as it does to make room when strangers fill its pending slots (a
+ * hello that came late: this rank was descheduled between its connect and
+ * its write). That is no news of the peer, so the link dials again, with
+ * the same hello, until the connect's deadline; a peer that is gone
+ * refuses the dial, and the link fails as before. The hello's nonce is
+ * still fresh: only a proved hello is remembered.
+ */
+static bool redial(struct ft__link *l)
+{
+	struct ft__transport *tp = l->tp;
+	char addr[64];
+	int fd;
+
+	if (!l->sending || !l->need_ack || ft__ms_left(l->redial_until) == 0)
+		return false;
+	snprintf(addr, sizeof(addr), "rank %d", l->peer);
+	ft__info("tcp: rank %d let our link go unanswered: dialing it again", l->peer);
+	if (dial(tp, &l->to, addr, &l->hello, l->redial_until, true, &fd) != 0)
+		return false;
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = l};
+	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+		ft__fd_close(fd);
+		return false;
+	}
+	ft__fd_close(l->fd); /* (closing takes it out of the epoll set) */
+	l->fd = fd;
+	l->eof = false;
+	l->error = 0;
+	l->in_start = l->in_end = 0;
+	l->can_read = l->can_write = true;
+	l->lowat = 1;
+	return true;
 }
 
 /* Answers a whole hello with rc (best effort) and closes fd. */
@@ -201,6 +255,9 @@ void ft__tcp_take_answer(struct ft__link *l)
 	while (l->need_ack && !l->error) {
 		if (l->in_end - l->in_start < sizeof(ack)) {
 			if (!ft__tcp_fill_inbuf(l)) {
+				if ((l->eof || l->error == -FT_EPEERFAILED) && l->in_end == l->in_start &&
+				    redial(l))
+					continue;
 				if (l->eof && !l->error)
 					ft__tcp_link_fail(l, -FT_EPEERFAILED);
 				return;
