@@ -134,6 +134,8 @@ int ft__comm_check(const struct ft_comm *c);
 int ft__comm_connect_ring(struct ft_comm *c);
 /* Tears down the ring links after a failed collective, telling the neighbours why. */
 void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq);
+/* Makes c->backup hold at least bytes (an in-place input saved for a rerun). */
+int ft__comm_backup_reserve(struct ft_comm *c, size_t bytes);
 /* Takes view v as the membership (dense ranks, addresses, rejoiners); takes v's members. */
 int ft__comm_load_view(struct ft_comm *c, struct ft__view *v);
 

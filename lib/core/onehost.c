@@ -52,26 +52,28 @@
  * that a post wakes only when someone sleeps. Asleep, it looks every
  * SHM_TICK_MS at the member it waits for: its process exited (its pidfd),
  * it marked its segment broken (its collective failed), the detector
- * settles a view (a stopped or excluded member, a newcomer: shrink), or the
- * op timeout passed. Then the waiter fences the word: it sets its FENCE bit
- * with a compare-and-swap, and a member posts with a compare-and-swap too,
- * so each word of each round is either posted, and every waiter sees it, or
- * fenced, and every waiter fails on it, whatever the timing (a stopped
- * member that wakes up after being given up cannot post any more).
+ * settles a view (a stopped or excluded member, a newcomer: shrink), or
+ * the op timeout passed. Then the waiter fences the word: it
+ * sets its FENCE bit with a compare-and-swap, and a member posts with a
+ * compare-and-swap too, so each word of each round is either posted, and
+ * every waiter sees it, or fenced, and every waiter fails on it, whatever
+ * the timing (a stopped member that wakes up after being given up cannot
+ * post any more).
  *
- * Failures (shrink; abort simply fails the op). A rank completes an op
- * only when it has seen every member's REDUCED of the last round, so the
- * survivors either all complete it or all fail it. There it claims the
- * result with the detector (ft__det_have_result), as the ring does: a rank
+ * Failures (abort simply fails the op). A rank completes an op only when
+ * it has seen every member's REDUCED of the last round, so the survivors
+ * either all complete it or all fail it. There it claims the result
+ * through the policy's hook, as the ring does (with the detector): a rank
  * whose claim comes too late (the detector already settles a view) fails
- * the op, and recovery hands it the result of a rank that claimed (small
- * ops, kept by the policy), or runs the op again everywhere. An op larger
- * than a kept one has a last barrier (every member's DONE of the last
- * round) before it returns, the ring's commit steps: every rank returns it,
- * or none. An in-place input that a round overwrites is saved to shrink's
- * backup as it is copied in; after a failure the backup is completed from
- * the rest of the buffer and the op runs again out of place from it, on
- * segments made for the new view (their files are named by generation).
+ * the op, and recovery hands it the result of a rank that claimed (shrink's
+ * small ops, kept by the policy), or runs the op again everywhere. An op
+ * the policy commits (shrink: larger than a kept one) has a last barrier (every member's DONE of the last round) before it
+ * returns, the ring's commit steps: every rank returns it, or none. An
+ * in-place input that a round overwrites is saved to the policy's backup
+ * as it is copied in; after a failure the backup is completed from the
+ * rest of the buffer and the op runs again out of place from it, on
+ * segments made for the new view (their files are named by generation),
+ * over the survivors.
  *
  * The files live in /dev/shm/ftcc-<uid> (private: lib/util/file.h), named
  * by job id, job nonce and rank; each rank removes its own once every rank
@@ -116,8 +118,10 @@ _Static_assert(sizeof(struct shm_head) <= SHM_HEAD, "the header fits its page");
 
 struct ft__onehost {
 	int n, me;
-	struct ft__det *det;       /* shrink: its view ends waits; claims; else NULL */
-	void *backup;              /* shrink, in place: where inputs go as they are copied in */
+	struct ft__det *det;       /* shrink: its view ends waits; else NULL */
+	struct ft__coll *co;       /* the attempt: its policy's hooks (claims), claimed */
+	bool commit;               /* the attempt's commit: every member's DONE before returning */
+	void *backup;              /* in place: where inputs go as they are copied in, for a rerun */
 	size_t saved;              /* of each block, the elements saved there */
 	size_t area, bytes;        /* one area; a whole segment */
 	uint32_t round;            /* the last round opened (wraps: compared modulo 2^32) */
@@ -296,24 +300,33 @@ static int round_arrive(struct ft__onehost *sh, uint32_t r, const struct shm_des
 
 /*
  * The last round's data is all there (every member's REDUCED, or ARRIVE
- * where nothing is reduced): under shrink, claims the result with the
- * detector, which fails once it settles a view (the ring's rule: a rank
- * that did not claim in time runs the op again, or is handed the result).
+ * where nothing is reduced): the policy's claim (the ring's hook: under
+ * shrink and rejoin, with the detector, which fails once it settles a
+ * view; a rank that did not claim in time runs the op again, or is handed
+ * the result). A claimed op stands even if this rank fails after it.
  */
 static int claim(const struct ft__onehost *sh)
 {
-	return sh->det != NULL && ft__det_have_result(sh->det, sh->op_seq) != 0 ? -FT_EABORTED : 0;
+	const struct ft__hooks *h = sh->co->hooks;
+
+	if (h == NULL || h->result_held == NULL)
+		return 0;
+	if (h->result_held(sh->co) != 0)
+		return -FT_EABORTED;
+	sh->co->claimed = true;
+	return 0;
 }
 
-/* After this rank's DONE of the last round r: under shrink, an op with no
- * kept result returns only once every member has its result (commit). */
-static int commit(struct ft__onehost *sh, uint32_t r, bool small)
+/* After this rank's DONE of the last round r: the policy's commit (shrink:
+ * an op with no kept result; rejoin: every op; two ranks never: one
+ * survivor cannot disagree with itself) returns only once every member
+ * has its result. */
+static int commit(struct ft__onehost *sh, uint32_t r)
 {
-	/* (two ranks need none: one survivor cannot disagree with itself) */
-	return sh->det != NULL && !small && sh->n >= 3 ? wait_all(sh, W_DONE, r) : 0;
+	return sh->commit ? wait_all(sh, W_DONE, r) : 0;
 }
 
-/* Under shrink in place, len bytes of input at src + off to the backup at
+/* In place, for a rerun, len bytes of input at src + off to the backup at
  * the same offset, before a round overwrites them (written past the
  * caches: nothing reads the backup unless the op fails). */
 static void save(const struct ft__onehost *sh, const char *src, size_t off, size_t len)
@@ -354,7 +367,6 @@ static int run_allreduce(struct ft__onehost *sh, const struct ft__call *k, struc
 {
 	size_t es = k->es, per = sh->area / es, count = k->count, off = 0;
 	const char *src = k->in_place ? (const char *)k->dst : (const char *)k->src;
-	bool small = ft__small_op(k);
 	uint32_t r;
 	int rc;
 
@@ -389,7 +401,7 @@ static int run_allreduce(struct ft__onehost *sh, const struct ft__call *k, struc
 			return rc;
 		off += m;
 	} while (off < count);
-	return commit(sh, r, small);
+	return commit(sh, r);
 }
 
 /* Broadcast (count bytes) from dense position root, and allgather (count:
@@ -420,7 +432,7 @@ static int run_copy(struct ft__onehost *sh, const struct ft__call *k, struct shm
 			return rc;
 		off += m;
 	} while (off < bc);
-	return commit(sh, r, false);
+	return commit(sh, r);
 }
 
 /* Reduce-scatter: count is the n blocks' elements; this rank's block goes to k->blk->out. */
@@ -452,24 +464,25 @@ static int run_reduce_scatter(struct ft__onehost *sh, const struct ft__call *k, 
 			return rc;
 		off += m;
 	} while (off < bc);
-	return commit(sh, r, false);
+	return commit(sh, r);
 }
 
 /*
- * Under shrink, whether an in-place input needs the backup: a round
- * overwrites it before the op is known complete everywhere (an op with
- * commit steps, or more rounds than one). Allgather and broadcast never
- * overwrite their input.
+ * Whether an in-place input needs a backup: a policy that reruns an op
+ * (its hooks) on a round that overwrites the input before the op is known
+ * complete everywhere (an op with commit steps, or more rounds than one;
+ * shrink's small ops in one round are handed over instead). Allgather and
+ * broadcast never overwrite their input.
  */
-static void *backup_for(const struct ft_comm *c, const struct ft__onehost *sh,
-			const struct ft__call *k)
+bool ft__onehost_needs_backup(const struct ft_comm *c, const struct ft__call *k,
+			      const struct ft__attempt *a)
 {
 	size_t bytes = k->count * k->es;
 
-	if (sh->det == NULL || !k->in_place || k->input_untouched || bytes == 0 ||
-	    k->kind == FT__COLL_BROADCAST || c->backup == NULL || c->backup_bytes < bytes)
-		return NULL;
-	return !ft__small_op(k) || bytes > sh->area ? c->backup : NULL;
+	if (a->hooks == NULL || !k->in_place || k->input_untouched || bytes == 0 ||
+	    k->kind == FT__COLL_BROADCAST || k->kind == FT__COLL_ALLGATHER)
+		return false;
+	return a->commit || !ft__small_op(k) || c->onehost == NULL || bytes > c->onehost->area;
 }
 
 /* After a failed attempt: the backup holds each block's first sh->saved
@@ -487,8 +500,10 @@ static void backup_complete(const struct ft__onehost *sh, struct ft__call *k)
 	k->in_place = false;
 }
 
-int ft__onehost_run(struct ft_comm *c, struct ft__call *k, uint64_t op_seq)
+int ft__onehost_run(struct ft_comm *c, struct ft__call *k, const struct ft__attempt *a,
+		    struct ft__coll *co)
 {
+	uint64_t op_seq = a->op_seq;
 	struct ft__onehost *sh = c->onehost;
 	struct shm_desc d = {.op_seq = op_seq, .count = k->count, .es = k->es, .kind = k->kind,
 			     .meant = k->meant, .dtype = k->dtype, .op = k->op, .root = -1};
@@ -497,7 +512,14 @@ int ft__onehost_run(struct ft_comm *c, struct ft__call *k, uint64_t op_seq)
 	int rc, root = -1;
 
 	sh->op_seq = op_seq;
-	sh->backup = backup_for(c, sh, k);
+	co->c = c;
+	co->tmpl.op_seq = op_seq;
+	co->hooks = a->hooks;
+	co->in_place = k->in_place;
+	sh->co = co;
+	sh->commit = a->commit;
+	/* (the driver reserved it) */
+	sh->backup = ft__onehost_needs_backup(c, k, a) ? c->backup : NULL;
 	sh->saved = 0;
 	if (k->kind == FT__COLL_BROADCAST) {
 		for (int j = 0; j < c->size; j++)
@@ -717,7 +739,8 @@ int ft__onehost_open(struct ft_comm *c)
 	if (c->onehost_view == (uint64_t)c->generation + 1)
 		return 0; /* decided for this view */
 	ft__onehost_close(c);
-	if ((c->cfg.policy != FT_POLICY_ABORT && c->cfg.policy != FT_POLICY_SHRINK) || c->size < 2) {
+	/* (rejoin keeps the ring: docs/design.md, the one-host path) */
+	if (c->cfg.policy == FT_POLICY_REJOIN || c->size < 2) {
 		c->onehost_view = (uint64_t)c->generation + 1;
 		return 0;
 	}

@@ -8,6 +8,8 @@
 
 struct ft_comm;
 struct ft__call;
+struct ft__attempt;
+struct ft__coll;
 
 /*
  * Makes this rank's segment for the current view and maps every member's,
@@ -24,14 +26,21 @@ int ft__onehost_open(struct ft_comm *c);
 void ft__onehost_close(struct ft_comm *c);
 
 /*
- * One collective (any kind, k as the driver holds it) on the segments:
- * 0; -FT_EMISMATCH on every rank when their calls differ (kind, count,
- * dtype, op, root); -FT_EPEERFAILED when a member died (its process
- * exited) or failed its op while this rank waited for it; -FT_EABORTED
- * (shrink) when the detector settles a view first. Then, under shrink, an
- * in-place call whose input a round overwrote runs out of place from the
- * backup (k->src) at its next attempt.
+ * One collective (any kind, k as the driver holds it) on the segments,
+ * under the attempt's policy (a: its hooks claim the result, its commit
+ * makes the last round wait for every member's DONE; co: the attempt's
+ * state the policy reads after a failure, claimed): 0; -FT_EMISMATCH on
+ * every rank when their calls differ (kind, count, dtype, op, root);
+ * -FT_EPEERFAILED when a member died (its process exited) or failed its op
+ * while this rank waited for it; -FT_EABORTED when the detector settles a
+ * view first. Then an in-place call whose input a round overwrote runs out
+ * of place from the backup (k->src) at its next attempt.
  */
-int ft__onehost_run(struct ft_comm *c, struct ft__call *k, uint64_t op_seq);
+int ft__onehost_run(struct ft_comm *c, struct ft__call *k, const struct ft__attempt *a,
+		    struct ft__coll *co);
+/* Whether that call needs c->backup, k->count * k->es bytes (the driver
+ * reserves it). */
+bool ft__onehost_needs_backup(const struct ft_comm *c, const struct ft__call *k,
+			      const struct ft__attempt *a);
 
 #endif

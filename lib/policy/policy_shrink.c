@@ -107,17 +107,7 @@ int ft__shrink_backup_alloc(struct ft_comm *c, const struct ft__call *k)
 
 	if (c->det == NULL || !k->in_place || k->input_untouched || bytes == 0 || c->size == 1)
 		return 0;
-	if (c->backup_bytes < bytes) {
-		/* (Huge pages for it were measured slower here: 4 ranks, 64 MiB,
-		 * 1.1-1.35x the vanilla ring against 1.00-1.02 without.) */
-		void *p = NULL;
-		if (posix_memalign(&p, 64, bytes) != 0)
-			return -FT_ENOMEM;
-		free(c->backup);
-		c->backup = p;
-		c->backup_bytes = bytes;
-	}
-	return 0;
+	return ft__comm_backup_reserve(c, bytes);
 }
 
 static int shrink_begin(struct ft_comm *c, struct ft__call *k, struct ft__run *run)
