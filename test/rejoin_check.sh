@@ -33,6 +33,10 @@ B=$1 N=$2 STEPS=$3 COUNT=$4
 TRIALS=${TRIALS:-0} KILLS=${KILLS:-1} FAULTS=${FAULTS:-} MODE=${MODE:-exact}
 WRAP=${WRAP:-} RUN_ARGS=${RUN_ARGS:---restart} COLL=${COLL:-} PROG=${PROG:-train_rejoin}
 DEADLINE=${REJOIN_DEADLINE:-120}
+# an armed FTCC_FAULT keeps every rank on the ring, where its points are:
+# the failure-free run takes the ring too (the one-host path adds in
+# another order)
+[ -z "$FAULTS" ] || export FTCC_SHM=0
 PAUSE=${REJOIN_PAUSE_MS:-2}
 export FTCC_POLICY=rejoin
 export FTCC_LOG_LEVEL=${FTCC_LOG_LEVEL:-2}

@@ -11,6 +11,10 @@ C=$(dirname "$0")/rejoin_check.sh
 X=$(dirname "$0")/rejoin_corrupt.sh
 few() { if [ "${2:-}" = campaign ]; then echo "${CAMPAIGN_TRIALS:-20}"; else echo "$1"; fi; }
 mode=${2:-}
+# Sections 1 to 5 run the ring (FTCC_SHM=0: ranks of one host would take
+# the one-host path, and not a byte would cross the transport named);
+# section 6 runs the one-host path.
+export FTCC_SHM=${FTCC_SHM:-0}
 pass=0 fail=0
 step() { # description command...
 	d=$1
@@ -233,6 +237,24 @@ if fabric "tcp;ofi_rxm"; then
 else
 	echo "-- SKIPPED: libfabric provider 'tcp;ofi_rxm' is not available"
 fi
+# 6. the one-host path (shared memory, FTCC_SHM=1): a member killed from
+#    outside at a random moment of an op; the survivors run it again from
+#    their backup once the new incarnation is back, on segments of the new
+#    generation, and every result is the failure-free one-host run's, bit
+#    for bit. An allreduce's input is not logged on this path, so the
+#    newcomer's application runs the interrupted op. The in-band row with
+#    two kills is the one that showed a newcomer routing the state through
+#    the previous view's newcomer (newcomers.c)
+step "one-host n=2 small" env FTCC_SHM=1 REJOIN_PAUSE_MS=10 TRIALS="$(few 2 "$mode")" "$C" "$B" 2 30 1000
+step "one-host n=4 large" env FTCC_SHM=1 REJOIN_PAUSE_MS=0 TRIALS="$(few 2 "$mode")" "$C" "$B" 4 8 4000000
+step "one-host n=5 two kills" env FTCC_SHM=1 REJOIN_PAUSE_MS=10 TRIALS="$(few 1 "$mode")" KILLS=2 \
+	"$C" "$B" 5 20 100000
+step "one-host inband n=5 two kills" env FTCC_SHM=1 FTCC_MEMBERSHIP=inband REJOIN_PAUSE_MS=10 \
+	TRIALS="$(few 2 "$mode")" KILLS=2 "$C" "$B" 5 20 100000
+step "one-host n=4 reduce-scatter" env FTCC_SHM=1 COLL=rs REJOIN_PAUSE_MS=10 \
+	TRIALS="$(few 2 "$mode")" "$C" "$B" 4 40 50000
+step "one-host n=4 allgather" env FTCC_SHM=1 COLL=ag REJOIN_PAUSE_MS=10 \
+	TRIALS="$(few 1 "$mode")" "$C" "$B" 4 40 50000
 # 5. fallbacks: never a wrong result. A newcomer the job went on without
 #    exits (ft_init: -FT_EEXCLUDED); restarting it again would only find the
 #    job over, so one restart.

@@ -277,8 +277,7 @@ static const struct var vars[] = {
 	 "1: register memory even when the provider does not ask (a debugging knob)", NULL},
 	{"FTCC_SHM", V_ENUM, TP_NUM(shm), 0, 0, NAMES(bits), false, "1",
 	 "0: collectives of ranks that all share one host stay on the ring instead of running in "
-	 "shared memory (FTCC_POLICY abort and shrink; rejoin keeps the ring: docs/design.md, "
-	 "the one-host path)",
+	 "shared memory (every FTCC_POLICY: docs/design.md, the one-host path)",
 	 NULL},
 	{"FTCC_SHM_BYTES", V_SIZE, H_TP, offsetof(struct tp_knobs, shm_bytes), sizeof(size_t), NULL,
 	 256 * 1024, 1024L * 1024 * 1024, NULL, 0, false, "512K",

@@ -52,8 +52,8 @@
  * that a post wakes only when someone sleeps. Asleep, it looks every
  * SHM_TICK_MS at the member it waits for: its process exited (its pidfd),
  * it marked its segment broken (its collective failed), the detector
- * settles a view (a stopped or excluded member, a newcomer: shrink), or
- * the op timeout passed. Then the waiter fences the word: it
+ * settles a view (a stopped or excluded member, a newcomer: shrink and
+ * rejoin), or the op timeout passed. Then the waiter fences the word: it
  * sets its FENCE bit with a compare-and-swap, and a member posts with a
  * compare-and-swap too, so each word of each round is either posted, and
  * every waiter sees it, or fenced, and every waiter fails on it, whatever
@@ -67,13 +67,15 @@
  * whose claim comes too late (the detector already settles a view) fails
  * the op, and recovery hands it the result of a rank that claimed (shrink's
  * small ops, kept by the policy), or runs the op again everywhere. An op
- * the policy commits (shrink: larger than a kept one) has a last barrier (every member's DONE of the last round) before it
+ * the policy commits (shrink: larger than a kept one; rejoin: every op)
+ * has a last barrier (every member's DONE of the last round) before it
  * returns, the ring's commit steps: every rank returns it, or none. An
  * in-place input that a round overwrites is saved to the policy's backup
  * as it is copied in; after a failure the backup is completed from the
  * rest of the buffer and the op runs again out of place from it, on
- * segments made for the new view (their files are named by generation),
- * over the survivors.
+ * segments made for the new view (their files are named by generation):
+ * over the survivors (shrink), or with the same members, a new
+ * incarnation among them, in the same order (rejoin: the same bits).
  *
  * The files live in /dev/shm/ftcc-<uid> (private: lib/util/file.h), named
  * by job id, job nonce and rank; each rank removes its own once every rank
@@ -118,7 +120,7 @@ _Static_assert(sizeof(struct shm_head) <= SHM_HEAD, "the header fits its page");
 
 struct ft__onehost {
 	int n, me;
-	struct ft__det *det;       /* shrink: its view ends waits; else NULL */
+	struct ft__det *det;       /* shrink, rejoin: its view ends waits; else NULL */
 	struct ft__coll *co;       /* the attempt: its policy's hooks (claims), claimed */
 	bool commit;               /* the attempt's commit: every member's DONE before returning */
 	void *backup;              /* in place: where inputs go as they are copied in, for a rerun */
@@ -739,8 +741,7 @@ int ft__onehost_open(struct ft_comm *c)
 	if (c->onehost_view == (uint64_t)c->generation + 1)
 		return 0; /* decided for this view */
 	ft__onehost_close(c);
-	/* (rejoin keeps the ring: docs/design.md, the one-host path) */
-	if (c->cfg.policy == FT_POLICY_REJOIN || c->size < 2) {
+	if (c->size < 2) {
 		c->onehost_view = (uint64_t)c->generation + 1;
 		return 0;
 	}
@@ -748,7 +749,7 @@ int ft__onehost_open(struct ft_comm *c)
 	if (sh != NULL) {
 		sh->n = c->size;
 		sh->me = c->rank;
-		sh->det = c->cfg.policy == FT_POLICY_SHRINK ? c->det : NULL;
+		sh->det = c->cfg.policy != FT_POLICY_ABORT ? c->det : NULL;
 		sh->area = c->tp_env.shm_bytes / 4 / 64 * 64;
 		sh->bytes = SHM_HEAD + 4 * sh->area;
 		sh->spin_ns = c->spin_ns;

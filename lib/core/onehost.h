@@ -17,7 +17,7 @@ struct ft__coll;
  * driver calls it before each attempt, and it does nothing where this view
  * is decided already. 0 with c->onehost set when every rank of the view
  * could, 0 with c->onehost NULL when the path does not apply (FTCC_SHM=0,
- * the rejoin policy, one rank) or some rank could not map it (every rank
+ * one rank) or some rank could not map it (every rank
  * then stays on the ring, and says why), or the ring's error (then it
  * tries again at the next attempt).
  */

@@ -21,7 +21,15 @@
  */
 void ft__newcomers_view_loaded(struct ft_comm *c, const struct ft__view *v)
 {
-	uint32_t lo = v->generation > 16 ? v->generation - 16 : 1;
+	/* In-band, v carries what earlier views still owe (owed_op,
+	 * inband_rejoin.c), and a newcomer's idea of a view before its own is
+	 * not the others': it once raised the op of the previous view's
+	 * newcomer, who had the state already, to v's first op, and routed
+	 * the state through it (the others did not: on the one-host path
+	 * every rank failed, FT_EPROTO; on the ring that newcomer was sent
+	 * away). So v's records alone, there. */
+	bool carried = c->mb.ops == &ft__mb_inband_ops;
+	uint32_t lo = carried ? v->generation : v->generation > 16 ? v->generation - 16 : 1;
 	bool *fresh = calloc((size_t)c->cfg.world_size, sizeof(bool));
 
 	c->nowed = 0;
