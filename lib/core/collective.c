@@ -93,12 +93,9 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 			 * and the call alone) */
 			on_shm = c->onehost != NULL &&
 				 (k->blk == NULL || ft__blocks_same(c, k->blk));
-			if (on_shm) {
-				if (ft__onehost_needs_backup(c, k, &a))
-					rc = ft__comm_backup_reserve(c, k->count * k->es);
-				if (rc == 0)
-					rc = ft__onehost_run(c, k, &a, &co);
-			} else if (k->kind == FT__COLL_BROADCAST)
+			if (on_shm)
+				rc = ft__onehost_run(c, k, &a, &co);
+			else if (k->kind == FT__COLL_BROADCAST)
 				rc = ft__engine_broadcast(c, k, &a, &co);
 			else if (k->blk != NULL)
 				rc = ft__blocks_attempt(c, k, &a, &co);

@@ -121,7 +121,7 @@ _Static_assert(sizeof(struct shm_head) <= SHM_HEAD, "the header fits its page");
 struct ft__onehost {
 	int n, me;
 	struct ft__det *det;       /* shrink, rejoin: its view ends waits; else NULL */
-	struct ft__coll *co;       /* the attempt: its policy's hooks (claims), claimed */
+	struct ft__coll *co;       /* the attempt running (its policy's hooks, claimed); set by each run */
 	bool commit;               /* the attempt's commit: every member's DONE before returning */
 	void *backup;              /* in place: where inputs go as they are copied in, for a rerun */
 	size_t saved;              /* of each block, the elements saved there */
@@ -130,7 +130,6 @@ struct ft__onehost {
 	uint64_t rounds;           /* rounds opened in all */
 	uint64_t spin_ns;
 	int op_timeout_ms;         /* a wait this long for one member fails the op; 0 never */
-	uint64_t op_seq;           /* the op running, for what is said */
 	char **base;               /* each member's mapped segment, by dense position */
 	int *pidfd;                /* each member's process, -1 none (then kill(pid, 0)) */
 	char path[512];            /* this rank's file, until removed */
@@ -256,7 +255,7 @@ static int wait_word(struct ft__onehost *sh, int j, int stage, uint32_t target)
 		if (sh->op_timeout_ms > 0 && ft__now_ms() - since >= sh->op_timeout_ms) {
 			if ((rc = fence(w, target, -FT_ETIMEDOUT)) != 0)
 				ft__error("collective %llu made no progress for %d ms",
-					  (unsigned long long)sh->op_seq, sh->op_timeout_ms);
+					  (unsigned long long)sh->co->tmpl.op_seq, sh->op_timeout_ms);
 			return rc;
 		}
 	}
@@ -346,7 +345,6 @@ static void slice(size_t m, int n, int s, size_t *lo, size_t *len)
 	*len = q + ((size_t)s < rem ? 1 : 0);
 }
 
-/* out = the reduction of every member's input area at byte offset off, in rank order. */
 /* out = the reduction of every member's input area at byte offset off, in
  * rank order; this rank's own input from mine where not NULL. */
 static void reduce_from_all(const struct ft__onehost *sh, uint32_t r, size_t off, size_t len,
@@ -476,15 +474,15 @@ static int run_reduce_scatter(struct ft__onehost *sh, const struct ft__call *k, 
  * shrink's small ops in one round are handed over instead). Allgather and
  * broadcast never overwrite their input.
  */
-bool ft__onehost_needs_backup(const struct ft_comm *c, const struct ft__call *k,
-			      const struct ft__attempt *a)
+static bool needs_backup(const struct ft__onehost *sh, const struct ft__call *k,
+			 const struct ft__attempt *a)
 {
 	size_t bytes = k->count * k->es;
 
 	if (a->hooks == NULL || !k->in_place || k->input_untouched || bytes == 0 ||
 	    k->kind == FT__COLL_BROADCAST || k->kind == FT__COLL_ALLGATHER)
 		return false;
-	return a->commit || !ft__small_op(k) || c->onehost == NULL || bytes > c->onehost->area;
+	return a->commit || !ft__small_op(k) || bytes > sh->area;
 }
 
 /* After a failed attempt: the backup holds each block's first sh->saved
@@ -505,24 +503,28 @@ static void backup_complete(const struct ft__onehost *sh, struct ft__call *k)
 int ft__onehost_run(struct ft_comm *c, struct ft__call *k, const struct ft__attempt *a,
 		    struct ft__coll *co)
 {
-	uint64_t op_seq = a->op_seq;
 	struct ft__onehost *sh = c->onehost;
-	struct shm_desc d = {.op_seq = op_seq, .count = k->count, .es = k->es, .kind = k->kind,
+	struct shm_desc d = {.op_seq = a->op_seq, .count = k->count, .es = k->es, .kind = k->kind,
 			     .meant = k->meant, .dtype = k->dtype, .op = k->op, .root = -1};
 	ft__combine_fn combine = NULL;
 	ft__accum_fn accum = NULL;
 	int rc, root = -1;
 
-	sh->op_seq = op_seq;
 	co->c = c;
-	co->tmpl.op_seq = op_seq;
+	co->tmpl.op_seq = a->op_seq;
 	co->hooks = a->hooks;
 	co->in_place = k->in_place;
 	sh->co = co;
 	sh->commit = a->commit;
-	/* (the driver reserved it) */
-	sh->backup = ft__onehost_needs_backup(c, k, a) ? c->backup : NULL;
+	sh->backup = NULL;
 	sh->saved = 0;
+	/* (a shortage here is this rank's alone, before any round: as a
+	 * policy's begin that cannot reserve it, on the ring) */
+	if (needs_backup(sh, k, a)) {
+		if ((rc = ft__comm_backup_reserve(c, k->count * k->es)) != 0)
+			return rc;
+		sh->backup = c->backup;
+	}
 	if (k->kind == FT__COLL_BROADCAST) {
 		for (int j = 0; j < c->size; j++)
 			if (c->members[j] == k->root)

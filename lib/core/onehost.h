@@ -33,14 +33,11 @@ void ft__onehost_close(struct ft_comm *c);
  * every rank when their calls differ (kind, count, dtype, op, root);
  * -FT_EPEERFAILED when a member died (its process exited) or failed its op
  * while this rank waited for it; -FT_EABORTED when the detector settles a
- * view first. Then an in-place call whose input a round overwrote runs out
- * of place from the backup (k->src) at its next attempt.
+ * view first; -FT_ENOMEM when the backup an in-place input needs (c->backup,
+ * reserved here) cannot be had. Then an in-place call whose input a round
+ * overwrote runs out of place from the backup (k->src) at its next attempt.
  */
 int ft__onehost_run(struct ft_comm *c, struct ft__call *k, const struct ft__attempt *a,
 		    struct ft__coll *co);
-/* Whether that call needs c->backup, k->count * k->es bytes (the driver
- * reserves it). */
-bool ft__onehost_needs_backup(const struct ft_comm *c, const struct ft__call *k,
-			      const struct ft__attempt *a);
 
 #endif

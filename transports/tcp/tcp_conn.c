@@ -60,12 +60,11 @@ static struct ft__link *link_new(struct ft__transport *tp, int fd, int peer, boo
 /*
  * Dials `to` and writes the hello, retrying until the deadline: a peer
  * may not listen yet (unless `again`: it listened before) or have a full
- * backlog, and a connection closed
- * before the hello went out was refused unread. Each try waits a slice
- * (200 ms, doubling to 2 s), and this rank's own listener is drained
- * between tries: a neighbour that connects to us while we connect to the
- * next must find room in our queue, or the ring of connects waits on
- * itself.
+ * backlog, and a connection closed before the hello went out was refused
+ * unread. Each try waits a slice (200 ms, doubling to 2 s), and this
+ * rank's own listener is drained between tries: a neighbour that connects
+ * to us while we connect to the next must find room in our queue, or the
+ * ring of connects waits on itself.
  */
 static int dial(struct ft__transport *tp, const struct ft__sock_addr *to, const char *addr,
 		const struct ft__hello *hello, int64_t deadline, bool again, int *out_fd)
