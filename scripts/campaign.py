@@ -66,7 +66,7 @@ DEADLINE = 90
 
 OP = re.compile(r"^\[(\d+)\.(\d+) [^]]*\] op (\d+) digest ([0-9a-f]+) contributors (\d+)$")
 MODEL = re.compile(r"^\[(\d+)\.(\d+) [^]]*\] model ([0-9a-f]+)$")
-LEFT_SHM = re.compile(r"shm: no room for this rank's")
+LEFT_SHM = re.compile(r"shm: (no room for this rank's|cannot make|cannot map)")
 EXIT = re.compile(r"^ftcc-run: rank (\d+) \(pid \d+\) (exited with status (\d+)|killed by signal (\d+))")
 
 
@@ -167,10 +167,13 @@ def judge(refs, policy, rc, out, victims):
     """refs: the failure-free runs' digests by op; the ops match one of them
     (the one-host cells: a /dev/shm full from the start keeps the job on the
     ring, which adds in another order: the same bits on every rank, other
-    bits than the shared-memory run's). Under rejoin, a job that said it
-    found no room in /dev/shm for a new view's segments (the nemesis
-    filled it) went on on the ring from that view: its ops at N
-    contributors are then judged by agreement alone, as after a lossy op."""
+    bits than the shared-memory run's). Under rejoin, a job in which a rank
+    said it could not make or map its segment (the nemesis filled /dev/shm,
+    or starved the rank of descriptors) ran that view on the ring and a
+    later one, perhaps, in shared memory again: its ops at N contributors
+    are then judged by agreement alone, as after a lossy op (seed 20261213
+    trial 10: rank 3 out of descriptors at the start, the ring's digest,
+    then shared memory once it was restarted)."""
     ops, models, status = parse(out)
     left_shm = policy == "rejoin" and len(refs) > 1 and LEFT_SHM.search(out) is not None
     if rc == 124:
