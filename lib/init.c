@@ -51,6 +51,12 @@ static int comm_release(struct ft_comm *c)
 		c->tp = NULL;
 	}
 	c->send_link = c->recv_link = NULL;
+	free(c->mesh_to);
+	free(c->mesh_from);
+	c->mesh_to = c->mesh_from = NULL;
+	free(c->rd_buf);
+	c->rd_buf = NULL;
+	c->rd_cap = 0;
 	/* the views go with the job's clean end only: a rank whose ft_init
 	 * failed (sent away, out of descriptors) once removed generation 0's
 	 * view as its dense rank 0, under the job's live ranks; its next
@@ -232,6 +238,15 @@ static int comm_join(struct ft_comm *c)
 	c->slots = malloc(c->slot_bytes * (size_t)c->cfg.pipeline_depth);
 	if (c->slots == NULL)
 		return -FT_ENOMEM;
+	/* recursive doubling's links beyond the ring's (rdouble.c): not under
+	 * rejoin, whose logs replay the ring's pattern, nor with the ring forced */
+	if (c->cfg.world_size > 2 && c->tp_env.algorithm != 1 &&
+	    c->cfg.policy != FT_POLICY_REJOIN) {
+		c->mesh_to = calloc((size_t)c->cfg.world_size, sizeof(*c->mesh_to));
+		c->mesh_from = calloc((size_t)c->cfg.world_size, sizeof(*c->mesh_from));
+		if (c->mesh_to == NULL || c->mesh_from == NULL)
+			return -FT_ENOMEM;
+	}
 	if ((rc = c->tp_ops->local_addr(c->tp, me.addr, sizeof(me.addr))) != 0)
 		return rc;
 	if (c->cfg.policy != FT_POLICY_ABORT) {

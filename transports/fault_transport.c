@@ -41,6 +41,7 @@ struct fault_expect {
 	uint32_t generation;
 	uint64_t op_seq;
 	uint32_t step, seg;
+	uint16_t algo;
 };
 
 struct ft__link {
@@ -75,10 +76,14 @@ static const struct ft__transport_ops fault_ops;
 
 /* The phase a frame of this kind and step belongs to on a ring of n, and its
  * step within that phase (the engine's schedule: data steps, then commit). */
-static enum ft__fault_phase phase_of(uint8_t kind, uint32_t g, int n, uint32_t *step)
+static enum ft__fault_phase phase_of(uint8_t kind, uint16_t algo, uint32_t g, int n, uint32_t *step)
 {
 	uint32_t rs_last = (uint32_t)(n - 2), data_last = (uint32_t)(2 * n - 3);
 
+	if (algo == FT__ALGO_RD) {
+		*step = g;
+		return FT__PHASE_EXCHANGE;
+	}
 	if (kind == FT__COLL_BROADCAST) {
 		*step = g > 1 ? g - 2 : g;
 		return g > 1 ? FT__PHASE_COMMIT : FT__PHASE_BROADCAST;
@@ -144,13 +149,12 @@ static int act(struct ft__transport *tp, const struct ft__fault_pt *hit)
 	return -FT_EPEERFAILED;
 }
 
-static int strike(struct ft__transport *tp, uint8_t kind, uint32_t gen, uint64_t op_seq,
-		  uint32_t g, uint32_t seg, enum ft__fault_at at)
+static int strike(struct ft__transport *tp, const struct ft__frame *h, enum ft__fault_at at)
 {
 	uint32_t step;
-	enum ft__fault_phase phase = phase_of(kind, g, tp->ring_size(tp->arg), &step);
+	enum ft__fault_phase phase = phase_of(h->kind, h->algo, h->step, tp->ring_size(tp->arg), &step);
 	const struct ft__fault_pt *hit =
-		ft__fault_due(tp->fault, tp->rank, gen, op_seq, phase, step, seg, at);
+		ft__fault_due(tp->fault, tp->rank, h->generation, h->op_seq, phase, step, h->seg, at);
 
 	return hit != NULL ? act(tp, hit) : 0;
 }
@@ -292,15 +296,12 @@ static int fault_post_send(struct ft__link *l, const struct ft__frame *hdr, cons
 	if (l->cut)
 		return -FT_EPEERFAILED;
 	if (data && ((rc = op_start(tp, hdr)) != 0 ||
-		     (rc = strike(tp, hdr->kind, hdr->generation, hdr->op_seq, hdr->step, hdr->seg,
-				  FT__AT_SEND)) != 0))
+		     (rc = strike(tp, hdr, FT__AT_SEND)) != 0))
 		return rc;
 	if ((rc = tp->ops->post_send(l->inner, hdr, buf, ctx)) != 0)
 		return rc;
 	l->sends++;
-	return data ? strike(tp, hdr->kind, hdr->generation, hdr->op_seq, hdr->step, hdr->seg,
-			     FT__AT_SENT)
-		    : 0;
+	return data ? strike(tp, hdr, FT__AT_SENT) : 0;
 }
 
 static int fault_post_recv(struct ft__link *l, const struct ft__frame *expect, void *buf, void *ctx)
@@ -329,7 +330,8 @@ static int fault_post_recv(struct ft__link *l, const struct ft__frame *expect, v
 	if ((rc = tp->ops->post_recv(l->inner, expect, buf, ctx)) != 0)
 		return rc;
 	l->rq[(l->rq_head + l->rq_len++) % l->rq_cap] = (struct fault_expect){
-		expect->kind, expect->generation, expect->op_seq, expect->step, expect->seg};
+		expect->kind, expect->generation, expect->op_seq, expect->step, expect->seg,
+		expect->algo};
 	return 0;
 }
 
@@ -360,7 +362,8 @@ static const struct ft__fault_pt *pass_up(struct ft__transport *tp, struct ft__t
 		if (e->status != 0 || l->kind != FT__LINK_DATA)
 			return NULL;
 		uint32_t step;
-		enum ft__fault_phase phase = phase_of(x.kind, x.step, tp->ring_size(tp->arg), &step);
+		enum ft__fault_phase phase =
+			phase_of(x.kind, x.algo, x.step, tp->ring_size(tp->arg), &step);
 		return ft__fault_due(tp->fault, tp->rank, x.generation, x.op_seq, phase, step, x.seg,
 				     FT__AT_RECORDED);
 	default:

@@ -104,7 +104,7 @@ struct ft__frame {
 	uint32_t generation;
 	uint8_t op;
 	uint8_t flags;
-	uint16_t reserved;
+	uint16_t algo;          /* enum ft__frame_algo: how the sender runs the op */
 	uint64_t op_seq;
 	uint64_t count;         /* elements (allreduce) or bytes (broadcast) */
 	int32_t root;
@@ -118,6 +118,10 @@ struct ft__frame {
 };
 
 #define FT__FRAME_F_CRC 1u
+
+/* The algorithm a data frame belongs to: ranks that chose differently
+ * (different arguments, or FTCC_ALGORITHM) disagree on it, FT_EMISMATCH. */
+enum ft__frame_algo { FT__ALGO_RING = 0, FT__ALGO_RD = 1 };
 
 /*
  * Returns 0 when got is the frame expect describes, the (negative) code
@@ -197,6 +201,7 @@ struct ft__tp_env {
 	size_t fabric_max_msg;      /* FTCC_FABRIC_MAX_MSG: 0 the provider's */
 	int shm_guard;              /* FTCC_SHM_GUARD: 1 (default) or 0 */
 	int shm;                    /* FTCC_SHM: 1 (default) the one-host path, or 0 */
+	int algorithm;              /* FTCC_ALGORITHM: 0 chosen by size, 1 ring, 2 rd */
 	size_t shm_bytes;           /* FTCC_SHM_BYTES: each rank's segment */
 	int shm_cma;                /* FI_SHM_DISABLE_CMA as libfabric reads it: -1 unset,
 				     * 0 CMA off (SAR), 1 CMA on */

@@ -197,12 +197,13 @@ int ft__frame_check(const struct ft__frame *expect, const struct ft__frame *got)
 	if (got->type != FT__FRAME_DATA || got->op_seq != expect->op_seq)
 		return -FT_EPROTO;
 	if (got->kind != expect->kind || got->dtype != expect->dtype || got->op != expect->op ||
-	    got->count != expect->count || got->root != expect->root) {
-		ft__debug("frame of op %llu: kind %u dtype %u op %u count %llu root %d, expected "
-			  "kind %u dtype %u op %u count %llu root %d",
+	    got->count != expect->count || got->root != expect->root || got->algo != expect->algo) {
+		ft__debug("frame of op %llu: kind %u dtype %u op %u count %llu root %d algorithm "
+			  "%u, expected kind %u dtype %u op %u count %llu root %d algorithm %u",
 			  (unsigned long long)got->op_seq, got->kind, got->dtype, got->op,
-			  (unsigned long long)got->count, got->root, expect->kind, expect->dtype,
-			  expect->op, (unsigned long long)expect->count, expect->root);
+			  (unsigned long long)got->count, got->root, got->algo, expect->kind,
+			  expect->dtype, expect->op, (unsigned long long)expect->count, expect->root,
+			  expect->algo);
 		return -FT_EMISMATCH;
 	}
 	if (got->step != expect->step || got->seg != expect->seg ||

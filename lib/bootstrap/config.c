@@ -150,6 +150,7 @@ enum var_home { H_NONE, H_CFG, H_TP };
 /* The transports' knobs as parsed, before they become struct ft__tp_env. */
 struct tp_knobs {
 	int spin_us, tcp_buffer, max_msg, incarnation, wait, mr_local, guard, engine, link_ep, shm;
+	int algorithm;
 	size_t shm_bytes;
 	int ckpt_where, ckpt_local;
 	char provider[64], ep[8], ckpt_dir[512], ckpt_from[512];
@@ -182,6 +183,7 @@ static const char *const levels[] = {"error", "warn", "info", "debug"};
 static const char *const waits[] = {"", "poll", "bell"};
 static const char *const bits[] = {"0", "1"};
 static const char *const engines[] = {"io_uring", "pwrite", "uring"};
+static const char *const algorithms[] = {"auto", "ring", "rd"};
 static const char *const wheres[] = {"", "disk", "disk+peer", "peer"}; /* enum ft_ckpt_where */
 
 _Static_assert(sizeof(enum ft_policy) == sizeof(int) && sizeof(enum ft_durability) == sizeof(int),
@@ -279,6 +281,10 @@ static const struct var vars[] = {
 	 "0: collectives of ranks that all share one host stay on the ring instead of running in "
 	 "shared memory (every FTCC_POLICY: docs/design.md, the one-host path)",
 	 NULL},
+	{"FTCC_ALGORITHM", V_ENUM, TP_NUM(algorithm), 0, 0, NAMES(algorithms), false, "auto",
+	 "allreduce and barrier off the one-host path: auto (recursive doubling up to "
+	 "FT__RD_AUTO_MAX bytes, the ring above), ring, or rd (recursive doubling up to one "
+	 "segment; every rank must set the same: docs/design.md, algorithms)", NULL},
 	{"FTCC_SHM_BYTES", V_SIZE, H_TP, offsetof(struct tp_knobs, shm_bytes), sizeof(size_t), NULL,
 	 256 * 1024, 1024L * 1024 * 1024, NULL, 0, false, "512K",
 	 "each rank's shared-memory segment (in /dev/shm, with a 4K header), bytes with an "
@@ -854,6 +860,7 @@ int ft__config_tp_env(const struct ft_config *cfg, struct ft__tp_env *e)
 	e->fabric_mr_local = k.mr_local == 1;
 	e->shm_guard = k.guard == 1;
 	e->shm = k.shm == 1;
+	e->algorithm = k.algorithm;
 	e->shm_bytes = k.shm_bytes;
 	e->log_pwrite = k.engine == 1;
 	s = k.provider;

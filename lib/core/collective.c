@@ -99,6 +99,8 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 				rc = ft__engine_broadcast(c, k, &a, &co);
 			else if (k->blk != NULL)
 				rc = ft__blocks_attempt(c, k, &a, &co);
+			else if (ft__rd_chosen(c, k))
+				rc = ft__engine_rd(c, k, &a, &co);
 			else
 				rc = ft__engine_allreduce(c, k, &a, &co);
 		}

@@ -26,60 +26,118 @@ static void fill_hello(const struct ft_comm *c, struct ft__hello *h, int from, i
 	snprintf(h->job_id, sizeof(h->job_id), "%s", c->cfg.job_id);
 }
 
-/*
- * Every rank connects to its right neighbour first and accepts from its left
- * second. Connecting completes in the peer's kernel backlog and the hello fits
- * in the socket buffer, so no rank waits on another's accept: no cycle. The
- * acceptor's challenge (lib/util/auth.h) is answered without waiting either: a
- * connect returns with its proof still due, and the transport answers it
- * while this rank accepts or runs an op (tcp: ft__tcp_answer_challenges).
- */
-int ft__comm_connect_ring(struct ft_comm *c)
+/* Where the link to (to) or from original rank p goes: the ring's when p is
+ * the neighbour on that side, else the mesh's (rdouble.c). */
+static struct ft__link **link_slot(struct ft_comm *c, int p, bool to)
 {
-	int me = c->members[c->rank];
 	int right = c->members[(c->rank + 1) % c->size];
 	int left = c->members[(c->rank + c->size - 1) % c->size];
-	struct ft__hello hello, expect, got;
+
+	if (to)
+		return p == right ? &c->send_link : &c->mesh_to[p];
+	return p == left ? &c->recv_link : &c->mesh_from[p];
+}
+
+struct ft__link *ft__comm_link(struct ft_comm *c, int p, bool to)
+{
+	return *link_slot(c, p, to);
+}
+
+static int dial(struct ft_comm *c, int p, struct ft__link **slot)
+{
+	struct ft__hello hello;
 	int rc;
 
-	if (c->size == 1 || (c->send_link != NULL && c->recv_link != NULL))
-		return 0;
-	if (c->send_link == NULL && c->addrs[right][0] == '\0') {
-		ft__det_suspect(c->det, right, true); /* load_view: only with a detector */
+	if (c->addrs[p][0] == '\0') {
+		ft__det_suspect(c->det, p, true); /* load_view: only with a detector */
 		return -FT_EPEERFAILED;
 	}
-	if (c->send_link == NULL) {
-		fill_hello(c, &hello, me, right);
-		if ((rc = ft__hello_seal(&hello, c->cfg.token)) != 0)
-			return rc;
-		rc = c->tp_ops->connect(c->tp, c->addrs[right], &hello, c->cfg.connect_timeout_ms,
-					&c->send_link);
-		if (rc == -FT_ECONNREFUSED) {
-			/* a member's listener is gone (its process died since it
-			 * published): a failure (to recover, but under abort), in
-			 * ft_init as in an op */
-			if (c->det != NULL)
-				ft__info("rank %d at %s refused the ring's link: taken as failed",
-					 right, c->addrs[right]);
-			else
-				ft__error("rank %d at %s refused the ring's link: it failed", right,
-					  c->addrs[right]);
-			return -FT_EPEERFAILED;
-		}
-		if (rc != 0) {
-			ft__error("cannot link to rank %d at %s: %s", right, c->addrs[right],
-				  ft_strerror(rc));
-			return rc;
-		}
+	fill_hello(c, &hello, c->members[c->rank], p);
+	if ((rc = ft__hello_seal(&hello, c->cfg.token)) != 0)
+		return rc;
+	rc = c->tp_ops->connect(c->tp, c->addrs[p], &hello, c->cfg.connect_timeout_ms, slot);
+	if (rc == -FT_ECONNREFUSED) {
+		/* a member's listener is gone (its process died since it
+		 * published): a failure (to recover, but under abort), in ft_init
+		 * as in an op */
+		if (c->det != NULL)
+			ft__info("rank %d at %s refused a link: taken as failed", p, c->addrs[p]);
+		else
+			ft__error("rank %d at %s refused a link: it failed", p, c->addrs[p]);
+		return -FT_EPEERFAILED;
 	}
-	if (c->recv_link == NULL) {
-		fill_hello(c, &expect, left, me);
-		rc = c->tp_ops->accept(c->tp, &expect, c->cfg.connect_timeout_ms, &c->recv_link,
-				       &got);
-		if (rc != 0)
+	if (rc != 0)
+		ft__error("cannot link to rank %d at %s: %s", p, c->addrs[p], ft_strerror(rc));
+	return rc;
+}
+
+/* Whether original rank p is a member of the current view other than this rank. */
+static bool other_member(const struct ft_comm *c, int p)
+{
+	for (int i = 0; i < c->size; i++)
+		if (c->members[i] == p)
+			return i != c->rank;
+	return false;
+}
+
+/*
+ * Every rank connects first and accepts second. Connecting completes in the
+ * peer's kernel backlog and the hello fits in the socket buffer, so no rank
+ * waits on another's accept: no cycle. The acceptor's challenge
+ * (lib/util/auth.h) is answered without waiting either: a connect returns
+ * with its proof still due, and the transport answers it while this rank
+ * accepts or runs an op (tcp: ft__tcp_answer_challenges).
+ *
+ * With a mesh (rdouble.c), a link may come from any member: a peer already
+ * in its first recursive-doubling op links to this rank while it still
+ * waits for its left neighbour's ring link, or the other way round. So the
+ * accept takes a link from any member of the view, files it by its sender,
+ * and goes on until the links wanted are there; a member's second link of
+ * one generation is closed (only its newest hello would be live). Without
+ * a mesh only the left neighbour's link is accepted, as before.
+ */
+int ft__comm_link_peers(struct ft_comm *c, const int *to, int nto, const int *from, int nfrom)
+{
+	int64_t deadline = ft__now_ms() + c->cfg.connect_timeout_ms;
+	int left = c->members[(c->rank + c->size - 1) % c->size];
+	struct ft__hello expect, got;
+	int rc;
+
+	for (int i = 0; i < nto; i++) {
+		struct ft__link **slot = link_slot(c, to[i], true);
+		if (*slot == NULL && (rc = dial(c, to[i], slot)) != 0)
 			return rc;
+	}
+	for (int i = 0; i < nfrom; i++) {
+		while (*link_slot(c, from[i], false) == NULL) {
+			struct ft__link *l = NULL, **slot;
+			int wait = ft__ms_left(deadline);
+			fill_hello(c, &expect, c->mesh_from != NULL ? -1 : left, c->members[c->rank]);
+			rc = c->tp_ops->accept(c->tp, &expect, wait > 0 ? wait : 1, &l, &got);
+			if (rc != 0)
+				return rc;
+			slot = other_member(c, got.from_rank) ? link_slot(c, got.from_rank, false)
+							       : NULL;
+			if (slot == NULL || *slot != NULL) {
+				ft__warn("closed a second or stray data link from rank %d (generation "
+					 "%u)", got.from_rank, got.generation);
+				c->tp_ops->link_close(l);
+				continue;
+			}
+			*slot = l;
+		}
 	}
 	return 0;
+}
+
+int ft__comm_connect_ring(struct ft_comm *c)
+{
+	int right = c->members[(c->rank + 1) % c->size];
+	int left = c->members[(c->rank + c->size - 1) % c->size];
+
+	if (c->size == 1)
+		return 0;
+	return ft__comm_link_peers(c, &right, 1, &left, 1);
 }
 
 void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq)
@@ -97,6 +155,13 @@ void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq)
 	if (c->recv_link != NULL)
 		c->tp_ops->link_close(c->recv_link);
 	c->send_link = c->recv_link = NULL;
+	for (int p = 0; c->mesh_to != NULL && p < c->cfg.world_size; p++) {
+		if (c->mesh_to[p] != NULL)
+			c->tp_ops->link_abort(c->mesh_to[p], &f);
+		if (c->mesh_from[p] != NULL)
+			c->tp_ops->link_close(c->mesh_from[p]);
+		c->mesh_to[p] = c->mesh_from[p] = NULL;
+	}
 }
 
 /* Takes view v as the membership: dense ranks, and the addresses the members published. */

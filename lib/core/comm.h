@@ -46,6 +46,12 @@ struct ft_comm {
 	struct ft__transport *tp;
 	struct ft__link *send_link;      /* to dense rank + 1 */
 	struct ft__link *recv_link;      /* from dense rank - 1 */
+	/* recursive doubling's links to and from its other partners, by
+	 * original rank (rdouble.c); NULL when FTCC_ALGORITHM or the policy
+	 * rules it out */
+	struct ft__link **mesh_to, **mesh_from;
+	void *rd_buf;                   /* its partials and received frames */
+	size_t rd_cap;
 
 	uint64_t op_seq;                /* sequence number of the next collective */
 	void *scratch;                  /* reduce-scatter, allgather: room for blocks (blocks.c) */
@@ -132,7 +138,13 @@ int ft__state_due(struct ft_comm *c, uint64_t seq);
 int ft__comm_check(const struct ft_comm *c);
 /* (Re)builds the ring links of the current view; blocks up to the connect deadline. */
 int ft__comm_connect_ring(struct ft_comm *c);
-/* Tears down the ring links after a failed collective, telling the neighbours why. */
+/* Makes the links to original ranks to[] and from from[] (members of the
+ * current view, not this rank) that are not there yet: the ring's
+ * neighbours' or the mesh's; blocks up to the connect deadline. */
+int ft__comm_link_peers(struct ft_comm *c, const int *to, int nto, const int *from, int nfrom);
+/* The link to (to) or from original rank p: the ring's or the mesh's; NULL: none yet. */
+struct ft__link *ft__comm_link(struct ft_comm *c, int p, bool to);
+/* Tears down the ring's and the mesh's links after a failed collective, telling the peers why. */
 void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq);
 /* Makes c->backup hold at least bytes (an in-place input saved for a rerun). */
 int ft__comm_backup_reserve(struct ft_comm *c, size_t bytes);

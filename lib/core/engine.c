@@ -39,8 +39,6 @@
  * whole result is held.
  */
 
-#define FT__EV_MAX 64
-
 /* The send link broke with frames still to go: the cause (an abort frame or
  * the end of the stream) follows on the receive link, within a grace period. */
 static void send_broken(struct ft__coll *co, int err)
@@ -254,7 +252,7 @@ static bool coll_done(const struct ft__coll *co)
  * ranks than cores it never polls, so waiting ranks leave the CPU to those
  * with work.
  */
-static int wait_events(struct ft_comm *c, int timeout, struct ft__tp_event *ev)
+int ft__engine_wait(struct ft_comm *c, int timeout, struct ft__tp_event *ev)
 {
 	int nev = c->tp_ops->progress(c->tp, 0, ev, FT__EV_MAX);
 
@@ -301,7 +299,7 @@ static int coll_run(struct ft__coll *co)
 		if (co->send_err && (timeout < 0 || ft__ms_left(co->grace_deadline) < timeout))
 			timeout = ft__ms_left(co->grace_deadline);
 		uint64_t t0 = ft__now_ns();
-		nev = wait_events(c, timeout, ev);
+		nev = ft__engine_wait(c, timeout, ev);
 		c->stats.wait_ms += (double)(ft__now_ns() - t0) / 1e6;
 		if (nev < 0)
 			return nev;
@@ -390,6 +388,12 @@ static int coll_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__c
 	if (!bcast)
 		co->combine_save_sum = ft__reduce_combine_save_sum(k->dtype, k->op);
 	return 0;
+}
+
+int ft__engine_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__call *k,
+		     const struct ft__attempt *a)
+{
+	return coll_setup(co, c, k, a, false);
 }
 
 int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,

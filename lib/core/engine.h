@@ -116,7 +116,9 @@ struct ft__coll {
 	size_t staged_done;     /* reduce-scatter frames reduced (in place: input saved first) */
 	bool mine_saved;        /* in place: chunk r's input was saved (input_save_at) */
 	bool claimed;           /* result_held accepted */
-	int fail_link;          /* which link failed: 1 receive, 2 send */
+	bool input_saved;       /* in place: the whole input was saved at the start (rdouble.c) */
+	int fail_link;          /* which link failed: 1 receive, 2 send, 3 fail_peer's */
+	int fail_peer;          /* original rank of the peer whose link failed (3) */
 
 	uint32_t rg, rk;        /* next receive to post */
 	size_t recv_total, recv_done, recv_posted;
@@ -144,6 +146,26 @@ int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const stru
  * the ranks it reaches call it (the root returns once its frames are out). */
 int ft__engine_broadcast(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
 			 struct ft__coll *co);
+
+/* Recursive doubling (rdouble.c): up to this many bytes the automatic choice
+ * takes it over the ring (docs/performance.md, algorithms). */
+#define FT__RD_AUTO_MAX ((size_t)64 << 10)
+/* Steps of the largest world's pattern, and some. */
+#define FT__RD_STEPS 40
+/* Whether k runs by recursive doubling on the current view: a function of
+ * the call and the view alone (and of settings every rank shares), so that
+ * every rank makes the same choice. */
+bool ft__rd_chosen(const struct ft_comm *c, const struct ft__call *k);
+/* One attempt at an allreduce or barrier by recursive doubling (as ft__engine_allreduce). */
+int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
+		  struct ft__coll *co);
+
+/* For the engines: an attempt's common set-up (not a broadcast), and the
+ * wait for transport events (bounded polling while ranks fit the cores). */
+#define FT__EV_MAX 64
+int ft__engine_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__call *k,
+		     const struct ft__attempt *a);
+int ft__engine_wait(struct ft_comm *c, int timeout, struct ft__tp_event *ev);
 
 /* blocks.c: reduce-scatter and allgather on the caller's block layout. */
 /* Takes the layout from the membership the caller sees (n blocks of count elements). */

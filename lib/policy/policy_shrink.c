@@ -77,7 +77,9 @@ void ft__shrink_backup_complete(struct ft_comm *c, struct ft__call *k, const str
 	(void)c;
 	if (!k->in_place || k->input_untouched || backup == NULL || bytes == 0)
 		return;
-	if (co->c == NULL || co->s.n < 2) {
+	if (co->input_saved) {
+		/* recursive doubling saved it whole at the start */
+	} else if (co->c == NULL || co->s.n < 2) {
 		memcpy(backup, k->dst, bytes); /* the attempt never started */
 	} else {
 		size_t idx = 0, off, len;

@@ -43,11 +43,13 @@
  */
 
 /* The peer of the link an attempt failed on (co->fail_link: 1 receive, 2
- * send), or -1 when it failed otherwise. */
+ * send, 3 co->fail_peer's), or -1 when it failed otherwise. */
 static int link_peer(const struct ft_comm *c, const struct ft__coll *co, int rc)
 {
 	if (rc != -FT_EPEERFAILED || co->fail_link == 0 || c->size < 2)
 		return -1;
+	if (co->fail_link == 3)
+		return co->fail_peer;
 	return c->members[ft__mod(c->rank + (co->fail_link == 1 ? -1 : 1), c->size)];
 }
 

@@ -18,6 +18,7 @@ static const char *const phase_names[] = {
 	[FT__PHASE_COMMIT] = "commit",
 	[FT__PHASE_INIT] = "init",
 	[FT__PHASE_CONNECT] = "connect",
+	[FT__PHASE_EXCHANGE] = "exchange",
 };
 static const char *const at_names[] = {
 	[FT__AT_SEND] = "send",
@@ -43,6 +44,9 @@ static const char *const phase_doc[] = {
 			   "the job's first view, before that view settles",
 	[FT__PHASE_CONNECT] = "inside `ft_init` (op 0), once that view settled, before the rank "
 			      "links the ring",
+	[FT__PHASE_EXCHANGE] = "recursive doubling's steps (step S: 0 the fold, 1 .. log2 n the "
+			       "exchanges, then the unfold; segment 0): the small ops' algorithm "
+			       "(`FTCC_ALGORITHM`); the ring's phases strike only in ops on the ring",
 };
 static const char *const at_doc[] = {
 	[FT__AT_SEND] = "before the frame is queued (the default)",
@@ -200,7 +204,7 @@ bad:
 	if (err != NULL)
 		snprintf(err, errlen,
 			 "FTCC_FAULT='%s': expected rank=R[,op=N][,phase=between|reduce_scatter|"
-			 "allgather|broadcast|commit|init|connect][,step=S][,seg=K][,action=kill|hang|drop|fail][,inc=I][,gen=G][,at=send|sent|recorded], "
+			 "allgather|broadcast|commit|init|connect|exchange][,step=S][,seg=K][,action=kill|hang|drop|fail][,inc=I][,gen=G][,at=send|sent|recorded], "
 			 "up to %d separated by ';'",
 			 spec, FT__FAULT_MAX);
 	memset(f, 0, sizeof(*f));

@@ -18,6 +18,7 @@ enum ft__fault_phase {
 	FT__PHASE_INIT,             /* ft_init, just after this rank published its record for the
 				     * job's first view (op 0), before that view settles */
 	FT__PHASE_CONNECT,          /* ft_init, once that view settled, before the ring's links */
+	FT__PHASE_EXCHANGE,         /* recursive doubling's steps (lib/core/rdouble.c) */
 };
 
 enum ft__fault_action { FT__FAULT_KILL, FT__FAULT_HANG, FT__FAULT_DROP, FT__FAULT_FAIL };

@@ -628,17 +628,20 @@ int ft__tcp_accept(struct ft__transport *tp, const struct ft__hello *expect, int
 	}
 done:
 	/* Interrupted (a failure is being handled, the accept will be called
-	 * again): keep what is short of its handshake. A link made: keep what
-	 * sent no whole hello yet, for the next accept to judge (a neighbour
-	 * that adopted the next view first may be connecting for it: closing
-	 * its connection made it take this rank for dead), drop the rest (a
-	 * copy raced ahead of the original ends here). Given up: drop all. */
+	 * again) or a link made: keep what is short of its handshake, for the
+	 * next accept to judge: a neighbour that adopted the next view first
+	 * may be connecting for it, and several peers link to this rank at
+	 * once (recursive doubling's mesh); closing a connection made its
+	 * rank take this one for dead. A copy of a hello, challenged, never
+	 * proves it and ends at the accept that gives up on it. A link made
+	 * drops the whole hellos it kept for later (early) that the next
+	 * accept would refuse anyway. Given up: drop all. */
 	tp->npend = 0;
 	for (int i = 0; i < npend; i++) {
 		if (pend[i].fd < 0)
 			continue;
 		if (rc == -FT_EABORTED ||
-		    (rc == 0 && !pend[i].challenged && pend[i].got < sizeof(pend[i].hello))) {
+		    (rc == 0 && (pend[i].challenged || pend[i].got < sizeof(pend[i].hello)))) {
 			pend[tp->npend++] = pend[i];
 			continue;
 		}
