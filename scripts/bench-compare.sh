@@ -10,7 +10,8 @@
 # round repeats R times; the figure per (impl, ranks, size) is the median of
 # the per-round medians.
 #
-# Implementations: ftcc over TCP (the ring, FTCC_SHM=0); ftcc-onehost, ftcc's
+# Implementations: ftcc over TCP (FTCC_SHM=0: the algorithm chosen by size;
+# ftcc-tcp-ring and ftcc-tcp-rd force one, FTCC_ALGORITHM); ftcc-onehost, ftcc's
 # one-host path (collectives in shared memory, FTCC_POLICY=abort: the path
 # the job takes when every rank shares one host); Gloo (ring allreduce and allgather,
 # halving-doubling reduce-scatter, over TCP); Open MPI over TCP and over
@@ -91,6 +92,9 @@ run_one() {
 	case $impl in
 	ftcc-tcp)
 		FTCC_TRANSPORT=tcp FTCC_SHM=0 timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;
+	ftcc-tcp-ring|ftcc-tcp-rd)
+		FTCC_TRANSPORT=tcp FTCC_SHM=0 FTCC_ALGORITHM=${impl#ftcc-tcp-} \
+			timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;
 	ftcc-onehost)
 		FTCC_TRANSPORT=tcp FTCC_SHM=1 FTCC_POLICY=abort \
 			timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;

@@ -535,6 +535,29 @@ Test(shrink, fault_at_every_phase, .timeout = 300)
 	}
 }
 
+/* FTCC_FAULT in recursive doubling's steps (a small op): the fold, each
+ * exchange, the unfold and the probe, at 5 ranks (a fold) and 4 (none). */
+Test(shrink, fault_at_every_exchange, .timeout = 300)
+{
+	/* (rank, step): a rank that sends at that step */
+	static const int at5[][2] = {{0, 0}, {3, 1}, {2, 2}, {1, 3}, {4, 4}};
+	static const int at4[][2] = {{0, 1}, {3, 2}, {1, 4}};
+	for (int n = 5; n >= 4; n--) {
+		int np = n == 5 ? 5 : 3;
+		for (int i = 0; i < np; i++) {
+			char what[260];
+			const int *pt = n == 5 ? at5[i] : at4[i];
+			scenario_init(n, 1000, 6, 4);
+			sc.expect_lost = 1;
+			sc.fault_rank = pt[0];
+			snprintf(sc.fault, sizeof(sc.fault), "rank=%d,op=%d,phase=exchange,step=%d,seg=0",
+				 pt[0], 2 + i % 3, pt[1]);
+			snprintf(what, sizeof(what), "n=%d FTCC_FAULT=%s", n, sc.fault);
+			cr_assert_eq(run_scenario(NULL, NULL, 60000, what), 1, "%s: no kill", what);
+		}
+	}
+}
+
 /* ---- a hostile network (testutil.c) ---- */
 
 struct hostile_plan {

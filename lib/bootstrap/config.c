@@ -282,9 +282,10 @@ static const struct var vars[] = {
 	 "shared memory (every FTCC_POLICY: docs/design.md, the one-host path)",
 	 NULL},
 	{"FTCC_ALGORITHM", V_ENUM, TP_NUM(algorithm), 0, 0, NAMES(algorithms), false, "auto",
-	 "allreduce and barrier off the one-host path: auto (recursive doubling up to "
-	 "FT__RD_AUTO_MAX bytes, the ring above), ring, or rd (recursive doubling up to one "
-	 "segment; every rank must set the same: docs/design.md, algorithms)", NULL},
+	 "allreduce and barrier off the one-host path: auto (recursive doubling while the "
+	 "message is at most 64K and 128K / log2(ranks), the ring above), ring, or rd "
+	 "(recursive doubling up to one segment); every rank must set the same "
+	 "(docs/design.md, algorithms)", NULL},
 	{"FTCC_SHM_BYTES", V_SIZE, H_TP, offsetof(struct tp_knobs, shm_bytes), sizeof(size_t), NULL,
 	 256 * 1024, 1024L * 1024 * 1024, NULL, 0, false, "512K",
 	 "each rank's shared-memory segment (in /dev/shm, with a 4K header), bytes with an "

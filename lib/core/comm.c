@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "engine.h"
 #include "policy.h"
 
 static int comm_usable(const struct ft_comm *c)
@@ -81,20 +82,19 @@ static bool other_member(const struct ft_comm *c, int p)
 }
 
 /*
- * Every rank connects first and accepts second. Connecting completes in the
+ * Every rank connects first and accepts second (the ring's links and, with a
+ * mesh, recursive doubling's: rdouble.c). Connecting completes in the
  * peer's kernel backlog and the hello fits in the socket buffer, so no rank
  * waits on another's accept: no cycle. The acceptor's challenge
  * (lib/util/auth.h) is answered without waiting either: a connect returns
  * with its proof still due, and the transport answers it while this rank
  * accepts or runs an op (tcp: ft__tcp_answer_challenges).
  *
- * With a mesh (rdouble.c), a link may come from any member: a peer already
- * in its first recursive-doubling op links to this rank while it still
- * waits for its left neighbour's ring link, or the other way round. So the
- * accept takes a link from any member of the view, files it by its sender,
- * and goes on until the links wanted are there; a member's second link of
- * one generation is closed (only its newest hello would be live). Without
- * a mesh only the left neighbour's link is accepted, as before.
+ * With a mesh, links come from several members at once, in any order. So
+ * the accept takes a link from any member of the view, files it by its
+ * sender, and goes on until the links wanted are there; a member's second
+ * link of one generation is closed. Without a mesh only the left
+ * neighbour's link is accepted.
  */
 int ft__comm_link_peers(struct ft_comm *c, const int *to, int nto, const int *from, int nfrom)
 {
@@ -132,12 +132,17 @@ int ft__comm_link_peers(struct ft_comm *c, const int *to, int nto, const int *fr
 
 int ft__comm_connect_ring(struct ft_comm *c)
 {
-	int right = c->members[(c->rank + 1) % c->size];
-	int left = c->members[(c->rank + c->size - 1) % c->size];
+	int to[FT__RD_STEPS + 1], from[FT__RD_STEPS + 1], nto = 1, nfrom = 1;
 
 	if (c->size == 1)
 		return 0;
-	return ft__comm_link_peers(c, &right, 1, &left, 1);
+	to[0] = c->members[(c->rank + 1) % c->size];
+	from[0] = c->members[(c->rank + c->size - 1) % c->size];
+	/* recursive doubling's links too, before any op: a rank that leaves an
+	 * op early (a mismatch) leaves no link of it half made behind */
+	if (c->mesh_to != NULL)
+		ft__rd_peers(c, to, &nto, from, &nfrom);
+	return ft__comm_link_peers(c, to, nto, from, nfrom);
 }
 
 void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq)

@@ -147,15 +147,22 @@ int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const stru
 int ft__engine_broadcast(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
 			 struct ft__coll *co);
 
-/* Recursive doubling (rdouble.c): up to this many bytes the automatic choice
- * takes it over the ring (docs/performance.md, algorithms). */
+/* Recursive doubling (rdouble.c): the automatic choice takes it over the
+ * ring up to FT__RD_AUTO_MAX bytes while bytes x log2(n) stays within
+ * FT__RD_AUTO_VOLUME (measured at 2, 4 and 8 ranks over TCP:
+ * docs/performance.md, algorithms). */
 #define FT__RD_AUTO_MAX ((size_t)64 << 10)
+#define FT__RD_AUTO_VOLUME ((size_t)128 << 10)
 /* Steps of the largest world's pattern, and some. */
 #define FT__RD_STEPS 40
 /* Whether k runs by recursive doubling on the current view: a function of
  * the call and the view alone (and of settings every rank shares), so that
  * every rank makes the same choice. */
 bool ft__rd_chosen(const struct ft_comm *c, const struct ft__call *k);
+/* The original ranks this rank sends to (to) and receives from in the
+ * current view's pattern, appended (at most FT__RD_STEPS each; a peer may
+ * be a ring neighbour, or appear twice). */
+void ft__rd_peers(const struct ft_comm *c, int *to, int *nto, int *from, int *nfrom);
 /* One attempt at an allreduce or barrier by recursive doubling (as ft__engine_allreduce). */
 int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
 		  struct ft__coll *co);

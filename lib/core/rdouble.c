@@ -106,7 +106,10 @@ bool ft__rd_chosen(const struct ft_comm *c, const struct ft__call *k)
 	 * a larger op only through the ring's (policy_shrink.c) */
 	if (bytes > c->cfg.segment_bytes || (c->det != NULL && c->size >= 3 && !ft__small_op(k)))
 		return false;
-	return c->tp_env.algorithm == 2 || bytes <= FT__RD_AUTO_MAX;
+	/* each rank sends log2(n) whole copies against the ring's two: it pays
+	 * while that volume is small (docs/performance.md, algorithms) */
+	return c->tp_env.algorithm == 2 ||
+	       (bytes <= FT__RD_AUTO_MAX && bytes * steps_of(c->size) <= FT__RD_AUTO_VOLUME);
 }
 
 /* Room for the op in c->rd_buf: two partials and a receive per step. */
@@ -125,6 +128,19 @@ static int reserve(struct ft_comm *c, size_t slot, uint32_t nslots)
 	return 0;
 }
 
+void ft__rd_peers(const struct ft_comm *c, int *to, int *nto, int *from, int *nfrom)
+{
+	uint32_t k = steps_of(c->size);
+
+	for (uint32_t g = 0; g <= k + 1; g++) {
+		int p = step_peer(c->size, c->rank, g, true), q = step_peer(c->size, c->rank, g, false);
+		if (p >= 0)
+			to[(*nto)++] = c->members[p];
+		if (q >= 0)
+			from[(*nfrom)++] = c->members[q];
+	}
+}
+
 struct rd {
 	struct ft__coll *co;
 	size_t bytes, slot;
@@ -133,6 +149,7 @@ struct rd {
 	bool g_sent;            /* its frame is out */
 	int to[FT__RD_STEPS], from[FT__RD_STEPS];     /* dense peers by step, -1 none */
 	bool got[FT__RD_STEPS];  /* the step's frame is in */
+	bool out[FT__RD_STEPS];  /* the step's frame of ours left the process */
 	unsigned sends, sent;
 	const char *cur;        /* this rank's partial (first its input) */
 	int next;               /* partial slot computed into next: 0 or 1 */
@@ -174,6 +191,9 @@ static struct ft__frame frame_of(const struct rd *x, uint32_t g)
 	return h;
 }
 
+/* A send's completion context: SEND_CTX + its step (a receive's: step + 1). */
+#define SEND_CTX 4096u
+
 static int send_step(struct rd *x, uint32_t g, int to, const void *payload)
 {
 	struct ft_comm *c = x->co->c;
@@ -184,7 +204,8 @@ static int send_step(struct rd *x, uint32_t g, int to, const void *payload)
 		h.flags |= FT__FRAME_F_CRC;
 		h.crc = ft__crc32c(0, payload, h.length);
 	}
-	rc = c->tp_ops->post_send(ft__comm_link(c, peer, true), &h, payload, NULL);
+	rc = c->tp_ops->post_send(ft__comm_link(c, peer, true), &h, payload,
+				  (void *)(uintptr_t)(SEND_CTX + g));
 	if (rc != 0 && ft__err_shortage(rc))
 		return rc;
 	if (rc != 0) {
@@ -277,7 +298,8 @@ static bool rd_done(const struct rd *x)
 }
 
 /* Whether the link ev names is one this op still expects a frame on (from),
- * or one it sent a frame on that may not be out yet. */
+ * or one whose frame of ours has not left yet (each link carries one frame
+ * of the op at most, either way). */
 static bool link_owed(const struct rd *x, const struct ft__tp_event *ev, bool from)
 {
 	struct ft_comm *c = x->co->c;
@@ -285,7 +307,7 @@ static bool link_owed(const struct rd *x, const struct ft__tp_event *ev, bool fr
 	for (uint32_t g = 0; g <= x->k + 2; g++) {
 		int p = from ? x->from[g] : x->to[g];
 		if (p >= 0 && ev->link == ft__comm_link(c, c->members[p], !from) &&
-		    (from ? !x->got[g] : x->sent < x->sends))
+		    (from ? !x->got[g] : !x->out[g]))
 			return true;
 	}
 	return false;
@@ -332,7 +354,10 @@ static int rd_run(struct rd *x)
 			if (idle_deadline && ev[i].type != FT__TP_LINK_ERROR)
 				idle_deadline = ft__now_ms() + c->cfg.op_timeout_ms;
 			if (ev[i].type == FT__TP_SEND_DONE) {
+				uint32_t g = (uint32_t)(uintptr_t)ev[i].ctx - SEND_CTX;
 				x->sent++;
+				if (g < FT__RD_STEPS)
+					x->out[g] = true;
 			} else if (ev[i].type == FT__TP_RECV_DONE) {
 				uint32_t g = (uint32_t)(uintptr_t)ev[i].ctx - 1;
 				if (ev[i].status != 0 || g > x->k + 2 || x->got[g]) {
@@ -370,7 +395,6 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 		  struct ft__coll *co)
 {
 	int n = c->size, r = c->rank, left = ft__mod(r - 1, n), right = ft__mod(r + 1, n);
-	int peers_to[FT__RD_STEPS], peers_from[FT__RD_STEPS], nto = 0, nfrom = 0;
 	struct rd x = {.co = co};
 	int rc = ft__engine_setup(co, c, k, a);
 
@@ -400,14 +424,11 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 		x.from[x.k + 2] = left;
 		x.got[x.k + 2] = false;
 	}
-	for (uint32_t g = 0; g <= x.k + 2; g++) {
-		if (x.to[g] >= 0)
-			peers_to[nto++] = c->members[x.to[g]];
-		if (x.from[g] >= 0)
-			peers_from[nfrom++] = c->members[x.from[g]];
-	}
-	if ((rc = ft__comm_link_peers(c, peers_to, nto, peers_from, nfrom)) != 0)
-		return rc;
+	/* (ft__comm_connect_ring made every link before the op) */
+	for (uint32_t g = 0; g <= x.k + 2; g++)
+		if ((x.to[g] >= 0 && ft__comm_link(c, c->members[x.to[g]], true) == NULL) ||
+		    (x.from[g] >= 0 && ft__comm_link(c, c->members[x.from[g]], false) == NULL))
+			return -FT_EPROTO;
 	/* an in-place input, whole, for a rerun: it is small */
 	if (co->hooks->input_save_at != NULL && co->in_place && x.bytes > 0) {
 		struct ft__sum *sum = NULL;

@@ -1,0 +1,222 @@
+/* test_algorithms.c: the allreduce algorithms (the ring, recursive doubling) over real processes and sockets: every rank the same bits, the choice every rank's, ranks that chose differently told so. */
+/* SPDX-License-Identifier: MIT */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define DEADLINE_MS 60000
+
+/*
+ * Float32 inputs whose sum depends on the order of the additions: large
+ * values of both signs that cancel, and small ones that the rounding of a
+ * large partial sum loses or keeps. A rank whose result came from another
+ * order than its peers' differs in its bits.
+ */
+static float input(int rank, size_t i)
+{
+	unsigned h = (unsigned)(rank * 2654435761u) ^ (unsigned)(i * 40503u);
+	float big = (float)((h % 7) + 1) * 3.0e7f * (((h >> 3) & 1) ? 1.0f : -1.0f);
+	float small = (float)((h >> 5) % 1000) * 0.137f;
+
+	return (rank + (int)i) % 3 == 0 ? big : small;
+}
+
+/* FNV-1a over the result's bits. */
+static int64_t digest(const void *p, size_t len)
+{
+	const unsigned char *b = p;
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ b[i]) * 1099511628211ull;
+	return (int64_t)(h >> 1);
+}
+
+struct bits_arg {
+	const char *algorithm;  /* FTCC_ALGORITHM, NULL: unset */
+};
+
+static const struct bits_arg *bits_now;
+
+static void set_algorithm(struct ft_config *cfg, int rank)
+{
+	(void)cfg;
+	(void)rank;
+	if (bits_now->algorithm != NULL)
+		setenv("FTCC_ALGORITHM", bits_now->algorithm, 1);
+}
+
+/*
+ * Sum and average of order-sensitive float32 inputs, in place and out of
+ * place, at counts around the choice's thresholds: the digests of every
+ * rank's result must agree (their min and max, by allreduce), and the
+ * result must be near the exact sum.
+ */
+static int run_bits(struct ft_comm *comm, int rank, int n, void *argp)
+{
+	static const size_t counts[] = {1, 5, 1000, 4096, 16384, 40000};
+	(void)argp;
+	for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+		size_t count = counts[ci];
+		float *in = malloc(count * sizeof(float)), *out = malloc(count * sizeof(float));
+		for (int op = 0; op < 2; op++) {
+			for (int inplace = 0; inplace < 2; inplace++) {
+				enum ft_op o = op == 0 ? FT_SUM : FT_AVG;
+				float *buf = inplace ? out : in;
+				for (size_t i = 0; i < count; i++)
+					buf[i] = input(rank, i);
+				int rc = ft_allreduce(comm, inplace ? FT_IN_PLACE : in, out, count,
+						      FT_FLOAT32, o, NULL);
+				if (rc != 0) {
+					fprintf(stderr, "rank %d count %zu: %s\n", rank, count,
+						ft_strerror(rc));
+					return 1;
+				}
+				for (size_t i = 0; i < count; i++) {
+					double want = 0;
+					for (int r = 0; r < n; r++)
+						want += input(r, i);
+					if (o == FT_AVG)
+						want /= n;
+					if (fabs(out[i] - want) > 64.0 + fabs(want) * 1e-6) {
+						fprintf(stderr, "rank %d count %zu [%zu] = %g, want %g\n",
+							rank, count, i, (double)out[i], want);
+						return 2;
+					}
+				}
+				int64_t d = digest(out, count * sizeof(float)), lo = d, hi = d;
+				if (ft_allreduce(comm, FT_IN_PLACE, &lo, 1, FT_INT64, FT_MIN, NULL) != 0 ||
+				    ft_allreduce(comm, FT_IN_PLACE, &hi, 1, FT_INT64, FT_MAX, NULL) != 0)
+					return 3;
+				if (lo != hi) {
+					fprintf(stderr, "rank %d n %d count %zu op %d %s: the ranks' bits "
+						"differ\n", rank, n, count, o,
+						inplace ? "in place" : "out of place");
+					return 4;
+				}
+			}
+		}
+		free(in);
+		free(out);
+	}
+	return 0;
+}
+
+static void bits(const char *algorithm)
+{
+	static struct bits_arg arg;
+
+	arg.algorithm = algorithm;
+	bits_now = &arg;
+	for (int n = 2; n <= 8; n++) {
+		struct tu_job job;
+		tu_job_init(&job, n);
+		for (int r = 0; r < n; r++)
+			tu_spawn(&job, r, run_bits, NULL, set_algorithm);
+		int bad = tu_wait(&job, DEADLINE_MS, NULL);
+		tu_job_cleanup(&job);
+		cr_assert_eq(bad, 0, "FTCC_ALGORITHM=%s n=%d: some rank failed or hung",
+			     algorithm ? algorithm : "(unset)", n);
+	}
+}
+
+/* The inputs do show the order: summed forwards and backwards they differ. */
+Test(algorithms, the_inputs_show_the_order)
+{
+	int differ = 0;
+
+	for (size_t i = 0; i < 1000; i++) {
+		float f = 0, b = 0;
+		for (int r = 0; r < 8; r++)
+			f += input(r, i);
+		for (int r = 7; r >= 0; r--)
+			b += input(r, i);
+		differ += memcmp(&f, &b, sizeof(f)) != 0;
+	}
+	cr_assert_gt(differ, 100, "only %d of 1000 sums depend on the order", differ);
+}
+
+Test(algorithms, every_rank_the_same_bits_chosen, .timeout = 300) { bits(NULL); }
+Test(algorithms, every_rank_the_same_bits_rd, .timeout = 300) { bits("rd"); }
+Test(algorithms, every_rank_the_same_bits_ring, .timeout = 300) { bits("ring"); }
+
+/*
+ * Ranks that choose differently: one rank's count puts it on the ring
+ * while the others run recursive doubling. Every rank must return
+ * FT_EMISMATCH (no hang), and the communicator must work afterwards.
+ */
+static int run_split_choice(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	int odd = *(const int *)arg % n;
+	size_t count = rank == odd ? 60000 : 1000;
+	float *buf = calloc(60000, sizeof(float));
+	int rc = ft_allreduce(comm, FT_IN_PLACE, buf, count, FT_FLOAT32, FT_SUM, NULL);
+
+	if (rc != -FT_EMISMATCH) {
+		fprintf(stderr, "rank %d: a split choice gave %s, want FT_EMISMATCH\n", rank,
+			ft_err_name(rc));
+		return 1;
+	}
+	for (size_t i = 0; i < 1000; i++)
+		buf[i] = (float)rank;
+	rc = ft_allreduce(comm, FT_IN_PLACE, buf, 1000, FT_FLOAT32, FT_SUM, NULL);
+	if (rc != 0 || buf[999] != (float)(n * (n - 1) / 2)) {
+		fprintf(stderr, "rank %d: the allreduce after: %s\n", rank, ft_strerror(rc));
+		return 2;
+	}
+	free(buf);
+	return 0;
+}
+
+Test(algorithms, a_split_choice_is_a_mismatch_on_every_rank, .timeout = 200)
+{
+	for (int n = 2; n <= 6; n++)
+		for (int odd = 0; odd < n; odd += n > 3 ? 2 : 1)
+			cr_assert_eq(tu_run(n, DEADLINE_MS, run_split_choice, &odd), 0,
+				     "n=%d, rank %d on the ring", n, odd);
+}
+
+/* One rank's FTCC_ALGORITHM differs from the others': ft_init (its barrier)
+ * fails on every rank, none hangs. */
+static const char *odd_algorithm;
+static int odd_rank;
+
+static void set_odd_algorithm(struct ft_config *cfg, int rank)
+{
+	(void)cfg;
+	setenv("FTCC_ALGORITHM", rank == odd_rank ? odd_algorithm : "rd", 1);
+}
+
+static int run_nothing(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	(void)comm;
+	(void)n;
+	(void)arg;
+	fprintf(stderr, "rank %d: ft_init passed with another FTCC_ALGORITHM than its peers'\n",
+		rank);
+	return 1;
+}
+
+Test(algorithms, settings_that_differ_fail_on_every_rank, .timeout = 200)
+{
+	for (int n = 2; n <= 5; n += 3) {
+		struct tu_job job;
+		odd_algorithm = "ring";
+		odd_rank = n - 1;
+		tu_job_init(&job, n);
+		for (int r = 0; r < n; r++)
+			tu_spawn(&job, r, run_nothing, NULL, set_odd_algorithm);
+		/* every rank fails (ft_init's exit status 100), within the deadline */
+		int bad = tu_wait(&job, DEADLINE_MS, NULL);
+		tu_job_cleanup(&job);
+		cr_assert_eq(bad, n, "n=%d: %d ranks failed, want all", n, bad);
+		for (int r = 0; r < n; r++)
+			cr_assert(WIFEXITED(job.status[r]) && WEXITSTATUS(job.status[r]) == 100,
+				  "n=%d rank %d: status %#x, want ft_init's failure", n, r,
+				  (unsigned)job.status[r]);
+	}
+}
