@@ -103,11 +103,11 @@ enum ft_durability { FT_DURABILITY_NONE, FT_DURABILITY_PROCESS, FT_DURABILITY_HO
  * ft_config_from_env, which starts from it and applies FTCC_* variables).
  *
  * The environment with a struct: ft_init given a cfg takes every field from
- * it and reads no FTCC_* variable that has a field here; but 17 settings
+ * it and reads no FTCC_* variable that has a field here; but 18 settings
  * have none and are read from the environment at every ft_init whatever it
  * is given: FTCC_SPIN_US, FTCC_TCP_BUFFER, FTCC_INCARNATION,
- * FTCC_LOG_ENGINE, FTCC_SHM_GUARD; the one-host path's FTCC_SHM and
- * FTCC_SHM_BYTES; the libfabric ones, FTCC_FABRIC_PROVIDER,
+ * FTCC_LOG_ENGINE, FTCC_SHM_GUARD, FTCC_ALGORITHM; the one-host path's
+ * FTCC_SHM and FTCC_SHM_BYTES; the libfabric ones, FTCC_FABRIC_PROVIDER,
  * FTCC_FABRIC_EP, FTCC_FABRIC_WAIT, FTCC_FABRIC_MAX_MSG,
  * FTCC_FABRIC_MR_LOCAL, FTCC_FABRIC_LINK_EP; and the checkpoints'
  * FTCC_CKPT_DIR, FTCC_CKPT_FROM, FTCC_CKPT_WHERE (each where struct

@@ -8,12 +8,12 @@
 /*
  * Four ranks run `ops` small in-place int64 sums (8000 bytes: no commit
  * steps). Rank 3 stops (FTCC_FAULT action=hang) about to send its last
- * allgather frame of user op `victim_op` (sequence victim_op + 1: sequence 0
- * is the barrier in ft_init), so its right neighbour, rank 0, lacks that
- * op's result while ranks 1 and 2 hold it and return it. Once both have
+ * frame of user op `victim_op` (sequence victim_op + 1: sequence 0 is the
+ * barrier in ft_init), so one survivor lacks that op's result while the
+ * other two hold it and return it (on the ring and by recursive doubling). Once both have
  * returned it (each writes a marker), the test SIGKILLs rank 3. Every
  * survivor must then return that op with the four-rank sum, contributors 4
- * and the membership still showing four ranks (rank 0 got it from a holder),
+ * and the membership still showing four ranks (it got it from a holder),
  * the next op showing three. Each survivor writes what it saw; the test
  * checks they all saw the same, and that the hand-over happened. (The
  * order is forced, not left to chance: a self-kill there lets the survivors
@@ -25,14 +25,35 @@
 static int ops, victim_op;
 static char dir[256];
 
+/*
+ * Where rank 3 stops, by algorithm, and the one survivor then left without
+ * the result. The ring: about to send its last allgather frame, to rank 0.
+ * Recursive doubling (the op is small enough to choose it): about to send
+ * its second exchange, to rank 1; ranks 0 and 2 swapped theirs, which
+ * held rank 3's first.
+ */
+struct layout {
+	const char *algorithm;  /* FTCC_ALGORITHM */
+	const char *phase;
+	int step;
+	int lacking;            /* the survivor without the result */
+};
+static const struct layout ring_layout = {"ring", "allgather", 2, 0};
+static const struct layout rd_layout = {"auto", "exchange", 2, 1};
+static const struct layout *lay = &ring_layout;
+
 static void tweak(struct ft_config *cfg, int rank)
 {
 	cfg->policy = FT_POLICY_SHRINK;
 	if (getenv("FTCC_TEST_LOG") != NULL)
 		cfg->log_level = atoi(getenv("FTCC_TEST_LOG"));
+	/* the TCP ring and mesh: on one host the ops would run in shared memory */
+	setenv("FTCC_SHM", "0", 1);
+	setenv("FTCC_ALGORITHM", lay->algorithm, 1);
 	if (rank == 3)
 		snprintf(cfg->fault, sizeof(cfg->fault),
-			 "rank=3,op=%d,phase=allgather,step=2,seg=0,action=hang", victim_op + 1);
+			 "rank=3,op=%d,phase=%s,step=%d,seg=0,action=hang", victim_op + 1, lay->phase,
+			 lay->step);
 }
 
 #define CHECK(cond, ...)                                                        \
@@ -81,7 +102,7 @@ static int worker(struct ft_comm *comm, int orig, int n, void *arg)
 			held = info.recovery_ms == 0;
 			CHECK(size == 4 ? info.failed == 0 : size == 3 && info.failed == 1,
 			      "size %d, failed %d", size, info.failed);
-			CHECK(orig != 0 || !held, "rank 0 cannot have held it");
+			CHECK(orig != lay->lacking || !held, "rank %d cannot have held it", orig);
 		}
 		if (i > victim_op) {
 			CHECK(size == 3, "size %d after the failure", size);
@@ -111,15 +132,18 @@ static void run(int nops, int vop)
 	snprintf(dir, sizeof(dir), "%s", job.dir);
 	for (int r = 0; r < 4; r++)
 		tu_spawn(&job, r, worker, NULL, tweak);
-	for (int r = 1; r <= 2; r++) {
+	for (int r = 0; r <= 2; r++) {
+		if (r == lay->lacking)
+			continue;
 		snprintf(path, sizeof(path), "%s/returned-%d", dir, r);
 		if (!tu_wait_file(path, tu_now_ms() + 60000)) {
 			tu_wait(&job, 0, NULL); /* kills and reports the ranks */
 			cr_assert_fail("rank %d never returned op %d while rank 3 hung", r, vop);
 		}
 	}
-	snprintf(path, sizeof(path), "%s/returned-0", dir);
-	cr_assert(access(path, F_OK) != 0, "rank 0 returned op %d without rank 3's frame", vop);
+	snprintf(path, sizeof(path), "%s/returned-%d", dir, lay->lacking);
+	cr_assert(access(path, F_OK) != 0, "rank %d returned op %d without rank 3's frame",
+		  lay->lacking, vop);
 	kill(job.pids[3], SIGKILL);
 	cr_assert_eq(tu_wait(&job, 60000, expect_killed), 0, "a survivor failed or hung");
 	cr_assert(WIFSIGNALED(job.status[3]), "rank 3 did not die");
@@ -133,20 +157,27 @@ static void run(int nops, int vop)
 	cr_assert(sizes[0] == 4 && sizes[1] == 4 && sizes[2] == 4,
 		  "the op was not handed over: the survivors saw %d %d %d ranks", sizes[0], sizes[1],
 		  sizes[2]);
-	cr_assert(!held[0] && held[1] && held[2], "holders %d %d %d, want 0 1 1", held[0], held[1],
-		  held[2]);
+	for (int r = 0; r < 3; r++)
+		cr_assert(held[r] == (r != lay->lacking), "holders %d %d %d, rank %d should lack it",
+			  held[0], held[1], held[2], lay->lacking);
 	tu_job_cleanup(&job);
 }
 
 /* The holders learn of the failure in their next op, and hand the result over there. */
 Test(policy_shrink, handover_holders_in_next_op, .timeout = 300)
 {
+	lay = &ring_layout;
+	run(6, 2);
+	lay = &rd_layout;
 	run(6, 2);
 }
 
 /* The op was the last: the holders hand the result over in ft_finalize. */
 Test(policy_shrink, handover_holders_finalizing, .timeout = 300)
 {
+	lay = &ring_layout;
+	run(3, 2);
+	lay = &rd_layout;
 	run(3, 2);
 }
 

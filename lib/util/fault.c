@@ -237,7 +237,12 @@ const struct ft__fault_pt *ft__fault_due(struct ft__fault *f, int rank, uint32_t
 			continue;
 		if (p->phase == FT__PHASE_ANY ? phase == FT__PHASE_BETWEEN : p->phase != phase)
 			continue;
-		if (phase != FT__PHASE_BETWEEN && (p->step != step || p->seg != seg))
+		/* (any: the op's first frame, step 0 on the ring; recursive
+		 * doubling's first may be a later step's, a rank being idle
+		 * before it) */
+		if (phase != FT__PHASE_BETWEEN &&
+		    !(p->phase == FT__PHASE_ANY && phase == FT__PHASE_EXCHANGE) &&
+		    (p->step != step || p->seg != seg))
 			continue;
 		p->armed = false;
 		rearm(f);

@@ -592,8 +592,8 @@ void ft__fab_sweep_pending(struct ft__transport *tp)
 		       "a connection short of a handshake");
 }
 
-/* MSG, once an accept took its link or gave up: the other connections it
- * challenged go (a copy raced ahead of the original ends here). */
+/* MSG, once an accept gave up: the connections it challenged go (a copy
+ * raced ahead of the original ends here). */
 static void drop_challenged(struct ft__transport *tp)
 {
 	refuse_pending(tp, challenged, 0, -FT_EAUTH, "a challenged connection");
@@ -642,8 +642,9 @@ int ft__fab_accept(struct ft__transport *tp, const struct ft__hello *expect, int
 	*got = l->m.hello.hello;
 	l->next = tp->links;
 	tp->links = l; /* listed before anything drives: its events find it */
-	if (tp->msg)
-		drop_challenged(tp);
+	/* (MSG: the other challenged connections stay for the next accept:
+	 * several peers link to this rank at once, recursive doubling's mesh;
+	 * a copy of a hello never proves it, and the sweep closes it) */
 	ft__fab_advance(l);
 	*out = l;
 	return 0;
