@@ -249,23 +249,28 @@ static bool coll_done(const struct ft__coll *co)
  * Waits for transport events. When every local rank has a core of its own
  * (c->spin_ns > 0), polls for a short while before sleeping in the kernel:
  * a wake-up costs more than a small message's whole transfer. With more
- * ranks than cores it never polls, so waiting ranks leave the CPU to those
- * with work.
+ * ranks than cores it never spins, so waiting ranks leave the CPU to those
+ * with work; but a small op's waits (yield_ns) yield and poll for a few
+ * tens of microseconds first, the CPU going to a peer with work, which
+ * then answers with no wake-up to pay (a large op's waits do not: that
+ * polling took CPU from its peers' copies and reductions, 4 ranks 64 MiB
+ * 1.2-1.35x slower; docs/performance.md).
  */
-int ft__engine_wait(struct ft_comm *c, int timeout, struct ft__tp_event *ev)
+int ft__engine_wait(struct ft_comm *c, int timeout, struct ft__tp_event *ev, uint64_t yield_ns)
 {
 	int nev = c->tp_ops->progress(c->tp, 0, ev, FT__EV_MAX);
+	uint64_t budget = c->spin_ns > 0 ? c->spin_ns : yield_ns;
 
 	if (nev != 0 || timeout == 0)
 		return nev;
-	if (c->spin_ns > 0) {
-		uint64_t end = ft__now_ns() + c->spin_ns;
+	if (budget > 0) {
+		uint64_t end = ft__now_ns() + budget;
 		uint64_t t0 = ft__now_ns(), now = t0;
 		do {
 			/* After a first stretch of plain polling, yield between
 			 * polls so that a peer sharing this core (a busy host) is
 			 * not kept waiting by our poll. */
-			if (now - t0 > c->spin_ns / 16)
+			if (c->spin_ns == 0 || now - t0 > c->spin_ns / 16)
 				sched_yield();
 			nev = c->tp_ops->progress(c->tp, 0, ev, FT__EV_MAX);
 			if (nev != 0)
@@ -299,7 +304,7 @@ static int coll_run(struct ft__coll *co)
 		if (co->send_err && (timeout < 0 || ft__ms_left(co->grace_deadline) < timeout))
 			timeout = ft__ms_left(co->grace_deadline);
 		uint64_t t0 = ft__now_ns();
-		nev = ft__engine_wait(c, timeout, ev);
+		nev = ft__engine_wait(c, timeout, ev, 0);
 		c->stats.wait_ms += (double)(ft__now_ns() - t0) / 1e6;
 		if (nev < 0)
 			return nev;

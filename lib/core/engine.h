@@ -168,11 +168,12 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 		  struct ft__coll *co);
 
 /* For the engines: an attempt's common set-up (not a broadcast), and the
- * wait for transport events (bounded polling while ranks fit the cores). */
+ * wait for transport events (bounded polling while ranks fit the cores;
+ * else yielding and polling for yield_ns, then sleeping). */
 #define FT__EV_MAX 64
 int ft__engine_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__call *k,
 		     const struct ft__attempt *a);
-int ft__engine_wait(struct ft_comm *c, int timeout, struct ft__tp_event *ev);
+int ft__engine_wait(struct ft_comm *c, int timeout, struct ft__tp_event *ev, uint64_t yield_ns);
 
 /* blocks.c: reduce-scatter and allgather on the caller's block layout. */
 /* Takes the layout from the membership the caller sees (n blocks of count elements). */
