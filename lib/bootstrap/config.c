@@ -264,7 +264,7 @@ static const struct var vars[] = {
 	 false, "the transport's: 256K over TCP and over shm with CMA, 1M over other libfabric",
 	 "pipeline segment, bytes with an optional K, M or G", NULL},
 	{"FTCC_SPIN_US", V_INT, TP_NUM(spin_us), 0, 10000000, NULL, 0, false,
-	 "1000 when this host's ranks fit its CPUs, else 0",
+	 "1000 when this host's ranks fit its CPUs, else 0 (50, yielding, in recursive doubling)",
 	 "poll this long (yielding after the first sixteenth) before sleeping in the kernel", NULL},
 	{"FTCC_TCP_BUFFER", V_INT, TP_NUM(tcp_buffer), 1, INT_MAX, NULL, 0, false,
 	 "the kernel's autotuning", "SO_SNDBUF and SO_RCVBUF of the TCP data links, in bytes", NULL},
