@@ -281,51 +281,65 @@ int ft__engine_wait(struct ft_comm *c, int timeout, struct ft__tp_event *ev, uin
 	return c->tp_ops->progress(c->tp, timeout, ev, FT__EV_MAX);
 }
 
+void ft__op_wait_init(struct ft_comm *c, struct ft__op_wait *w)
+{
+	/* With a detector, wake now and then to look at its flag: a hung peer
+	 * breaks no link. */
+	w->tick = c->det != NULL ? (c->cfg.heartbeat_ms < 50 ? c->cfg.heartbeat_ms : 50) : -1;
+	w->idle_deadline = c->cfg.op_timeout_ms > 0 ? ft__now_ms() + c->cfg.op_timeout_ms : 0;
+}
+
+int ft__op_wait(struct ft_comm *c, struct ft__op_wait *w, uint64_t op_seq, int64_t grace_deadline,
+		struct ft__tp_event *ev, uint64_t yield_ns)
+{
+	int timeout = w->tick, nev;
+
+	if (w->idle_deadline && (timeout < 0 || ft__ms_left(w->idle_deadline) < timeout))
+		timeout = ft__ms_left(w->idle_deadline);
+	if (grace_deadline && (timeout < 0 || ft__ms_left(grace_deadline) < timeout))
+		timeout = ft__ms_left(grace_deadline);
+	uint64_t t0 = ft__now_ns();
+	nev = ft__engine_wait(c, timeout, ev, yield_ns);
+	c->stats.wait_ms += (double)(ft__now_ns() - t0) / 1e6;
+	if (nev < 0)
+		return nev;
+	if (c->det != NULL && ft__det_pending(c->det))
+		return -FT_EABORTED;
+	if (nev == 0 && w->idle_deadline && ft__ms_left(w->idle_deadline) == 0 &&
+	    (!grace_deadline || ft__ms_left(grace_deadline) > 0)) {
+		ft__error("collective %llu made no progress for %d ms", (unsigned long long)op_seq,
+			  c->cfg.op_timeout_ms);
+		return -FT_ETIMEDOUT;
+	}
+	/* only progress restarts the op timeout, not a link's end */
+	for (int i = 0; i < nev && w->idle_deadline; i++)
+		if (ev[i].type != FT__TP_LINK_ERROR)
+			w->idle_deadline = ft__now_ms() + c->cfg.op_timeout_ms;
+	return nev;
+}
+
 /* Runs a collective whose first sends are queued; 0 or the error it failed with. */
 static int coll_run(struct ft__coll *co)
 {
 	struct ft_comm *c = co->c;
 	struct ft__tp_event ev[FT__EV_MAX];
-	int64_t idle_deadline = 0;
-	int tick = -1, rc;
+	struct ft__op_wait w;
+	int rc;
 
-	/* With a detector, wake now and then to look at its flag: a hung peer
-	 * breaks no link. */
-	if (c->det != NULL)
-		tick = c->cfg.heartbeat_ms < 50 ? c->cfg.heartbeat_ms : 50;
-	if (c->cfg.op_timeout_ms > 0)
-		idle_deadline = ft__now_ms() + c->cfg.op_timeout_ms;
+	ft__op_wait_init(c, &w);
 	while (!coll_done(co)) {
-		int timeout = tick, nev;
+		int nev;
 		if ((rc = post_recvs(co)) != 0)
 			return rc;
-		if (idle_deadline && (timeout < 0 || ft__ms_left(idle_deadline) < timeout))
-			timeout = ft__ms_left(idle_deadline);
-		if (co->send_err && (timeout < 0 || ft__ms_left(co->grace_deadline) < timeout))
-			timeout = ft__ms_left(co->grace_deadline);
-		uint64_t t0 = ft__now_ns();
-		nev = ft__engine_wait(c, timeout, ev, 0);
-		c->stats.wait_ms += (double)(ft__now_ns() - t0) / 1e6;
+		nev = ft__op_wait(c, &w, co->tmpl.op_seq, co->send_err ? co->grace_deadline : 0, ev,
+				  0);
 		if (nev < 0)
 			return nev;
-		if (c->det != NULL && ft__det_pending(c->det))
-			return -FT_EABORTED;
-		if (nev == 0) {
-			if (co->send_err && ft__ms_left(co->grace_deadline) == 0) {
-				co->fail_link = 2;
-				return co->send_err;
-			}
-			if (idle_deadline && ft__ms_left(idle_deadline) == 0) {
-				ft__error("collective %llu made no progress for %d ms",
-					  (unsigned long long)co->tmpl.op_seq, c->cfg.op_timeout_ms);
-				return -FT_ETIMEDOUT;
-			}
-			continue;
+		if (nev == 0 && co->send_err && ft__ms_left(co->grace_deadline) == 0) {
+			co->fail_link = 2;
+			return co->send_err;
 		}
 		for (int i = 0; i < nev; i++) {
-			/* only progress restarts the op timeout, not a link's end */
-			if (idle_deadline && ev[i].type != FT__TP_LINK_ERROR)
-				idle_deadline = ft__now_ms() + c->cfg.op_timeout_ms;
 			switch (ev[i].type) {
 			case FT__TP_SEND_DONE:
 				co->send_done++;

@@ -174,6 +174,17 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 int ft__engine_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__call *k,
 		     const struct ft__attempt *a);
 int ft__engine_wait(struct ft_comm *c, int timeout, struct ft__tp_event *ev, uint64_t yield_ns);
+/* An attempt's waits: the detector's tick and the op timeout (FTCC_OP_TIMEOUT_MS). */
+struct ft__op_wait {
+	int tick;               /* ms between looks at the detector's flag; -1 none */
+	int64_t idle_deadline;  /* 0: no op timeout */
+};
+void ft__op_wait_init(struct ft_comm *c, struct ft__op_wait *w);
+/* Waits for events (up to grace_deadline too, when not 0): their count (0 on
+ * a tick), -FT_EABORTED once the detector knows of a failure, -FT_ETIMEDOUT
+ * when the op made no progress for the op timeout, or the transport's error. */
+int ft__op_wait(struct ft_comm *c, struct ft__op_wait *w, uint64_t op_seq, int64_t grace_deadline,
+		struct ft__tp_event *ev, uint64_t yield_ns);
 
 /* blocks.c: reduce-scatter and allgather on the caller's block layout. */
 /* Takes the layout from the membership the caller sees (n blocks of count elements). */

@@ -323,41 +323,23 @@ static int rd_run(struct rd *x)
 	struct ft__coll *co = x->co;
 	struct ft_comm *c = co->c;
 	struct ft__tp_event ev[FT__EV_MAX];
-	int64_t idle_deadline = 0;
-	int tick = -1, rc;
+	struct ft__op_wait w;
+	int rc;
 
-	if (c->det != NULL)
-		tick = c->cfg.heartbeat_ms < 50 ? c->cfg.heartbeat_ms : 50;
-	if (c->cfg.op_timeout_ms > 0)
-		idle_deadline = ft__now_ms() + c->cfg.op_timeout_ms;
+	ft__op_wait_init(c, &w);
 	if ((rc = advance(x)) != 0)
 		return rc;
 	while (!rd_done(x)) {
-		int timeout = tick, nev;
-		if (idle_deadline && (timeout < 0 || ft__ms_left(idle_deadline) < timeout))
-			timeout = ft__ms_left(idle_deadline);
-		if (x->send_err && (timeout < 0 || ft__ms_left(x->grace_deadline) < timeout))
-			timeout = ft__ms_left(x->grace_deadline);
-		uint64_t t0 = ft__now_ns();
-		nev = ft__engine_wait(c, timeout, ev, c->tp_env.spin_us < 0 ? RD_YIELD_NS : 0);
-		c->stats.wait_ms += (double)(ft__now_ns() - t0) / 1e6;
+		int nev = ft__op_wait(c, &w, co->tmpl.op_seq, x->send_err ? x->grace_deadline : 0, ev,
+				      c->tp_env.spin_us < 0 ? RD_YIELD_NS : 0);
 		if (nev < 0)
 			return nev;
-		if (c->det != NULL && ft__det_pending(c->det))
-			return -FT_EABORTED;
-		if (x->send_err && ft__ms_left(x->grace_deadline) == 0) {
+		if (nev == 0 && x->send_err && ft__ms_left(x->grace_deadline) == 0) {
 			co->fail_link = 3;
 			co->fail_peer = x->send_peer;
 			return x->send_err;
 		}
-		if (nev == 0 && idle_deadline && ft__ms_left(idle_deadline) == 0) {
-			ft__error("collective %llu made no progress for %d ms",
-				  (unsigned long long)co->tmpl.op_seq, c->cfg.op_timeout_ms);
-			return -FT_ETIMEDOUT;
-		}
 		for (int i = 0; i < nev; i++) {
-			if (idle_deadline && ev[i].type != FT__TP_LINK_ERROR)
-				idle_deadline = ft__now_ms() + c->cfg.op_timeout_ms;
 			if (ev[i].type == FT__TP_SEND_DONE) {
 				uint32_t g = (uint32_t)(uintptr_t)ev[i].ctx - SEND_CTX;
 				x->sent++;
