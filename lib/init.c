@@ -239,9 +239,11 @@ static int comm_join(struct ft_comm *c)
 	if (c->slots == NULL)
 		return -FT_ENOMEM;
 	/* recursive doubling's links beyond the ring's (rdouble.c): not under
-	 * rejoin, whose logs replay the ring's pattern, nor with the ring forced */
-	if (c->cfg.world_size > 2 && c->tp_env.algorithm != 1 &&
-	    c->cfg.policy != FT_POLICY_REJOIN) {
+	 * rejoin, whose logs replay the ring's pattern; with the ring forced
+	 * too, so that a rank whose FTCC_ALGORITHM differs from its peers' is
+	 * told so at ft_init's barrier (FT_EMISMATCH) instead of their waiting
+	 * for links it never makes */
+	if (c->cfg.world_size > 2 && c->cfg.policy != FT_POLICY_REJOIN) {
 		c->mesh_to = calloc((size_t)c->cfg.world_size, sizeof(*c->mesh_to));
 		c->mesh_from = calloc((size_t)c->cfg.world_size, sizeof(*c->mesh_from));
 		if (c->mesh_to == NULL || c->mesh_from == NULL)

@@ -193,7 +193,7 @@ Test(algorithms, a_split_choice_is_a_mismatch_on_every_rank, .timeout = 200)
 }
 
 /* One rank's FTCC_ALGORITHM differs from the others': ft_init (its barrier)
- * fails on every rank, none hangs. */
+ * fails on every rank, none hangs, well before the connect deadline. */
 static const char *odd_algorithm;
 static int odd_rank;
 
@@ -221,10 +221,12 @@ Test(algorithms, settings_that_differ_fail_on_every_rank, .timeout = 200)
 		odd_algorithm = "ring";
 		odd_rank = n - 1;
 		tu_job_init(&job, n);
+		long t0 = tu_now_ms();
 		for (int r = 0; r < n; r++)
 			tu_spawn(&job, r, run_nothing, NULL, set_odd_algorithm);
 		/* every rank fails (ft_init's exit status 100), within the deadline */
 		int bad = tu_wait(&job, DEADLINE_MS, NULL);
+		cr_assert_lt(tu_now_ms() - t0, 10000, "n=%d: %ld ms to fail", n, tu_now_ms() - t0);
 		tu_job_cleanup(&job);
 		cr_assert_eq(bad, n, "n=%d: %d ranks failed, want all", n, bad);
 		for (int r = 0; r < n; r++)

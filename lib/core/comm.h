@@ -47,8 +47,7 @@ struct ft_comm {
 	struct ft__link *send_link;      /* to dense rank + 1 */
 	struct ft__link *recv_link;      /* from dense rank - 1 */
 	/* recursive doubling's links to and from its other partners, by
-	 * original rank (rdouble.c); NULL when FTCC_ALGORITHM or the policy
-	 * rules it out */
+	 * original rank (rdouble.c); NULL under rejoin and at two ranks */
 	struct ft__link **mesh_to, **mesh_from;
 	void *rd_buf;                   /* its partials and received frames */
 	size_t rd_cap;
