@@ -99,13 +99,19 @@ fails=0 total=0
 # The kill times are drawn from the failure-free run's timing; on a loaded
 # machine a trial may run faster than it. A kill that landed after the
 # victim's first incarnation printed its model (the job was over for it)
-# tests nothing: such a trial is void and drawn again, at most twice; a
-# third void draw fails (the row could not land a kill).
+# tests nothing, nor one that landed on a later incarnation once the job's
+# last op had returned everywhere (the others finalized, and its next
+# incarnation found the job ended: a victim killed twice, the second time
+# between its last op and its model): such a trial is void and drawn
+# again, at most twice; a third void draw fails (the row could not land a
+# kill).
 void_trial() { # out killed-ranks...
 	out=$1
 	shift
 	for v in "$@"; do
 		grep -q "^\[$v\.0 [^]]*\] model " "$out" && { why="after the job's end"; return 0; }
+		grep -q "^\[$v\.[0-9]* [^]]*\] ft_init: the job has ended: every other rank finalized" \
+			"$out" && { why="after the others' end"; return 0; }
 	done
 	return 1
 }
