@@ -102,13 +102,17 @@ fails=0 total=0
 # tests nothing, nor one that landed on a later incarnation once the job's
 # last op had returned everywhere (the others finalized, and its next
 # incarnation found the job ended: a victim killed twice, the second time
-# between its last op and its model): such a trial is void and drawn
-# again, at most twice; a third void draw fails (the row could not land a
-# kill).
+# between its last op and its model), nor one that landed before the job
+# began (the first view settled without the victim, whose first ops the
+# others then ran without it: libfabric's slow start on a loaded machine):
+# such a trial is void and drawn again, at most twice; a third void draw
+# fails (the row could not land a kill).
 void_trial() { # out killed-ranks...
 	out=$1
 	shift
 	for v in "$@"; do
+		grep -q "rank $v is gone for certain (the job's first view was settled without it)" \
+			"$out" && { why="before the job's first view"; return 0; }
 		grep -q "^\[$v\.0 [^]]*\] model " "$out" && { why="after the job's end"; return 0; }
 		grep -q "^\[$v\.[0-9]* [^]]*\] ft_init: the job has ended: every other rank finalized" \
 			"$out" && { why="after the others' end"; return 0; }
