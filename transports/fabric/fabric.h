@@ -171,8 +171,6 @@ uint32_t ft__fi_version(void);
 #define FAB_SEND_WINDOW 64      /* frames of a link handed to the provider at once */
 #define FAB_CHUNK_OPS 64
 #define FAB_CLOSE_WAIT_MS 200
-/* Frames up to this size travel in a copy of the op's own (link.c, bounce). */
-#define FAB_BOUNCE_MAX ((size_t)64 << 10)
 #define FAB_DEAD_GRACE_MS 200
 #define FAB_WAIT_CAP_MS 100     /* a missed wake-up of a wait fd costs at most this */
 #define FAB_LIVENESS_MS 20
@@ -260,9 +258,7 @@ struct fab_op {
 	struct ft__link *link;
 	struct ft__frame hdr;    /* to send, or expected */
 	struct ft__frame rhdr;   /* received */
-	char *buf;              /* what the provider reads or writes: user, or bounce */
-	char *user;             /* receive: where the payload goes on completion */
-	char *bounce;           /* owned copy, freed with the op */
+	char *buf;
 	void *ctx;
 	struct fab_mr *mr;      /* registration holding buf (FI_MR_LOCAL) */
 	uint32_t nparts, parts_posted, parts_done;

@@ -312,8 +312,6 @@ static void advance_recv(struct ft__link *l)
 		if ((op->rhdr.flags & FT__FRAME_F_CRC) &&
 		    ft__crc32c(0, op->buf, op->hdr.length) != op->rhdr.crc)
 			status = -FT_EPROTO;
-		if (status == 0 && op->bounce != NULL)
-			memcpy(op->user, op->bounce, op->hdr.length);
 		ft__fab_ev_push(tp, FT__TP_RECV_DONE, status, l, op->ctx);
 		l->rq = op->next;
 		if (l->rq == NULL)
@@ -374,26 +372,6 @@ void ft__fab_advance(struct ft__link *l)
 
 /* ---- frames ---- */
 
-/*
- * A link closed on a peer that stopped (SIGSTOP, a full socket) leaves its
- * transfers with the provider, which reads a send's buffer and writes a
- * receive's until they complete, long after the engine gave the buffers
- * back (link_shutdown keeps the link as a zombie). So a small frame travels
- * in a copy of the op's own: the caller's buffer is borrowed for the call.
- */
-static int bounce(struct fab_op *op, size_t len)
-{
-	if (len == 0 || len > FAB_BOUNCE_MAX)
-		return 0;
-	op->bounce = malloc(len);
-	if (op->bounce == NULL)
-		return -FT_ENOMEM;
-	if (op->user == NULL)
-		memcpy(op->bounce, op->buf, len); /* a send */
-	op->buf = op->bounce;
-	return 0;
-}
-
 int ft__fab_post_send(struct ft__link *l, const struct ft__frame *hdr, const void *buf, void *ctx)
 {
 	struct ft__transport *tp = l->tp;
@@ -411,9 +389,8 @@ int ft__fab_post_send(struct ft__link *l, const struct ft__frame *hdr, const voi
 	op->hdr = *hdr;
 	op->buf = (char *)buf;
 	op->ctx = ctx;
-	if ((rc = bounce(op, hdr->length)) != 0 ||
-	    (rc = ft__fab_op_parts(l, op, hdr->length, X_DATA_TX)) != 0 ||
-	    (rc = ft__fab_mr_get(tp, op->buf, hdr->length, &op->mr)) != 0) {
+	if ((rc = ft__fab_op_parts(l, op, hdr->length, X_DATA_TX)) != 0 ||
+	    (rc = ft__fab_mr_get(tp, buf, hdr->length, &op->mr)) != 0) {
 		ft__fab_op_put(tp, op);
 		return rc;
 	}
@@ -444,11 +421,10 @@ int ft__fab_post_recv(struct ft__link *l, const struct ft__frame *expect, void *
 		return -FT_ENOMEM;
 	op->link = l;
 	op->hdr = *expect;
-	op->buf = op->user = buf;
+	op->buf = buf;
 	op->ctx = ctx;
-	if ((rc = bounce(op, expect->length)) != 0 ||
-	    (rc = ft__fab_op_parts(l, op, expect->length, X_DATA_RX)) != 0 ||
-	    (rc = ft__fab_mr_get(tp, op->buf, expect->length, &op->mr)) != 0) {
+	if ((rc = ft__fab_op_parts(l, op, expect->length, X_DATA_RX)) != 0 ||
+	    (rc = ft__fab_mr_get(tp, buf, expect->length, &op->mr)) != 0) {
 		ft__fab_op_put(tp, op);
 		return rc;
 	}

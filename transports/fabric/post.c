@@ -42,8 +42,6 @@ void ft__fab_op_put(struct ft__transport *tp, struct fab_op *op)
 	if (op->px != NULL && op->px != &op->px1)
 		free(op->px);
 	op->px = NULL;
-	free(op->bounce);
-	op->bounce = NULL;
 	ft__fab_mr_put(tp, op->mr);
 	op->mr = NULL;
 	op->next = tp->free_ops;
