@@ -182,6 +182,9 @@ struct ft__tp_event {
 	int peer;               /* original rank of the link's peer */
 };
 
+/* FTCC_ALGORITHM's values, in config.c's order. */
+enum ft__tp_algo { FT__TP_ALGO_AUTO, FT__TP_ALGO_RING, FT__TP_ALGO_RD };
+
 enum ft__tp_fabric_wait { FT__TP_FABRIC_WAIT_DEFAULT, FT__TP_FABRIC_WAIT_POLL, FT__TP_FABRIC_WAIT_BELL };
 
 /*
@@ -201,7 +204,7 @@ struct ft__tp_env {
 	size_t fabric_max_msg;      /* FTCC_FABRIC_MAX_MSG: 0 the provider's */
 	int shm_guard;              /* FTCC_SHM_GUARD: 1 (default) or 0 */
 	int shm;                    /* FTCC_SHM: 1 (default) the one-host path, or 0 */
-	int algorithm;              /* FTCC_ALGORITHM: 0 chosen by size, 1 ring, 2 rd */
+	int algorithm;              /* FTCC_ALGORITHM: enum ft__tp_algo */
 	size_t shm_bytes;           /* FTCC_SHM_BYTES: each rank's segment */
 	int shm_cma;                /* FI_SHM_DISABLE_CMA as libfabric reads it: -1 unset,
 				     * 0 CMA off (SAR), 1 CMA on */

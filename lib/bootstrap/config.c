@@ -183,7 +183,7 @@ static const char *const levels[] = {"error", "warn", "info", "debug"};
 static const char *const waits[] = {"", "poll", "bell"};
 static const char *const bits[] = {"0", "1"};
 static const char *const engines[] = {"io_uring", "pwrite", "uring"};
-static const char *const algorithms[] = {"auto", "ring", "rd"};
+static const char *const algorithms[] = {"auto", "ring", "rd"}; /* enum ft__tp_algo */
 static const char *const wheres[] = {"", "disk", "disk+peer", "peer"}; /* enum ft_ckpt_where */
 
 _Static_assert(sizeof(enum ft_policy) == sizeof(int) && sizeof(enum ft_durability) == sizeof(int),

@@ -297,18 +297,23 @@ int ft__comm_check(const struct ft_comm *c)
 	return comm_usable(c);
 }
 
-int ft__comm_backup_reserve(struct ft_comm *c, size_t bytes)
+int ft__comm_grow(void **buf, size_t *cap, size_t bytes)
 {
 	void *p = NULL;
 
-	if (c->backup_bytes >= bytes)
+	if (*cap >= bytes)
 		return 0;
-	/* (Huge pages for it were measured slower here: 4 ranks, 64 MiB, 1.1-1.35x
-	 * the vanilla ring against 1.00-1.02 without.) */
 	if (posix_memalign(&p, 64, bytes) != 0)
 		return -FT_ENOMEM;
-	free(c->backup);
-	c->backup = p;
-	c->backup_bytes = bytes;
+	free(*buf);
+	*buf = p;
+	*cap = bytes;
 	return 0;
+}
+
+int ft__comm_backup_reserve(struct ft_comm *c, size_t bytes)
+{
+	/* (Huge pages for it were measured slower here: 4 ranks, 64 MiB, 1.1-1.35x
+	 * the vanilla ring against 1.00-1.02 without.) */
+	return ft__comm_grow(&c->backup, &c->backup_bytes, bytes);
 }

@@ -145,6 +145,8 @@ int ft__comm_link_peers(struct ft_comm *c, const int *to, int nto, const int *fr
 struct ft__link *ft__comm_link(struct ft_comm *c, int p, bool to);
 /* Tears down the ring's and the mesh's links after a failed collective, telling the peers why. */
 void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq);
+/* Makes *buf (64-byte aligned, *cap bytes) hold at least bytes; its content is not kept. */
+int ft__comm_grow(void **buf, size_t *cap, size_t bytes);
 /* Makes c->backup hold at least bytes (an in-place input saved for a rerun). */
 int ft__comm_backup_reserve(struct ft_comm *c, size_t bytes);
 /* Takes view v as the membership (dense ranks, addresses, rejoiners); takes v's members. */

@@ -98,7 +98,7 @@ bool ft__rd_chosen(const struct ft_comm *c, const struct ft__call *k)
 	size_t bytes = k->count * k->es;
 
 	if ((k->kind != FT__COLL_ALLREDUCE && k->kind != FT__COLL_BARRIER) || k->blk != NULL ||
-	    c->size < 2 || c->tp_env.algorithm == 1 || c->cfg.policy == FT_POLICY_REJOIN)
+	    c->size < 2 || c->tp_env.algorithm == FT__TP_ALGO_RING || c->cfg.policy == FT_POLICY_REJOIN)
 		return false;
 	if (c->size > 2 && c->mesh_to == NULL)
 		return false;
@@ -108,25 +108,10 @@ bool ft__rd_chosen(const struct ft_comm *c, const struct ft__call *k)
 		return false;
 	/* each rank sends log2(n) whole copies against the ring's two: it pays
 	 * while that volume is small (docs/performance.md, algorithms) */
-	return c->tp_env.algorithm == 2 ||
+	return c->tp_env.algorithm == FT__TP_ALGO_RD ||
 	       (bytes <= FT__RD_AUTO_MAX && bytes * steps_of(c->size) <= FT__RD_AUTO_VOLUME);
 }
 
-/* Room for the op in c->rd_buf: two partials and a receive per step. */
-static int reserve(struct ft_comm *c, size_t slot, uint32_t nslots)
-{
-	size_t want = slot * nslots;
-
-	if (c->rd_cap >= want)
-		return 0;
-	void *p = NULL;
-	if (posix_memalign(&p, 64, want) != 0)
-		return -FT_ENOMEM;
-	free(c->rd_buf);
-	c->rd_buf = p;
-	c->rd_cap = want;
-	return 0;
-}
 
 void ft__rd_peers(const struct ft_comm *c, int *to, int *nto, int *from, int *nfrom)
 {
@@ -397,7 +382,8 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 	x.cur = co->src;
 	if (x.k + 3 > FT__RD_STEPS)
 		return -FT_EINVAL;
-	if ((rc = reserve(c, x.slot, x.k + 5)) != 0)
+	/* two partials and a receive per step */
+	if ((rc = ft__comm_grow(&c->rd_buf, &c->rd_cap, x.slot * (x.k + 5))) != 0)
 		return rc;
 	for (uint32_t g = 0; g <= x.k + 2; g++) {
 		x.to[g] = g <= x.k + 1 ? step_peer(n, r, g, true) : -1;
