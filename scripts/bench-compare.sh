@@ -11,7 +11,7 @@
 # the per-round medians.
 #
 # Implementations: ftcc over TCP (FTCC_SHM=0: the algorithm chosen by size;
-# ftcc-tcp-ring and ftcc-tcp-rd force one, FTCC_ALGORITHM); ftcc-onehost, ftcc's
+# ftcc-tcp-ring, ftcc-tcp-rd and ftcc-tcp-rh force one, FTCC_ALGORITHM); ftcc-onehost, ftcc's
 # one-host path (collectives in shared memory, FTCC_POLICY=abort: the path
 # the job takes when every rank shares one host); Gloo (ring allreduce and allgather,
 # halving-doubling reduce-scatter, over TCP); Open MPI over TCP and over
@@ -92,7 +92,7 @@ run_one() {
 	case $impl in
 	ftcc-tcp)
 		FTCC_TRANSPORT=tcp FTCC_SHM=0 timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;
-	ftcc-tcp-ring|ftcc-tcp-rd)
+	ftcc-tcp-ring|ftcc-tcp-rd|ftcc-tcp-rh)
 		FTCC_TRANSPORT=tcp FTCC_SHM=0 FTCC_ALGORITHM=${impl#ftcc-tcp-} \
 			timeout "$TMO" "$B/ftcc-run" -n "$n" "$B/ftbench" $common ;;
 	ftcc-onehost)

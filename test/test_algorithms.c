@@ -1,4 +1,4 @@
-/* test_algorithms.c: the allreduce algorithms (the ring, recursive doubling) over real processes and sockets: every rank the same bits, the choice every rank's, ranks that chose differently told so. */
+/* test_algorithms.c: the allreduce algorithms (the ring, recursive doubling, recursive halving) over real processes and sockets: every rank the same bits, the choice every rank's, ranks that chose differently told so. */
 /* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -60,7 +60,7 @@ static void set_algorithm(struct ft_config *cfg, int rank)
  */
 static int run_bits(struct ft_comm *comm, int rank, int n, void *argp)
 {
-	static const size_t counts[] = {1, 5, 1000, 4096, 16384, 40000};
+	static const size_t counts[] = {1, 5, 1000, 4096, 16384, 40000, 300001};
 	(void)argp;
 	for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
 		size_t count = counts[ci];
@@ -145,17 +145,25 @@ Test(algorithms, the_inputs_show_the_order)
 Test(algorithms, every_rank_the_same_bits_chosen, .timeout = 300) { bits(NULL); }
 Test(algorithms, every_rank_the_same_bits_rd, .timeout = 300) { bits("rd"); }
 Test(algorithms, every_rank_the_same_bits_ring, .timeout = 300) { bits("ring"); }
+Test(algorithms, every_rank_the_same_bits_rh, .timeout = 300) { bits("rh"); }
 
 /*
- * Ranks that choose differently: one rank's count puts it on the ring
- * while the others run recursive doubling. Every rank must return
- * FT_EMISMATCH (no hang), and the communicator must work afterwards.
+ * Ranks that choose differently: one rank's count puts it on the ring or on
+ * recursive halving while the others run recursive doubling. Every rank
+ * must return FT_EMISMATCH (no hang), and the communicator must work
+ * afterwards.
  */
+struct split {
+	int odd;                /* the rank whose count differs (mod n) */
+	size_t count;           /* its count; the others' is 1000 */
+};
+
 static int run_split_choice(struct ft_comm *comm, int rank, int n, void *arg)
 {
-	int odd = *(const int *)arg % n;
-	size_t count = rank == odd ? 60000 : 1000;
-	float *buf = calloc(60000, sizeof(float));
+	const struct split *sp = arg;
+	int odd = sp->odd % n;
+	size_t count = rank == odd ? sp->count : 1000;
+	float *buf = calloc(sp->count, sizeof(float));
 	int rc = ft_allreduce(comm, FT_IN_PLACE, buf, count, FT_FLOAT32, FT_SUM, NULL);
 
 	if (rc != -FT_EMISMATCH) {
@@ -174,20 +182,27 @@ static int run_split_choice(struct ft_comm *comm, int rank, int n, void *arg)
 	return 0;
 }
 
+/* 60,000 floats: recursive halving from 3 ranks (the ring at 2); 1.1 M
+ * (4.4 MB): the ring. */
 Test(algorithms, a_split_choice_is_a_mismatch_on_every_rank, .timeout = 200)
 {
 	static struct bits_arg chosen;
+	static const size_t odd_counts[] = {60000, 1100000};
 
 	bits_now = &chosen;
-	for (int n = 2; n <= 6; n++) {
-		for (int odd = 0; odd < n; odd += n > 3 ? 2 : 1) {
-			struct tu_job job;
-			tu_job_init(&job, n);
-			for (int r = 0; r < n; r++)
-				tu_spawn(&job, r, run_split_choice, &odd, set_algorithm);
-			int bad = tu_wait(&job, DEADLINE_MS, NULL);
-			tu_job_cleanup(&job);
-			cr_assert_eq(bad, 0, "n=%d, rank %d on the ring", n, odd);
+	for (size_t ci = 0; ci < 2; ci++) {
+		for (int n = 2; n <= 6; n++) {
+			for (int odd = 0; odd < n; odd += n > 3 ? 2 : 1) {
+				struct split sp = {.odd = odd, .count = odd_counts[ci]};
+				struct tu_job job;
+				tu_job_init(&job, n);
+				for (int r = 0; r < n; r++)
+					tu_spawn(&job, r, run_split_choice, &sp, set_algorithm);
+				int bad = tu_wait(&job, DEADLINE_MS, NULL);
+				tu_job_cleanup(&job);
+				cr_assert_eq(bad, 0, "n=%d, rank %d with count %zu", n, odd,
+					     odd_counts[ci]);
+			}
 		}
 	}
 }

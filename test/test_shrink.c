@@ -42,6 +42,7 @@ struct scenario {
 	int pause_us;           /* between ops: fewer, longer ops, so that recovery meets more states */
 	int rejoin_ms;          /* > 0: policy rejoin, awaiting the lost this long (none comes back) */
 	bool fault_all;         /* the fault spec goes to every rank (each point names its own) */
+	const char *algorithm;  /* FTCC_ALGORITHM; NULL: unset */
 	char dir[256];
 };
 
@@ -61,6 +62,8 @@ static void tweak(struct ft_config *cfg, int rank)
 	}
 	if (sc.fault[0] != '\0' && (rank == sc.fault_rank || sc.fault_all))
 		snprintf(cfg->fault, sizeof(cfg->fault), "%s", sc.fault);
+	if (sc.algorithm != NULL)
+		setenv("FTCC_ALGORITHM", sc.algorithm, 1);
 }
 
 static double input(int orig, int i, size_t j)
@@ -536,24 +539,35 @@ Test(shrink, fault_at_every_phase, .timeout = 300)
 }
 
 /* FTCC_FAULT in recursive doubling's steps (a small op): the fold, each
- * exchange, the unfold and the probe, at 5 ranks (a fold) and 4 (none). */
+ * exchange, the unfold and the probe, at 5 ranks (a fold) and 4 (none);
+ * then in recursive halving's (forced): the fold, a halving, a doubling,
+ * the unfold and the probe. */
 Test(shrink, fault_at_every_exchange, .timeout = 300)
 {
 	/* (rank, step): a rank that sends at that step */
 	static const int at5[][2] = {{0, 0}, {3, 1}, {2, 2}, {1, 3}, {4, 4}};
 	static const int at4[][2] = {{0, 1}, {3, 2}, {1, 4}};
-	for (int n = 5; n >= 4; n--) {
-		int np = n == 5 ? 5 : 3;
-		for (int i = 0; i < np; i++) {
-			char what[260];
-			const int *pt = n == 5 ? at5[i] : at4[i];
-			scenario_init(n, 1000, 6, 4);
-			sc.expect_lost = 1;
-			sc.fault_rank = pt[0];
-			snprintf(sc.fault, sizeof(sc.fault), "rank=%d,op=%d,phase=exchange,step=%d,seg=0",
-				 pt[0], 2 + i % 3, pt[1]);
-			snprintf(what, sizeof(what), "n=%d FTCC_FAULT=%s", n, sc.fault);
-			cr_assert_eq(run_scenario(NULL, NULL, 60000, what), 1, "%s: no kill", what);
+	static const int rh5[][2] = {{0, 0}, {2, 2}, {4, 3}, {1, 5}, {4, 6}};
+	static const int rh4[][2] = {{3, 2}, {1, 4}};
+	for (int a = 0; a < 2; a++) {
+		for (int n = 5; n >= 4; n--) {
+			int np = a == 0 ? (n == 5 ? 5 : 3) : (n == 5 ? 5 : 2);
+			for (int i = 0; i < np; i++) {
+				char what[260];
+				const int *pt = a == 0 ? (n == 5 ? at5[i] : at4[i])
+						       : (n == 5 ? rh5[i] : rh4[i]);
+				scenario_init(n, 1000, 6, 4);
+				sc.algorithm = a == 0 ? NULL : "rh";
+				sc.expect_lost = 1;
+				sc.fault_rank = pt[0];
+				snprintf(sc.fault, sizeof(sc.fault),
+					 "rank=%d,op=%d,phase=exchange,step=%d,seg=0", pt[0],
+					 2 + i % 3, pt[1]);
+				snprintf(what, sizeof(what), "n=%d FTCC_ALGORITHM=%s FTCC_FAULT=%s", n,
+					 a == 0 ? "auto" : "rh", sc.fault);
+				cr_assert_eq(run_scenario(NULL, NULL, 60000, what), 1, "%s: no kill",
+					     what);
+			}
 		}
 	}
 }

@@ -121,7 +121,7 @@ struct ft__frame {
 
 /* The algorithm a data frame belongs to: ranks that chose differently
  * (different arguments, or FTCC_ALGORITHM) disagree on it, FT_EMISMATCH. */
-enum ft__frame_algo { FT__ALGO_RING = 0, FT__ALGO_RD = 1 };
+enum ft__frame_algo { FT__ALGO_RING = 0, FT__ALGO_RD = 1, FT__ALGO_RH = 2 };
 
 /*
  * Returns 0 when got is the frame expect describes, the (negative) code
@@ -183,7 +183,7 @@ struct ft__tp_event {
 };
 
 /* FTCC_ALGORITHM's values, in config.c's order. */
-enum ft__tp_algo { FT__TP_ALGO_AUTO, FT__TP_ALGO_RING, FT__TP_ALGO_RD };
+enum ft__tp_algo { FT__TP_ALGO_AUTO, FT__TP_ALGO_RING, FT__TP_ALGO_RD, FT__TP_ALGO_RH };
 
 enum ft__tp_fabric_wait { FT__TP_FABRIC_WAIT_DEFAULT, FT__TP_FABRIC_WAIT_POLL, FT__TP_FABRIC_WAIT_BELL };
 

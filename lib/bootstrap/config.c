@@ -183,7 +183,7 @@ static const char *const levels[] = {"error", "warn", "info", "debug"};
 static const char *const waits[] = {"", "poll", "bell"};
 static const char *const bits[] = {"0", "1"};
 static const char *const engines[] = {"io_uring", "pwrite", "uring"};
-static const char *const algorithms[] = {"auto", "ring", "rd"}; /* enum ft__tp_algo */
+static const char *const algorithms[] = {"auto", "ring", "rd", "rh"}; /* enum ft__tp_algo */
 static const char *const wheres[] = {"", "disk", "disk+peer", "peer"}; /* enum ft_ckpt_where */
 
 _Static_assert(sizeof(enum ft_policy) == sizeof(int) && sizeof(enum ft_durability) == sizeof(int),
@@ -264,7 +264,7 @@ static const struct var vars[] = {
 	 false, "the transport's: 256K over TCP and over shm with CMA, 1M over other libfabric",
 	 "pipeline segment, bytes with an optional K, M or G", NULL},
 	{"FTCC_SPIN_US", V_INT, TP_NUM(spin_us), 0, 10000000, NULL, 0, false,
-	 "1000 when this host's ranks fit its CPUs, else 0 (50, yielding, in recursive doubling)",
+	 "1000 when this host's ranks fit its CPUs, else 0 (50, yielding, in recursive doubling and halving)",
 	 "poll this long (yielding after the first sixteenth) before sleeping in the kernel", NULL},
 	{"FTCC_TCP_BUFFER", V_INT, TP_NUM(tcp_buffer), 1, INT_MAX, NULL, 0, false,
 	 "the kernel's autotuning", "SO_SNDBUF and SO_RCVBUF of the TCP data links, in bytes", NULL},
@@ -283,8 +283,10 @@ static const struct var vars[] = {
 	 NULL},
 	{"FTCC_ALGORITHM", V_ENUM, TP_NUM(algorithm), 0, 0, NAMES(algorithms), false, "auto",
 	 "allreduce and barrier off the one-host path: auto (recursive doubling while the "
-	 "message is at most 64K and 128K / log2(ranks), the ring above), ring, or rd "
-	 "(recursive doubling up to one segment); every rank must set the same "
+	 "message is at most 32K / log2(ranks); recursive halving and doubling from 3 ranks "
+	 "while it is at most 16M / ranks^2, or 2M / ranks^2 when ranks is not a power of "
+	 "two; the ring above), ring, rd (recursive doubling up to one segment) or rh "
+	 "(recursive halving and doubling up to 16M); every rank must set the same "
 	 "(docs/design.md, algorithms)", NULL},
 	{"FTCC_SHM_BYTES", V_SIZE, H_TP, offsetof(struct tp_knobs, shm_bytes), sizeof(size_t), NULL,
 	 256 * 1024, 1024L * 1024 * 1024, NULL, 0, false, "512K",

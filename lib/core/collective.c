@@ -62,6 +62,7 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 	struct ft__attempt a;
 	struct ft__coll co;
 	bool on_shm = false;
+	uint16_t algo;
 	int rc;
 
 	if (c->broken)
@@ -99,8 +100,8 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 				rc = ft__engine_broadcast(c, k, &a, &co);
 			else if (k->blk != NULL)
 				rc = ft__blocks_attempt(c, k, &a, &co);
-			else if (ft__rd_chosen(c, k))
-				rc = ft__engine_rd(c, k, &a, &co);
+			else if ((algo = ft__rd_algo(c, k)) != FT__ALGO_RING)
+				rc = ft__engine_rd(c, k, &a, &co, algo);
 			else
 				rc = ft__engine_allreduce(c, k, &a, &co);
 		}

@@ -147,25 +147,31 @@ int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const stru
 int ft__engine_broadcast(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
 			 struct ft__coll *co);
 
-/* Recursive doubling (rdouble.c): the automatic choice takes it over the
- * ring up to FT__RD_AUTO_MAX bytes while bytes x log2(n) stays within
- * FT__RD_AUTO_VOLUME (measured at 2, 4 and 8 ranks over TCP:
- * docs/performance.md, algorithms). */
-#define FT__RD_AUTO_MAX ((size_t)64 << 10)
-#define FT__RD_AUTO_VOLUME ((size_t)128 << 10)
+/* The automatic choice (rdouble.c) over TCP: recursive doubling while
+ * bytes x log2(n) is at most FT__RD_AUTO_VOLUME; above, recursive halving
+ * and doubling from 3 ranks while bytes x n^2 is at most FT__RH_AUTO_SQ on
+ * a power of two of ranks, FT__RH_AUTO_FOLD_SQ on others; the ring above
+ * (measured at 2 to 8 ranks on 2 cores: docs/performance.md, algorithms).
+ * FTCC_ALGORITHM=rh takes it up to FT__RH_MAX (its buffers: about five
+ * times the message). */
+#define FT__RD_AUTO_VOLUME ((uint64_t)32 << 10)
+#define FT__RH_AUTO_SQ ((uint64_t)16 << 20)
+#define FT__RH_AUTO_FOLD_SQ ((uint64_t)2 << 20)
+#define FT__RH_MAX ((size_t)16 << 20)
 /* Steps of the largest world's pattern, and some. */
 #define FT__RD_STEPS 40
-/* Whether k runs by recursive doubling on the current view: a function of
- * the call and the view alone (and of settings every rank shares), so that
- * every rank makes the same choice. */
-bool ft__rd_chosen(const struct ft_comm *c, const struct ft__call *k);
+/* The algorithm k runs by on the current view (enum ft__frame_algo): a
+ * function of the call and the view alone (and of settings every rank
+ * shares), so that every rank makes the same choice. */
+uint16_t ft__rd_algo(const struct ft_comm *c, const struct ft__call *k);
 /* The original ranks this rank sends to (to) and receives from in the
  * current view's pattern, appended (at most FT__RD_STEPS each; a peer may
  * be a ring neighbour, or appear twice). */
 void ft__rd_peers(const struct ft_comm *c, int *to, int *nto, int *from, int *nfrom);
-/* One attempt at an allreduce or barrier by recursive doubling (as ft__engine_allreduce). */
+/* One attempt at an allreduce or barrier by recursive doubling (FT__ALGO_RD)
+ * or halving and doubling (FT__ALGO_RH), as ft__engine_allreduce. */
 int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
-		  struct ft__coll *co);
+		  struct ft__coll *co, uint16_t algo);
 
 /* For the engines: an attempt's common set-up (not a broadcast), and the
  * wait for transport events (bounded polling while ranks fit the cores;

@@ -1,4 +1,4 @@
-/* rdouble.c: recursive doubling: allreduce and barrier in log2(n) exchanges, where the ring's 2(n-1) steps cost more than its bandwidth saves. */
+/* rdouble.c: recursive doubling and halving: allreduce and barrier in log2(n) exchanges where the ring's 2(n-1) steps cost more than its pipeline saves. */
 /* SPDX-License-Identifier: MIT */
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,37 +9,56 @@
 #include "engine.h"
 
 /*
- * The pattern, on the n dense ranks of the current view, this one at r.
+ * Two patterns on the n dense ranks of the current view, this one at r.
  * pof2 is the largest power of two not above n, rem = n - pof2, and
  * k = log2(pof2). Frames carry their step g:
  *
  *   g = 0 (the fold): the first 2 rem ranks pair up; even r sends its
  *     input to r+1, which combines the two (r-1's first) and stands for
  *     both; even r then only waits for the result;
- *   g = 1 .. k: the pof2 remaining ranks, at virtual ranks v (r/2 for
- *     the odd ranks below 2 rem, r - rem above), swap their partials with
- *     v xor 2^(g-1), and each computes lower v's partial op higher v's:
- *     the same operands in the same order on both sides, so the same bits
- *     (no commutativity is assumed, not even of a float sum's NaN);
- *   g = k+1 (the unfold): odd r below 2 rem sends the result to r-1.
+ *   exchanges: the pof2 remaining ranks, at virtual ranks v (r/2 for the
+ *     odd ranks below 2 rem, r - rem above), swap data with v xor mask;
+ *   g = last (the unfold): odd r below 2 rem sends the result to r-1.
  *
- * Each rank sends one frame per step at most, to one peer, and every
- * directed pair of ranks carries one frame of the op at most, so every
- * receive is posted at the start, on its own link and buffer: a peer may
- * run ahead by any number of steps, and a frame that disagrees is judged
- * at once, whichever step it belongs to.
+ * Recursive doubling (FT__ALGO_RD), for small ops: k exchanges, g = 1 .. k,
+ * mask 2^(g-1), each of the whole partial; each side computes lower v's
+ * partial op higher v's: the same operands in the same order on both
+ * sides, so the same bits (no commutativity is assumed, not even of a
+ * float sum's NaN). last = k+1.
+ *
+ * Recursive halving, then doubling (FT__ALGO_RH, Rabenseifner's), for
+ * medium ones: the vector is cut in pof2 blocks. Halving, g = 1 .. k, mask
+ * pof2 >> g: of the blocks this rank still reduces, it sends the half its
+ * partner keeps and reduces the half it keeps (lower v's op higher v's),
+ * so after k steps it alone holds block v reduced over every rank. Doubling,
+ * g = k+1 .. 2k, mask 2^(g-k-1): it sends the blocks it holds and gets the
+ * partner's, the halving's exchanges in reverse. Each rank sends about
+ * 2 (pof2-1)/pof2 of the vector, as on the ring, in 2k steps instead of
+ * 2(n-1). Every block is reduced on one rank and copied to the others: the
+ * same bits everywhere. last = 2k+1.
+ *
+ * Each rank sends one frame per step at most, to one peer. Under RD every
+ * directed pair of ranks carries one frame of the op at most; under RH two
+ * (a halving and its doubling), in that order on the link, whose receives
+ * complete in order. So every receive is posted at the start, on its own
+ * link and buffer: a peer may run ahead by any number of steps, and a
+ * frame that disagrees is judged at once, whichever step it belongs to.
+ * A doubling's blocks are received straight into the partial they belong
+ * to: the partner sends them only after it got this rank's halving frame
+ * of the same blocks, the last use of what was there.
  *
  * The ring's neighbours as judges. Ranks called with different arguments
  * (or FTCC_ALGORITHM) may choose different algorithms, and a rank on the
  * ring waits on its left neighbour alone, which may never send to it here.
  * So a rank whose right neighbour gets no frame of this op from it sends
- * that neighbour an empty probe (step k+2) at the start, and every rank
+ * that neighbour an empty probe (step last+1) at the start, and every rank
  * posts the receive of what its left neighbour sends it (a probe or a
  * step's frame). A rank on the ring sends its right neighbour a frame at
  * once; when that neighbour runs this algorithm the frame meets a posted
  * receive it disagrees with (algorithm, or count), FT_EMISMATCH; its abort
  * frames reach every link it holds, and each rank that fails passes them
- * on to all of its own, so every rank returns the error, none hangs.
+ * on to all of its own, so every rank returns the error, none hangs. (Both
+ * patterns have the same peers, so the probes are the same too.)
  *
  * Failures. The input is never overwritten before the result is whole
  * (partials live in c->rd_buf), and the policy's input_save_at saves an
@@ -49,76 +68,106 @@
  * shrink policy's holders hand it over (recover.c).
  */
 
-/* The step's peer this rank sends to (send) or receives from, or -1. */
-static int step_peer(int n, int r, uint32_t g, bool send)
-{
-	int pof2 = 1, k = 0, rem, v;
+struct shape {
+	int pof2, rem;
+	uint32_t k;
+};
 
-	while (pof2 * 2 <= n) {
-		pof2 *= 2;
-		k++;
+static struct shape shape_of(int n)
+{
+	struct shape s = {.pof2 = 1};
+
+	while (s.pof2 * 2 <= n) {
+		s.pof2 *= 2;
+		s.k++;
 	}
-	rem = n - pof2;
-	if (g == 0 || g == (uint32_t)k + 1) {
+	s.rem = n - s.pof2;
+	return s;
+}
+
+/* The unfold's step; the probe's is the next. */
+static uint32_t last_step(uint16_t algo, uint32_t k)
+{
+	return algo == FT__ALGO_RH ? 2 * k + 1 : k + 1;
+}
+
+/* The step's peer this rank sends to (send) or receives from, or -1. */
+static int step_peer(int n, int r, uint16_t algo, uint32_t g, bool send)
+{
+	struct shape s = shape_of(n);
+	uint32_t last = last_step(algo, s.k);
+	int v, mask;
+
+	if (g == 0 || g == last) {
 		bool fold_out = g != 0;
-		if (r >= 2 * rem)
+		if (r >= 2 * s.rem)
 			return -1;
 		/* fold: even sends, odd receives; unfold the other way round */
 		if ((r % 2 == 0) == (send != fold_out))
 			return r % 2 == 0 ? r + 1 : r - 1;
 		return -1;
 	}
-	if (g > (uint32_t)k || (r < 2 * rem && r % 2 == 0))
+	if (g > last || (r < 2 * s.rem && r % 2 == 0))
 		return -1;
-	v = r < 2 * rem ? r / 2 : r - rem;
-	v ^= 1 << (g - 1);
-	return v < rem ? 2 * v + 1 : v + rem;
+	if (algo == FT__ALGO_RD)
+		mask = 1 << (g - 1);
+	else
+		mask = g <= s.k ? s.pof2 >> g : 1 << (g - s.k - 1);
+	v = (r < 2 * s.rem ? r / 2 : r - s.rem) ^ mask;
+	return v < s.rem ? 2 * v + 1 : v + s.rem;
 }
 
-static uint32_t steps_of(int n)
-{
-	uint32_t k = 0;
-
-	while ((2 << k) <= n)
-		k++;
-	return k; /* exchanges; steps 0 .. k+1, the probe k+2 */
-}
-
-/* Whether dense rank r sends dense rank p a frame of the op. */
+/* Whether dense rank r sends dense rank p a frame of the op (the same for
+ * both patterns: their exchanges pair the same ranks). */
 static bool sends_to(int n, int r, int p)
 {
-	for (uint32_t g = 0; g <= steps_of(n) + 1; g++)
-		if (step_peer(n, r, g, true) == p)
+	for (uint32_t g = 0; g <= last_step(FT__ALGO_RD, shape_of(n).k); g++)
+		if (step_peer(n, r, FT__ALGO_RD, g, true) == p)
 			return true;
 	return false;
 }
 
-bool ft__rd_chosen(const struct ft_comm *c, const struct ft__call *k)
+uint16_t ft__rd_algo(const struct ft_comm *c, const struct ft__call *k)
 {
 	size_t bytes = k->count * k->es;
+	struct shape s = shape_of(c->size);
 
 	if ((k->kind != FT__COLL_ALLREDUCE && k->kind != FT__COLL_BARRIER) || k->blk != NULL ||
 	    c->size < 2 || c->tp_env.algorithm == FT__TP_ALGO_RING || c->cfg.policy == FT_POLICY_REJOIN)
-		return false;
+		return FT__ALGO_RING;
 	if (c->size > 2 && c->mesh_to == NULL)
-		return false;
+		return FT__ALGO_RING;
 	/* no commit steps here: a shrink's survivors of three or more agree on
 	 * a larger op only through the ring's (policy_shrink.c) */
-	if (bytes > c->cfg.segment_bytes || (c->det != NULL && c->size >= 3 && !ft__small_op(k)))
-		return false;
+	if (c->det != NULL && c->size >= 3 && !ft__small_op(k))
+		return FT__ALGO_RING;
+	if (k->kind == FT__COLL_BARRIER)
+		return FT__ALGO_RD;
+	if (c->tp_env.algorithm == FT__TP_ALGO_RD)
+		return bytes <= c->cfg.segment_bytes ? FT__ALGO_RD : FT__ALGO_RING;
+	if (c->tp_env.algorithm == FT__TP_ALGO_RH)
+		return bytes <= FT__RH_MAX ? FT__ALGO_RH : FT__ALGO_RING;
 	/* each rank sends log2(n) whole copies against the ring's two: it pays
-	 * while that volume is small (docs/performance.md, algorithms) */
-	return c->tp_env.algorithm == FT__TP_ALGO_RD ||
-	       (bytes <= FT__RD_AUTO_MAX && bytes * steps_of(c->size) <= FT__RD_AUTO_VOLUME);
+	 * while that volume is small */
+	if (bytes <= c->cfg.segment_bytes && bytes * s.k <= FT__RD_AUTO_VOLUME)
+		return FT__ALGO_RD;
+	/* halving and doubling move what the ring moves in 2 log2(n) steps
+	 * instead of 2(n-1), but without the ring's pipeline: each step's
+	 * transfer, then its reduction; and a fold adds two whole copies on
+	 * the critical path */
+	if (c->size >= 3 && (uint64_t)bytes * (uint64_t)c->size * (uint64_t)c->size <=
+				    (s.rem == 0 ? FT__RH_AUTO_SQ : FT__RH_AUTO_FOLD_SQ))
+		return FT__ALGO_RH;
+	return FT__ALGO_RING;
 }
-
 
 void ft__rd_peers(const struct ft_comm *c, int *to, int *nto, int *from, int *nfrom)
 {
-	uint32_t k = steps_of(c->size);
+	uint32_t last = last_step(FT__ALGO_RD, shape_of(c->size).k);
 
-	for (uint32_t g = 0; g <= k + 1; g++) {
-		int p = step_peer(c->size, c->rank, g, true), q = step_peer(c->size, c->rank, g, false);
+	for (uint32_t g = 0; g <= last; g++) {
+		int p = step_peer(c->size, c->rank, FT__ALGO_RD, g, true);
+		int q = step_peer(c->size, c->rank, FT__ALGO_RD, g, false);
 		if (p >= 0)
 			to[(*nto)++] = c->members[p];
 		if (q >= 0)
@@ -126,23 +175,88 @@ void ft__rd_peers(const struct ft_comm *c, int *to, int *nto, int *from, int *nf
 	}
 }
 
+/* What a step's received bytes do. */
+enum { HOW_NONE, HOW_REDUCE, HOW_GATHER, HOW_TAKE };
+
+struct rd_step {
+	int to, from;           /* dense peers, -1 none */
+	size_t off, len;        /* sent: [off, off + len) of this rank's partial */
+	size_t roff, rlen;      /* received: for [roff, roff + rlen) */
+	uint8_t how;
+	char *rbuf;             /* where the received bytes land */
+};
+
 struct rd {
 	struct ft__coll *co;
+	uint16_t algo;
 	size_t bytes, slot;
-	uint32_t k;              /* exchanges: steps 0 .. k+1, the probe k+2 */
-	uint32_t g;              /* the step to run next */
+	uint32_t k;             /* exchanges of recursive doubling; halvings */
+	uint32_t last;          /* the unfold's step; the probe's is last+1 */
+	uint32_t g;             /* the step to run next */
 	bool g_sent;            /* its frame is out */
-	int to[FT__RD_STEPS], from[FT__RD_STEPS];     /* dense peers by step, -1 none */
+	struct rd_step st[FT__RD_STEPS];
 	bool got[FT__RD_STEPS];  /* the step's frame is in */
 	bool out[FT__RD_STEPS];  /* the step's frame of ours left the process */
 	unsigned sends, sent;
-	const char *cur;        /* this rank's partial (first its input) */
+	char *cur;              /* this rank's partial (first its input) */
 	int next;               /* partial slot computed into next: 0 or 1 */
 	bool held;              /* the result is in the caller's buffer, claimed */
 	int send_err;           /* a link to a peer broke with a frame of ours to go ... */
 	int send_peer;
 	int64_t grace_deadline; /* ... its cause (an abort frame) may still come until then */
 };
+
+/* Byte offset of block i of pof2 (the first count % pof2 one element longer). */
+static size_t block_at(size_t count, size_t es, int pof2, int i)
+{
+	size_t q = count / (size_t)pof2, m = count % (size_t)pof2;
+
+	return ((size_t)i * q + ((size_t)i < m ? (size_t)i : m)) * es;
+}
+
+/* Fills x->st for this rank: peers, the bytes each step moves, and what the
+ * received ones do (recv buffers apart). */
+static void plan(struct rd *x, int n, int r, size_t count, size_t es)
+{
+	struct shape s = shape_of(n);
+	int lo[FT__RD_STEPS / 2], hi[FT__RD_STEPS / 2]; /* RH: blocks reduced after halving g */
+	bool folds_in = r < 2 * s.rem && r % 2 == 1;
+
+	for (uint32_t g = 0; g <= x->last + 1; g++) {
+		struct rd_step *t = &x->st[g];
+		t->to = g <= x->last ? step_peer(n, r, x->algo, g, true) : -1;
+		t->from = g <= x->last ? step_peer(n, r, x->algo, g, false) : -1;
+		t->off = t->roff = 0;
+		t->len = t->rlen = x->bytes;
+		t->how = g == x->last ? HOW_TAKE : g > x->last ? HOW_NONE : HOW_REDUCE;
+		if (g > x->last)
+			t->len = t->rlen = 0; /* the probe */
+	}
+	if (x->algo != FT__ALGO_RH || (r < 2 * s.rem && !folds_in))
+		return;
+	lo[0] = 0;
+	hi[0] = s.pof2;
+	int v = r < 2 * s.rem ? r / 2 : r - s.rem;
+	for (uint32_t g = 1; g <= s.k; g++) {
+		struct rd_step *t = &x->st[g];
+		int mid = lo[g - 1] + (hi[g - 1] - lo[g - 1]) / 2, mask = s.pof2 >> g;
+		bool upper = (v & mask) != 0;
+		int slo = upper ? lo[g - 1] : mid, shi = upper ? mid : hi[g - 1];
+		lo[g] = upper ? mid : lo[g - 1];
+		hi[g] = upper ? hi[g - 1] : mid;
+		t->off = block_at(count, es, s.pof2, slo);
+		t->len = block_at(count, es, s.pof2, shi) - t->off;
+		t->roff = block_at(count, es, s.pof2, lo[g]);
+		t->rlen = block_at(count, es, s.pof2, hi[g]) - t->roff;
+		/* the doubling with the same partner, in reverse */
+		struct rd_step *d = &x->st[2 * s.k + 1 - g];
+		d->off = t->roff;
+		d->len = t->rlen;
+		d->roff = t->off;
+		d->rlen = t->len;
+		d->how = HOW_GATHER;
+	}
+}
 
 /* A link to peer broke before our frame went out: the cause, an abort frame
  * a peer sent (a mismatch, say, said as such on every rank), may follow on
@@ -156,23 +270,19 @@ static void send_broken(struct rd *x, int peer, int err)
 	}
 }
 
-static char *slot_at(const struct rd *x, uint32_t i)
+static char *slot_at(const struct rd *x, int i)
 {
 	return (char *)x->co->c->rd_buf + (size_t)i * x->slot;
 }
 
-/* The receive buffer of step g (slots 2 .. k+4). */
-static char *recv_buf(const struct rd *x, uint32_t g)
-{
-	return slot_at(x, 2 + g);
-}
-
-static struct ft__frame frame_of(const struct rd *x, uint32_t g)
+/* Step g's frame as sent (send) or as expected. */
+static struct ft__frame frame_of(const struct rd *x, uint32_t g, bool send)
 {
 	struct ft__frame h = x->co->tmpl;
 
 	h.step = g;
-	h.length = g == x->k + 2 ? 0 : x->bytes;
+	h.offset = send ? x->st[g].off : x->st[g].roff;
+	h.length = send ? x->st[g].len : x->st[g].rlen;
 	return h;
 }
 
@@ -184,11 +294,11 @@ static struct ft__frame frame_of(const struct rd *x, uint32_t g)
 /* A send's completion context: SEND_CTX + its step (a receive's: step + 1). */
 #define SEND_CTX 4096u
 
-static int send_step(struct rd *x, uint32_t g, int to, const void *payload)
+static int send_step(struct rd *x, uint32_t g, const void *payload)
 {
 	struct ft_comm *c = x->co->c;
-	struct ft__frame h = frame_of(x, g);
-	int peer = c->members[to], rc;
+	struct ft__frame h = frame_of(x, g, true);
+	int peer = c->members[x->st[g].to], rc;
 
 	if (c->cfg.crc && h.length > 0) {
 		h.flags |= FT__FRAME_F_CRC;
@@ -209,12 +319,12 @@ static int send_step(struct rd *x, uint32_t g, int to, const void *payload)
 	return 0;
 }
 
-static int post_recv_step(struct rd *x, uint32_t g, int from)
+static int post_recv_step(struct rd *x, uint32_t g)
 {
 	struct ft_comm *c = x->co->c;
-	struct ft__frame h = frame_of(x, g);
-	int peer = c->members[from];
-	int rc = c->tp_ops->post_recv(ft__comm_link(c, peer, false), &h, recv_buf(x, g),
+	struct ft__frame h = frame_of(x, g, false);
+	int peer = c->members[x->st[g].from];
+	int rc = c->tp_ops->post_recv(ft__comm_link(c, peer, false), &h, x->st[g].rbuf,
 				      (void *)(uintptr_t)(g + 1));
 
 	if (rc != 0) {
@@ -224,50 +334,55 @@ static int post_recv_step(struct rd *x, uint32_t g, int from)
 	return rc;
 }
 
+/* Step g's received bytes combined with this rank's partial (lower rank's
+ * first) into the other partial slot, which becomes the partial. */
+static void reduce_step(struct rd *x, uint32_t g)
+{
+	struct ft__coll *co = x->co;
+	struct ft_comm *c = co->c;
+	const struct rd_step *t = &x->st[g];
+	size_t n = t->rlen / co->s.es;
+	bool theirs_first = t->from < c->rank;
+	const char *mine = x->cur + t->roff;
+	char *out = slot_at(x, x->next) + t->roff;
+	uint64_t t0 = ft__now_ns();
+
+	if (n > 0)
+		co->combine(out, theirs_first ? t->rbuf : mine, theirs_first ? mine : t->rbuf, n);
+	/* the last exchange's (halving's) result is final here: the average */
+	if (g == x->k && co->op == FT_AVG && n > 0)
+		ft__reduce_scale(out, n, (enum ft_dtype)co->tmpl.dtype, (size_t)c->size);
+	c->stats.reduce_ms += (double)(ft__now_ns() - t0) / 1e6;
+	x->cur = slot_at(x, x->next);
+	x->next ^= 1;
+}
+
 /* Runs the steps as far as the frames in allow: 0, or the error. */
 static int advance(struct rd *x)
 {
 	struct ft__coll *co = x->co;
-	struct ft_comm *c = co->c;
-	size_t count = x->bytes / co->s.es;
 	int rc;
 
-	while (x->g <= x->k + 1) {
+	while (x->g <= x->last) {
 		uint32_t g = x->g;
-		if (x->to[g] >= 0 && !x->g_sent) {
-			if (g == x->k + 1 && co->op == FT_AVG && count > 0)
-				ft__reduce_scale((char *)x->cur, count, (enum ft_dtype)co->tmpl.dtype,
-						 (size_t)c->size);
-			if ((rc = send_step(x, g, x->to[g], x->cur)) != 0)
+		const struct rd_step *t = &x->st[g];
+		if (t->to >= 0 && !x->g_sent) {
+			if ((rc = send_step(x, g, x->cur + t->off)) != 0)
 				return rc;
 			x->g_sent = true;
 		}
-		if (x->from[g] >= 0) {
+		if (t->from >= 0) {
 			if (!x->got[g])
 				return 0;
-			if (g == x->k + 1) {
-				x->cur = recv_buf(x, g); /* the result, from the rank that stood for this one */
-			} else {
-				/* the partial slot written now was sent two steps ago */
+			if (t->how == HOW_TAKE) {
+				x->cur = t->rbuf; /* the result, from the rank that stood for this one */
+			} else if (t->how == HOW_REDUCE) {
+				/* the slot written now held a partial sent before */
 				if (x->sent < x->sends)
 					return 0;
-				bool theirs_first = x->from[g] < c->rank;
-				const char *theirs = recv_buf(x, g);
-				char *out = slot_at(x, (uint32_t)x->next);
-				uint64_t t0 = ft__now_ns();
-				if (count > 0)
-					co->combine(out, theirs_first ? theirs : x->cur,
-						    theirs_first ? x->cur : theirs, count);
-				c->stats.reduce_ms += (double)(ft__now_ns() - t0) / 1e6;
-				x->cur = out;
-				x->next ^= 1;
-			}
+				reduce_step(x, g);
+			} /* (a doubling's blocks landed in the partial) */
 		}
-		/* the last exchange done, and no unfold to send: the average here */
-		if (g == x->k && x->from[g] >= 0 && x->to[g + 1] < 0 && co->op == FT_AVG &&
-		    count > 0)
-			ft__reduce_scale((char *)x->cur, count, (enum ft_dtype)co->tmpl.dtype,
-					 (size_t)c->size);
 		x->g++;
 		x->g_sent = false;
 	}
@@ -284,18 +399,17 @@ static int advance(struct rd *x)
 
 static bool rd_done(const struct rd *x)
 {
-	return x->held && x->sent == x->sends && x->got[x->k + 2] && x->send_err == 0;
+	return x->held && x->sent == x->sends && x->got[x->last + 1] && x->send_err == 0;
 }
 
 /* Whether the link ev names is one this op still expects a frame on (from),
- * or one whose frame of ours has not left yet (each link carries one frame
- * of the op at most, either way). */
+ * or one whose frame of ours has not left yet. */
 static bool link_owed(const struct rd *x, const struct ft__tp_event *ev, bool from)
 {
 	struct ft_comm *c = x->co->c;
 
-	for (uint32_t g = 0; g <= x->k + 2; g++) {
-		int p = from ? x->from[g] : x->to[g];
+	for (uint32_t g = 0; g <= x->last + 1; g++) {
+		int p = from ? x->st[g].from : x->st[g].to;
 		if (p >= 0 && ev->link == ft__comm_link(c, c->members[p], !from) &&
 		    (from ? !x->got[g] : !x->out[g]))
 			return true;
@@ -332,17 +446,17 @@ static int rd_run(struct rd *x)
 					x->out[g] = true;
 			} else if (ev[i].type == FT__TP_RECV_DONE) {
 				uint32_t g = (uint32_t)(uintptr_t)ev[i].ctx - 1;
-				if (ev[i].status != 0 || g > x->k + 2 || x->got[g]) {
+				if (ev[i].status != 0 || g > x->last + 1 || x->got[g]) {
 					co->fail_link = 3;
 					co->fail_peer = ev[i].peer;
 					return ev[i].status != 0 ? ev[i].status : -FT_EPROTO;
 				}
 				x->got[g] = true;
-				if (g <= x->k + 1) {
-					struct ft__frame h = frame_of(x, g);
+				if (g <= x->last) {
+					struct ft__frame h = frame_of(x, g, false);
 					c->stats.bytes_received += h.length;
 					if (co->hooks->frame_received != NULL &&
-					    (rc = co->hooks->frame_received(co, &h, recv_buf(x, g))) != 0)
+					    (rc = co->hooks->frame_received(co, &h, x->st[g].rbuf)) != 0)
 						return rc;
 				}
 			} else if (ev[i].type == FT__TP_LINK_ERROR) {
@@ -363,44 +477,70 @@ static int rd_run(struct rd *x)
 	return 0;
 }
 
+/* Sizes c->rd_buf (two partial slots, then each received frame that does
+ * not land in a partial) and points each step's receive at its place. */
+static int place_receives(struct rd *x, int n, int r)
+{
+	struct shape s = shape_of(n);
+	size_t need = 2 * x->slot, at;
+	/* the slot the last halving writes, where the doubling's blocks land */
+	int final_slot = (int)((s.k + (r < 2 * s.rem && r % 2 == 1) + 1) & 1);
+	int rc;
+
+	for (uint32_t g = 0; g <= x->last + 1; g++)
+		if (x->st[g].from >= 0 && x->st[g].how != HOW_GATHER)
+			need += (x->st[g].rlen + 63) & ~(size_t)63;
+	if ((rc = ft__comm_grow(&x->co->c->rd_buf, &x->co->c->rd_cap, need)) != 0)
+		return rc;
+	at = 2 * x->slot;
+	for (uint32_t g = 0; g <= x->last + 1; g++) {
+		struct rd_step *t = &x->st[g];
+		if (t->from < 0)
+			continue;
+		if (t->how == HOW_GATHER) {
+			t->rbuf = slot_at(x, final_slot) + t->roff;
+		} else {
+			t->rbuf = (char *)x->co->c->rd_buf + at;
+			at += (t->rlen + 63) & ~(size_t)63;
+		}
+	}
+	return 0;
+}
+
 int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,
-		  struct ft__coll *co)
+		  struct ft__coll *co, uint16_t algo)
 {
 	int n = c->size, r = c->rank, left = ft__mod(r - 1, n), right = ft__mod(r + 1, n);
-	struct rd x = {.co = co};
+	struct rd x = {.co = co, .algo = algo};
 	int rc = ft__engine_setup(co, c, k, a);
 
 	if (rc != 0)
 		return rc;
-	co->tmpl.algo = FT__ALGO_RD;
+	co->tmpl.algo = algo;
 	co->in_place = k->in_place;
 	co->src = k->in_place ? k->dst : k->src;
 	co->op = k->op;
 	x.bytes = k->count * k->es;
-	x.k = steps_of(n);
+	x.k = shape_of(n).k;
+	x.last = last_step(algo, x.k);
 	x.slot = (x.bytes + 63) & ~(size_t)63;
-	x.cur = co->src;
-	if (x.k + 3 > FT__RD_STEPS)
+	x.cur = (char *)co->src;
+	if (x.last + 3 > FT__RD_STEPS)
 		return -FT_EINVAL;
-	/* two partials and a receive per step */
-	if ((rc = ft__comm_grow(&c->rd_buf, &c->rd_cap, x.slot * (x.k + 5))) != 0)
-		return rc;
-	for (uint32_t g = 0; g <= x.k + 2; g++) {
-		x.to[g] = g <= x.k + 1 ? step_peer(n, r, g, true) : -1;
-		x.from[g] = g <= x.k + 1 ? step_peer(n, r, g, false) : -1;
-		x.got[g] = x.from[g] < 0;
-	}
+	plan(&x, n, r, k->count, k->es);
 	/* the ring's neighbours judge each other (above) */
 	if (!sends_to(n, r, right))
-		x.to[x.k + 2] = right;
-	if (!sends_to(n, left, r)) {
-		x.from[x.k + 2] = left;
-		x.got[x.k + 2] = false;
-	}
+		x.st[x.last + 1].to = right;
+	if (!sends_to(n, left, r))
+		x.st[x.last + 1].from = left;
+	if ((rc = place_receives(&x, n, r)) != 0)
+		return rc;
+	for (uint32_t g = 0; g <= x.last + 1; g++)
+		x.got[g] = x.st[g].from < 0;
 	/* (ft__comm_connect_ring made every link before the op) */
-	for (uint32_t g = 0; g <= x.k + 2; g++)
-		if ((x.to[g] >= 0 && ft__comm_link(c, c->members[x.to[g]], true) == NULL) ||
-		    (x.from[g] >= 0 && ft__comm_link(c, c->members[x.from[g]], false) == NULL))
+	for (uint32_t g = 0; g <= x.last + 1; g++)
+		if ((x.st[g].to >= 0 && ft__comm_link(c, c->members[x.st[g].to], true) == NULL) ||
+		    (x.st[g].from >= 0 && ft__comm_link(c, c->members[x.st[g].from], false) == NULL))
 			return -FT_EPROTO;
 	/* an in-place input, whole, for a rerun: it is small */
 	if (co->hooks->input_save_at != NULL && co->in_place && x.bytes > 0) {
@@ -410,10 +550,10 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 			ft__copy_stream_sum(save, co->src, x.bytes, sum);
 		co->input_saved = save != NULL;
 	}
-	for (uint32_t g = 0; g <= x.k + 2; g++)
-		if (x.from[g] >= 0 && (rc = post_recv_step(&x, g, x.from[g])) != 0)
+	for (uint32_t g = 0; g <= x.last + 1; g++)
+		if (x.st[g].from >= 0 && (rc = post_recv_step(&x, g)) != 0)
 			return rc;
-	if (x.to[x.k + 2] >= 0 && (rc = send_step(&x, x.k + 2, x.to[x.k + 2], NULL)) != 0)
+	if (x.st[x.last + 1].to >= 0 && (rc = send_step(&x, x.last + 1, NULL)) != 0)
 		return rc;
 	return rd_run(&x);
 }
