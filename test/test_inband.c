@@ -1,4 +1,4 @@
-/* test_inband.c: the in-band membership backend through the membership interface: settles, quorums, partitions, a coordinator lost mid-settle, hostile messages. */
+/* test_inband.c: the in-band membership backend through the membership interface: settles, quorums, partitions, a coordinator lost mid-settle, hostile messages, dead incarnations under rejoin. */
 /* SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
 
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "inband.h"
 #include "internal.h"
 #include "membership.h"
 #include "served.h"
@@ -35,17 +36,21 @@ static bool open_[N_MAX];
 static int port_fd[N_MAX];
 static char peers[N_MAX * 24];
 static int n;
+static int start_wait_ms; /* ft__mb_params.start_wait_ms of the ranks opened (rejoin: > 0) */
 
+/* FTCC_TEST_LOG_LEVEL: a failing test's story (2: every info line) */
 static void quiet(void)
 {
-	ft__log_level = -1;
+	const char *level = getenv("FTCC_TEST_LOG_LEVEL");
+
+	ft__log_level = level != NULL ? atoi(level) : -1;
 }
 
 static void open_rank(int r, uint32_t incarnation)
 {
 	struct ft__mb_params p = {.backend = "inband", .job_id = "ib", .rank = r,
 				  .world_size = n, .token = "tok", .reply_wait_ms = 100,
-				  .incarnation = incarnation,
+				  .incarnation = incarnation, .start_wait_ms = start_wait_ms,
 				  .book = {.how = "peers", .peers = peers, .job_id = "ib",
 					   .rank = r, .world_size = n, .timeout_ms = 5000}};
 	cr_assert_eq(ft__mb_open(&mb[r], &p), 0, "rank %d: open", r);
@@ -80,6 +85,7 @@ static void end_job(void)
 		open_[r] = false;
 		close(port_fd[r]);
 	}
+	start_wait_ms = 0;
 }
 
 static void publish(int r, uint32_t gen, uint64_t next_op)
@@ -647,6 +653,180 @@ Test(inband, a_proven_link_closed_is_certain)
 	cr_assert_eq(rc[0], 1, "the last rank: %d", rc[0]);
 	expect_view(&v[0], alone, 1, "alone");
 	ft__view_free(&v[0]);
+}
+
+/* ---- dead incarnations under rejoin ---- */
+
+/* A new incarnation's link (rejoin_as), pumped by drive_back: its REJOIN goes
+ * out once the link's hello is answered. */
+static struct ft__ctl *newcomer;
+static int newcomer_link;
+
+/*
+ * A REJOIN of rank e's new incarnation for generation gen (inband_rejoin.c,
+ * put_entry: next op 0, no log), to rank `to` on a link of its own as
+ * rank e; *ctl stays open, for only a live record is awaited.
+ */
+static void rejoin_as(struct ft__ctl *ctl, int e, int to, uint32_t gen)
+{
+	unsigned char buf[256];
+	const char *s[3] = {"127.0.0.1:7100", "127.0.0.1:8100", "127.0.0.1:9100"};
+	int32_t rank = e;
+	uint64_t next_op = 0;
+	size_t at = 0;
+	int i = fake_peer(ctl, e, to);
+
+	memcpy(buf + at, &rank, 4), at += 4;
+	memcpy(buf + at, &next_op, 8), at += 8;
+	for (int k = 0; k < 3; k++) {
+		uint16_t l = (uint16_t)strlen(s[k]);
+		memcpy(buf + at, &l, 2), at += 2;
+		memcpy(buf + at, s[k], l), at += l;
+	}
+	cr_assert_eq(ft__ctl_send(ctl, i, FT__CTL_MB_REJOIN, gen, buf, at), 0);
+	newcomer = ctl;
+	newcomer_link = i;
+}
+
+/* Drives ranks who[] for generation 1 (candidates cand[], awaited back[]) for
+ * up to ms: each rank's last answer in rc[], its view in v[]. */
+static void drive_back(const int *who, int nwho, const int *cand, int ncand, const int *back,
+		       int nback, int *rc, struct ft__view *v, long ms)
+{
+	long end = tu_now_ms() + ms;
+	int left = nwho;
+
+	for (int i = 0; i < nwho; i++) {
+		rc[i] = 0;
+		v[i] = (struct ft__view){.generation = 1};
+	}
+	while (left > 0 && tu_now_ms() < end) {
+		struct ft__ctl_msg m;
+		while (newcomer != NULL && ft__ctl_next(newcomer, newcomer_link, &m) == 1)
+			; /* (its answers: not read here) */
+		for (int i = 0; i < nwho; i++)
+			if (rc[i] == 0 && (rc[i] = ft__mb_try_settle_back(&mb[who[i]], 1, cand, ncand,
+									  back, nback, false,
+									  &v[i])) != 0)
+				left--;
+		tu_sleep_ms(1);
+	}
+}
+
+/* Generation 1 holds rank 3 as a new incarnation (the REJOIN's), on every rank of who[]. */
+static void expect_rank_3_new(const int *who, int nwho, const int *rc, struct ft__view *v)
+{
+	int all[4] = {0, 1, 2, 3};
+
+	for (int i = 0; i < nwho; i++) {
+		struct ft__member m;
+		cr_assert_eq(rc[i], 1, "rank %d: generation 1 not settled (%d)", who[i], rc[i]);
+		expect_view(&v[i], all, 4, "generation 1");
+		ft__view_free(&v[i]);
+		cr_assert_eq(ft__mb_lookup(&mb[who[i]], 1, 3, &m), 0);
+		cr_assert(m.rejoining, "rank %d: generation 1 holds rank 3's dead incarnation", who[i]);
+		cr_assert_str_eq(m.addr, "127.0.0.1:7100");
+	}
+}
+
+/*
+ * Rank 3 answers the coordinator's COLLECT of generation 1, then dies for
+ * certain, and its new incarnation asks back: the view takes that one, as
+ * new. Before, the answer made the dead incarnation a member as it was,
+ * and its new one (the detector awaited it, back[]) was skipped as already
+ * in: the next view, settled before any detector found it dead again, left
+ * it out unawaited, and an op under rejoin ran short (test_inband_rejoin,
+ * chains of newcomers, 1 run in 13 on a loaded machine).
+ */
+Test(inband, an_answer_of_a_rank_dead_since_makes_no_member, .timeout = 30)
+{
+	start_wait_ms = 5000;
+	start(4);
+	int two[2] = {0, 3}, three[3] = {0, 1, 2}, all[4] = {0, 1, 2, 3}, back[1] = {3}, rc[3];
+	struct ft__view v[3] = {{.generation = 1}, {.generation = 1}};
+	struct ft__ctl ctl;
+
+	for (int r = 0; r < 4; r++)
+		publish(r, 1, 5);
+	/* only 0 (the coordinator) and 3 run: 0 waits for 1 and 2 */
+	for (long end = tu_now_ms() + 5000; !IB(&mb[0])->r[3].replied && tu_now_ms() < end;
+	     tu_sleep_ms(1))
+		for (int i = 0; i < 2; i++)
+			cr_assert_eq(ft__mb_try_settle(&mb[two[i]], 1, all, 4, false, &v[i]), 0);
+	cr_assert(IB(&mb[0])->r[3].replied, "rank 3 did not answer the COLLECT");
+	ft__mb_close(&mb[3], 0, false);
+	open_[3] = false;
+	for (int r = 0; r < 3; r++)
+		ft__mb_certain(&mb[r], 3); /* the detectors' word: 3 failed, awaited back */
+	rejoin_as(&ctl, 3, 0, 1);
+	drive_back(three, 3, three, 3, back, 1, rc, v, 5000);
+	ft__ctl_close(&ctl);
+	newcomer = NULL;
+	expect_rank_3_new(three, 3, rc, v);
+}
+
+/*
+ * Rank 3 is dead for certain, but no detector named it (several died at
+ * once, or the view held a dead incarnation whose death news the detector
+ * took as old): a candidate still. Under rejoin its new incarnation is
+ * awaited, as the file backend awaits a dead candidate; before, the view
+ * settled without it at once, and the op ran short.
+ */
+Test(inband, a_candidate_dead_for_certain_is_awaited_under_rejoin, .timeout = 30)
+{
+	start_wait_ms = 5000;
+	start(4);
+	int three[3] = {0, 1, 2}, all[4] = {0, 1, 2, 3}, rc[3];
+	struct ft__view v[3];
+	struct ft__ctl ctl;
+
+	ft__mb_close(&mb[3], 0, false);
+	open_[3] = false;
+	for (int r = 0; r < 3; r++) {
+		ft__mb_certain(&mb[r], 3);
+		publish(r, 1, 5);
+	}
+	drive_back(three, 3, all, 4, NULL, 0, rc, v, 300);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(rc[i], 0, "rank %d settled without rank 3's new incarnation (%d)",
+			     three[i], rc[i]);
+	rejoin_as(&ctl, 3, 0, 1);
+	drive_back(three, 3, all, 4, NULL, 0, rc, v, 5000);
+	ft__ctl_close(&ctl);
+	newcomer = NULL;
+	expect_rank_3_new(three, 3, rc, v);
+}
+
+/* ... for start_wait_ms at most; and not at all under shrink (0), nor a rank that finalized. */
+Test(inband, a_dead_candidate_is_awaited_only_so_long, .timeout = 30)
+{
+	int three[3] = {0, 1, 2}, all[4] = {0, 1, 2, 3}, rc[3];
+	struct ft__view v[3];
+	long t0;
+
+	for (int how = 0; how < 3; how++) {
+		start_wait_ms = how == 1 ? 0 : how == 0 ? 300 : 20000;
+		start(4);
+		if (how == 2) {
+			cr_assert_eq(ft__mb_depart(&mb[3], 5), 0); /* a goodbye, then the closes */
+		} else {
+			ft__mb_close(&mb[3], 0, false);
+			for (int r = 0; r < 3; r++)
+				ft__mb_certain(&mb[r], 3);
+		}
+		for (int r = 0; r < 3; r++)
+			publish(r, 1, 5);
+		t0 = tu_now_ms();
+		drive_back(three, 3, all, 4, NULL, 0, rc, v, 5000);
+		for (int i = 0; i < 3; i++) {
+			cr_assert_eq(rc[i], 1, "case %d, rank %d: %d", how, three[i], rc[i]);
+			expect_view(&v[i], three, 3, "without rank 3");
+			ft__view_free(&v[i]);
+		}
+		if (how == 0)
+			cr_assert_geq(tu_now_ms() - t0, 300, "rank 3 was not awaited");
+		end_job();
+	}
 }
 
 /* ---- the launcher's word ---- */

@@ -46,6 +46,9 @@ struct ib_rank {
 	int64_t refused_ms;     /* generation 0, PMIx book: its listener refuses since, 0 not */
 	int refused;            /* ... this many times */
 	bool certain;           /* its death is certain */
+	bool left;              /* ... it said goodbye first: it finalized (ib_depart) */
+	int64_t awaited_ms;     /* the generation being settled: since when its coordinator
+				 * awaits a new incarnation of it (dead for certain), 0 not */
 	bool gone;              /* the book marks it gone: never in generation 0 */
 	bool late;              /* ... marked after the book went out (late_gone) */
 	/* the generation being settled, coordinator's side */
@@ -100,6 +103,8 @@ struct inband {
 
 	/* a new incarnation looking for its running job (inband_rejoin.c) */
 	uint32_t incarnation;
+	int start_wait_ms;      /* rejoin: a candidate dead for certain is awaited this long
+				 * for a new incarnation (ft__mb_params); 0: not awaited */
 	bool newcomer;          /* it found one: views come from its members' word */
 	uint32_t taken_gen;     /* ... the generation that took it (newcomer false again) */
 	int64_t rejoin_ms;      /* when it last sent its REJOIN round */

@@ -54,6 +54,7 @@ static int ib_open(struct ft__mb *mb, const struct ft__mb_params *p)
 	b->world = p->world_size;
 	b->owed_to = -1;
 	b->incarnation = p->incarnation;
+	b->start_wait_ms = p->start_wait_ms > 0 ? p->start_wait_ms : 0;
 	b->reply_wait_ms = p->reply_wait_ms > 0 ? p->reply_wait_ms : 1000;
 	if ((rc = pthread_mutex_init(&b->lock, NULL)) != 0) {
 		mb->be = NULL;
@@ -554,7 +555,10 @@ static int ib_lookup(struct ft__mb *mb, uint32_t gen, int orig, struct ft__membe
 }
 
 /* Leaving: the listener and every link close, which the others' kernels
- * report: a settle in progress counts this rank out at once. */
+ * report: a settle in progress counts this rank out at once. A goodbye on
+ * each link first: to a coordinator under rejoin, a close alone is a death
+ * whose new incarnation it awaits (member_inband.c, awaits_new), and a
+ * rank that finalized has none. */
 static int ib_depart(struct ft__mb *mb, uint64_t next_op)
 {
 	struct inband *b = IB(mb);
@@ -562,6 +566,10 @@ static int ib_depart(struct ft__mb *mb, uint64_t next_op)
 	(void)next_op;
 	lock_ib(b);
 	b->departed = true;
+	for (int i = 0; b->ctl_open && i < b->ctl.nlinks; i++)
+		if (b->ctl.links[i].fd >= 0 && b->ctl.links[i].peer >= 0 &&
+		    !b->ctl.links[i].connecting)
+			(void)ft__ctl_send(&b->ctl, i, FT__CTL_BYE, b->gen, NULL, 0);
 	ft__ctl_close(&b->ctl);
 	b->ctl_open = false;
 	unlock_ib(b);

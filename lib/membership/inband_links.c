@@ -215,7 +215,9 @@ void ft__ib_begin(struct inband *b, uint32_t gen)
 	b->noquorum = false;
 	b->ballot = 0;
 	b->phase = 0;
-	for (int r = 0; r < b->world; r++)
+	for (int r = 0; r < b->world; r++) {
 		b->r[r].asked = b->r[r].replied = b->r[r].proposed = b->r[r].accepted =
 			b->r[r].told = false;
+		b->r[r].awaited_ms = 0;
+	}
 }

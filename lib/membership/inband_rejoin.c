@@ -33,12 +33,16 @@
  * - The coordinator of g + 1 awaits each failed member its detector awaits
  *   back (rejoin policy) until that rank's live REJOIN came, and takes it
  *   as the file backend does (unless its next op is past first_op + 1), as a
- *   fresh member: the value marks it so. Before the PROPOSE and the COMMIT
- *   to a rank, ADDRS relays the fresh members' records to it: a value with a
- *   fresh member whose record a rank does not hold does not fit there
- *   (value_fits), so no rank commits a view it could not reach. The COMMIT
- *   also goes to every newcomer with a live record, taken or not, on its
- *   own link.
+ *   fresh member: the value marks it so. Under rejoin it awaits so, for
+ *   start_wait_ms, a candidate whose death is certain though no detector
+ *   named it (awaits_new), and a rank that answered and died since is no
+ *   member as it was (choose): unawaited, such a rank went out of the view
+ *   while its new incarnation asked, and the op ran without its input.
+ *   Before the PROPOSE and the COMMIT to a rank, ADDRS relays the fresh
+ *   members' records to it: a value with a fresh member whose record a
+ *   rank does not hold does not fit there (value_fits), so no rank commits
+ *   a view it could not reach. The COMMIT also goes to every newcomer with
+ *   a live record, taken or not, on its own link.
  * - At the commit each rank puts the fresh members' addresses in place of
  *   the old ones (lookups, and links to their listeners, use them from then
  *   on) and forgets the old incarnation's certain death.
@@ -206,7 +210,8 @@ static void another_process(struct inband *b, int e)
 
 	p->certain = false;
 	p->retry_ms = 0;
-	p->gone = p->late = false;
+	p->gone = p->late = p->left = false;
+	p->awaited_ms = 0;
 	if (p->link >= 0)
 		ft__ib_drop(b, p->link);
 }
@@ -431,7 +436,8 @@ void ft__ib_install_fresh(struct inband *b, uint32_t gen, const struct ib_value 
 			 * incarnation out, unawaited, as gone (rejoin ran ops
 			 * short: test_inband_rejoin, chains of newcomers) */
 			p->certain = false;
-			p->gone = p->late = false;
+			p->gone = p->late = p->left = false;
+			p->awaited_ms = 0;
 			continue;
 		}
 		snprintf(p->addr, sizeof(p->addr), "%s", p->back.addr);

@@ -32,9 +32,11 @@
  * - Once every candidate answered (or, under force, after a reply window),
  *   the coordinator picks the value: a committed view if one was reported,
  *   else the accepted view of the highest ballot, else a new view of those
- *   that answered. It must have a quorum (below), else under force it tells
- *   those that answered NOQUORUM and every one of them, itself included,
- *   stops with -FT_EPARTITIONED.
+ *   that answered, less those whose death became certain since (a view
+ *   holds no incarnation known dead as a live member). It must have a
+ *   quorum (below), else under force it tells those that answered
+ *   NOQUORUM and every one of them, itself included, stops with
+ *   -FT_EPARTITIONED.
  * - PROPOSE goes to the acceptors that answered; each ACCEPTs unless it
  *   promised a higher ballot. When every one of them accepted (or lost its
  *   link, having a quorum all the same), COMMIT goes to every candidate
@@ -582,6 +584,11 @@ void ft__ib_on_msg(struct inband *b, int link, const struct ft__ctl_msg *m)
 	case FT__CTL_MB_LATEST:
 		ft__ib_on_latest(b, m->from, m->gen, &r);
 		break;
+	case FT__CTL_BYE:
+		/* it finalizes (ib_depart): the close that follows is no death
+		 * to await a new incarnation for */
+		b->r[m->from].left = true;
+		break;
 	case FT__CTL_MB_NOQUORUM:
 		/* from the coordinator this rank promised: the one it answered */
 		if (current && get_u64(&r) == b->promised && !r.bad &&
@@ -643,6 +650,34 @@ static bool holds_late(const struct inband *b, const struct ib_value *v)
 	return false;
 }
 
+/*
+ * Whether the coordinator still awaits a new incarnation of candidate r,
+ * whose death is certain (maybe since it answered). The detector names the
+ * failed members it awaits back (back[]), but not one whose death it has
+ * not heard of: several died at once, or the view holds a dead
+ * incarnation (it answered, then died before the commit), whose death
+ * news the adopting detector took as old. Skipped unawaited, such a rank
+ * went out of the view under rejoin while its new incarnation was still
+ * asking, and the op ran short (test_inband_rejoin, chains of newcomers).
+ * So under rejoin (start_wait_ms) it is awaited as the file backend
+ * awaits a dead candidate (member_file.c, awaited_at_start): until its
+ * REJOIN is live (ft__ib_add_back takes it from cand), for start_wait_ms
+ * at most; not one that said goodbye (it finalized).
+ */
+static bool awaits_new(struct inband *b, int r, int64_t now)
+{
+	struct ib_rank *p = &b->r[r];
+
+	if (b->gen == 0 || b->start_wait_ms <= 0 || p->left || ft__ib_back_live(b, r, b->gen))
+		return false;
+	if (p->awaited_ms == 0) {
+		p->awaited_ms = now;
+		ft__info("membership: rank %d is gone for certain and generation %u awaits a new "
+			 "incarnation of it for %d ms", r, b->gen, b->start_wait_ms);
+	}
+	return now - p->awaited_ms < b->start_wait_ms;
+}
+
 /* The value to propose once the candidates answered, with the new
  * incarnations of back that asked (inband_rejoin.c): 0, or -FT_ENOMEM. */
 static int choose(struct inband *b, const int *cand, int ncand, const int *back, int nback)
@@ -659,6 +694,12 @@ static int choose(struct inband *b, const int *cand, int ncand, const int *back,
 	b->proposal.first_op = b->mine.next_op;
 	for (int r = 0; r < b->world; r++) {
 		if (r != b->rank && (!b->r[r].replied || b->r[r].late))
+			continue;
+		/* answered, then died for certain (its RECORD came from the
+		 * process whose death was proven since): not a member as it
+		 * was, for the view would hold a dead incarnation as alive;
+		 * its new incarnation, if one asked, is taken as new below */
+		if (r != b->rank && b->gen > 0 && b->r[r].certain)
 			continue;
 		b->proposal.members[n] = r; /* ascending already */
 		b->proposal.next_ops[n++] = r == b->rank ? b->mine.next_op : b->r[r].next_op;
@@ -771,9 +812,13 @@ int ft__ib_coordinate(struct inband *b, const int *cand, int ncand, const int *b
 		bool all = true;
 		for (int k = 0; k < ncand; k++) {
 			int r = cand[k];
-			if (r == b->rank || b->r[r].replied)
+			if (r == b->rank)
 				continue;
-			if (b->r[r].certain)
+			if (b->r[r].certain) {
+				all &= !awaits_new(b, r, now);
+				continue;
+			}
+			if (b->r[r].replied)
 				continue;
 			all = false;
 			if (!b->r[r].asked) {

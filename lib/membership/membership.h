@@ -72,7 +72,9 @@ struct ft__mb_params {
 	/* Generation 0 (the job's start): a rank that published and then died
 	 * is awaited this long for a new incarnation before the view settles
 	 * without it (rejoin policy: a rank killed inside ft_init comes back);
-	 * 0: taken as gone at once. */
+	 * 0: taken as gone at once. Later, so is a candidate seen dead that
+	 * the detector did not name (several died at once), which back[]
+	 * would have awaited: not one that finalized. */
 	int start_wait_ms;
 	/* This process's incarnation (FTCC_INCARNATION): a restarted one (> 0)
 	 * settles the job's first view only with a majority of the world in
