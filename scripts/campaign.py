@@ -6,8 +6,10 @@ Cells: shrink and rejoin, each over file and in-band membership (the
 store ftcc-run serves), each over TCP, libfabric shm and libfabric
 tcp;ofi_rxm (a provider libfabric lacks is skipped, and said so), all
 with FTCC_SHM=0; shrink over TCP with the ring forced ("tcp-ring":
-FTCC_ALGORITHM=ring; the other shrink cells run the small allreduces by
-recursive doubling, as chosen by size; rejoin always runs the ring); and
+FTCC_ALGORITHM=ring) and with recursive halving and doubling forced
+("tcp-rh": FTCC_ALGORITHM=rh; the other shrink cells run the small
+allreduces by recursive doubling, as chosen by size; rejoin always runs
+the ring); and
 shrink and rejoin over the one-host path ("onehost": FTCC_SHM=1, the
 collectives in shared memory, the recovery over TCP). Every
 trial runs examples/train_steps (SGD with momentum: a float32 AVG
@@ -74,7 +76,7 @@ EXIT = re.compile(r"^ftcc-run: rank (\d+) \(pid \d+\) (exited with status (\d+)|
 
 
 def provider_ok(prov):
-    if prov is None or prov in ("onehost", "tcp-ring"):
+    if prov is None or prov in ("onehost", "tcp-ring", "tcp-rh"):
         return True
     try:
         return subprocess.run(["fi_info", "-p", prov], stdout=subprocess.DEVNULL,
@@ -96,8 +98,8 @@ def env_for(policy, membership, prov):
         env["FTCC_MEMBERSHIP"] = "inband"
     # the ring's cells stay on the ring; one cell per path
     env["FTCC_SHM"] = "1" if prov == "onehost" else "0"
-    if prov == "tcp-ring":
-        env["FTCC_ALGORITHM"] = "ring"
+    if prov in ("tcp-ring", "tcp-rh"):
+        env["FTCC_ALGORITHM"] = prov[4:]
     elif prov is not None and prov != "onehost":
         env["FTCC_TRANSPORT"] = "fabric"
         env["FI_PROVIDER"] = prov
@@ -231,7 +233,7 @@ def judge(refs, policy, rc, out, victims):
 def main():
     rnd = random.Random(SEED)
     cells = []
-    for prov in (None, "tcp-ring", "shm", "tcp;ofi_rxm", "onehost"):
+    for prov in (None, "tcp-ring", "tcp-rh", "shm", "tcp;ofi_rxm", "onehost"):
         name = "tcp" if prov is None else prov
         if name not in os.environ.get("CAMPAIGN_TRANSPORT", name).split(","):
             continue
@@ -239,7 +241,7 @@ def main():
             print(f"campaign: SKIPPED: libfabric provider '{prov}' is not available", flush=True)
             continue
         # (rejoin runs the ring whatever FTCC_ALGORITHM says)
-        policies = ["shrink"] if prov == "tcp-ring" else ["shrink", "rejoin"]
+        policies = ["shrink"] if prov in ("tcp-ring", "tcp-rh") else ["shrink", "rejoin"]
         cells += [c for c in [(pol, mb, prov, name) for pol in policies
                               for mb in ("file", "inband")]
                   if os.environ.get("CAMPAIGN_MEMBERSHIP", c[1]) == c[1] and

@@ -135,11 +135,11 @@ item --alone check-build 300 "$(dirname "$0")/check-build.sh"
 # A slice of the reliability campaign (make campaign runs 1000 trials):
 # one random trial per cell (shrink and rejoin, each over file and in-band
 # membership, each over TCP, shm, tcp;ofi_rxm and the one-host path, and
-# shrink on TCP with the ring forced), kills from outside, every verdict
-# checked.
+# shrink on TCP with the ring and with recursive halving forced), kills
+# from outside, every verdict checked.
 if [ -x "$B/examples/train_steps" ] && [ -x /usr/bin/python3 ]; then
 	item --alone campaign_slice 900 /usr/bin/python3 \
-		"$(dirname "$0")"/campaign.py "$B" "${FTCC_CAMPAIGN_SLICE:-18}"
+		"$(dirname "$0")"/campaign.py "$B" "${FTCC_CAMPAIGN_SLICE:-20}"
 fi
 # The namespace cluster (test/cluster/cluster_test.sh; make cluster-test
 # runs every row): one row of each kind, so that a regression of any fails

@@ -250,3 +250,155 @@ Test(algorithms, settings_that_differ_fail_on_every_rank, .timeout = 200)
 				  (unsigned)job.status[r]);
 	}
 }
+
+/*
+ * Reduce-scatter and allgather: by recursive halving alone and doubling
+ * alone on a power of two of ranks (4 and 8), the ring elsewhere; chosen,
+ * forced rh and forced ring. Int32 sums are exact whatever the order;
+ * float32 averages of the order-sensitive inputs must be near the exact
+ * one; an allgather must put every rank's block in its place.
+ */
+static int run_blocks(struct ft_comm *comm, int rank, int n, void *argp)
+{
+	static const size_t counts[] = {0, 1, 3, 1000, 40000};
+	(void)argp;
+	for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+		size_t bc = counts[ci], all = bc * (size_t)n;
+		int32_t *iv = malloc((all + 1) * sizeof(int32_t)), *io = malloc((bc + 1) * sizeof(int32_t));
+		float *fv = malloc((all + 1) * sizeof(float)), *fo = malloc((bc + 1) * sizeof(float));
+		for (int inplace = 0; inplace < 2; inplace++) {
+			for (size_t i = 0; i < all; i++) {
+				iv[i] = (int32_t)(rank * 1000003 + (int)i);
+				fv[i] = input(rank, i);
+			}
+			int rc = ft_reduce_scatter(comm, inplace ? FT_IN_PLACE : iv, inplace ? iv : io,
+						   bc, FT_INT32, FT_SUM, NULL);
+			const int32_t *ir = inplace ? iv + (size_t)rank * bc : io;
+			for (size_t i = 0; rc == 0 && i < bc; i++) {
+				int64_t want = 0;
+				for (int r = 0; r < n; r++)
+					want += r * 1000003 + (int64_t)((size_t)rank * bc + i);
+				if (ir[i] != (int32_t)want) {
+					fprintf(stderr, "rank %d n %d bc %zu: reduce-scatter [%zu] = %d, "
+						"want %d\n", rank, n, bc, i, ir[i], (int32_t)want);
+					return 2;
+				}
+			}
+			if (rc == 0)
+				rc = ft_reduce_scatter(comm, inplace ? FT_IN_PLACE : fv, inplace ? fv : fo,
+						       bc, FT_FLOAT32, FT_AVG, NULL);
+			const float *fr = inplace ? fv + (size_t)rank * bc : fo;
+			for (size_t i = 0; rc == 0 && i < bc; i++) {
+				double want = 0;
+				for (int r = 0; r < n; r++)
+					want += input(r, (size_t)rank * bc + i);
+				want /= n;
+				if (fabs(fr[i] - want) > 64.0 + fabs(want) * 1e-6) {
+					fprintf(stderr, "rank %d n %d bc %zu: average [%zu] = %g, want %g\n",
+						rank, n, bc, i, (double)fr[i], want);
+					return 3;
+				}
+			}
+			for (size_t i = 0; i < all; i++)
+				iv[i] = -1;
+			for (size_t i = 0; i < bc; i++)
+				io[i] = (int32_t)(rank * 7919 + (int)i);
+			if (inplace && bc > 0)
+				memcpy(iv + (size_t)rank * bc, io, bc * sizeof(int32_t));
+			if (rc == 0)
+				rc = ft_allgather(comm, inplace ? FT_IN_PLACE : io, iv, bc, FT_INT32, NULL);
+			for (size_t i = 0; rc == 0 && i < all; i++) {
+				int32_t want = (int32_t)((int)(i / bc) * 7919 + (int)(i % bc));
+				if (iv[i] != want) {
+					fprintf(stderr, "rank %d n %d bc %zu: allgather [%zu] = %d, want %d\n",
+						rank, n, bc, i, iv[i], want);
+					return 4;
+				}
+			}
+			if (rc != 0) {
+				fprintf(stderr, "rank %d n %d bc %zu: %s\n", rank, n, bc, ft_strerror(rc));
+				return 1;
+			}
+		}
+		free(iv);
+		free(io);
+		free(fv);
+		free(fo);
+	}
+	return 0;
+}
+
+static void blocks(const char *algorithm)
+{
+	static struct bits_arg arg;
+	static const int sizes[] = {2, 3, 4, 6, 8};
+
+	arg.algorithm = algorithm;
+	bits_now = &arg;
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		int n = sizes[i];
+		struct tu_job job;
+		tu_job_init(&job, n);
+		for (int r = 0; r < n; r++)
+			tu_spawn(&job, r, run_blocks, NULL, set_algorithm);
+		int bad = tu_wait(&job, DEADLINE_MS, NULL);
+		tu_job_cleanup(&job);
+		cr_assert_eq(bad, 0, "FTCC_ALGORITHM=%s n=%d: some rank failed or hung",
+			     algorithm ? algorithm : "(unset)", n);
+	}
+}
+
+Test(algorithms, reduce_scatter_and_allgather_chosen, .timeout = 300) { blocks(NULL); }
+Test(algorithms, reduce_scatter_and_allgather_rh, .timeout = 300) { blocks("rh"); }
+Test(algorithms, reduce_scatter_and_allgather_ring, .timeout = 300) { blocks("ring"); }
+
+/* A reduce-scatter whose count puts one rank on the ring while the others
+ * run recursive halving: FT_EMISMATCH on every rank, and the blocks work
+ * after. */
+static int run_split_blocks(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	int odd = *(const int *)arg % n;
+	size_t bc = rank == odd ? 300000 : 10;
+	float *buf = calloc(300000 * (size_t)n, sizeof(float)), *out = calloc(300000, sizeof(float));
+	int rc = ft_reduce_scatter(comm, buf, out, bc, FT_FLOAT32, FT_SUM, NULL);
+
+	if (rc != -FT_EMISMATCH) {
+		fprintf(stderr, "rank %d: a split reduce-scatter gave %s, want FT_EMISMATCH\n", rank,
+			ft_err_name(rc));
+		return 1;
+	}
+	rc = ft_allgather(comm, rank == odd ? NULL : buf, out, rank == odd ? 0 : 10, FT_FLOAT32, NULL);
+	if (rc != -FT_EMISMATCH) {
+		fprintf(stderr, "rank %d: a split allgather gave %s, want FT_EMISMATCH\n", rank,
+			ft_err_name(rc));
+		return 2;
+	}
+	for (size_t i = 0; i < 10 * (size_t)n; i++)
+		buf[i] = (float)rank;
+	rc = ft_reduce_scatter(comm, buf, out, 10, FT_FLOAT32, FT_SUM, NULL);
+	if (rc != 0 || out[9] != (float)(n * (n - 1) / 2)) {
+		fprintf(stderr, "rank %d: the reduce-scatter after: %s\n", rank, ft_strerror(rc));
+		return 3;
+	}
+	free(buf);
+	free(out);
+	return 0;
+}
+
+Test(algorithms, a_split_block_choice_is_a_mismatch_on_every_rank, .timeout = 200)
+{
+	static struct bits_arg chosen;
+
+	bits_now = &chosen;
+	for (int n = 4; n <= 8; n += 4) {
+		for (int odd = 0; odd < n; odd += 3) {
+			struct tu_job job;
+			tu_job_init(&job, n);
+			for (int r = 0; r < n; r++)
+				tu_spawn(&job, r, run_split_blocks, &odd, set_algorithm);
+			int bad = tu_wait(&job, DEADLINE_MS, NULL);
+			tu_job_cleanup(&job);
+			cr_assert_eq(bad, 0, "n=%d, rank %d on the ring", n, odd);
+		}
+	}
+}

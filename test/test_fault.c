@@ -62,6 +62,8 @@ static void apply_fault(struct ft_config *cfg, int rank)
 	if (rank == current.victim)
 		snprintf(cfg->fault, sizeof(cfg->fault), "%s", current.spec);
 	cfg->op_timeout_ms = current.op_timeout_ms;
+	/* the ring's phases: 800 KB at 4 ranks would run by recursive halving */
+	setenv("FTCC_ALGORITHM", "ring", 1);
 }
 
 /* Every rank allreduces until the fault strikes; survivors must see the expected error. */

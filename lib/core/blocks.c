@@ -91,6 +91,7 @@ int ft__blocks_attempt(struct ft_comm *c, struct ft__call *k, const struct ft__a
 	size_t bb = b->count * k->es, m = (size_t)c->size;
 	struct ft__call e = *k;
 	char *room;
+	uint16_t algo;
 	int rc;
 
 	for (int p = 0; p < c->size; p++) {
@@ -109,14 +110,17 @@ int ft__blocks_attempt(struct ft_comm *c, struct ft__call *k, const struct ft__a
 	b->m = c->size;
 	b->mine = c->rank;
 	k->input_untouched = ag || b->packed || !k->in_place;
+	e.input_untouched = k->input_untouched;
 	if (!b->packed) {
-		if (ag || k->in_place) {
-			b->res = k->dst;
-			return ft__engine_allreduce(c, k, a, co);
+		if (!ag && !k->in_place) {
+			if ((rc = scratch(c, k->count * k->es, &room)) != 0)
+				return rc;
+			e.dst = room;
 		}
-		if ((rc = scratch(c, k->count * k->es, &room)) != 0)
-			return rc;
-		e.dst = b->res = room;
+		b->res = e.dst;
+		/* (by halving or doubling alone, the blocks in place too) */
+		if ((algo = ft__rd_algo(c, &e)) != FT__ALGO_RING)
+			return ft__engine_rd(c, &e, a, co, algo);
 		return ft__engine_allreduce(c, &e, a, co);
 	}
 	if ((rc = scratch(c, (ag ? 1 : 2) * m * bb, &room)) != 0)

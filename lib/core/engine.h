@@ -158,6 +158,10 @@ int ft__engine_broadcast(struct ft_comm *c, const struct ft__call *k, const stru
 #define FT__RH_AUTO_SQ ((uint64_t)16 << 20)
 #define FT__RH_AUTO_FOLD_SQ ((uint64_t)2 << 20)
 #define FT__RH_MAX ((size_t)16 << 20)
+/* Reduce-scatter and allgather on a power of two of ranks (4 and up): the
+ * halving or the doubling alone while the whole vector's bytes x n^2 is at
+ * most this. */
+#define FT__BLK_AUTO_SQ ((uint64_t)16 << 20)
 /* Steps of the largest world's pattern, and some. */
 #define FT__RD_STEPS 40
 /* The algorithm k runs by on the current view (enum ft__frame_algo): a

@@ -85,17 +85,32 @@ static struct shape shape_of(int n)
 	return s;
 }
 
-/* The unfold's step; the probe's is the next. */
-static uint32_t last_step(uint16_t algo, uint32_t k)
+/* The exchanges a call runs: recursive doubling; halving then doubling (an
+ * allreduce); halving alone (a reduce-scatter); doubling of blocks alone
+ * (an allgather). The last three are FT__ALGO_RH on the wire (the frame's
+ * kind tells them apart). */
+enum pattern { PAT_RD, PAT_RH, PAT_HALVE, PAT_GATHER };
+
+static enum pattern pattern_of(uint16_t algo, uint8_t kind)
 {
-	return algo == FT__ALGO_RH ? 2 * k + 1 : k + 1;
+	if (algo == FT__ALGO_RD)
+		return PAT_RD;
+	return kind == FT__COLL_REDUCE_SCATTER ? PAT_HALVE
+	       : kind == FT__COLL_ALLGATHER  ? PAT_GATHER
+					     : PAT_RH;
+}
+
+/* The unfold's step; the probe's is the next. */
+static uint32_t last_step(enum pattern pat, uint32_t k)
+{
+	return pat == PAT_RH ? 2 * k + 1 : k + 1;
 }
 
 /* The step's peer this rank sends to (send) or receives from, or -1. */
-static int step_peer(int n, int r, uint16_t algo, uint32_t g, bool send)
+static int step_peer(int n, int r, enum pattern pat, uint32_t g, bool send)
 {
 	struct shape s = shape_of(n);
-	uint32_t last = last_step(algo, s.k);
+	uint32_t last = last_step(pat, s.k);
 	int v, mask;
 
 	if (g == 0 || g == last) {
@@ -109,10 +124,12 @@ static int step_peer(int n, int r, uint16_t algo, uint32_t g, bool send)
 	}
 	if (g > last || (r < 2 * s.rem && r % 2 == 0))
 		return -1;
-	if (algo == FT__ALGO_RD)
+	if (pat == PAT_RD || pat == PAT_GATHER)
 		mask = 1 << (g - 1);
+	else if (pat == PAT_HALVE || g <= s.k)
+		mask = s.pof2 >> g;
 	else
-		mask = g <= s.k ? s.pof2 >> g : 1 << (g - s.k - 1);
+		mask = 1 << (g - s.k - 1);
 	v = (r < 2 * s.rem ? r / 2 : r - s.rem) ^ mask;
 	return v < s.rem ? 2 * v + 1 : v + s.rem;
 }
@@ -121,8 +138,8 @@ static int step_peer(int n, int r, uint16_t algo, uint32_t g, bool send)
  * both patterns: their exchanges pair the same ranks). */
 static bool sends_to(int n, int r, int p)
 {
-	for (uint32_t g = 0; g <= last_step(FT__ALGO_RD, shape_of(n).k); g++)
-		if (step_peer(n, r, FT__ALGO_RD, g, true) == p)
+	for (uint32_t g = 0; g <= last_step(PAT_RD, shape_of(n).k); g++)
+		if (step_peer(n, r, PAT_RD, g, true) == p)
 			return true;
 	return false;
 }
@@ -131,9 +148,11 @@ uint16_t ft__rd_algo(const struct ft_comm *c, const struct ft__call *k)
 {
 	size_t bytes = k->count * k->es;
 	struct shape s = shape_of(c->size);
+	bool blocks = k->kind == FT__COLL_REDUCE_SCATTER || k->kind == FT__COLL_ALLGATHER;
 
-	if ((k->kind != FT__COLL_ALLREDUCE && k->kind != FT__COLL_BARRIER) || k->blk != NULL ||
-	    c->size < 2 || c->tp_env.algorithm == FT__TP_ALGO_RING || c->cfg.policy == FT_POLICY_REJOIN)
+	if ((k->kind != FT__COLL_ALLREDUCE && k->kind != FT__COLL_BARRIER && !blocks) ||
+	    (k->blk != NULL) != blocks || c->size < 2 || c->tp_env.algorithm == FT__TP_ALGO_RING ||
+	    c->cfg.policy == FT_POLICY_REJOIN)
 		return FT__ALGO_RING;
 	if (c->size > 2 && c->mesh_to == NULL)
 		return FT__ALGO_RING;
@@ -141,6 +160,19 @@ uint16_t ft__rd_algo(const struct ft_comm *c, const struct ft__call *k)
 	 * a larger op only through the ring's (policy_shrink.c) */
 	if (c->det != NULL && c->size >= 3 && !ft__small_op(k))
 		return FT__ALGO_RING;
+	/* reduce-scatter and allgather: the halving alone, or the doubling
+	 * alone, on a power of two of ranks (a fold would need a layout of
+	 * its own) holding the caller's blocks in order (blocks.c) */
+	if (blocks) {
+		if (k->blk->packed || s.rem != 0 || c->size < 4 ||
+		    c->tp_env.algorithm == FT__TP_ALGO_RD)
+			return FT__ALGO_RING;
+		if (c->tp_env.algorithm == FT__TP_ALGO_RH)
+			return bytes <= FT__RH_MAX ? FT__ALGO_RH : FT__ALGO_RING;
+		return (uint64_t)bytes * (uint64_t)c->size * (uint64_t)c->size <= FT__BLK_AUTO_SQ
+			       ? FT__ALGO_RH
+			       : FT__ALGO_RING;
+	}
 	if (k->kind == FT__COLL_BARRIER)
 		return FT__ALGO_RD;
 	if (c->tp_env.algorithm == FT__TP_ALGO_RD)
@@ -163,11 +195,11 @@ uint16_t ft__rd_algo(const struct ft_comm *c, const struct ft__call *k)
 
 void ft__rd_peers(const struct ft_comm *c, int *to, int *nto, int *from, int *nfrom)
 {
-	uint32_t last = last_step(FT__ALGO_RD, shape_of(c->size).k);
+	uint32_t last = last_step(PAT_RD, shape_of(c->size).k);
 
 	for (uint32_t g = 0; g <= last; g++) {
-		int p = step_peer(c->size, c->rank, FT__ALGO_RD, g, true);
-		int q = step_peer(c->size, c->rank, FT__ALGO_RD, g, false);
+		int p = step_peer(c->size, c->rank, PAT_RD, g, true);
+		int q = step_peer(c->size, c->rank, PAT_RD, g, false);
 		if (p >= 0)
 			to[(*nto)++] = c->members[p];
 		if (q >= 0)
@@ -189,7 +221,9 @@ struct rd_step {
 struct rd {
 	struct ft__coll *co;
 	uint16_t algo;
+	enum pattern pat;
 	size_t bytes, slot;
+	size_t res_off, res_len; /* what of the partial is this rank's result */
 	uint32_t k;             /* exchanges of recursive doubling; halvings */
 	uint32_t last;          /* the unfold's step; the probe's is last+1 */
 	uint32_t g;             /* the step to run next */
@@ -215,39 +249,59 @@ static size_t block_at(size_t count, size_t es, int pof2, int i)
 }
 
 /* Fills x->st for this rank: peers, the bytes each step moves, and what the
- * received ones do (recv buffers apart). */
+ * received ones do (recv buffers apart), and the result's place. */
 static void plan(struct rd *x, int n, int r, size_t count, size_t es)
 {
 	struct shape s = shape_of(n);
-	int lo[FT__RD_STEPS / 2], hi[FT__RD_STEPS / 2]; /* RH: blocks reduced after halving g */
+	int lo = 0, hi = s.pof2; /* blocks this rank reduces (halving) or holds (doubling) */
 	bool folds_in = r < 2 * s.rem && r % 2 == 1;
+	int v = r < 2 * s.rem ? r / 2 : r - s.rem;
 
+	x->res_off = 0;
+	x->res_len = x->bytes;
 	for (uint32_t g = 0; g <= x->last + 1; g++) {
 		struct rd_step *t = &x->st[g];
-		t->to = g <= x->last ? step_peer(n, r, x->algo, g, true) : -1;
-		t->from = g <= x->last ? step_peer(n, r, x->algo, g, false) : -1;
+		t->to = g <= x->last ? step_peer(n, r, x->pat, g, true) : -1;
+		t->from = g <= x->last ? step_peer(n, r, x->pat, g, false) : -1;
 		t->off = t->roff = 0;
 		t->len = t->rlen = x->bytes;
 		t->how = g == x->last ? HOW_TAKE : g > x->last ? HOW_NONE : HOW_REDUCE;
 		if (g > x->last)
 			t->len = t->rlen = 0; /* the probe */
 	}
-	if (x->algo != FT__ALGO_RH || (r < 2 * s.rem && !folds_in))
+	if (x->pat == PAT_RD || (r < 2 * s.rem && !folds_in))
 		return;
-	lo[0] = 0;
-	hi[0] = s.pof2;
-	int v = r < 2 * s.rem ? r / 2 : r - s.rem;
+	if (x->pat == PAT_GATHER) {
+		/* (a power of two of ranks: no fold) from this rank's block
+		 * outwards, the partner's as large on the other side */
+		lo = v;
+		hi = v + 1;
+		for (uint32_t g = 1; g <= s.k; g++) {
+			struct rd_step *t = &x->st[g];
+			int size = hi - lo, plo = (v & size) != 0 ? lo - size : hi;
+			t->off = block_at(count, es, s.pof2, lo);
+			t->len = block_at(count, es, s.pof2, hi) - t->off;
+			t->roff = block_at(count, es, s.pof2, plo);
+			t->rlen = block_at(count, es, s.pof2, plo + size) - t->roff;
+			t->how = HOW_GATHER;
+			lo = plo < lo ? plo : lo;
+			hi = lo + 2 * size;
+		}
+		return;
+	}
 	for (uint32_t g = 1; g <= s.k; g++) {
 		struct rd_step *t = &x->st[g];
-		int mid = lo[g - 1] + (hi[g - 1] - lo[g - 1]) / 2, mask = s.pof2 >> g;
-		bool upper = (v & mask) != 0;
-		int slo = upper ? lo[g - 1] : mid, shi = upper ? mid : hi[g - 1];
-		lo[g] = upper ? mid : lo[g - 1];
-		hi[g] = upper ? hi[g - 1] : mid;
+		int mid = lo + (hi - lo) / 2;
+		bool upper = (v & (s.pof2 >> g)) != 0;
+		int slo = upper ? lo : mid, shi = upper ? mid : hi;
+		lo = upper ? mid : lo;
+		hi = upper ? hi : mid;
 		t->off = block_at(count, es, s.pof2, slo);
 		t->len = block_at(count, es, s.pof2, shi) - t->off;
-		t->roff = block_at(count, es, s.pof2, lo[g]);
-		t->rlen = block_at(count, es, s.pof2, hi[g]) - t->roff;
+		t->roff = block_at(count, es, s.pof2, lo);
+		t->rlen = block_at(count, es, s.pof2, hi) - t->roff;
+		if (x->pat == PAT_HALVE)
+			continue;
 		/* the doubling with the same partner, in reverse */
 		struct rd_step *d = &x->st[2 * s.k + 1 - g];
 		d->off = t->roff;
@@ -255,6 +309,11 @@ static void plan(struct rd *x, int n, int r, size_t count, size_t es)
 		d->roff = t->off;
 		d->rlen = t->len;
 		d->how = HOW_GATHER;
+	}
+	if (x->pat == PAT_HALVE) {
+		/* (a power of two of ranks) block v = r, reduced here alone */
+		x->res_off = x->st[s.k].roff;
+		x->res_len = x->st[s.k].rlen;
 	}
 }
 
@@ -387,8 +446,8 @@ static int advance(struct rd *x)
 		x->g_sent = false;
 	}
 	if (!x->held) {
-		if (x->cur != co->dst && x->bytes > 0)
-			memcpy(co->dst, x->cur, x->bytes);
+		if (x->cur != co->dst && x->res_len > 0)
+			memcpy((char *)co->dst + x->res_off, x->cur + x->res_off, x->res_len);
 		x->held = true;
 		if (co->hooks->result_held != NULL && (rc = co->hooks->result_held(co)) != 0)
 			return rc;
@@ -483,8 +542,10 @@ static int place_receives(struct rd *x, int n, int r)
 {
 	struct shape s = shape_of(n);
 	size_t need = 2 * x->slot, at;
-	/* the slot the last halving writes, where the doubling's blocks land */
+	/* the slot the last halving writes, where the doubling's blocks land
+	 * (an allgather's land in the caller's buffer, its partial) */
 	int final_slot = (int)((s.k + (r < 2 * s.rem && r % 2 == 1) + 1) & 1);
+	char *gather;
 	int rc;
 
 	for (uint32_t g = 0; g <= x->last + 1; g++)
@@ -493,12 +554,13 @@ static int place_receives(struct rd *x, int n, int r)
 	if ((rc = ft__comm_grow(&x->co->c->rd_buf, &x->co->c->rd_cap, need)) != 0)
 		return rc;
 	at = 2 * x->slot;
+	gather = x->pat == PAT_GATHER ? x->cur : slot_at(x, final_slot);
 	for (uint32_t g = 0; g <= x->last + 1; g++) {
 		struct rd_step *t = &x->st[g];
 		if (t->from < 0)
 			continue;
 		if (t->how == HOW_GATHER) {
-			t->rbuf = slot_at(x, final_slot) + t->roff;
+			t->rbuf = gather + t->roff;
 		} else {
 			t->rbuf = (char *)x->co->c->rd_buf + at;
 			at += (t->rlen + 63) & ~(size_t)63;
@@ -511,7 +573,7 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 		  struct ft__coll *co, uint16_t algo)
 {
 	int n = c->size, r = c->rank, left = ft__mod(r - 1, n), right = ft__mod(r + 1, n);
-	struct rd x = {.co = co, .algo = algo};
+	struct rd x = {.co = co, .algo = algo, .pat = pattern_of(algo, k->kind)};
 	int rc = ft__engine_setup(co, c, k, a);
 
 	if (rc != 0)
@@ -522,9 +584,9 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 	co->op = k->op;
 	x.bytes = k->count * k->es;
 	x.k = shape_of(n).k;
-	x.last = last_step(algo, x.k);
-	x.slot = (x.bytes + 63) & ~(size_t)63;
-	x.cur = (char *)co->src;
+	x.last = last_step(x.pat, x.k);
+	x.slot = x.pat == PAT_GATHER ? 0 : (x.bytes + 63) & ~(size_t)63;
+	x.cur = x.pat == PAT_GATHER ? (char *)co->dst : (char *)co->src;
 	if (x.last + 3 > FT__RD_STEPS)
 		return -FT_EINVAL;
 	plan(&x, n, r, k->count, k->es);
