@@ -45,8 +45,9 @@ enum bench_dtype {
 enum bench_op { BENCH_SUM, BENCH_PROD, BENCH_MIN, BENCH_MAX, BENCH_AVG, BENCH_OP_COUNT };
 
 /* The collective timed: SIZE is always the whole vector (allreduce's count;
- * reduce-scatter's input, n blocks of SIZE/n; allgather's output, n blocks). */
-enum bench_coll { BENCH_ALLREDUCE, BENCH_REDUCE_SCATTER, BENCH_ALLGATHER };
+ * reduce-scatter's input, n blocks of SIZE/n; allgather's output, n blocks;
+ * broadcast's buffer, from rank 0). */
+enum bench_coll { BENCH_ALLREDUCE, BENCH_REDUCE_SCATTER, BENCH_ALLGATHER, BENCH_BROADCAST };
 
 struct bench_opts {
 	enum bench_coll coll;
@@ -187,14 +188,14 @@ static inline const char *bench_format_size(size_t bytes, char *buf, size_t len)
 
 static inline const char *bench_coll_name(enum bench_coll c)
 {
-	static const char *const names[] = {"allreduce", "reduce_scatter", "allgather"};
+	static const char *const names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
 
 	return names[c];
 }
 
 static inline int bench_coll_parse(const char *s, enum bench_coll *out)
 {
-	for (int c = BENCH_ALLREDUCE; c <= BENCH_ALLGATHER; c++)
+	for (int c = BENCH_ALLREDUCE; c <= BENCH_BROADCAST; c++)
 		if (strcmp(s, bench_coll_name((enum bench_coll)c)) == 0) {
 			*out = (enum bench_coll)c;
 			return 0;
@@ -213,7 +214,7 @@ static inline size_t bench_block(size_t count, int ranks)
 static inline void bench_usage(FILE *f, const char *prog)
 {
 	fprintf(f,
-		"usage: %s [--coll allreduce|reduce_scatter|allgather] [--min SIZE] [--max SIZE]\n"
+		"usage: %s [--coll allreduce|reduce_scatter|allgather|broadcast] [--min SIZE] [--max SIZE]\n"
 		"          [--iters K] [--warmup W]\n"
 		"          [--dtype float32|float64|float16|bfloat16|int32|int64|uint8]\n"
 		"          [--op sum|prod|min|max|avg] [--in-place] [--csv FILE] [--label NAME] [--check]\n"
@@ -401,6 +402,8 @@ static inline double bench_busbw_factor(enum bench_coll coll, int ranks)
 {
 	double half = ranks > 1 ? (double)(ranks - 1) / (double)ranks : 0.0;
 
+	if (coll == BENCH_BROADCAST)
+		return ranks > 1 ? 1.0 : 0.0; /* every byte crosses each link of a chain once */
 	return coll == BENCH_ALLREDUCE ? 2.0 * half : half;
 }
 

@@ -89,6 +89,8 @@ static int one_call(const struct bench_ctx *c, const void *src, void *recvbuf, s
 					 (enum ft_op)o->op, NULL);
 	case BENCH_ALLGATHER:
 		return ft_allgather(c->comm, src, recvbuf, block, (enum ft_dtype)o->dtype, NULL);
+	case BENCH_BROADCAST:
+		return ft_broadcast(c->comm, recvbuf, count * bench_dtype_size(o->dtype), 0, NULL);
 	default:
 		return ft_allreduce(c->comm, src, recvbuf, count, (enum ft_dtype)o->dtype,
 				    (enum ft_op)o->op, NULL);

@@ -315,6 +315,10 @@ int main(int argc, char **argv)
 	int rc = bench_parse_args(argc, argv, &o, env_rank == nullptr || std::strcmp(env_rank, "0") == 0);
 	if (rc != 0)
 		return rc > 0 ? 0 : 2;
+	if (o.coll == BENCH_BROADCAST) {
+		std::fprintf(stderr, "gloo_bench: no broadcast\n");
+		return 2;
+	}
 	try {
 		rank = env_int("FTCC_RANK");
 		int size = env_int("FTCC_WORLD_SIZE");

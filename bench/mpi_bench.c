@@ -123,6 +123,8 @@ static int one_call(const struct bench_ctx *c, const void *src, void *recvbuf, i
 		return MPI_Reduce_scatter_block(src, recvbuf, block, c->type, c->op, MPI_COMM_WORLD);
 	case BENCH_ALLGATHER:
 		return MPI_Allgather(src, block, c->type, recvbuf, block, c->type, MPI_COMM_WORLD);
+	case BENCH_BROADCAST:
+		return MPI_Bcast(recvbuf, count, c->type, 0, MPI_COMM_WORLD);
 	default:
 		return MPI_Allreduce(src, recvbuf, count, c->type, c->op, MPI_COMM_WORLD);
 	}

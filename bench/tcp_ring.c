@@ -265,6 +265,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tcp_ring: moves bytes, reduces nothing: no --check\n");
 		return 2;
 	}
+	if (o.coll == BENCH_BROADCAST) {
+		fprintf(stderr, "tcp_ring: no broadcast\n");
+		return 2;
+	}
 	r.rank = env_int("FTCC_RANK");
 	r.n = env_int("FTCC_WORLD_SIZE");
 	if (dir == NULL || *dir == '\0' || r.n < 2 || r.rank < 0 || r.rank >= r.n) {

@@ -20,7 +20,8 @@
 # Every driver runs in place unless FTCC_COMPARE_ARGS says otherwise
 # (trainers reduce gradients in place).
 #
-# env: FTCC_COMPARE_COLLS   collectives (default "allreduce reduce_scatter allgather")
+# env: FTCC_COMPARE_COLLS   collectives (default "allreduce reduce_scatter allgather";
+#                           also broadcast, from rank 0: ftcc and Open MPI only)
 #      FTCC_COMPARE_SIZES   message sizes, the whole vector (default "4K 64K 1M 4M 64M")
 #      FTCC_COMPARE_RANKS   world sizes (default "2 4 8")
 #      FTCC_COMPARE_ROUNDS  rounds R (default 3)
@@ -185,7 +186,7 @@ pairs = (("ftcc-tcp", "tcp-ring"), ("ftcc-tcp", "openmpi-tcp"), ("ftcc-tcp", "gl
          ("ftcc-fabric-shm", "openmpi-shm"),
          ("ftcc-fabric-tcp", "openmpi-tcp"), ("ftcc-tcp", "best"), ("ftcc-onehost", "best"))
 
-for coll in sorted({k[0] for k in med}, key=["allreduce", "reduce_scatter", "allgather"].index):
+for coll in sorted({k[0] for k in med}, key=["allreduce", "reduce_scatter", "allgather", "broadcast"].index):
     # best: the faster of Open MPI (either transport) and Gloo in that cell
     for n, b in {(k[2], k[3]) for k in med if k[0] == coll}:
         peers = [med[(coll, i, n, b)] for i in ("openmpi-tcp", "openmpi-shm", "gloo")

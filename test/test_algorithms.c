@@ -402,3 +402,65 @@ Test(algorithms, a_split_block_choice_is_a_mismatch_on_every_rank, .timeout = 20
 		}
 	}
 }
+
+/*
+ * Broadcast: a binomial tree up to a segment (the ring above), from every
+ * root, at 2 to 8 ranks (a root folded out, or standing for one, where the
+ * ranks are not a power of two); chosen and forced ring.
+ */
+static int run_broadcast(struct ft_comm *comm, int rank, int n, void *argp)
+{
+	static const size_t sizes[] = {0, 1, 1000, 100003, 300000};
+	unsigned char *buf = malloc(300000);
+	(void)argp;
+	for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+		for (int root = 0; root < n; root++) {
+			size_t len = sizes[si];
+			for (size_t i = 0; i < len; i++)
+				buf[i] = rank == root ? (unsigned char)(i * 31 + (size_t)root) : 0xee;
+			int rc = ft_broadcast(comm, buf, len, root, NULL);
+			if (rc != 0) {
+				fprintf(stderr, "rank %d n %d root %d len %zu: %s\n", rank, n, root, len,
+					ft_strerror(rc));
+				return 1;
+			}
+			for (size_t i = 0; i < len; i++)
+				if (buf[i] != (unsigned char)(i * 31 + (size_t)root)) {
+					fprintf(stderr, "rank %d n %d root %d len %zu: [%zu] = %u\n", rank,
+						n, root, len, i, buf[i]);
+					return 2;
+				}
+		}
+	}
+	/* a root whose count puts it on the ring (above a segment) while the
+	 * others take the tree: FT_EMISMATCH everywhere, none hangs */
+	int odd = n - 1;
+	int rc = ft_broadcast(comm, buf, rank == odd ? 300000 : 1000, odd, NULL);
+	if (n > 1 && bits_now->algorithm == NULL && rc != -FT_EMISMATCH) {
+		fprintf(stderr, "rank %d n %d: a split broadcast gave %s\n", rank, n, ft_err_name(rc));
+		return 3;
+	}
+	free(buf);
+	return 0;
+}
+
+static void broadcasts(const char *algorithm)
+{
+	static struct bits_arg arg;
+
+	arg.algorithm = algorithm;
+	bits_now = &arg;
+	for (int n = 2; n <= 8; n++) {
+		struct tu_job job;
+		tu_job_init(&job, n);
+		for (int r = 0; r < n; r++)
+			tu_spawn(&job, r, run_broadcast, NULL, set_algorithm);
+		int bad = tu_wait(&job, DEADLINE_MS, NULL);
+		tu_job_cleanup(&job);
+		cr_assert_eq(bad, 0, "FTCC_ALGORITHM=%s n=%d: some rank failed or hung",
+			     algorithm ? algorithm : "(unset)", n);
+	}
+}
+
+Test(algorithms, broadcast_from_every_root_chosen, .timeout = 300) { broadcasts(NULL); }
+Test(algorithms, broadcast_from_every_root_ring, .timeout = 300) { broadcasts("ring"); }

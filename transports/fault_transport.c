@@ -80,7 +80,7 @@ static enum ft__fault_phase phase_of(uint8_t kind, uint16_t algo, uint32_t g, in
 {
 	uint32_t rs_last = (uint32_t)(n - 2), data_last = (uint32_t)(2 * n - 3);
 
-	if (algo == FT__ALGO_RD || algo == FT__ALGO_RH) {
+	if (algo == FT__ALGO_RD || algo == FT__ALGO_RH || algo == FT__ALGO_TREE) {
 		*step = g;
 		return FT__PHASE_EXCHANGE;
 	}

@@ -121,7 +121,7 @@ struct ft__frame {
 
 /* The algorithm a data frame belongs to: ranks that chose differently
  * (different arguments, or FTCC_ALGORITHM) disagree on it, FT_EMISMATCH. */
-enum ft__frame_algo { FT__ALGO_RING = 0, FT__ALGO_RD = 1, FT__ALGO_RH = 2 };
+enum ft__frame_algo { FT__ALGO_RING = 0, FT__ALGO_RD = 1, FT__ALGO_RH = 2, FT__ALGO_TREE = 3 };
 
 /*
  * Returns 0 when got is the frame expect describes, the (negative) code

@@ -97,7 +97,9 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 			if (on_shm)
 				rc = ft__onehost_run(c, k, &a, &co);
 			else if (k->kind == FT__COLL_BROADCAST)
-				rc = ft__engine_broadcast(c, k, &a, &co);
+				rc = (algo = ft__rd_algo(c, k)) != FT__ALGO_RING
+					     ? ft__engine_rd(c, k, &a, &co, algo)
+					     : ft__engine_broadcast(c, k, &a, &co);
 			else if (k->blk != NULL)
 				rc = ft__blocks_attempt(c, k, &a, &co);
 			else if ((algo = ft__rd_algo(c, k)) != FT__ALGO_RING)

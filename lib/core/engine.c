@@ -412,7 +412,7 @@ static int coll_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__c
 int ft__engine_setup(struct ft__coll *co, struct ft_comm *c, const struct ft__call *k,
 		     const struct ft__attempt *a)
 {
-	return coll_setup(co, c, k, a, false);
+	return coll_setup(co, c, k, a, k->kind == FT__COLL_BROADCAST);
 }
 
 int ft__engine_allreduce(struct ft_comm *c, const struct ft__call *k, const struct ft__attempt *a,

@@ -89,12 +89,14 @@ static struct shape shape_of(int n)
  * allreduce); halving alone (a reduce-scatter); doubling of blocks alone
  * (an allgather). The last three are FT__ALGO_RH on the wire (the frame's
  * kind tells them apart). */
-enum pattern { PAT_RD, PAT_RH, PAT_HALVE, PAT_GATHER };
+enum pattern { PAT_RD, PAT_RH, PAT_HALVE, PAT_GATHER, PAT_TREE };
 
 static enum pattern pattern_of(uint16_t algo, uint8_t kind)
 {
 	if (algo == FT__ALGO_RD)
 		return PAT_RD;
+	if (algo == FT__ALGO_TREE)
+		return PAT_TREE;
 	return kind == FT__COLL_REDUCE_SCATTER ? PAT_HALVE
 	       : kind == FT__COLL_ALLGATHER  ? PAT_GATHER
 					     : PAT_RH;
@@ -106,13 +108,66 @@ static uint32_t last_step(enum pattern pat, uint32_t k)
 	return pat == PAT_RH ? 2 * k + 1 : k + 1;
 }
 
-/* The step's peer this rank sends to (send) or receives from, or -1. */
-static int step_peer(int n, int r, enum pattern pat, uint32_t g, bool send)
+/* A virtual rank's dense rank, and the other way round (-1: a rank folded
+ * out). */
+static int dense_of(const struct shape *s, int v)
+{
+	return v < s->rem ? 2 * v + 1 : v + s->rem;
+}
+
+static int virtual_of(const struct shape *s, int r)
+{
+	return r < 2 * s->rem ? (r % 2 == 1 ? r / 2 : -1) : r - s->rem;
+}
+
+/*
+ * A broadcast's binomial tree from dense rank root (PAT_TREE), on the same
+ * pairs: a root folded out first hands the data to the rank that stands
+ * for it (step 0); at step g = 1 .. k, mask pof2 >> g, every virtual rank
+ * whose distance from the root's (v xor vroot) is a multiple of 2 mask
+ * holds the data and sends it to v xor mask; then each odd rank below
+ * 2 rem hands it to the even one it stood for (unless that is the root).
+ */
+static int tree_peer(int n, int r, int root, uint32_t g, bool send)
+{
+	struct shape s = shape_of(n);
+	int vroot = root < 2 * s.rem ? root / 2 : root - s.rem, v, m, rel;
+
+	if (g == 0) {
+		bool folded = root < 2 * s.rem && root % 2 == 0;
+		if (folded && send && r == root)
+			return root + 1;
+		if (folded && !send && r == root + 1)
+			return root;
+		return -1;
+	}
+	if (g == s.k + 1) {
+		/* (a root folded out holds the data already) */
+		if (r >= 2 * s.rem || (r % 2 == 0 && r == root) || (r % 2 == 1 && r - 1 == root))
+			return -1;
+		if (send == (r % 2 == 1))
+			return r % 2 == 1 ? r - 1 : r + 1;
+		return -1;
+	}
+	if (g > s.k || (v = virtual_of(&s, r)) < 0)
+		return -1;
+	m = s.pof2 >> g;
+	rel = v ^ vroot;
+	if (send ? (rel & (2 * m - 1)) == 0 : (rel & (2 * m - 1)) == m)
+		return dense_of(&s, v ^ m);
+	return -1;
+}
+
+/* The step's peer this rank sends to (send) or receives from, or -1 (root:
+ * a broadcast's, dense). */
+static int step_peer(int n, int r, enum pattern pat, int root, uint32_t g, bool send)
 {
 	struct shape s = shape_of(n);
 	uint32_t last = last_step(pat, s.k);
 	int v, mask;
 
+	if (pat == PAT_TREE)
+		return tree_peer(n, r, root, g, send);
 	if (g == 0 || g == last) {
 		bool fold_out = g != 0;
 		if (r >= 2 * s.rem)
@@ -122,7 +177,7 @@ static int step_peer(int n, int r, enum pattern pat, uint32_t g, bool send)
 			return r % 2 == 0 ? r + 1 : r - 1;
 		return -1;
 	}
-	if (g > last || (r < 2 * s.rem && r % 2 == 0))
+	if (g > last || (v = virtual_of(&s, r)) < 0)
 		return -1;
 	if (pat == PAT_RD || pat == PAT_GATHER)
 		mask = 1 << (g - 1);
@@ -130,16 +185,14 @@ static int step_peer(int n, int r, enum pattern pat, uint32_t g, bool send)
 		mask = s.pof2 >> g;
 	else
 		mask = 1 << (g - s.k - 1);
-	v = (r < 2 * s.rem ? r / 2 : r - s.rem) ^ mask;
-	return v < s.rem ? 2 * v + 1 : v + s.rem;
+	return dense_of(&s, v ^ mask);
 }
 
-/* Whether dense rank r sends dense rank p a frame of the op (the same for
- * both patterns: their exchanges pair the same ranks). */
-static bool sends_to(int n, int r, int p)
+/* Whether dense rank r sends dense rank p a frame of the op. */
+static bool sends_to(int n, int r, int p, enum pattern pat, int root)
 {
-	for (uint32_t g = 0; g <= last_step(PAT_RD, shape_of(n).k); g++)
-		if (step_peer(n, r, PAT_RD, g, true) == p)
+	for (uint32_t g = 0; g <= last_step(pat, shape_of(n).k); g++)
+		if (step_peer(n, r, pat, root, g, true) == p)
 			return true;
 	return false;
 }
@@ -150,6 +203,15 @@ uint16_t ft__rd_algo(const struct ft_comm *c, const struct ft__call *k)
 	struct shape s = shape_of(c->size);
 	bool blocks = k->kind == FT__COLL_REDUCE_SCATTER || k->kind == FT__COLL_ALLGATHER;
 
+	/* a broadcast of at most a segment: the ring's pipeline saves nothing,
+	 * and the tree takes log2(n) steps for its n-1; not under a detector
+	 * (its commit steps, and a hand-over's span, are the ring's) */
+	if (k->kind == FT__COLL_BROADCAST)
+		return c->tp_env.algorithm != FT__TP_ALGO_RING && c->cfg.policy != FT_POLICY_REJOIN &&
+			       c->det == NULL && k->span == 0 && c->size >= 2 &&
+			       (c->size == 2 || c->mesh_to != NULL) && bytes <= c->cfg.segment_bytes
+			       ? FT__ALGO_TREE
+			       : FT__ALGO_RING;
 	if ((k->kind != FT__COLL_ALLREDUCE && k->kind != FT__COLL_BARRIER && !blocks) ||
 	    (k->blk != NULL) != blocks || c->size < 2 || c->tp_env.algorithm == FT__TP_ALGO_RING ||
 	    c->cfg.policy == FT_POLICY_REJOIN)
@@ -198,8 +260,8 @@ void ft__rd_peers(const struct ft_comm *c, int *to, int *nto, int *from, int *nf
 	uint32_t last = last_step(PAT_RD, shape_of(c->size).k);
 
 	for (uint32_t g = 0; g <= last; g++) {
-		int p = step_peer(c->size, c->rank, PAT_RD, g, true);
-		int q = step_peer(c->size, c->rank, PAT_RD, g, false);
+		int p = step_peer(c->size, c->rank, PAT_RD, 0, g, true);
+		int q = step_peer(c->size, c->rank, PAT_RD, 0, g, false);
 		if (p >= 0)
 			to[(*nto)++] = c->members[p];
 		if (q >= 0)
@@ -222,6 +284,7 @@ struct rd {
 	struct ft__coll *co;
 	uint16_t algo;
 	enum pattern pat;
+	int root;               /* a broadcast's, dense */
 	size_t bytes, slot;
 	size_t res_off, res_len; /* what of the partial is this rank's result */
 	uint32_t k;             /* exchanges of recursive doubling; halvings */
@@ -261,15 +324,17 @@ static void plan(struct rd *x, int n, int r, size_t count, size_t es)
 	x->res_len = x->bytes;
 	for (uint32_t g = 0; g <= x->last + 1; g++) {
 		struct rd_step *t = &x->st[g];
-		t->to = g <= x->last ? step_peer(n, r, x->pat, g, true) : -1;
-		t->from = g <= x->last ? step_peer(n, r, x->pat, g, false) : -1;
+		t->to = g <= x->last ? step_peer(n, r, x->pat, x->root, g, true) : -1;
+		t->from = g <= x->last ? step_peer(n, r, x->pat, x->root, g, false) : -1;
 		t->off = t->roff = 0;
 		t->len = t->rlen = x->bytes;
 		t->how = g == x->last ? HOW_TAKE : g > x->last ? HOW_NONE : HOW_REDUCE;
 		if (g > x->last)
 			t->len = t->rlen = 0; /* the probe */
+		if (x->pat == PAT_TREE && g <= x->last)
+			t->how = HOW_TAKE; /* the data, into the caller's buffer */
 	}
-	if (x->pat == PAT_RD || (r < 2 * s.rem && !folds_in))
+	if (x->pat == PAT_RD || x->pat == PAT_TREE || (r < 2 * s.rem && !folds_in))
 		return;
 	if (x->pat == PAT_GATHER) {
 		/* (a power of two of ranks: no fold) from this rank's block
@@ -561,6 +626,8 @@ static int place_receives(struct rd *x, int n, int r)
 			continue;
 		if (t->how == HOW_GATHER) {
 			t->rbuf = gather + t->roff;
+		} else if (x->pat == PAT_TREE && g <= x->last) {
+			t->rbuf = (char *)x->co->dst;
 		} else {
 			t->rbuf = (char *)x->co->c->rd_buf + at;
 			at += (t->rlen + 63) & ~(size_t)63;
@@ -573,10 +640,15 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 		  struct ft__coll *co, uint16_t algo)
 {
 	int n = c->size, r = c->rank, left = ft__mod(r - 1, n), right = ft__mod(r + 1, n);
-	struct rd x = {.co = co, .algo = algo, .pat = pattern_of(algo, k->kind)};
-	int rc = ft__engine_setup(co, c, k, a);
+	struct rd x = {.co = co, .algo = algo, .pat = pattern_of(algo, k->kind), .root = -1};
+	int rc;
 
-	if (rc != 0)
+	for (int i = 0; x.pat == PAT_TREE && i < n; i++)
+		if (c->members[i] == k->root)
+			x.root = i;
+	if (x.pat == PAT_TREE && x.root < 0)
+		return -FT_EROOTFAILED;
+	if ((rc = ft__engine_setup(co, c, k, a)) != 0)
 		return rc;
 	co->tmpl.algo = algo;
 	co->in_place = k->in_place;
@@ -585,15 +657,15 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 	x.bytes = k->count * k->es;
 	x.k = shape_of(n).k;
 	x.last = last_step(x.pat, x.k);
-	x.slot = x.pat == PAT_GATHER ? 0 : (x.bytes + 63) & ~(size_t)63;
-	x.cur = x.pat == PAT_GATHER ? (char *)co->dst : (char *)co->src;
+	x.slot = x.pat == PAT_GATHER || x.pat == PAT_TREE ? 0 : (x.bytes + 63) & ~(size_t)63;
+	x.cur = x.pat == PAT_GATHER || x.pat == PAT_TREE ? (char *)co->dst : (char *)co->src;
 	if (x.last + 3 > FT__RD_STEPS)
 		return -FT_EINVAL;
 	plan(&x, n, r, k->count, k->es);
 	/* the ring's neighbours judge each other (above) */
-	if (!sends_to(n, r, right))
+	if (!sends_to(n, r, right, x.pat, x.root))
 		x.st[x.last + 1].to = right;
-	if (!sends_to(n, left, r))
+	if (!sends_to(n, left, r, x.pat, x.root))
 		x.st[x.last + 1].from = left;
 	if ((rc = place_receives(&x, n, r)) != 0)
 		return rc;

@@ -44,11 +44,11 @@ static const char *const phase_doc[] = {
 			   "the job's first view, before that view settles",
 	[FT__PHASE_CONNECT] = "inside `ft_init` (op 0), once that view settled, before the rank "
 			      "links the ring",
-	[FT__PHASE_EXCHANGE] = "recursive doubling's and halving's steps (step S: 0 the fold, "
-			       "then the exchanges (1 .. log2 n, or 1 .. 2 log2 n halving then "
-			       "doubling), then the unfold, then the probe; segment 0): the small "
-			       "and medium ops' algorithms (`FTCC_ALGORITHM`); the ring's phases "
-			       "strike only in ops on the ring",
+	[FT__PHASE_EXCHANGE] = "recursive doubling's and halving's steps, and a broadcast tree's "
+			       "(step S: 0 the fold, then the exchanges (1 .. log2 n, or 1 .. 2 "
+			       "log2 n halving then doubling), then the unfold, then the probe; "
+			       "segment 0): the small and medium ops' algorithms "
+			       "(`FTCC_ALGORITHM`); the ring's phases strike only in ops on the ring",
 };
 static const char *const at_doc[] = {
 	[FT__AT_SEND] = "before the frame is queued (the default)",
