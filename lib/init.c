@@ -54,6 +54,10 @@ static int comm_release(struct ft_comm *c)
 	free(c->mesh_to);
 	free(c->mesh_from);
 	c->mesh_to = c->mesh_from = NULL;
+	free(c->ahead); /* (its links went with the transport) */
+	free(c->ahead_epoch);
+	c->ahead = NULL;
+	c->ahead_epoch = NULL;
 	free(c->rd_buf);
 	c->rd_buf = NULL;
 	c->rd_cap = 0;
@@ -249,6 +253,10 @@ static int comm_join(struct ft_comm *c)
 		if (c->mesh_to == NULL || c->mesh_from == NULL)
 			return -FT_ENOMEM;
 	}
+	c->ahead = calloc((size_t)c->cfg.world_size, sizeof(*c->ahead));
+	c->ahead_epoch = calloc((size_t)c->cfg.world_size, sizeof(*c->ahead_epoch));
+	if (c->ahead == NULL || c->ahead_epoch == NULL)
+		return -FT_ENOMEM;
 	if ((rc = c->tp_ops->local_addr(c->tp, me.addr, sizeof(me.addr))) != 0)
 		return rc;
 	if (c->cfg.policy != FT_POLICY_ABORT) {

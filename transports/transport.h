@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define FT__PROTO_VERSION 3
+#define FT__PROTO_VERSION 4
 #define FT__HELLO_MAGIC 0x46544348u /* "FTCH" */
 #define FT__FRAME_MAGIC 0x46544346u /* "FTCF" */
 #define FT__FRAME_MAX_PAYLOAD (64u << 20)
@@ -58,6 +58,8 @@ struct ft__hello {
 	int32_t from_rank;      /* original rank of the connecting side */
 	int32_t to_rank;        /* original rank it wants to reach */
 	uint32_t incarnation;   /* restart count of the connecting rank */
+	uint32_t epoch;         /* data links: the round of links within a generation (comm.c) */
+	uint32_t reserved;
 	char job_id[128];
 	uint8_t nonce[FT__HELLO_NONCE];  /* fresh for every hello */
 	uint8_t mac[FT__HELLO_MAC];      /* HMAC-SHA256(token, label || every byte above) */

@@ -9,7 +9,7 @@
 #include "internal.h"
 
 /* The MACs cover the hello's raw bytes as sent: no padding may hide in it. */
-_Static_assert(offsetof(struct ft__hello, nonce) == 24 + 128 &&
+_Static_assert(offsetof(struct ft__hello, nonce) == 32 + 128 &&
 		       offsetof(struct ft__hello, mac) + FT__HELLO_MAC == sizeof(struct ft__hello),
 	       "struct ft__hello has padding");
 _Static_assert(offsetof(struct ft__hello_ack, mac) == 8 + FT__HELLO_NONCE &&

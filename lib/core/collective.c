@@ -22,8 +22,12 @@ static int call_finish(struct ft_comm *c, int rc, struct ft_op_info *info, const
 
 	if (rc != 0) {
 		/* (the one-host path leaves the ring as it was: unused, never torn) */
-		if (c->onehost == NULL)
+		if (c->onehost == NULL) {
 			ft__comm_abort_ring(c, rc, seq);
+			/* (every rank fails this op: the next one links again,
+			 * and a peer that gets there first says which round) */
+			ft__comm_new_round(c, (uint32_t)(seq + 1), false);
+		}
 		if (c->det != NULL)
 			ft__det_have_result(c->det, seq); /* an error is this op's outcome */
 		if (rc == -FT_EPEERFAILED || rc == -FT_ETIMEDOUT || rc == -FT_EEXCLUDED ||

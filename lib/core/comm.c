@@ -22,6 +22,7 @@ static void fill_hello(const struct ft_comm *c, struct ft__hello *h, int from, i
 	h->version = FT__PROTO_VERSION;
 	h->kind = FT__LINK_DATA;
 	h->generation = c->generation;
+	h->epoch = c->link_epoch;
 	h->from_rank = from;
 	h->to_rank = to;
 	snprintf(h->job_id, sizeof(h->job_id), "%s", c->cfg.job_id);
@@ -96,6 +97,47 @@ static bool other_member(const struct ft_comm *c, int p)
  * link of one generation is closed. Without a mesh only the left
  * neighbour's link is accepted.
  */
+/* Whether epoch a is later than b (rounds of one generation; wraps). */
+static bool epoch_after(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) > 0;
+}
+
+/* Files link l from original rank p, made for round epoch: in its slot
+ * (this round), in ahead (a later one's: its peer left a failed op before
+ * this rank), or closed (an earlier round's, or a second link). */
+static void file_link(struct ft_comm *c, struct ft__link *l, int p, uint32_t epoch,
+		      struct ft__link **slot)
+{
+	if (epoch_after(epoch, c->link_epoch) && p >= 0 && p < c->cfg.world_size) {
+		if (c->ahead[p] != NULL)
+			c->tp_ops->link_close(c->ahead[p]);
+		c->ahead[p] = l;
+		c->ahead_epoch[p] = epoch;
+		return;
+	}
+	if (slot == NULL || *slot != NULL || epoch != c->link_epoch) {
+		ft__warn("closed a second or stray data link from rank %d (generation %u, "
+			 "round %u)", p, c->generation, epoch);
+		c->tp_ops->link_close(l);
+		return;
+	}
+	*slot = l;
+}
+
+/* Links of this round that came early (file_link) go to their slots. */
+static void take_ahead(struct ft_comm *c)
+{
+	for (int p = 0; p < c->cfg.world_size; p++) {
+		struct ft__link *l = c->ahead[p];
+		if (l == NULL || epoch_after(c->ahead_epoch[p], c->link_epoch))
+			continue;
+		c->ahead[p] = NULL;
+		file_link(c, l, p, c->ahead_epoch[p],
+			  other_member(c, p) ? link_slot(c, p, false) : NULL);
+	}
+}
+
 int ft__comm_link_peers(struct ft_comm *c, const int *to, int nto, const int *from, int nfrom)
 {
 	int64_t deadline = ft__now_ms() + c->cfg.connect_timeout_ms;
@@ -108,26 +150,33 @@ int ft__comm_link_peers(struct ft_comm *c, const int *to, int nto, const int *fr
 		if (*slot == NULL && (rc = dial(c, to[i], slot)) != 0)
 			return rc;
 	}
+	take_ahead(c);
 	for (int i = 0; i < nfrom; i++) {
 		while (*link_slot(c, from[i], false) == NULL) {
-			struct ft__link *l = NULL, **slot;
+			struct ft__link *l = NULL;
 			int wait = ft__ms_left(deadline);
 			fill_hello(c, &expect, c->mesh_from != NULL ? -1 : left, c->members[c->rank]);
 			rc = c->tp_ops->accept(c->tp, &expect, wait > 0 ? wait : 1, &l, &got);
 			if (rc != 0)
 				return rc;
-			slot = other_member(c, got.from_rank) ? link_slot(c, got.from_rank, false)
-							       : NULL;
-			if (slot == NULL || *slot != NULL) {
-				ft__warn("closed a second or stray data link from rank %d (generation "
-					 "%u)", got.from_rank, got.generation);
-				c->tp_ops->link_close(l);
-				continue;
-			}
-			*slot = l;
+			file_link(c, l, got.from_rank, got.epoch,
+				  other_member(c, got.from_rank) ? link_slot(c, got.from_rank, false)
+								 : NULL);
 		}
 	}
 	return 0;
+}
+
+/* A new view: a new generation's first round; what waited for a later
+ * round of the old one is of no use. */
+void ft__comm_new_round(struct ft_comm *c, uint32_t epoch, bool new_view)
+{
+	c->link_epoch = epoch;
+	for (int p = 0; new_view && c->ahead != NULL && p < c->cfg.world_size; p++) {
+		if (c->ahead[p] != NULL)
+			c->tp_ops->link_close(c->ahead[p]);
+		c->ahead[p] = NULL;
+	}
 }
 
 int ft__comm_connect_ring(struct ft_comm *c)
@@ -219,6 +268,8 @@ int ft__comm_load_view(struct ft_comm *c, struct ft__view *v)
 	v->members = NULL;
 	c->size = v->size;
 	c->rank = rank;
+	if (c->generation != v->generation)
+		ft__comm_new_round(c, 0, true);
 	c->generation = v->generation;
 	return 0;
 }

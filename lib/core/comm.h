@@ -49,6 +49,14 @@ struct ft_comm {
 	/* recursive doubling's links to and from its other partners, by
 	 * original rank (rdouble.c); NULL under rejoin and at two ranks */
 	struct ft__link **mesh_to, **mesh_from;
+	/* The round of links within a generation: 0 when a view is loaded, the
+	 * failed op's seq + 1 after an op failed on every rank (a mismatch) and
+	 * the links went down; every data hello carries it. A link a peer made
+	 * for a later round (it left the failed op first) waits in ahead, by
+	 * original rank, for this rank's connect of that round. */
+	uint32_t link_epoch;
+	struct ft__link **ahead;
+	uint32_t *ahead_epoch;
 	void *rd_buf;                   /* its partials and received frames */
 	size_t rd_cap;
 
@@ -145,6 +153,9 @@ int ft__comm_link_peers(struct ft_comm *c, const int *to, int nto, const int *fr
 struct ft__link *ft__comm_link(struct ft_comm *c, int p, bool to);
 /* Tears down the ring's and the mesh's links after a failed collective, telling the peers why. */
 void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq);
+/* The round of links the next connect makes (c->link_epoch); a new view
+ * drops the links that waited for a later round of the old one. */
+void ft__comm_new_round(struct ft_comm *c, uint32_t epoch, bool new_view);
 /* Makes *buf (64-byte aligned, *cap bytes) hold at least bytes; its content is not kept. */
 int ft__comm_grow(void **buf, size_t *cap, size_t bytes);
 /* Makes c->backup hold at least bytes (an in-place input saved for a rerun). */

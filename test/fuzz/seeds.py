@@ -54,7 +54,7 @@ def frame(d):
                        0, 2000, 1000, 0, 0)
     abort_ = struct.pack("<IHBBIBBHQQiIIIQQiI", 0x46544346, 2, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0,
                          0, 0, 0, -(4096 + 2), 0)
-    hello = struct.pack("<IHHIiiI", 0x46544348, 2, 1, 3, 1, 2, 0) + b"fuzz-job".ljust(128, b"\0")
+    hello = struct.pack("<IHHIiiIII", 0x46544348, 4, 1, 3, 1, 2, 0, 0, 0) + b"fuzz-job".ljust(128, b"\0")
     hello += bytes(range(16)) + bytes(32)
     ack = struct.pack("<Ii", 0x46544348, 0) + bytes(32)
     busy = struct.pack("<Ii", 0x46544348, -16) + bytes(32)
