@@ -404,13 +404,13 @@ Test(algorithms, a_split_block_choice_is_a_mismatch_on_every_rank, .timeout = 20
 }
 
 /*
- * Broadcast: a binomial tree up to a segment (the ring above), from every
+ * Broadcast: a binomial tree up to 64 KiB (the ring above), from every
  * root, at 2 to 8 ranks (a root folded out, or standing for one, where the
  * ranks are not a power of two); chosen and forced ring.
  */
 static int run_broadcast(struct ft_comm *comm, int rank, int n, void *argp)
 {
-	static const size_t sizes[] = {0, 1, 1000, 100003, 300000};
+	static const size_t sizes[] = {0, 1, 1000, 65536, 100003, 300000};
 	unsigned char *buf = malloc(300000);
 	(void)argp;
 	for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {

@@ -288,7 +288,7 @@ static const struct var vars[] = {
 	 "two; the ring above), ring, rd (recursive doubling up to one segment) or rh "
 	 "(recursive halving and doubling up to 16M); reduce-scatter and allgather on 4, 8, "
 	 "16 ... ranks take halving or doubling alone up to 16M / ranks^2 (rh: 16M), a "
-	 "broadcast of at most one segment a binomial tree (not under a detector), unless "
+	 "broadcast of at most 64K a binomial tree (not under a detector), unless "
 	 "ring; every rank must set the same (docs/design.md, algorithms)", NULL},
 	{"FTCC_SHM_BYTES", V_SIZE, H_TP, offsetof(struct tp_knobs, shm_bytes), sizeof(size_t), NULL,
 	 256 * 1024, 1024L * 1024 * 1024, NULL, 0, false, "512K",

@@ -162,6 +162,9 @@ int ft__engine_broadcast(struct ft_comm *c, const struct ft__call *k, const stru
  * halving or the doubling alone while the whole vector's bytes x n^2 is at
  * most this. */
 #define FT__BLK_AUTO_SQ ((uint64_t)16 << 20)
+/* A broadcast on a binomial tree up to this (measured at 2 to 16 ranks:
+ * at 256 KiB the ring was as fast, at 2 ranks twice as fast). */
+#define FT__TREE_AUTO_MAX ((size_t)64 << 10)
 /* Steps of the largest world's pattern, and some. */
 #define FT__RD_STEPS 40
 /* The algorithm k runs by on the current view (enum ft__frame_algo): a

@@ -9,7 +9,7 @@
 #include "engine.h"
 
 /*
- * Two patterns on the n dense ranks of the current view, this one at r.
+ * Butterflies on the n dense ranks of the current view, this one at r.
  * pof2 is the largest power of two not above n, rem = n - pof2, and
  * k = log2(pof2). Frames carry their step g:
  *
@@ -35,7 +35,10 @@
  * partner's, the halving's exchanges in reverse. Each rank sends about
  * 2 (pof2-1)/pof2 of the vector, as on the ring, in 2k steps instead of
  * 2(n-1). Every block is reduced on one rank and copied to the others: the
- * same bits everywhere. last = 2k+1.
+ * same bits everywhere. last = 2k+1. A reduce-scatter runs the halving
+ * alone, an allgather the doubling alone (mask 2^(g-1), from its own
+ * block out), both on a power of two of ranks, the blocks the caller's;
+ * a broadcast runs a binomial tree over the same pairs (tree_peer).
  *
  * Each rank sends one frame per step at most, to one peer. Under RD every
  * directed pair of ranks carries one frame of the op at most; under RH two
@@ -57,8 +60,9 @@
  * once; when that neighbour runs this algorithm the frame meets a posted
  * receive it disagrees with (algorithm, or count), FT_EMISMATCH; its abort
  * frames reach every link it holds, and each rank that fails passes them
- * on to all of its own, so every rank returns the error, none hangs. (Both
- * patterns have the same peers, so the probes are the same too.)
+ * on to all of its own, so every rank returns the error, none hangs. (The
+ * butterflies pair the same ranks, so their probes are the same too; a
+ * tree's are its own.)
  *
  * Failures. The input is never overwritten before the result is whole
  * (partials live in c->rd_buf), and the policy's input_save_at saves an
@@ -203,13 +207,14 @@ uint16_t ft__rd_algo(const struct ft_comm *c, const struct ft__call *k)
 	struct shape s = shape_of(c->size);
 	bool blocks = k->kind == FT__COLL_REDUCE_SCATTER || k->kind == FT__COLL_ALLGATHER;
 
-	/* a broadcast of at most a segment: the ring's pipeline saves nothing,
-	 * and the tree takes log2(n) steps for its n-1; not under a detector
+	/* a small broadcast: the tree takes log2(n) steps for the ring's n-1,
+	 * and the ring's pipeline has nothing to overlap; not under a detector
 	 * (its commit steps, and a hand-over's span, are the ring's) */
 	if (k->kind == FT__COLL_BROADCAST)
 		return c->tp_env.algorithm != FT__TP_ALGO_RING && c->cfg.policy != FT_POLICY_REJOIN &&
 			       c->det == NULL && k->span == 0 && c->size >= 2 &&
-			       (c->size == 2 || c->mesh_to != NULL) && bytes <= c->cfg.segment_bytes
+			       (c->size == 2 || c->mesh_to != NULL) &&
+			       bytes <= c->cfg.segment_bytes && bytes <= FT__TREE_AUTO_MAX
 			       ? FT__ALGO_TREE
 			       : FT__ALGO_RING;
 	if ((k->kind != FT__COLL_ALLREDUCE && k->kind != FT__COLL_BARRIER && !blocks) ||
