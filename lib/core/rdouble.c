@@ -106,10 +106,10 @@ static enum pattern pattern_of(uint16_t algo, uint8_t kind)
 					     : PAT_RH;
 }
 
-/* The unfold's step; the probe's is the next. */
+/* The unfold's step (a tree's last ack); the probe's is the next. */
 static uint32_t last_step(enum pattern pat, uint32_t k)
 {
-	return pat == PAT_RH ? 2 * k + 1 : k + 1;
+	return pat == PAT_RH ? 2 * k + 1 : pat == PAT_TREE ? 2 * k + 3 : k + 1;
 }
 
 /* A virtual rank's dense rank, and the other way round (-1: a rank folded
@@ -131,11 +131,18 @@ static int virtual_of(const struct shape *s, int r)
  * whose distance from the root's (v xor vroot) is a multiple of 2 mask
  * holds the data and sends it to v xor mask; then each odd rank below
  * 2 rem hands it to the even one it stood for (unless that is the root).
+ * Then the same edges carry empty acks back up, in reverse order (steps
+ * k+2 .. 2k+3): a rank acks its parent once its children acked, so the
+ * root returns only when every rank holds the data, as on the ring, and a
+ * rank that found the call mismatched aborts instead of acking.
  */
 static int tree_peer(int n, int r, int root, uint32_t g, bool send)
 {
 	struct shape s = shape_of(n);
 	int vroot = root < 2 * s.rem ? root / 2 : root - s.rem, v, m, rel;
+
+	if (g >= s.k + 2 && g <= 2 * s.k + 3) /* the acks: a data step backwards */
+		return tree_peer(n, r, root, g == 2 * s.k + 3 ? 0 : 2 * s.k + 3 - g, !send);
 
 	if (g == 0) {
 		bool folded = root < 2 * s.rem && root % 2 == 0;
@@ -336,8 +343,12 @@ static void plan(struct rd *x, int n, int r, size_t count, size_t es)
 		t->how = g == x->last ? HOW_TAKE : g > x->last ? HOW_NONE : HOW_REDUCE;
 		if (g > x->last)
 			t->len = t->rlen = 0; /* the probe */
-		if (x->pat == PAT_TREE && g <= x->last)
+		if (x->pat == PAT_TREE && g <= x->k + 1)
 			t->how = HOW_TAKE; /* the data, into the caller's buffer */
+		if (x->pat == PAT_TREE && g > x->k + 1) {
+			t->how = HOW_NONE; /* an ack */
+			t->len = t->rlen = 0;
+		}
 	}
 	if (x->pat == PAT_RD || x->pat == PAT_TREE || (r < 2 * s.rem && !folds_in))
 		return;
@@ -596,8 +607,16 @@ static int rd_run(struct rd *x)
 					co->fail_peer = ev[i].peer;
 					return ev[i].status;
 				}
-				if (link_owed(x, &ev[i], false))
+				if (link_owed(x, &ev[i], false)) {
 					send_broken(x, ev[i].peer, ev[i].status);
+				} else if (x->send_err != 0 && ev[i].status != -FT_EPEERFAILED) {
+					/* the cause of the broken send link, told on a
+					 * link whose frames are through (an abort frame
+					 * after a probe): the op's outcome */
+					co->fail_link = 3;
+					co->fail_peer = ev[i].peer;
+					return ev[i].status;
+				}
 			}
 		}
 		if ((rc = advance(x)) != 0)
@@ -667,10 +686,12 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 	if (x.last + 3 > FT__RD_STEPS)
 		return -FT_EINVAL;
 	plan(&x, n, r, k->count, k->es);
-	/* the ring's neighbours judge each other (above) */
-	if (!sends_to(n, r, right, x.pat, x.root))
+	/* the ring's neighbours judge each other (above); a tree's frame to
+	 * the right neighbour may wait on a frame a ring rank never sends (an
+	 * ack on the data from it): a tree always probes */
+	if (x.pat == PAT_TREE || !sends_to(n, r, right, x.pat, x.root))
 		x.st[x.last + 1].to = right;
-	if (!sends_to(n, left, r, x.pat, x.root))
+	if (x.pat == PAT_TREE || !sends_to(n, left, r, x.pat, x.root))
 		x.st[x.last + 1].from = left;
 	if ((rc = place_receives(&x, n, r)) != 0)
 		return rc;
@@ -689,7 +710,11 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 			ft__copy_stream_sum(save, co->src, x.bytes, sum);
 		co->input_saved = save != NULL;
 	}
-	for (uint32_t g = 0; g <= x.last + 1; g++)
+	/* the probe's receive first: it leaves first, ahead of any frame of a
+	 * step on the same link (a tree's) */
+	if (x.st[x.last + 1].from >= 0 && (rc = post_recv_step(&x, x.last + 1)) != 0)
+		return rc;
+	for (uint32_t g = 0; g <= x.last; g++)
 		if (x.st[g].from >= 0 && (rc = post_recv_step(&x, g)) != 0)
 			return rc;
 	if (x.st[x.last + 1].to >= 0 && (rc = send_step(&x, x.last + 1, NULL)) != 0)
