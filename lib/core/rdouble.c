@@ -214,6 +214,10 @@ uint16_t ft__rd_algo(const struct ft_comm *c, const struct ft__call *k)
 	struct shape s = shape_of(c->size);
 	bool blocks = k->kind == FT__COLL_REDUCE_SCATTER || k->kind == FT__COLL_ALLGATHER;
 
+	/* (a tree's 2 log2(n) + 6 steps within FT__RD_STEPS: 2^17 ranks) */
+	if (s.k > 16)
+		return FT__ALGO_RING;
+
 	/* a small broadcast: the tree takes log2(n) steps for the ring's n-1,
 	 * and the ring's pipeline has nothing to overlap; not under a detector
 	 * (its commit steps, and a hand-over's span, are the ring's) */
@@ -243,7 +247,7 @@ uint16_t ft__rd_algo(const struct ft_comm *c, const struct ft__call *k)
 			return FT__ALGO_RING;
 		if (c->tp_env.algorithm == FT__TP_ALGO_RH)
 			return bytes <= FT__RH_MAX ? FT__ALGO_RH : FT__ALGO_RING;
-		return (uint64_t)bytes * (uint64_t)c->size * (uint64_t)c->size <= FT__BLK_AUTO_SQ
+		return bytes <= FT__BLK_AUTO_SQ / (uint64_t)c->size / (uint64_t)c->size
 			       ? FT__ALGO_RH
 			       : FT__ALGO_RING;
 	}
@@ -261,8 +265,8 @@ uint16_t ft__rd_algo(const struct ft_comm *c, const struct ft__call *k)
 	 * instead of 2(n-1), but without the ring's pipeline: each step's
 	 * transfer, then its reduction; and a fold adds two whole copies on
 	 * the critical path */
-	if (c->size >= 3 && (uint64_t)bytes * (uint64_t)c->size * (uint64_t)c->size <=
-				    (s.rem == 0 ? FT__RH_AUTO_SQ : FT__RH_AUTO_FOLD_SQ))
+	if (c->size >= 3 && bytes <= (s.rem == 0 ? FT__RH_AUTO_SQ : FT__RH_AUTO_FOLD_SQ) /
+					     (uint64_t)c->size / (uint64_t)c->size)
 		return FT__ALGO_RH;
 	return FT__ALGO_RING;
 }
@@ -638,7 +642,8 @@ static int place_receives(struct rd *x, int n, int r)
 	int rc;
 
 	for (uint32_t g = 0; g <= x->last + 1; g++)
-		if (x->st[g].from >= 0 && x->st[g].how != HOW_GATHER)
+		if (x->st[g].from >= 0 && x->st[g].how != HOW_GATHER &&
+		    (x->pat != PAT_TREE || g > x->last))
 			need += (x->st[g].rlen + 63) & ~(size_t)63;
 	if ((rc = ft__comm_grow(&x->co->c->rd_buf, &x->co->c->rd_cap, need)) != 0)
 		return rc;
