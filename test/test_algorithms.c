@@ -52,6 +52,19 @@ static void set_algorithm(struct ft_config *cfg, int rank)
 		setenv("FTCC_ALGORITHM", bits_now->algorithm, 1);
 }
 
+/* Runs fn on n ranks with set_algorithm's settings: how many failed or hung. */
+static int run_job(int n, tu_rank_fn fn, void *arg)
+{
+	struct tu_job job;
+
+	tu_job_init(&job, n);
+	for (int r = 0; r < n; r++)
+		tu_spawn(&job, r, fn, arg, set_algorithm);
+	int bad = tu_wait(&job, DEADLINE_MS, NULL);
+	tu_job_cleanup(&job);
+	return bad;
+}
+
 /*
  * Sum and average of order-sensitive float32 inputs, in place and out of
  * place, at counts around the choice's thresholds: the digests of every
@@ -115,12 +128,7 @@ static void bits(const char *algorithm)
 	arg.algorithm = algorithm;
 	bits_now = &arg;
 	for (int n = 2; n <= 8; n++) {
-		struct tu_job job;
-		tu_job_init(&job, n);
-		for (int r = 0; r < n; r++)
-			tu_spawn(&job, r, run_bits, NULL, set_algorithm);
-		int bad = tu_wait(&job, DEADLINE_MS, NULL);
-		tu_job_cleanup(&job);
+		int bad = run_job(n, run_bits, NULL);
 		cr_assert_eq(bad, 0, "FTCC_ALGORITHM=%s n=%d: some rank failed or hung",
 			     algorithm ? algorithm : "(unset)", n);
 	}
@@ -194,12 +202,7 @@ Test(algorithms, a_split_choice_is_a_mismatch_on_every_rank, .timeout = 200)
 		for (int n = 2; n <= 6; n++) {
 			for (int odd = 0; odd < n; odd += n > 3 ? 2 : 1) {
 				struct split sp = {.odd = odd, .count = odd_counts[ci]};
-				struct tu_job job;
-				tu_job_init(&job, n);
-				for (int r = 0; r < n; r++)
-					tu_spawn(&job, r, run_split_choice, &sp, set_algorithm);
-				int bad = tu_wait(&job, DEADLINE_MS, NULL);
-				tu_job_cleanup(&job);
+				int bad = run_job(n, run_split_choice, &sp);
 				cr_assert_eq(bad, 0, "n=%d, rank %d with count %zu", n, odd,
 					     odd_counts[ci]);
 			}
@@ -337,12 +340,7 @@ static void blocks(const char *algorithm)
 	bits_now = &arg;
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		int n = sizes[i];
-		struct tu_job job;
-		tu_job_init(&job, n);
-		for (int r = 0; r < n; r++)
-			tu_spawn(&job, r, run_blocks, NULL, set_algorithm);
-		int bad = tu_wait(&job, DEADLINE_MS, NULL);
-		tu_job_cleanup(&job);
+		int bad = run_job(n, run_blocks, NULL);
 		cr_assert_eq(bad, 0, "FTCC_ALGORITHM=%s n=%d: some rank failed or hung",
 			     algorithm ? algorithm : "(unset)", n);
 	}
@@ -392,12 +390,7 @@ Test(algorithms, a_split_block_choice_is_a_mismatch_on_every_rank, .timeout = 20
 	bits_now = &chosen;
 	for (int n = 4; n <= 8; n += 4) {
 		for (int odd = 0; odd < n; odd += 3) {
-			struct tu_job job;
-			tu_job_init(&job, n);
-			for (int r = 0; r < n; r++)
-				tu_spawn(&job, r, run_split_blocks, &odd, set_algorithm);
-			int bad = tu_wait(&job, DEADLINE_MS, NULL);
-			tu_job_cleanup(&job);
+			int bad = run_job(n, run_split_blocks, &odd);
 			cr_assert_eq(bad, 0, "n=%d, rank %d on the ring", n, odd);
 		}
 	}
@@ -451,12 +444,7 @@ static void broadcasts(const char *algorithm)
 	arg.algorithm = algorithm;
 	bits_now = &arg;
 	for (int n = 2; n <= 8; n++) {
-		struct tu_job job;
-		tu_job_init(&job, n);
-		for (int r = 0; r < n; r++)
-			tu_spawn(&job, r, run_broadcast, NULL, set_algorithm);
-		int bad = tu_wait(&job, DEADLINE_MS, NULL);
-		tu_job_cleanup(&job);
+		int bad = run_job(n, run_broadcast, NULL);
 		cr_assert_eq(bad, 0, "FTCC_ALGORITHM=%s n=%d: some rank failed or hung",
 			     algorithm ? algorithm : "(unset)", n);
 	}
