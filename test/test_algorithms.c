@@ -121,17 +121,24 @@ static int run_bits(struct ft_comm *comm, int rank, int n, void *argp)
 	return 0;
 }
 
-static void bits(const char *algorithm)
+/* fn on every world size from lo to hi (every other one above 4 when
+ * skip), under FTCC_ALGORITHM=algorithm (NULL: unset). */
+static void each_world(const char *algorithm, tu_rank_fn fn, int lo, int hi, bool skip)
 {
 	static struct bits_arg arg;
 
 	arg.algorithm = algorithm;
 	bits_now = &arg;
-	for (int n = 2; n <= 8; n++) {
-		int bad = run_job(n, run_bits, NULL);
+	for (int n = lo; n <= hi; n += skip && n >= 4 ? 2 : 1) {
+		int bad = run_job(n, fn, NULL);
 		cr_assert_eq(bad, 0, "FTCC_ALGORITHM=%s n=%d: some rank failed or hung",
 			     algorithm ? algorithm : "(unset)", n);
 	}
+}
+
+static void bits(const char *algorithm)
+{
+	each_world(algorithm, run_bits, 2, 8, false);
 }
 
 /* The inputs do show the order: summed forwards and backwards they differ. */
@@ -331,19 +338,10 @@ static int run_blocks(struct ft_comm *comm, int rank, int n, void *argp)
 	return 0;
 }
 
+/* 2, 3, 4, 6 and 8 ranks */
 static void blocks(const char *algorithm)
 {
-	static struct bits_arg arg;
-	static const int sizes[] = {2, 3, 4, 6, 8};
-
-	arg.algorithm = algorithm;
-	bits_now = &arg;
-	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		int n = sizes[i];
-		int bad = run_job(n, run_blocks, NULL);
-		cr_assert_eq(bad, 0, "FTCC_ALGORITHM=%s n=%d: some rank failed or hung",
-			     algorithm ? algorithm : "(unset)", n);
-	}
+	each_world(algorithm, run_blocks, 2, 8, true);
 }
 
 Test(algorithms, reduce_scatter_and_allgather_chosen, .timeout = 300) { blocks(NULL); }
@@ -439,15 +437,7 @@ static int run_broadcast(struct ft_comm *comm, int rank, int n, void *argp)
 
 static void broadcasts(const char *algorithm)
 {
-	static struct bits_arg arg;
-
-	arg.algorithm = algorithm;
-	bits_now = &arg;
-	for (int n = 2; n <= 8; n++) {
-		int bad = run_job(n, run_broadcast, NULL);
-		cr_assert_eq(bad, 0, "FTCC_ALGORITHM=%s n=%d: some rank failed or hung",
-			     algorithm ? algorithm : "(unset)", n);
-	}
+	each_world(algorithm, run_broadcast, 2, 8, false);
 }
 
 Test(algorithms, broadcast_from_every_root_chosen, .timeout = 300) { broadcasts(NULL); }

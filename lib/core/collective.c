@@ -26,7 +26,7 @@ static int call_finish(struct ft_comm *c, int rc, struct ft_op_info *info, const
 			ft__comm_abort_ring(c, rc, seq);
 			/* (every rank fails this op: the next one links again,
 			 * and a peer that gets there first says which round) */
-			ft__comm_new_round(c, (uint32_t)(seq + 1), false);
+			ft__comm_new_round(c, (uint32_t)(seq + 1));
 		}
 		if (c->det != NULL)
 			ft__det_have_result(c->det, seq); /* an error is this op's outcome */
@@ -100,14 +100,12 @@ int ft__collective_run(struct ft_comm *c, struct ft__call *k, struct ft_op_info 
 				 (k->blk == NULL || ft__blocks_same(c, k->blk));
 			if (on_shm)
 				rc = ft__onehost_run(c, k, &a, &co);
-			else if (k->kind == FT__COLL_BROADCAST)
-				rc = (algo = ft__rd_algo(c, k)) != FT__ALGO_RING
-					     ? ft__engine_rd(c, k, &a, &co, algo)
-					     : ft__engine_broadcast(c, k, &a, &co);
 			else if (k->blk != NULL)
 				rc = ft__blocks_attempt(c, k, &a, &co);
 			else if ((algo = ft__rd_algo(c, k)) != FT__ALGO_RING)
 				rc = ft__engine_rd(c, k, &a, &co, algo);
+			else if (k->kind == FT__COLL_BROADCAST)
+				rc = ft__engine_broadcast(c, k, &a, &co);
 			else
 				rc = ft__engine_allreduce(c, k, &a, &co);
 		}

@@ -82,21 +82,6 @@ static bool other_member(const struct ft_comm *c, int p)
 	return false;
 }
 
-/*
- * Every rank connects first and accepts second (the ring's links and, with a
- * mesh, recursive doubling's: rdouble.c). Connecting completes in the
- * peer's kernel backlog and the hello fits in the socket buffer, so no rank
- * waits on another's accept: no cycle. The acceptor's challenge
- * (lib/util/auth.h) is answered without waiting either: a connect returns
- * with its proof still due, and the transport answers it while this rank
- * accepts or runs an op (tcp: ft__tcp_answer_challenges).
- *
- * With a mesh, links come from several members at once, in any order. So
- * the accept takes a link from any member of the view, files it by its
- * sender, and goes on until the links wanted are there; a member's second
- * link of one generation is closed. Without a mesh only the left
- * neighbour's link is accepted.
- */
 /* Whether epoch a is later than b (rounds of one generation; wraps). */
 static bool epoch_after(uint32_t a, uint32_t b)
 {
@@ -138,6 +123,21 @@ static void take_ahead(struct ft_comm *c)
 	}
 }
 
+/*
+ * Every rank connects first and accepts second (the ring's links and, with a
+ * mesh, recursive doubling's: rdouble.c). Connecting completes in the
+ * peer's kernel backlog and the hello fits in the socket buffer, so no rank
+ * waits on another's accept: no cycle. The acceptor's challenge
+ * (lib/util/auth.h) is answered without waiting either: a connect returns
+ * with its proof still due, and the transport answers it while this rank
+ * accepts or runs an op (tcp: ft__tcp_answer_challenges).
+ *
+ * With a mesh, links come from several members at once, in any order. So
+ * the accept takes a link from any member of the view, files it by its
+ * sender, and goes on until the links wanted are there; a member's second
+ * link of one generation is closed. Without a mesh only the left
+ * neighbour's link is accepted.
+ */
 int ft__comm_link_peers(struct ft_comm *c, const int *to, int nto, const int *from, int nfrom)
 {
 	int64_t deadline = ft__now_ms() + c->cfg.connect_timeout_ms;
@@ -167,16 +167,9 @@ int ft__comm_link_peers(struct ft_comm *c, const int *to, int nto, const int *fr
 	return 0;
 }
 
-/* A new view: a new generation's first round; what waited for a later
- * round of the old one is of no use. */
-void ft__comm_new_round(struct ft_comm *c, uint32_t epoch, bool new_view)
+void ft__comm_new_round(struct ft_comm *c, uint32_t epoch)
 {
 	c->link_epoch = epoch;
-	for (int p = 0; new_view && c->ahead != NULL && p < c->cfg.world_size; p++) {
-		if (c->ahead[p] != NULL)
-			c->tp_ops->link_close(c->ahead[p]);
-		c->ahead[p] = NULL;
-	}
 }
 
 int ft__comm_connect_ring(struct ft_comm *c)
@@ -268,8 +261,16 @@ int ft__comm_load_view(struct ft_comm *c, struct ft__view *v)
 	v->members = NULL;
 	c->size = v->size;
 	c->rank = rank;
-	if (c->generation != v->generation)
-		ft__comm_new_round(c, 0, true);
+	if (c->generation != v->generation) {
+		/* a new generation's first round: what waited for a later round
+		 * of the old one is of no use */
+		for (int p = 0; c->ahead != NULL && p < c->cfg.world_size; p++) {
+			if (c->ahead[p] != NULL)
+				c->tp_ops->link_close(c->ahead[p]);
+			c->ahead[p] = NULL;
+		}
+		c->link_epoch = 0;
+	}
 	c->generation = v->generation;
 	return 0;
 }

@@ -153,9 +153,9 @@ int ft__comm_link_peers(struct ft_comm *c, const int *to, int nto, const int *fr
 struct ft__link *ft__comm_link(struct ft_comm *c, int p, bool to);
 /* Tears down the ring's and the mesh's links after a failed collective, telling the peers why. */
 void ft__comm_abort_ring(struct ft_comm *c, int err, uint64_t op_seq);
-/* The round of links the next connect makes (c->link_epoch); a new view
- * drops the links that waited for a later round of the old one. */
-void ft__comm_new_round(struct ft_comm *c, uint32_t epoch, bool new_view);
+/* The round of links the next connect makes (c->link_epoch; a new view
+ * starts at 0, ft__comm_load_view). */
+void ft__comm_new_round(struct ft_comm *c, uint32_t epoch);
 /* Makes *buf (64-byte aligned, *cap bytes) hold at least bytes; its content is not kept. */
 int ft__comm_grow(void **buf, size_t *cap, size_t bytes);
 /* Makes c->backup hold at least bytes (an in-place input saved for a rerun). */

@@ -106,6 +106,13 @@ static enum pattern pattern_of(uint16_t algo, uint8_t kind)
 					     : PAT_RH;
 }
 
+/* Whether the pattern's partial is the caller's buffer itself (it only
+ * moves data there, reducing nothing): no partial slots. */
+static bool in_callers_buffer(enum pattern pat)
+{
+	return pat == PAT_GATHER || pat == PAT_TREE;
+}
+
 /* The unfold's step (a tree's last ack); the probe's is the next. */
 static uint32_t last_step(enum pattern pat, uint32_t k)
 {
@@ -347,12 +354,12 @@ static void plan(struct rd *x, int n, int r, size_t count, size_t es)
 		t->how = g == x->last ? HOW_TAKE : g > x->last ? HOW_NONE : HOW_REDUCE;
 		if (g > x->last)
 			t->len = t->rlen = 0; /* the probe */
-		if (x->pat == PAT_TREE && g <= x->k + 1)
-			t->how = HOW_TAKE; /* the data, into the caller's buffer */
-		if (x->pat == PAT_TREE && g > x->k + 1) {
-			t->how = HOW_NONE; /* an ack */
+		/* a tree's data lands in the caller's buffer, its partial; its
+		 * acks are empty */
+		if (x->pat == PAT_TREE)
+			t->how = g <= x->k + 1 ? HOW_GATHER : HOW_NONE;
+		if (x->pat == PAT_TREE && g > x->k + 1)
 			t->len = t->rlen = 0;
-		}
 	}
 	if (x->pat == PAT_RD || x->pat == PAT_TREE || (r < 2 * s.rem && !folds_in))
 		return;
@@ -642,21 +649,18 @@ static int place_receives(struct rd *x, int n, int r)
 	int rc;
 
 	for (uint32_t g = 0; g <= x->last + 1; g++)
-		if (x->st[g].from >= 0 && x->st[g].how != HOW_GATHER &&
-		    (x->pat != PAT_TREE || g > x->last))
+		if (x->st[g].from >= 0 && x->st[g].how != HOW_GATHER)
 			need += (x->st[g].rlen + 63) & ~(size_t)63;
 	if ((rc = ft__comm_grow(&x->co->c->rd_buf, &x->co->c->rd_cap, need)) != 0)
 		return rc;
 	at = 2 * x->slot;
-	gather = x->pat == PAT_GATHER ? x->cur : slot_at(x, final_slot);
+	gather = in_callers_buffer(x->pat) ? x->cur : slot_at(x, final_slot);
 	for (uint32_t g = 0; g <= x->last + 1; g++) {
 		struct rd_step *t = &x->st[g];
 		if (t->from < 0)
 			continue;
 		if (t->how == HOW_GATHER) {
 			t->rbuf = gather + t->roff;
-		} else if (x->pat == PAT_TREE && g <= x->last) {
-			t->rbuf = (char *)x->co->dst;
 		} else {
 			t->rbuf = (char *)x->co->c->rd_buf + at;
 			at += (t->rlen + 63) & ~(size_t)63;
@@ -686,8 +690,8 @@ int ft__engine_rd(struct ft_comm *c, const struct ft__call *k, const struct ft__
 	x.bytes = k->count * k->es;
 	x.k = shape_of(n).k;
 	x.last = last_step(x.pat, x.k);
-	x.slot = x.pat == PAT_GATHER || x.pat == PAT_TREE ? 0 : (x.bytes + 63) & ~(size_t)63;
-	x.cur = x.pat == PAT_GATHER || x.pat == PAT_TREE ? (char *)co->dst : (char *)co->src;
+	x.slot = in_callers_buffer(x.pat) ? 0 : (x.bytes + 63) & ~(size_t)63;
+	x.cur = in_callers_buffer(x.pat) ? (char *)co->dst : (char *)co->src;
 	if (x.last + 3 > FT__RD_STEPS)
 		return -FT_EINVAL;
 	plan(&x, n, r, k->count, k->es);
