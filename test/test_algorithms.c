@@ -442,3 +442,71 @@ static void broadcasts(const char *algorithm)
 
 Test(algorithms, broadcast_from_every_root_chosen, .timeout = 300) { broadcasts(NULL); }
 Test(algorithms, broadcast_from_every_root_ring, .timeout = 300) { broadcasts("ring"); }
+
+/*
+ * A rank SIGKILLed from outside at a random moment while the ranks run
+ * every butterfly in turn (recursive doubling, halving and doubling, the
+ * halving or doubling alone, the tree), under the abort policy: every
+ * survivor returns FT_EPEERFAILED, and the next call too; none hangs.
+ */
+static int run_butterflies_until_failure(struct ft_comm *comm, int rank, int n, void *arg)
+{
+	size_t count = 16384; /* 64 KiB: halving and doubling at 4, 5 and 8 ranks */
+	float *buf = malloc(count * (size_t)n * sizeof(float));
+	(void)arg;
+	for (int it = 0; it < 1000000; it++) {
+		int rc;
+		for (size_t i = 0; i < count * (size_t)n; i++)
+			buf[i] = 1;
+		switch (it % 5) {
+		case 0:
+			rc = ft_allreduce(comm, FT_IN_PLACE, buf, count, FT_FLOAT32, FT_SUM, NULL);
+			break;
+		case 1:
+			rc = ft_allreduce(comm, FT_IN_PLACE, buf, 1024, FT_FLOAT32, FT_SUM, NULL);
+			break;
+		case 2:
+			rc = ft_reduce_scatter(comm, FT_IN_PLACE, buf, 1024, FT_FLOAT32, FT_SUM, NULL);
+			break;
+		case 3:
+			rc = ft_allgather(comm, FT_IN_PLACE, buf, 1024, FT_FLOAT32, NULL);
+			break;
+		default:
+			rc = ft_broadcast(comm, buf, 4096, it % n, NULL);
+			break;
+		}
+		if (rc == -FT_EPEERFAILED) {
+			free(buf);
+			return ft_barrier(comm) == -FT_EPEERFAILED ? 0 : 3; /* sticky */
+		}
+		if (rc != 0) {
+			fprintf(stderr, "rank %d: op %d: %s\n", rank, it, ft_err_name(rc));
+			return 1;
+		}
+	}
+	return 2;
+}
+
+Test(algorithms, a_rank_killed_in_a_butterfly_fails_every_survivor, .timeout = 200)
+{
+	static struct bits_arg chosen;
+	static const int sizes[] = {4, 5, 8};
+
+	bits_now = &chosen;
+	srand((unsigned)getpid());
+	for (int trial = 0; trial < 6; trial++) {
+		struct tu_job job;
+		int n = sizes[trial % 3], victim = rand() % n, killed[64] = {0};
+		tu_job_init(&job, n);
+		for (int r = 0; r < n; r++)
+			tu_spawn(&job, r, run_butterflies_until_failure, NULL, set_algorithm);
+		/* mid-collective, not mid-ft_init */
+		cr_assert_eq(tu_wait_ready(&job, 10000), 0, "trial %d: ranks not ready", trial);
+		tu_sleep_ms(100 + rand() % 300);
+		kill(job.pids[victim], SIGKILL);
+		killed[victim] = 1;
+		cr_assert_eq(tu_wait(&job, 15000, killed), 0, "trial %d: n=%d victim %d", trial, n,
+			     victim);
+		tu_job_cleanup(&job);
+	}
+}
